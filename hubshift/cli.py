@@ -1,0 +1,95 @@
+"""The `hubshift` command: one entry point, one subcommand per part.
+
+Subcommands are imported only when invoked, so `hubshift status` does not pay for PySpark or kopf.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from hubshift import __version__
+from hubshift.errors import UserError
+
+# name -> "module:attribute" of a click command
+SUBCOMMANDS: dict[str, str] = {
+    "emulator": "hubshift.emulator.cli:emulator",
+    "status": "hubshift.ownership.cli:status",
+    "consume": "hubshift.spark_app.cli:consume",
+    "produce": "hubshift.spark_app.produce:produce",
+    "run": "hubshift.operator.cli:run",
+    "demo": "hubshift.operator.cli:demo",
+    "operator": "hubshift.operator.cli:operator",
+}
+
+HELP = {
+    "emulator": "Start a local Event Hubs that the azure-eventhub SDK talks to.",
+    "status": "Show partition owners, checkpoints, the assignment and its phase.",
+    "consume": "Run one consumer (a pod's entry point).",
+    "produce": "Send a home-security sensor load to an Event Hub.",
+    "run": "Run a PartitionedConsumer manifest on this machine (local runtime).",
+    "demo": "The whole system on this machine with embedded defaults.",
+    "operator": "Run the Kubernetes operator.",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = SUBCOMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attribute = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("hubshift"):
+                return _unavailable(cmd_name)
+            raise
+        command = getattr(module, attribute, None)
+        if not isinstance(command, click.Command):
+            return _unavailable(cmd_name)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, HELP.get(name, "")) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+def _unavailable(name: str) -> click.Command:
+    @click.command(name=name, help=f"{HELP.get(name, '')} (not built yet)")
+    def missing(**_: Any) -> None:
+        raise UserError(f"`hubshift {name}` is not part of this build yet")
+
+    return missing
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="hubshift")
+def cli() -> None:
+    """hubshift: partition-aware PySpark consumers for Azure Event Hubs."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        cli.main(args=argv, prog_name="hubshift", standalone_mode=False)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except UserError as exc:
+        click.echo(f"hubshift: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

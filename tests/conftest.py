@@ -1,0 +1,50 @@
+"""Shared fixtures: real servers started by the tests themselves, on 127.0.0.1, stopped after."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from hubshift.testing.azurite import Azurite, start_azurite
+
+pytest_plugins: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
+    server = start_azurite(tmp_path_factory.mktemp("azurite"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def blob_container(azurite: Azurite) -> Iterator[str]:
+    """A fresh, empty container on the session's Azurite; its name."""
+    from azure.storage.blob import BlobServiceClient
+
+    name = f"t{uuid.uuid4().hex[:20]}"
+    service = BlobServiceClient.from_connection_string(azurite.connection_string)
+    service.create_container(name)
+    try:
+        yield name
+    finally:
+        try:
+            service.delete_container(name)
+        except Exception:
+            pass
+        service.close()
+
+
+TIER_BY_FOLDER = {"unit", "integration", "cluster", "kind"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test's tier is the folder it lives in: tests/unit, tests/integration, tests/cluster, tests/kind."""
+    for item in items:
+        parts = set(item.path.relative_to(config.rootpath).parts)
+        for tier in TIER_BY_FOLDER & parts:
+            item.add_marker(getattr(pytest.mark, tier))
