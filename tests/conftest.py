@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from hubshift.testing.azurite import Azurite, start_azurite
 
-pytest_plugins: list[str] = []
+# Each part keeps its fixtures in tests/fixtures/<part>.py; all of them are loaded here.
+pytest_plugins = sorted(
+    f"tests.fixtures.{path.stem}"
+    for path in (Path(__file__).parent / "fixtures").glob("*.py")
+    if path.stem != "__init__"
+)
 
 
 @pytest.fixture(scope="session")
