@@ -1,0 +1,394 @@
+"""The `PartitionedConsumer` manifest: one typed model that the CLI, the consumer and the operator all read.
+
+The same YAML a user `kubectl apply`s runs on this machine with `hubshift run -f`. The CRD schema in
+`crds/` is generated from this model (`hubshift.operator.crd`), and a test proves they do not drift.
+
+Secrets never appear in the manifest. In a cluster the operator maps each `...SecretRef` into the pod's
+environment under the variable named by the matching `...Env` field; outside a cluster the consumer reads
+that environment variable directly. So the consumer always reads credentials from its environment.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from hubshift.errors import UserError
+
+GROUP = "hubshift.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "PartitionedConsumer"
+PLURAL = "partitionedconsumers"
+SHORT_NAME = "pcon"
+
+# KEDA's pause annotations, under our group.
+PAUSED_ANNOTATION = f"autoscaling.{GROUP}/paused"
+PAUSED_REPLICAS_ANNOTATION = f"autoscaling.{GROUP}/paused-replicas"
+PAUSED_SCALE_IN_ANNOTATION = f"autoscaling.{GROUP}/paused-scale-in"
+PAUSED_SCALE_OUT_ANNOTATION = f"autoscaling.{GROUP}/paused-scale-out"
+FORCE_ACTIVATION_ANNOTATION = f"autoscaling.{GROUP}/force-activation"
+
+DEFAULT_EVENTHUBS_ENV = "HUBSHIFT_EVENTHUBS_CONNECTION_STRING"
+DEFAULT_STORAGE_ENV = "HUBSHIFT_STORAGE_CONNECTION_STRING"
+DEFAULT_SINK_STORAGE_ENV = "HUBSHIFT_SINK_CONNECTION_STRING"
+
+
+class Model(BaseModel):
+    """camelCase in YAML, snake_case in Python; unknown fields are refused (a typo is an error)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class SecretKeyRef(Model):
+    """A key of a Kubernetes Secret in the PartitionedConsumer's namespace."""
+
+    name: str = Field(min_length=1, description="Secret name.")
+    key: str = Field(min_length=1, description="Key inside the Secret.")
+
+
+# --- where events come from -------------------------------------------------------------------------
+
+
+class EventHubsSpec(Model):
+    namespace: str | None = Field(
+        default=None,
+        description="Fully qualified Event Hubs namespace (e.g. myns.servicebus.windows.net); "
+        "taken from the connection string's Endpoint when omitted.",
+    )
+    hub: str = Field(min_length=1, description="Event Hub name.")
+    consumer_group: str = Field(default="$Default", min_length=1, description="Consumer group.")
+    connection_string_secret_ref: SecretKeyRef | None = Field(
+        default=None, description="Secret holding the Event Hubs connection string (in a cluster)."
+    )
+    connection_string_env: str = Field(
+        default=DEFAULT_EVENTHUBS_ENV,
+        description="Environment variable the consumer reads the connection string from.",
+    )
+
+
+# --- where ownership and checkpoints live ------------------------------------------------------------
+
+
+class BlobStoreSpec(Model):
+    container: str = Field(
+        min_length=3, max_length=63, description="Blob container, one per PartitionedConsumer."
+    )
+    connection_string_secret_ref: SecretKeyRef | None = Field(
+        default=None, description="Secret holding the Azure Storage connection string (in a cluster)."
+    )
+    connection_string_env: str = Field(
+        default=DEFAULT_STORAGE_ENV,
+        description="Environment variable the consumer reads the storage connection string from.",
+    )
+
+
+class SqliteStoreSpec(Model):
+    path: str = Field(min_length=1, description="SQLite database file (one machine only).")
+
+
+class CheckpointStoreSpec(Model):
+    blob: BlobStoreSpec | None = Field(default=None, description="Azure Blob storage (leases, checkpoints).")
+    sqlite: SqliteStoreSpec | None = Field(default=None, description="A local SQLite file instead of Blob.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> CheckpointStoreSpec:
+        if (self.blob is None) == (self.sqlite is None):
+            raise ValueError("set exactly one of blob or sqlite")
+        return self
+
+
+# --- what each consumer does ----------------------------------------------------------------------
+
+
+class StartPosition(Model):
+    """Where a partition with no checkpoint starts."""
+
+    type: Literal["earliest", "latest", "enqueuedTime"] = "earliest"
+    enqueued_time: datetime | None = Field(default=None, description="For type enqueuedTime (RFC 3339).")
+
+    @model_validator(mode="after")
+    def _time_for_enqueued(self) -> StartPosition:
+        if self.type == "enqueuedTime" and self.enqueued_time is None:
+            raise ValueError("enqueuedTime is required when type is enqueuedTime")
+        return self
+
+
+class CheckpointPolicy(Model):
+    """A partition's checkpoint is written after Spark committed a batch, at most this often."""
+
+    every_seconds: float = Field(
+        default=60.0, gt=0, description="Write at least this often while events flow."
+    )
+    every_events: int = Field(default=50_000, ge=1, description="...or after this many events, if sooner.")
+
+
+class SparkSpec(Model):
+    master: str = Field(default="local[*]", description="Spark master; consumers run a local-mode driver.")
+    trigger_interval_seconds: float = Field(default=1.0, gt=0, description="Micro-batch trigger interval.")
+    max_events_per_trigger: int = Field(
+        default=100_000, ge=1, description="Admission control: events per micro-batch, over all partitions."
+    )
+    shuffle_partitions: int = Field(default=2, ge=1, description="spark.sql.shuffle.partitions.")
+    driver_memory: str = Field(default="1g", description="spark.driver.memory.")
+    conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark configuration.")
+
+
+class AggregatePipeline(Model):
+    """Home-security events counted per home and sensor type per time window."""
+
+    window_seconds: int = Field(default=60, ge=1, description="Tumbling window length.")
+    sensor_types: list[str] = Field(
+        default_factory=list, description="Keep only these sensor types (empty: all)."
+    )
+    event_types: list[str] = Field(
+        default_factory=list, description="Keep only these event types (empty: all)."
+    )
+
+
+class PipelineSpec(Model):
+    type: Literal["aggregate", "function"] = "aggregate"
+    aggregate: AggregatePipeline = Field(default_factory=AggregatePipeline)
+    function: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+        description="module:function taking and returning a DataFrame (type function).",
+    )
+
+    @model_validator(mode="after")
+    def _function_named(self) -> PipelineSpec:
+        if self.type == "function" and not self.function:
+            raise ValueError("function (module:function) is required when type is function")
+        return self
+
+
+class FolderSink(Model):
+    path: str = Field(default="hubshift-output", description="Folder the results are written under.")
+
+
+class BlobSink(Model):
+    container: str = Field(min_length=3, max_length=63)
+    prefix: str = Field(default="", description="Blob name prefix.")
+    connection_string_secret_ref: SecretKeyRef | None = None
+    connection_string_env: str = DEFAULT_SINK_STORAGE_ENV
+
+
+class SinkSpec(Model):
+    type: Literal["folder", "blob"] = "folder"
+    folder: FolderSink = Field(default_factory=FolderSink)
+    blob: BlobSink | None = None
+    dead_letter_path: str | None = Field(
+        default=None,
+        description="Where unparsable events go, with the reason (default: <sink>/dead-letter).",
+    )
+
+    @model_validator(mode="after")
+    def _blob_configured(self) -> SinkSpec:
+        if self.type == "blob" and self.blob is None:
+            raise ValueError("blob is required when type is blob")
+        return self
+
+
+class ResourceList(Model):
+    cpu: str | None = None
+    memory: str | None = None
+
+
+class Resources(Model):
+    requests: ResourceList = Field(default_factory=lambda: ResourceList(cpu="1", memory="2Gi"))
+    limits: ResourceList = Field(default_factory=lambda: ResourceList(memory="3Gi"))
+
+
+class ConsumerSpec(Model):
+    image: str = Field(default="hubshift:0.1.0", description="Container image of the consumer pods.")
+    resources: Resources = Field(default_factory=Resources)
+    spark: SparkSpec = Field(default_factory=SparkSpec)
+    start_position: StartPosition = Field(default_factory=StartPosition)
+    checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
+    pipeline: PipelineSpec = Field(default_factory=PipelineSpec)
+    sink: SinkSpec = Field(default_factory=SinkSpec)
+    metrics_port: int = Field(
+        default=9090, ge=1, le=65535, description="/metrics, /healthz, /readyz and the operator's nudges."
+    )
+
+
+# --- how many consumers, and how partitions move between them --------------------------------------
+
+
+class ScalingPolicyRule(Model):
+    """One HPA scaling policy: at most `value` pods (or percent) per `periodSeconds`."""
+
+    type: Literal["Pods", "Percent"]
+    value: int = Field(ge=1)
+    period_seconds: int = Field(ge=1, le=1800)
+
+
+class ScalingRules(Model):
+    stabilization_window_seconds: int = Field(ge=0, le=3600)
+    select_policy: Literal["Max", "Min", "Disabled"] = "Max"
+    policies: list[ScalingPolicyRule] = Field(default_factory=list)
+
+
+def _default_scale_up() -> ScalingRules:
+    # HPA's own default: the higher of +4 pods or +100% per 60 s, no stabilisation.
+    return ScalingRules(
+        stabilization_window_seconds=0,
+        select_policy="Max",
+        policies=[
+            ScalingPolicyRule(type="Pods", value=4, period_seconds=60),
+            ScalingPolicyRule(type="Percent", value=100, period_seconds=60),
+        ],
+    )
+
+
+def _default_scale_down() -> ScalingRules:
+    # HPA's own default: 300 s stabilisation, any amount per 15 s.
+    return ScalingRules(
+        stabilization_window_seconds=300,
+        select_policy="Max",
+        policies=[ScalingPolicyRule(type="Percent", value=100, period_seconds=15)],
+    )
+
+
+class ScalingBehavior(Model):
+    scale_up: ScalingRules = Field(default_factory=_default_scale_up)
+    scale_down: ScalingRules = Field(default_factory=_default_scale_down)
+
+
+class ScalingTarget(Model):
+    unprocessed_events_per_replica: int = Field(
+        default=1000, ge=1, description="Backlog one replica is expected to carry (KEDA: 64)."
+    )
+
+
+class Activation(Model):
+    unprocessed_events: int = Field(
+        default=0, ge=0, description="Scale from zero only when the backlog exceeds this."
+    )
+
+
+class Fallback(Model):
+    failure_threshold: int = Field(default=3, ge=1, description="Failed backlog reads before falling back.")
+    replicas: int = Field(default=1, ge=0, description="Replica count while the backlog cannot be read.")
+    behavior: Literal["static", "currentReplicas", "currentReplicasIfHigher", "currentReplicasIfLower"] = (
+        "static"
+    )
+
+
+class ScalingSpec(Model):
+    """At least KEDA ScaledObject's capabilities, for Event Hubs backlog."""
+
+    min_replicas: int = Field(default=1, ge=0, description="0 allows scale to zero.")
+    max_replicas: int = Field(default=32, ge=1, description="Never more than the partition count either.")
+    idle_replicas: int | None = Field(default=None, ge=0, le=0, description="KEDA idleReplicaCount (only 0).")
+    polling_interval_seconds: float = Field(default=15.0, ge=1, description="How often the backlog is read.")
+    cooldown_period_seconds: int = Field(default=300, ge=0, description="Idle time before scaling to zero.")
+    initial_cooldown_period_seconds: int = Field(default=0, ge=0)
+    target: ScalingTarget = Field(default_factory=ScalingTarget)
+    activation: Activation = Field(default_factory=Activation)
+    behavior: ScalingBehavior = Field(default_factory=ScalingBehavior)
+    fallback: Fallback | None = None
+    align_to_partitions: bool = Field(
+        default=True,
+        description="Round replica counts to ones that spread partitions evenly (e.g. 32 partitions: "
+        "1,2,3,4,5,6,7,8,11,16,32).",
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ScalingSpec:
+        if self.max_replicas < self.min_replicas:
+            raise ValueError("maxReplicas must be at least minReplicas")
+        if self.idle_replicas is not None and self.idle_replicas >= max(self.min_replicas, 1):
+            raise ValueError("idleReplicas must be less than minReplicas")
+        return self
+
+
+class RebalanceSpec(Model):
+    delay_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        le=3600,
+        description="Holddown: wait this long for the consumer set to settle before any handoff.",
+    )
+    max_handoff_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        le=600,
+        description="After this long, a partition not released by its old owner is taken by force.",
+    )
+    lease_duration_seconds: int = Field(
+        default=30, ge=15, le=60, description="Membership lease (Azure's bounds: 15-60 s)."
+    )
+
+
+class PartitionedConsumerSpec(Model):
+    event_hubs: EventHubsSpec
+    checkpoint_store: CheckpointStoreSpec
+    consumer: ConsumerSpec = Field(default_factory=ConsumerSpec)
+    scaling: ScalingSpec = Field(default_factory=ScalingSpec)
+    rebalance: RebalanceSpec = Field(default_factory=RebalanceSpec)
+
+
+class ObjectMeta(Model):
+    model_config = ConfigDict(extra="allow", frozen=True, alias_generator=to_camel, populate_by_name=True)
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    namespace: str = "default"
+    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class PartitionedConsumer(Model):
+    api_version: Annotated[Literal["hubshift.dev/v1alpha1"], Field(alias="apiVersion")]
+    kind: Literal["PartitionedConsumer"]
+    metadata: ObjectMeta
+    spec: PartitionedConsumerSpec
+
+
+# --- reading a manifest ---------------------------------------------------------------------------
+
+
+def parse_manifest(document: Mapping[str, Any], source: str = "manifest") -> PartitionedConsumer:
+    """Validate a manifest; a bad one raises `UserError` naming the first field at fault."""
+    try:
+        return PartitionedConsumer.model_validate(document)
+    except ValidationError as exc:
+        raise UserError(f"{source}: {describe_validation_error(exc)}") from None
+
+
+def load_manifest(path: str | os.PathLike[str]) -> PartitionedConsumer:
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise UserError(f"cannot read manifest {file}: {exc.strerror}") from None
+    try:
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise UserError(f"{file}: not valid YAML{where}") from None
+    consumers = [d for d in documents if isinstance(d, dict) and d.get("kind") == KIND]
+    if len(consumers) != 1:
+        raise UserError(f"{file}: expected exactly one {KIND} document, found {len(consumers)}")
+    return parse_manifest(consumers[0], source=str(file))
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line: the first error's field path in manifest spelling, and what is wrong with it."""
+    error = exc.errors()[0]
+    path = ".".join(str(part) for part in error["loc"] if not str(part).startswith("function-after"))
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        message = "unknown field"
+    elif error["type"] == "missing":
+        message = "required field is missing"
+    count = exc.error_count()
+    more = f" (and {count - 1} more problem{'s' if count > 2 else ''})" if count > 1 else ""
+    return f"{path or 'document'}: {message}{more}"
