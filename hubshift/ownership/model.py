@@ -1,0 +1,150 @@
+"""The ownership domain as plain frozen data: what the consumer, the operator and the decisions share."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from hubshift.ownership.scope import Scope
+from hubshift.ownership.store import LeaseState
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A partition's position: the last event consumed (the SDK's `offset` and `sequencenumber`).
+
+    `-1`/`-1` means nothing consumed yet; then `start`, when set, is the enqueued time to begin at
+    (hubshift's own metadata `hubshiftstart`; the SDK and KEDA see "from the beginning").
+    """
+
+    offset: str
+    sequence_number: int
+    start: datetime | None = None
+
+    @property
+    def consumed_nothing(self) -> bool:
+        return self.sequence_number < 0
+
+
+EARLIEST = Checkpoint(offset="-1", sequence_number=-1)
+
+
+@dataclass(frozen=True)
+class PartitionLease:
+    """Proof that `consumer` owns `partition`: what a claim returns and what a checkpoint write needs.
+
+    `owner_level` is the Event Hubs epoch to open the receiver with; `checkpoint` is where to resume.
+    """
+
+    scope: Scope
+    partition: str
+    consumer: str
+    lease_id: str
+    owner_level: int
+    checkpoint: Checkpoint
+
+
+@dataclass(frozen=True)
+class Member:
+    """A consumer that registered in the scope; alive while it holds its membership lease."""
+
+    consumer: str
+    alive: bool
+    last_modified: datetime
+
+
+@dataclass(frozen=True)
+class PartitionOwnership:
+    """One row of the ownership table: a partition that has a checkpoint blob."""
+
+    partition: str
+    owner: str | None  # who holds the partition lease now; None when it is free
+    owner_alive: bool  # the owner holds its membership lease
+    lease_state: LeaseState
+    owner_level: int
+    last_modified: datetime
+    checkpoint: Checkpoint
+    last_owner: str | None = None  # the last consumer that claimed it, even after a release
+
+    @property
+    def free(self) -> bool:
+        """Claimable without breaking anything (never leased, released, broken or expired)."""
+        return self.lease_state is not LeaseState.LEASED
+
+    @property
+    def orphaned(self) -> bool:
+        """Leased by a consumer that is no longer alive: may be broken and claimed at once."""
+        return self.lease_state is LeaseState.LEASED and not self.owner_alive
+
+
+class Phase(str, enum.Enum):
+    READY = "Ready"
+    HOLDDOWN = "Holddown"
+    REBALANCING = "Rebalancing"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """The operator's decision, published with compare-and-swap: which consumer owns which partition.
+
+    `partitions` maps partition id -> consumer identity. `updated_at` is when this generation was
+    published: a new owner may break the old owner's lease `max_handoff_seconds` after it.
+    `extra` keeps fields this version does not know, so a round trip never drops them.
+    """
+
+    generation: int
+    partitions: Mapping[str, str]
+    phase: Phase
+    replicas: int
+    updated_at: datetime
+    holddown_until: datetime | None = None
+    max_handoff_seconds: float | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def owner_of(self, partition: str) -> str | None:
+        return self.partitions.get(partition)
+
+    def partitions_of(self, consumer: str) -> list[str]:
+        return sorted((p for p, c in self.partitions.items() if c == consumer), key=partition_sort_key)
+
+
+@dataclass(frozen=True)
+class AssignmentRecord:
+    """An assignment as stored, with the ETag to compare-and-swap against."""
+
+    assignment: Assignment
+    etag: str
+
+
+@dataclass(frozen=True)
+class OwnershipSnapshot:
+    """Everything one listing of the scope says: partitions, members and the assignment record."""
+
+    scope: Scope
+    partitions: tuple[PartitionOwnership, ...]
+    members: tuple[Member, ...]
+    assignment: Assignment | None
+    assignment_etag: str | None
+
+    def partition(self, partition: str) -> PartitionOwnership | None:
+        return next((p for p in self.partitions if p.partition == partition), None)
+
+    @property
+    def live_members(self) -> list[str]:
+        return sorted(m.consumer for m in self.members if m.alive)
+
+    def owned_by(self, consumer: str) -> list[str]:
+        return [p.partition for p in self.partitions if p.owner == consumer and not p.free]
+
+    @property
+    def owners(self) -> dict[str, str]:
+        """partition -> current lease holder, for leased partitions only."""
+        return {p.partition: p.owner for p in self.partitions if p.owner is not None}
+
+
+def partition_sort_key(partition: str) -> tuple[int, int, str]:
+    """Numeric partition ids in numeric order ("2" before "10"), others after, by name."""
+    return (0, int(partition), "") if partition.isdigit() else (1, 0, partition)
