@@ -80,7 +80,7 @@ class PartitionOwnership:
         return self.lease_state is LeaseState.LEASED and not self.owner_alive
 
 
-class Phase(str, enum.Enum):
+class Phase(enum.StrEnum):
     READY = "Ready"
     HOLDDOWN = "Holddown"
     REBALANCING = "Rebalancing"

@@ -1,0 +1,174 @@
+"""The assignment planner: which consumer reads which partition, with the fewest moves.
+
+Pure: a function of the partition ids, the active consumers and the current assignment.
+
+Rules (DESIGN §3.4):
+- every active consumer gets ``P // k`` or ``P // k + 1`` partitions, where ``k = min(consumers, P)``;
+  consumers beyond the partition count are hot standbys and get nothing;
+- the number of moves (partitions whose owner changes, counting unowned -> owned) is the minimum
+  possible from the current assignment;
+- the same input gives the same output: partitions in numeric order ("2" before "10"), consumers in the
+  order given, no dict-order or hash randomness.
+
+Why the plan is minimal: a consumer can keep at most ``min(held, cap)`` of what it holds, where its cap
+is ``P // k + 1`` for ``P % k`` of the active consumers and ``P // k`` for the rest. Giving the larger
+caps to the consumers that hold the most, and making the ``k`` biggest holders the active ones, keeps
+the most partitions (an exchange argument: swapping a larger holder into a larger cap never keeps
+fewer). Everything not kept moves, so ``moves = P - kept`` and no balanced assignment does better.
+Ties between equal holders go to the consumer earlier in the list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from hubshift.ownership.model import partition_sort_key
+
+# partition -> consumer (None: nobody owns it)
+Assignment = Mapping[str, str | None]
+
+
+@dataclass(frozen=True)
+class Move:
+    """`partition` changes owner: from `source` (None when it was unowned) to `target`.
+
+    `source` is the owner recorded in the current assignment, even when that consumer is gone.
+    """
+
+    partition: str
+    source: str | None
+    target: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A balanced assignment of every partition and how to get there from the current one."""
+
+    assignment: dict[str, str | None]  # every partition, in partition order; None only without consumers
+    moves: tuple[Move, ...]
+    active: tuple[str, ...]  # consumers that own at least one partition, in the order given
+    standbys: tuple[str, ...]  # consumers beyond the partition count, in the order given
+
+    def partitions_of(self, consumer: str) -> list[str]:
+        return [p for p, owner in self.assignment.items() if owner == consumer]
+
+
+def consumer_sort_key(name: str) -> tuple[tuple[int, int, str], ...]:
+    """Natural order for consumer names, so `homes-2` comes before `homes-10`."""
+    chunks: list[tuple[int, int, str]] = []
+    digits = ""
+    text = ""
+    for char in name:
+        if char.isdigit():
+            if text:
+                chunks.append((1, 0, text))
+                text = ""
+            digits += char
+        else:
+            if digits:
+                chunks.append((0, int(digits), digits))
+                digits = ""
+            text += char
+    if digits:
+        chunks.append((0, int(digits), digits))
+    if text:
+        chunks.append((1, 0, text))
+    return tuple(chunks)
+
+
+def sorted_partitions(partitions: Iterable[str]) -> list[str]:
+    return sorted(set(partitions), key=partition_sort_key)
+
+
+def fair_shares(partition_count: int, consumer_count: int) -> list[int]:
+    """How many partitions each active consumer gets, biggest first: `k` counts that differ by at most 1."""
+    active = min(partition_count, consumer_count)
+    if active == 0:
+        return []
+    base, extra = divmod(partition_count, active)
+    return [base + 1] * extra + [base] * (active - extra)
+
+
+def plan_assignment(partitions: Iterable[str], consumers: Sequence[str], current: Assignment) -> Plan:
+    """The balanced assignment with the fewest moves from `current`.
+
+    `current` may name consumers that are gone (not in `consumers`) or partitions that no longer exist;
+    both are ignored, so a gone consumer's partitions count as unowned.
+    """
+    parts = sorted_partitions(partitions)
+    members = list(dict.fromkeys(consumers))
+    if not members or not parts:
+        return Plan({p: None for p in parts}, (), (), tuple(members))
+
+    held = _held(parts, members, current)
+    order = {c: i for i, c in enumerate(members)}
+    ranked = sorted(members, key=lambda c: (-len(held[c]), order[c]))
+    shares = fair_shares(len(parts), len(members))
+    caps = dict(zip(ranked, shares, strict=False))
+
+    kept: dict[str, list[str]] = {c: held[c][: caps[c]] for c in caps}
+    taken = {p for ps in kept.values() for p in ps}
+    pool = [p for p in parts if p not in taken]
+
+    assignment: dict[str, str | None] = {p: None for p in parts}
+    for consumer in members:  # fill deficits in the order given, from the lowest free partition up
+        if consumer not in caps:
+            continue
+        want = caps[consumer] - len(kept[consumer])
+        kept[consumer].extend(pool[:want])
+        del pool[:want]
+        for p in kept[consumer]:
+            assignment[p] = consumer
+
+    active = tuple(c for c in members if c in caps)
+    standbys = tuple(c for c in members if c not in caps)
+    return Plan(assignment, plan_moves(current, assignment), active, standbys)
+
+
+def plan_moves(current: Assignment, target: Assignment) -> tuple[Move, ...]:
+    """The partitions `target` gives to a different owner than `current`, in partition order."""
+    moves = [
+        Move(p, current.get(p), owner)
+        for p, owner in target.items()
+        if owner is not None and current.get(p) != owner
+    ]
+    return tuple(sorted(moves, key=lambda m: partition_sort_key(m.partition)))
+
+
+def minimum_moves(partitions: Iterable[str], consumers: Sequence[str], current: Assignment) -> int:
+    """The fewest moves any balanced assignment needs from `current` (without building one)."""
+    parts = sorted_partitions(partitions)
+    members = list(dict.fromkeys(consumers))
+    if not members or not parts:
+        return 0
+    counts = sorted((len(ps) for ps in _held(parts, members, current).values()), reverse=True)
+    shares = fair_shares(len(parts), len(members))
+    kept = sum(min(count, cap) for count, cap in zip(counts, shares, strict=False))
+    return len(parts) - kept
+
+
+def is_balanced(assignment: Assignment, consumers: Sequence[str]) -> bool:
+    """Every partition owned by one of `consumers`, `min(consumers, partitions)` of them active, ±1."""
+    members = set(consumers)
+    if not assignment:
+        return True
+    if not members:
+        return all(owner is None for owner in assignment.values())
+    counts: dict[str, int] = {}
+    for owner in assignment.values():
+        if owner is None or owner not in members:
+            return False
+        counts[owner] = counts.get(owner, 0) + 1
+    if len(counts) != min(len(members), len(assignment)):
+        return False
+    return max(counts.values()) - min(counts.values()) <= 1
+
+
+def _held(parts: list[str], members: list[str], current: Assignment) -> dict[str, list[str]]:
+    held: dict[str, list[str]] = {c: [] for c in members}
+    for p in parts:
+        owner = current.get(p)
+        if owner is not None and owner in held:
+            held[owner].append(p)
+    return held
