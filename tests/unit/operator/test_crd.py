@@ -1,0 +1,223 @@
+"""The CRD is generated from the manifest model and cannot drift from it."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from hubshift import spec
+from hubshift.operator import crd
+from hubshift.operator.status import (
+    Condition,
+    ConsumerAssignment,
+    PartitionedConsumerStatus,
+    PendingHandoff,
+)
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "homes.yaml"
+
+
+def example() -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    return copy.deepcopy(document)
+
+
+def root_schema() -> dict[str, Any]:
+    version = crd.custom_resource_definition()["spec"]["versions"][0]
+    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def nodes(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    yield path, schema
+    for name, child in schema.get("properties", {}).items():
+        yield from nodes(child, f"{path}.{name}")
+    if isinstance(schema.get("items"), dict):
+        yield from nodes(schema["items"], f"{path}[]")
+    if isinstance(schema.get("additionalProperties"), dict):
+        yield from nodes(schema["additionalProperties"], f"{path}{{}}")
+
+
+def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
+    """What the API server's structural defaulting does: fill absent fields, recursively, top-down."""
+    if isinstance(value, dict) and "properties" in schema:
+        value = dict(value)
+        for name, child in schema["properties"].items():
+            if name not in value and "default" in child:
+                value[name] = copy.deepcopy(child["default"])
+            if name in value:
+                value[name] = apply_defaults(child, value[name])
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        value = [apply_defaults(schema["items"], item) for item in value]
+    return value
+
+
+@pytest.mark.parametrize("path", crd.CRD_PATHS, ids=lambda p: str(p.relative_to(crd.REPO_ROOT)))
+def test_committed_crd_matches_the_model(path: Path) -> None:
+    expected = crd.render_yaml()
+    actual = path.read_text() if path.exists() else "(missing)"
+    assert actual == expected, (
+        f"{path.relative_to(crd.REPO_ROOT)} has drifted from hubshift/spec.py; regenerate it with: "
+        f"{crd.REGENERATE}"
+    )
+
+
+def test_names_and_columns() -> None:
+    definition = crd.custom_resource_definition()
+    assert definition["metadata"]["name"] == "partitionedconsumers.hubshift.dev"
+    names = definition["spec"]["names"]
+    assert names["shortNames"] == ["pcon"]
+    assert names["kind"] == "PartitionedConsumer"
+    version = definition["spec"]["versions"][0]
+    assert version["name"] == "v1alpha1"
+    assert version["subresources"] == {"status": {}}
+    columns = {column["name"]: column["jsonPath"] for column in version["additionalPrinterColumns"]}
+    assert columns == {
+        "Hub": ".spec.eventHubs.hub",
+        "Consumer Group": ".spec.eventHubs.consumerGroup",
+        "Partitions": ".status.partitionCount",
+        "Replicas": ".status.currentReplicas",
+        "Desired": ".status.desiredReplicas",
+        "Backlog": ".status.totalBacklog",
+        "Phase": ".status.phase",
+        "Age": ".metadata.creationTimestamp",
+    }
+    # Every printer column points at a field the schema declares (else it shows <none> forever).
+    for column in version["additionalPrinterColumns"]:
+        if column["jsonPath"].startswith(".metadata"):
+            continue
+        node = root_schema()
+        for part in column["jsonPath"].strip(".").split("."):
+            node = node["properties"][part]
+
+
+def test_schema_is_structural() -> None:
+    forbidden = {"$ref", "anyOf", "oneOf", "allOf", "not", "title", "const", "$defs", "nullable"}
+    for path, node in nodes(root_schema()):
+        assert "type" in node, f"{path or '<root>'} has no type"
+        assert not forbidden & node.keys(), f"{path} uses {forbidden & node.keys()}"
+        assert node.get("additionalProperties") is not False, path
+        if node["type"] == "object" and path not in ("", ".metadata"):
+            assert "properties" in node or "additionalProperties" in node, f"{path}: an untyped object"
+        if "exclusiveMinimum" in node:
+            assert node["exclusiveMinimum"] is True and "minimum" in node, path
+
+
+def test_status_is_declared_so_the_server_keeps_it() -> None:
+    status = root_schema()["properties"]["status"]["properties"]
+    for field in (
+        "phase",
+        "conditions",
+        "desiredReplicas",
+        "currentReplicas",
+        "partitionCount",
+        "totalBacklog",
+        "assignment",
+        "holddownUntil",
+        "pendingHandoffs",
+        "observedGeneration",
+    ):
+        assert field in status
+
+
+def test_every_cross_field_validator_has_a_cel_rule() -> None:
+    with_validators = {
+        model
+        for model in crd.models_reachable_from(spec.PartitionedConsumerSpec).values()
+        if model.__pydantic_decorators__.model_validators
+    }
+    assert with_validators == set(crd.CEL_RULES), (
+        "a @model_validator in hubshift/spec.py needs the same rule, in CEL, in "
+        "hubshift.operator.crd.CEL_RULES"
+    )
+    # Each CEL rule carries the model's own message, so both refusals read the same.
+    for rules in crd.CEL_RULES.values():
+        for rule in rules:
+            assert rule["message"] and rule["rule"]
+
+
+def test_schema_defaults_equal_the_model_defaults() -> None:
+    spec_schema = root_schema()["properties"]["spec"]
+    minimal = {
+        "eventHubs": {"hub": "telemetry"},
+        "checkpointStore": {"blob": {"container": "checkpoints"}},
+    }
+    defaulted = apply_defaults(spec_schema, minimal)
+    from_server = spec.PartitionedConsumerSpec.model_validate(defaulted)
+    from_model = spec.PartitionedConsumerSpec.model_validate(minimal)
+    assert from_server == from_model
+    # ...and the server-defaulted object carries every default explicitly.
+    assert defaulted["scaling"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
+    assert defaulted["consumer"]["resources"]["requests"] == {"cpu": "1", "memory": "2Gi"}
+    assert defaulted["rebalance"] == {
+        "delaySeconds": 10.0,
+        "maxHandoffSeconds": 15.0,
+        "leaseDurationSeconds": 30,
+    }
+
+    document = example()
+    assert (
+        spec.PartitionedConsumerSpec.model_validate(apply_defaults(spec_schema, document["spec"]))
+        == spec.parse_manifest(document).spec
+    )
+
+
+def test_defaults_themselves_are_valid() -> None:
+    validator = jsonschema.Draft4Validator(root_schema())
+    for path, node in nodes(root_schema()):
+        if "default" in node:
+            errors = list(jsonschema.Draft4Validator(node).iter_errors(node["default"]))
+            assert not errors, f"{path}: default {node['default']!r} is invalid: {errors[0].message}"
+    document = example()
+    document["spec"] = apply_defaults(root_schema()["properties"]["spec"], document["spec"])
+    validator.validate(document)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda d: d["spec"]["eventHubs"].pop("hub"), "hub"),
+        (lambda d: d["spec"]["rebalance"].update(leaseDurationSeconds=90), "leaseDurationSeconds"),
+        (lambda d: d["spec"]["rebalance"].update(maxHandoffSeconds=0), "maxHandoffSeconds"),
+        (lambda d: d["spec"]["scaling"].update(minReplicas=-1), "minReplicas"),
+        (lambda d: d["spec"]["consumer"]["startPosition"].update(type="sometime"), "type"),
+        (lambda d: d["spec"]["consumer"]["pipeline"].update(function="not a function"), "function"),
+        (lambda d: d["spec"]["checkpointStore"]["blob"].update(container="ab"), "container"),
+        (lambda d: d["spec"]["scaling"].update(maxReplicas="many"), "maxReplicas"),
+    ],
+)
+def test_bad_resources_are_refused_by_the_schema_naming_the_field(mutate: Any, field: str) -> None:
+    document = example()
+    mutate(document)
+    with pytest.raises(spec.UserError):
+        spec.parse_manifest(document)  # the model refuses it...
+    errors = list(jsonschema.Draft4Validator(root_schema()).iter_errors(document))
+    assert errors, "...and so does the CRD schema"
+    assert any(
+        field in [str(part) for part in error.absolute_path] or field in error.message for error in errors
+    )
+
+
+def test_a_full_status_fits_the_declared_schema() -> None:
+    status = PartitionedConsumerStatus(
+        phase="Rebalancing",
+        observed_generation=3,
+        conditions=[Condition(type="Ready", status="True", reason="Balanced", message="ok")],
+        desired_replicas=4,
+        current_replicas=3,
+        ready_replicas=3,
+        partition_count=32,
+        total_backlog=1234,
+        assignment_generation=7,
+        assignment=[ConsumerAssignment(consumer="homes-0", partitions=["0", "1"])],
+        pending_handoffs=[PendingHandoff(partition="1", from_owner="homes-0", to_owner="homes-3")],
+    ).to_body()
+    jsonschema.Draft4Validator(root_schema()["properties"]["status"]).validate(status)
+    assert status["pendingHandoffs"][0] == {"partition": "1", "fromOwner": "homes-0", "toOwner": "homes-3"}
+    assert "holddownUntil" not in status  # unset fields are left out, so applying the status clears them
