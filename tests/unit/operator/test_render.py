@@ -1,0 +1,240 @@
+"""The children of a PartitionedConsumer, rendered as plain dicts without any server."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from lightkube import codecs
+
+from hubshift.errors import UserError
+from hubshift.operator import render
+from hubshift.spec import PartitionedConsumer, parse_manifest
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "homes.yaml"
+OWNER = render.Owner(name="homes", namespace="sensors", uid="0b6f3c2e-uid")
+
+
+def document() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    loaded["metadata"]["namespace"] = "sensors"
+    return copy.deepcopy(loaded)
+
+
+def consumer(mutate: Any = None) -> PartitionedConsumer:
+    doc = document()
+    if mutate is not None:
+        mutate(doc)
+    return parse_manifest(doc)
+
+
+def children(replicas: int = 3, mutate: Any = None) -> dict[str, dict[str, Any]]:
+    return {
+        f"{child['kind']}/{child['metadata']['name']}": child
+        for child in render.render_children(consumer(mutate), OWNER, replicas)
+    }
+
+
+def statefulset(mutate: Any = None) -> dict[str, Any]:
+    return children(mutate=mutate)["StatefulSet/homes"]
+
+
+def container(mutate: Any = None) -> dict[str, Any]:
+    result: dict[str, Any] = statefulset(mutate)["spec"]["template"]["spec"]["containers"][0]
+    return result
+
+
+def test_the_five_children_and_their_names() -> None:
+    assert sorted(children()) == [
+        "ConfigMap/homes-manifest",
+        "PodDisruptionBudget/homes",
+        "Service/homes",
+        "Service/homes-metrics",
+        "StatefulSet/homes",
+    ]
+    # The manifest is applied before the pods that mount it.
+    assert render.render_children(consumer(), OWNER, 1)[0]["kind"] == "ConfigMap"
+
+
+def test_every_child_is_owned_by_the_cr_and_labelled() -> None:
+    for key, child in children().items():
+        metadata = child["metadata"]
+        assert metadata["namespace"] == "sensors", key
+        assert metadata["ownerReferences"] == [
+            {
+                "apiVersion": "hubshift.dev/v1alpha1",
+                "kind": "PartitionedConsumer",
+                "name": "homes",
+                "uid": "0b6f3c2e-uid",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ], key
+        labels = metadata["labels"]
+        for label in (
+            "app.kubernetes.io/name",
+            "app.kubernetes.io/instance",
+            "app.kubernetes.io/component",
+            "app.kubernetes.io/part-of",
+            "app.kubernetes.io/managed-by",
+            "app.kubernetes.io/version",
+        ):
+            assert labels.get(label), f"{key} lacks {label}"
+        assert labels["app.kubernetes.io/instance"] == "homes"
+        assert labels[render.CONSUMER_LABEL] == "homes"
+
+
+def test_rendered_objects_use_only_real_kubernetes_fields() -> None:
+    # lightkube's generated models drop unknown fields: a round trip that loses nothing has no typo.
+    for key, child in children().items():
+        assert codecs.from_dict(child).to_dict() == child, key
+
+
+def test_statefulset_runs_consumers_with_stable_identities() -> None:
+    sts = statefulset()
+    spec = sts["spec"]
+    assert spec["replicas"] == 3
+    assert spec["podManagementPolicy"] == "Parallel"
+    assert spec["serviceName"] == "homes"
+    selector = spec["selector"]["matchLabels"]
+    template_labels = spec["template"]["metadata"]["labels"]
+    assert selector.items() <= template_labels.items()
+    assert "app.kubernetes.io/version" not in template_labels  # an operator upgrade restarts nothing
+    assert "app.kubernetes.io/version" not in selector
+    assert container()["command"] == [
+        "hubshift",
+        "consume",
+        "-f",
+        "/etc/hubshift/manifest.yaml",
+        "--id",
+        "$(POD_NAME)",
+    ]
+    env = {item["name"]: item for item in container()["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["PYSPARK_PYTHON"]["value"] == "python3"
+
+
+def test_secret_refs_become_the_env_vars_the_spec_names() -> None:
+    env = {item["name"]: item for item in container()["env"]}
+    assert env["HUBSHIFT_EVENTHUBS_CONNECTION_STRING"]["valueFrom"] == {
+        "secretKeyRef": {"name": "telemetry-eventhubs", "key": "connectionString"}
+    }
+    assert env["HUBSHIFT_STORAGE_CONNECTION_STRING"]["valueFrom"] == {
+        "secretKeyRef": {"name": "telemetry-storage", "key": "connectionString"}
+    }
+
+    def custom(doc: dict[str, Any]) -> None:
+        doc["spec"]["eventHubs"]["connectionStringEnv"] = "EH_CONN"
+        doc["spec"]["consumer"]["sink"] = {
+            "type": "blob",
+            "blob": {"container": "out", "connectionStringSecretRef": {"name": "sink", "key": "conn"}},
+        }
+
+    env = {item["name"]: item for item in container(custom)["env"]}
+    assert env["EH_CONN"]["valueFrom"]["secretKeyRef"]["name"] == "telemetry-eventhubs"
+    assert "HUBSHIFT_EVENTHUBS_CONNECTION_STRING" not in env
+    assert env["HUBSHIFT_SINK_CONNECTION_STRING"]["valueFrom"]["secretKeyRef"] == {
+        "name": "sink",
+        "key": "conn",
+    }
+
+    def no_refs(doc: dict[str, Any]) -> None:
+        del doc["spec"]["eventHubs"]["connectionStringSecretRef"]
+        del doc["spec"]["checkpointStore"]["blob"]["connectionStringSecretRef"]
+
+    assert not [item for item in container(no_refs)["env"] if "secretKeyRef" in item.get("valueFrom", {})]
+
+
+def test_probes_resources_and_grace_period() -> None:
+    main = container()
+    assert main["ports"] == [{"name": "metrics", "containerPort": 9090, "protocol": "TCP"}]
+    assert main["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert main["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert main["startupProbe"]["httpGet"]["path"] == "/healthz"
+    assert main["resources"] == {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "3Gi"}}
+
+    def slow_handoff(doc: dict[str, Any]) -> None:
+        doc["spec"]["rebalance"]["maxHandoffSeconds"] = 42.5
+        doc["spec"]["consumer"]["metricsPort"] = 9400
+
+    pod = statefulset(slow_handoff)["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] >= 42.5 + render.TERMINATION_MARGIN_SECONDS
+    assert pod["containers"][0]["ports"][0]["containerPort"] == 9400
+    metrics = children(mutate=slow_handoff)["Service/homes-metrics"]
+    assert metrics["spec"]["ports"][0]["port"] == 9400
+
+
+def test_pods_run_as_non_root_without_a_service_account_token() -> None:
+    pod = statefulset()["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["automountServiceAccountToken"] is False
+    security = pod["containers"][0]["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    # A read-only root file system needs every place Spark writes to be a volume.
+    mounts = {mount["mountPath"] for mount in pod["containers"][0]["volumeMounts"]}
+    assert {"/tmp", render.WORK_DIR, render.MANIFEST_DIR} <= mounts
+
+
+def test_services_and_disruption_budget() -> None:
+    everything = children()
+    headless = everything["Service/homes"]["spec"]
+    assert headless["clusterIP"] == "None"
+    assert headless["publishNotReadyAddresses"] is True
+    assert headless["selector"] == statefulset()["spec"]["selector"]["matchLabels"]
+    metrics = everything["Service/homes-metrics"]
+    assert metrics["metadata"]["labels"]["app.kubernetes.io/component"] == render.METRICS_COMPONENT
+    pdb = everything["PodDisruptionBudget/homes"]["spec"]
+    assert pdb == {"maxUnavailable": 1, "selector": {"matchLabels": headless["selector"]}}
+
+
+def test_the_manifest_in_the_config_map_is_what_the_pods_parse() -> None:
+    text = children()["ConfigMap/homes-manifest"]["data"]["manifest.yaml"]
+    parsed = parse_manifest(yaml.safe_load(text))
+    original = consumer()
+    assert parsed.spec.event_hubs == original.spec.event_hubs
+    assert parsed.spec.consumer == original.spec.consumer
+    assert parsed.spec.rebalance == original.spec.rebalance
+    assert parsed.metadata.namespace == "sensors"
+    assert "scaling" not in yaml.safe_load(text)["spec"]
+
+
+def test_a_changed_manifest_rolls_the_pods_but_a_scaling_change_does_not() -> None:
+    def annotation(mutate: Any = None) -> str:
+        value: str = statefulset(mutate)["spec"]["template"]["metadata"]["annotations"][
+            render.MANIFEST_HASH_ANNOTATION
+        ]
+        return value
+
+    base = annotation()
+    assert annotation(lambda d: d["spec"]["scaling"].update(maxReplicas=4)) == base
+    assert annotation(lambda d: d["spec"]["consumer"].update(spark={"shufflePartitions": 8})) != base
+
+
+def test_consumer_from_body_reads_what_the_api_server_returns() -> None:
+    body = document()
+    body["metadata"].update(
+        uid="0b6f3c2e-uid",
+        resourceVersion="42",
+        generation=3,
+        annotations={"kopf.zalando.org/last-handled-configuration": "{...}"},
+        managedFields=[{"manager": "kubectl"}],
+    )
+    body["status"] = {"phase": "Ready"}
+    parsed = render.consumer_from_body(body)
+    assert parsed.metadata.name == "homes"
+    assert parsed.metadata.namespace == "sensors"
+    assert render.Owner.from_body(body) == OWNER
+
+    body["spec"]["scaling"]["maxReplicas"] = 0
+    with pytest.raises(UserError, match=r"PartitionedConsumer sensors/homes: spec\.scaling\.maxReplicas"):
+        render.consumer_from_body(body)
+
+
+def test_rendering_is_pure() -> None:
+    assert render.render_children(consumer(), OWNER, 2) == render.render_children(consumer(), OWNER, 2)
+    assert render.initial_replicas(consumer()) == 1
