@@ -1,0 +1,81 @@
+"""`hubshift emulator`: start the local Event Hubs and print its connection string."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from hubshift.emulator.config import EmulatorSettings, build_hubs
+
+
+@click.command("emulator")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=5672, show_default=True, help="0 picks a free port."
+)
+@click.option("--hub", "hubs", multiple=True, metavar="NAME:PARTITIONS", help="An event hub (repeatable).")
+@click.option(
+    "--consumer-group", "consumer_groups", multiple=True, metavar="NAME", help="Added to every hub."
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Microsoft's emulator Config.json (UserConfig.NamespaceConfig[].Entities[]).",
+)
+@click.option(
+    "--data-dir", type=click.Path(path_type=Path, file_okay=False), help="Keep events here across restarts."
+)
+@click.option(
+    "--retention-minutes", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True
+)
+@click.option(
+    "--partition-size-mb",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    help="Retained bytes per partition before the oldest events go.",
+)
+@click.option("--key", default=None, help="Verify SAS tokens against this key (default: accept any token).")
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="warning",
+    show_default=True,
+)
+def emulator(
+    host: str,
+    port: int,
+    hubs: tuple[str, ...],
+    consumer_groups: tuple[str, ...],
+    config_file: Path | None,
+    data_dir: Path | None,
+    retention_minutes: float,
+    partition_size_mb: int,
+    key: str | None,
+    log_level: str,
+) -> None:
+    """Start a local Event Hubs that the azure-eventhub SDK talks to; prints its connection string."""
+    from hubshift.emulator.server import run
+
+    logging.basicConfig(
+        level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    settings = EmulatorSettings(
+        host=host,
+        port=port,
+        hubs=build_hubs(list(hubs), list(consumer_groups), config_file),
+        data_dir=data_dir,
+        retention_minutes=retention_minutes,
+        partition_max_bytes=partition_size_mb << 20,
+        key=key,
+    )
+
+    def announce(connection_string: str) -> None:
+        click.echo(connection_string)
+        sys.stdout.flush()
+
+    run(settings, announce)

@@ -1,0 +1,168 @@
+"""The emulator server: listens on a TCP port, serves AMQP connections on one asyncio loop, expires
+events on a timer. `run` is the command line's entry; `EmulatorThread` runs it inside another process
+(tests that want no subprocess)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+
+from hubshift.emulator.broker import Broker, Clock
+from hubshift.emulator.cbs import SasAuthorizer
+from hubshift.emulator.config import EmulatorSettings
+from hubshift.emulator.connection import AmqpConnection, ServerContext
+from hubshift.emulator.persistence import EventStore
+from hubshift.errors import UserError
+
+LOG = logging.getLogger(__name__)
+
+RETENTION_CHECK_SECONDS = 1.0
+
+
+class EmulatorServer:
+    def __init__(self, settings: EmulatorSettings, clock: Clock = time.time) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.port = 0
+        self.broker: Broker | None = None
+        self.context: ServerContext | None = None
+        self._server: asyncio.Server | None = None
+        self._retention: asyncio.Task[None] | None = None
+
+    @property
+    def connection_string(self) -> str:
+        return self.settings.connection_string(self.port)
+
+    async def start(self) -> None:
+        settings = self.settings
+        try:
+            store = EventStore(settings.data_dir) if settings.data_dir else None
+        except Exception as exc:
+            raise UserError(f"--data-dir {settings.data_dir}: cannot open the event store: {exc}") from None
+        self.broker = Broker(
+            settings.hubs,
+            clock=self.clock,
+            retention_seconds=settings.retention_minutes * 60,
+            partition_max_bytes=settings.partition_max_bytes,
+            store=store,
+        )
+        context = ServerContext(
+            broker=self.broker,
+            authorizer=SasAuthorizer(settings.key, self.clock, settings.key_name),
+            max_frame_size=settings.max_frame_size,
+        )
+        self.context = context
+        loop = asyncio.get_running_loop()
+        try:
+            self._server = await loop.create_server(
+                lambda: AmqpConnection(context, loop), settings.host, settings.port, backlog=1024
+            )
+        except OSError as exc:
+            self.broker.close()
+            raise UserError(
+                f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc} "
+                "(pick another --port, or --port 0 for a free one)"
+            ) from None
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._retention = asyncio.create_task(self._expire_forever())
+
+    async def _expire_forever(self) -> None:
+        assert self.broker is not None
+        while True:
+            await asyncio.sleep(RETENTION_CHECK_SECONDS)
+            try:
+                self.broker.expire()
+            except Exception:
+                LOG.exception("retention check failed")
+
+    async def stop(self) -> None:
+        if self._retention is not None:
+            self._retention.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._retention
+        if self._server is not None:
+            self._server.close()
+        if self.context is not None:
+            for connection in list(self.context.connections):
+                connection.abort()
+        if self._server is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+        if self.broker is not None:
+            self.broker.close()
+
+
+async def serve(settings: EmulatorSettings, on_ready: Callable[[str], None]) -> None:
+    """Run until SIGINT or SIGTERM; `on_ready` gets the connection string once connections are accepted."""
+    server = EmulatorServer(settings)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        on_ready(server.connection_string)
+        await stop.wait()
+    finally:
+        await server.stop()
+
+
+def run(settings: EmulatorSettings, on_ready: Callable[[str], None]) -> None:
+    asyncio.run(serve(settings, on_ready))
+
+
+class EmulatorThread:
+    """The emulator on its own event loop in a background thread of this process."""
+
+    def __init__(self, settings: EmulatorSettings, clock: Clock = time.time) -> None:
+        self.server = EmulatorServer(settings, clock)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    @property
+    def connection_string(self) -> str:
+        return self.server.connection_string
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def start(self, timeout: float = 30) -> None:
+        self._thread = threading.Thread(target=self._run, name="hubshift-emulator", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise RuntimeError("the in-process emulator did not start")
+        if self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stopped = asyncio.Event()
+            try:
+                await self.server.start()
+            except BaseException as exc:
+                self._error = exc
+                self._ready.set()
+                return
+            self._ready.set()
+            try:
+                await self._stopped.wait()
+            finally:
+                await self.server.stop()
+
+        asyncio.run(main())
+
+    def stop(self, timeout: float = 10) -> None:
+        if self._loop is not None and self._stopped is not None and self._thread is not None:
+            if self._thread.is_alive():
+                self._loop.call_soon_threadsafe(self._stopped.set)
+            self._thread.join(timeout)
