@@ -87,3 +87,21 @@ class PartitionedConsumerStatus(Model):
     def to_body(self) -> dict[str, Any]:
         """The status as the API server stores it (camelCase, RFC 3339 times, unset fields left out)."""
         return self.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def carry_transition_time(
+    previous: object, condition: Condition, now: datetime, generation: int | None = None
+) -> Condition:
+    """`condition` stamped with when its status last changed: kept from `previous` (the CR's current
+    `status.conditions`, as stored) when the status is the same, else `now`."""
+    since = now
+    for old in previous if isinstance(previous, list) else []:
+        if (
+            isinstance(old, dict)
+            and old.get("type") == condition.type
+            and old.get("status") == condition.status
+        ):
+            stamp = old.get("lastTransitionTime")
+            if isinstance(stamp, str):
+                since = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    return condition.model_copy(update={"last_transition_time": since, "observed_generation": generation})

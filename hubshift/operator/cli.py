@@ -1,0 +1,97 @@
+"""Commands of the operator package: `hubshift operator` (Kubernetes) here; `hubshift run` and
+`hubshift demo` (the local runtime) belong in their own section below."""
+
+from __future__ import annotations
+
+import random
+
+import click
+
+from hubshift.errors import UserError
+
+# --- hubshift operator ------------------------------------------------------------------------------
+
+
+@click.command(name="operator")
+@click.option(
+    "--namespace",
+    "-n",
+    "namespaces",
+    multiple=True,
+    metavar="NS",
+    help="Watch this namespace (repeatable; globs like 'team-*' work).",
+)
+@click.option("--all-namespaces", "-A", is_flag=True, help="Watch every namespace (the default).")
+@click.option("--peering", metavar="NAME", help="Run with kopf peering NAME, so several replicas are safe.")
+@click.option("--standalone", is_flag=True, help="No peering: the only replica (the default).")
+@click.option(
+    "--priority",
+    type=int,
+    help="Peering priority; the highest runs, the others stand by. Default: random, so no two peers tie.",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=9100,
+    show_default=True,
+    help="Serve /metrics on this port (0: none).",
+)
+@click.option(
+    "--liveness-port",
+    type=click.IntRange(0, 65535),
+    default=8080,
+    show_default=True,
+    help="Serve kopf's /healthz on this port (0: none).",
+)
+@click.option("--log-format", type=click.Choice(["plain", "full", "json"]), default="full", show_default=True)
+@click.option("--verbose", "-v", is_flag=True, help="Log what every handler does.")
+def operator(
+    namespaces: tuple[str, ...],
+    all_namespaces: bool,
+    peering: str | None,
+    standalone: bool,
+    priority: int | None,
+    metrics_port: int,
+    liveness_port: int,
+    log_format: str,
+    verbose: bool,
+) -> None:
+    """Run the Kubernetes operator for PartitionedConsumers."""
+    import kopf
+
+    from hubshift.operator import handlers
+    from hubshift.operator.metrics import METRICS
+    from hubshift.operator.settings import OperatorConfig
+
+    if namespaces and all_namespaces:
+        raise UserError("give either --namespace or --all-namespaces, not both")
+    if peering and standalone:
+        raise UserError("give either --peering or --standalone, not both")
+    config = OperatorConfig(
+        namespaces=namespaces,
+        clusterwide=not namespaces,
+        peering=peering,
+        priority=priority if priority is not None else random.randint(1, 2**31 - 1),
+        metrics_port=metrics_port or None,
+        liveness_port=liveness_port or None,
+    )
+    # The control loop is plugged in here, once it exists: handlers.set_control_loop(<the cycle>).
+
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, config)
+    kopf.configure(verbose=verbose, log_format=kopf.LogFormat[log_format.upper()])
+    if config.metrics_port is not None:
+        METRICS.serve(config.metrics_port)
+    kopf.run(
+        registry=registry,
+        clusterwide=config.clusterwide,
+        namespaces=list(config.namespaces),
+        standalone=config.peering is None,
+        peering_name=config.peering,
+        priority=config.priority,
+        liveness_endpoint=config.liveness_endpoint,
+    )
+
+
+# --- hubshift run / hubshift demo (the local runtime) ------------------------------------------------
+# Not written yet; `hubshift.cli` reports them as "not part of this build" until `run` and `demo` exist here.

@@ -1,0 +1,90 @@
+"""The kopf registrations of the operator, and nothing else: each handler delegates to `reconcile`.
+
+    registry = kopf.OperatorRegistry()
+    register(registry, OperatorConfig(...))
+    await kopf.operator(registry=registry, ...)
+
+The control loop is plugged in with `set_control_loop(cycle)` before the operator starts; until then each
+PartitionedConsumer's timer runs `reconcile.report_only` (children reconciled, phase Ready).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from hubshift.operator import reconcile
+from hubshift.operator.kube import KubeAdapter
+from hubshift.operator.metrics import METRICS
+from hubshift.operator.reconcile import CONTEXT_KEY, ControlLoop, OperatorContext
+from hubshift.operator.render import CONSUMER_COMPONENT, MANAGER
+from hubshift.operator.settings import OperatorConfig, apply_settings
+from hubshift.spec import GROUP, PLURAL, VERSION
+
+CR = (GROUP, VERSION, PLURAL)
+CONSUMER_PODS = {"app.kubernetes.io/managed-by": MANAGER, "app.kubernetes.io/component": CONSUMER_COMPONENT}
+
+_control_loop: ControlLoop = reconcile.report_only
+
+
+def set_control_loop(cycle: ControlLoop) -> None:
+    """Plug in the control loop: `async def cycle(cr_body, runtime, memo) -> None`, run per
+    PartitionedConsumer at its polling interval and at once after a consumer pod changes.
+    `runtime` is a `KubernetesRuntime` (`hubshift.operator.kube`)."""
+    global _control_loop
+    _control_loop = cycle
+
+
+def control_loop() -> ControlLoop:
+    return _control_loop
+
+
+def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
+    """Register every handler of the operator in `registry`."""
+
+    @kopf.on.startup(registry=registry)
+    async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+        apply_settings(settings, config)
+        # A test may put its own context (API server, metrics, control loop) in the memo first.
+        if CONTEXT_KEY not in memo:
+            memo[CONTEXT_KEY] = OperatorContext(
+                kube=KubeAdapter.from_environment(), metrics=METRICS, control_loop=control_loop()
+            )
+
+    @kopf.on.cleanup(registry=registry)
+    async def close(memo: kopf.Memo, **_: Any) -> None:
+        context = memo.get(CONTEXT_KEY)
+        if isinstance(context, OperatorContext):
+            await context.kube.close()
+
+    @kopf.on.resume(*CR, registry=registry, id="children")
+    @kopf.on.create(*CR, registry=registry, id="children")
+    @kopf.on.update(*CR, registry=registry, id="children")
+    async def children(body: kopf.Body, memo: kopf.Memo, logger: reconcile.Logger, **_: Any) -> None:
+        await reconcile.reconcile_children(body, memo, logger)
+
+    @kopf.on.delete(*CR, registry=registry, optional=True, id="forget")
+    async def forget(body: kopf.Body, memo: kopf.Memo, logger: reconcile.Logger, **_: Any) -> None:
+        reconcile.forget(body, memo, logger)
+
+    @kopf.index("pods", labels=CONSUMER_PODS, registry=registry)
+    def consumer_pods(body: kopf.Body, **_: Any) -> Mapping[Any, Any]:
+        return reconcile.index_consumer_pod(body)
+
+    @kopf.on.event("pods", labels=CONSUMER_PODS, registry=registry, id="consumer-pod")
+    async def consumer_pod(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
+        reconcile.observe_pod(reconcile.operator_context(memo), body, type)
+
+    @kopf.timer(
+        *CR, interval=config.tick_seconds, backoff=config.tick_seconds, registry=registry, id="control-loop"
+    )
+    async def control(
+        body: kopf.Body,
+        memo: kopf.Memo,
+        logger: reconcile.Logger,
+        consumer_pods: kopf.Index[Any, Any] | None = None,  # the index above, by its name
+        **_: Any,
+    ) -> None:
+        await reconcile.tick(body, memo, consumer_pods or {}, logger)

@@ -1,0 +1,63 @@
+"""The operator's configuration: one typed object from the command line, applied to kopf in one place."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import kopf
+
+from hubshift.spec import GROUP
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    #: Namespaces to watch; empty with `clusterwide` means all of them.
+    namespaces: tuple[str, ...] = ()
+    clusterwide: bool = True
+    #: kopf peering object name; None runs standalone (one replica, no peering objects needed).
+    peering: str | None = None
+    #: Among peers, the highest priority runs and the others stand by; equal priorities would all freeze.
+    priority: int = 0
+    #: `/metrics` port; None serves none.
+    metrics_port: int | None = 9100
+    #: kopf's `/healthz` port; None serves none.
+    liveness_port: int | None = 8080
+    #: How often each PartitionedConsumer's timer checks whether a cycle is due (a pod event or its
+    #: polling interval). The cycle itself runs at most every `scaling.pollingIntervalSeconds`.
+    tick_seconds: float = 1.0
+    #: Kubernetes Events for kopf's own handler failures (ours are posted by the runtime).
+    post_events_from_level: int = logging.WARNING
+
+    @property
+    def liveness_endpoint(self) -> str | None:
+        return None if self.liveness_port is None else f"http://0.0.0.0:{self.liveness_port}/healthz"
+
+
+def apply_settings(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
+    """Every kopf setting the operator changes; called once, from the startup handler."""
+    # Peering: safe to run two replicas; the one with the higher priority works, the other waits.
+    settings.peering.standalone = config.peering is None
+    if config.peering is not None:
+        settings.peering.name = config.peering
+        settings.peering.mandatory = True
+        settings.peering.priority = config.priority
+    settings.peering.clusterwide = config.clusterwide
+
+    settings.posting.enabled = True
+    settings.posting.level = config.post_events_from_level
+
+    # Watches: the server closes them every few minutes, so a silently dead connection never lasts.
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 30
+    settings.watching.reconnect_backoff = 2.0
+    settings.networking.request_timeout = 60
+    settings.networking.connect_timeout = 30
+
+    # kopf's bookkeeping under our group's annotations, never in status (the status schema is ours).
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
