@@ -562,6 +562,10 @@ def encode_map(out: bytearray, mapping: dict[Any, Any]) -> None:
 
 
 def _encode_array(out: bytearray, array: Array) -> None:
+    if not array.items:
+        # no element constructor, as pyamqp writes (and needs) an empty array
+        out += b"\xe0\x01\x00"
+        return
     elements, code = _array_body(array)
     body = bytearray()
     if array.descriptor is not None:

@@ -1,0 +1,210 @@
+"""The hubshift emulator (a local Event Hubs) for tests, benchmarks and the demo: the one way to start it.
+
+    with running_emulator(hubs=["telemetry:8"], consumer_groups=["spark"]) as hub_server:
+        EventHubProducerClient.from_connection_string(hub_server.connection_string, eventhub_name="telemetry")
+
+By default it is a subprocess (`python -m hubshift.cli emulator --port 0 ...`), so its CPU can be measured
+and it can be killed; `in_process=True` runs it on a background thread of this process instead.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ParamSpec
+
+P = ParamSpec("P")
+ENDPOINT_PREFIX = "Endpoint="
+
+
+@dataclass
+class RunningEmulator:
+    connection_string: str
+    port: int
+    process: subprocess.Popen[bytes] | None = None
+    data_dir: Path | None = None
+    log_path: Path | None = None
+    _thread: object | None = field(default=None, repr=False)
+
+    @property
+    def pid(self) -> int:
+        """The emulator's process id (this process when it runs in-process)."""
+        return self.process.pid if self.process is not None else os.getpid()
+
+    def connection_string_for(self, hub: str) -> str:
+        """The connection string with `EntityPath` set, for clients that take no `eventhub_name`."""
+        return f"{self.connection_string};EntityPath={hub}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+
+    def stop(self, timeout: float = 10) -> None:
+        """Graceful stop (SIGTERM: connections dropped, the event store closed)."""
+        if self._thread is not None:
+            from hubshift.emulator.server import EmulatorThread
+
+            assert isinstance(self._thread, EmulatorThread)
+            self._thread.stop(timeout)
+            return
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if self.log_path is not None:
+            self.log_path.unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        """Abrupt stop (SIGKILL), as in a crash."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+def emulator_command(
+    hubs: Sequence[str] = ("hub:4",),
+    *,
+    consumer_groups: Sequence[str] = (),
+    port: int = 0,
+    data_dir: Path | None = None,
+    retention_minutes: float | None = None,
+    partition_size_mb: int | None = None,
+    key: str | None = None,
+    config_file: Path | None = None,
+    extra_args: Sequence[str] = (),
+) -> list[str]:
+    command = [sys.executable, "-m", "hubshift.cli", "emulator", "--port", str(port)]
+    for hub in hubs:
+        command += ["--hub", hub]
+    for group in consumer_groups:
+        command += ["--consumer-group", group]
+    if data_dir is not None:
+        command += ["--data-dir", str(data_dir)]
+    if retention_minutes is not None:
+        command += ["--retention-minutes", str(retention_minutes)]
+    if partition_size_mb is not None:
+        command += ["--partition-size-mb", str(partition_size_mb)]
+    if key is not None:
+        command += ["--key", key]
+    if config_file is not None:
+        command += ["--config", str(config_file)]
+    command += list(extra_args)
+    return command
+
+
+def start_emulator(
+    hubs: Sequence[str] = ("hub:4",),
+    *,
+    consumer_groups: Sequence[str] = (),
+    data_dir: Path | None = None,
+    retention_minutes: float | None = None,
+    partition_size_mb: int | None = None,
+    key: str | None = None,
+    config_file: Path | None = None,
+    extra_args: Sequence[str] = (),
+    in_process: bool = False,
+    startup_timeout: float = 30,
+) -> RunningEmulator:
+    """Start an emulator on a free 127.0.0.1 port with these hubs (`NAME:PARTITIONS`); returns once it
+    accepts connections."""
+    if in_process:
+        return _start_in_process(
+            hubs, consumer_groups, data_dir, retention_minutes, partition_size_mb, key, config_file
+        )
+    command = emulator_command(
+        hubs,
+        consumer_groups=consumer_groups,
+        data_dir=data_dir,
+        retention_minutes=retention_minutes,
+        partition_size_mb=partition_size_mb,
+        key=key,
+        config_file=config_file,
+        extra_args=extra_args,
+    )
+    log_file = tempfile.NamedTemporaryFile(prefix="hubshift-emulator-", suffix=".log", delete=False)
+    log_path = Path(log_file.name)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL)
+    log_file.close()
+    assert process.stdout is not None
+    line = _read_line(process.stdout, startup_timeout)
+    if not line.startswith(ENDPOINT_PREFIX):
+        process.kill()
+        process.wait(timeout=10)
+        raise RuntimeError(
+            f"the emulator did not start ({' '.join(command[2:])}): "
+            f"{(line + ' ' + log_path.read_text(errors='replace')).strip()[-2000:]}"
+        )
+    port = int(line.split(";")[0].rsplit(":", 1)[1])
+    return RunningEmulator(line, port, process, data_dir, log_path)
+
+
+def _read_line(stream: object, timeout: float) -> str:
+    """The first stdout line, or "" when the process exits or the timeout passes first."""
+    assert hasattr(stream, "fileno")
+    deadline = time.monotonic() + timeout
+    collected = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(stream, selectors.EVENT_READ)
+        while b"\n" not in collected:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not selector.select(remaining):
+                break
+            chunk = os.read(stream.fileno(), 4096)
+            if not chunk:
+                break
+            collected += chunk
+    return collected.decode(errors="replace").split("\n", 1)[0].strip()
+
+
+def _start_in_process(
+    hubs: Sequence[str],
+    consumer_groups: Sequence[str],
+    data_dir: Path | None,
+    retention_minutes: float | None,
+    partition_size_mb: int | None,
+    key: str | None,
+    config_file: Path | None,
+) -> RunningEmulator:
+    from hubshift.emulator.config import EmulatorSettings, build_hubs
+    from hubshift.emulator.server import EmulatorThread
+
+    defaults = EmulatorSettings()
+    settings = EmulatorSettings(
+        port=0,
+        hubs=build_hubs(list(hubs), list(consumer_groups), config_file),
+        data_dir=data_dir,
+        retention_minutes=retention_minutes if retention_minutes is not None else defaults.retention_minutes,
+        partition_max_bytes=(partition_size_mb << 20) if partition_size_mb else defaults.partition_max_bytes,
+        key=key,
+    )
+    thread = EmulatorThread(settings)
+    thread.start()
+    return RunningEmulator(thread.connection_string, thread.port, None, data_dir, None, thread)
+
+
+def _stopping_on_exit(
+    start: Callable[P, RunningEmulator],
+) -> Callable[P, AbstractContextManager[RunningEmulator]]:
+    @contextmanager
+    def started(*args: P.args, **kwargs: P.kwargs) -> Iterator[RunningEmulator]:
+        server = start(*args, **kwargs)
+        try:
+            yield server
+        finally:
+            server.stop()
+
+    return started
+
+
+running_emulator = _stopping_on_exit(start_emulator)
+"""`start_emulator` as a context manager that stops the emulator on exit."""
