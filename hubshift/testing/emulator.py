@@ -131,10 +131,9 @@ def start_emulator(
         config_file=config_file,
         extra_args=extra_args,
     )
-    log_file = tempfile.NamedTemporaryFile(prefix="hubshift-emulator-", suffix=".log", delete=False)
-    log_path = Path(log_file.name)
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL)
-    log_file.close()
+    with tempfile.NamedTemporaryFile(prefix="hubshift-emulator-", suffix=".log", delete=False) as log_file:
+        log_path = Path(log_file.name)
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL)
     assert process.stdout is not None
     line = _read_line(process.stdout, startup_timeout)
     if not line.startswith(ENDPOINT_PREFIX):

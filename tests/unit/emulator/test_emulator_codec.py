@@ -177,7 +177,7 @@ def test_pyamqp_decodes_what_we_encode(value: Any) -> None:
 )
 def test_performatives_carry_every_field_for_pyamqp(code: int, fields: list[Any]) -> None:
     frame = frames.encode_frame(0, code, fields)
-    size, doff, frame_type, channel = frames.FRAME_HEADER.unpack_from(frame)
+    size, doff, frame_type, _channel = frames.FRAME_HEADER.unpack_from(frame)
     assert (size, doff, frame_type) == (len(frame), 2, 0)
     performative, decoded = pyamqp_decode.decode_frame(memoryview(frame)[8:])
     assert performative == code
