@@ -1,0 +1,191 @@
+"""The streaming source's offsets and how one micro-batch is planned: pure functions of plain data.
+
+Spark compares offsets as JSON strings (the runner does `json.dumps` without sorting), so every offset is
+built canonically: string keys in sorted order at every level, equal content gives an equal string, and
+"no new data" returns exactly the start offset (otherwise Spark runs an empty batch every trigger).
+
+An offset is `{"g": generation, "p": {partition: {"e": owner level, "s": next sequence number}}, "v": 1}`:
+- `e`, the ownership epoch (the Event Hubs owner level of this ownership): a partition lost and regained
+  comes back with a higher level, and its reading resumes at the position the agent hands over (its store
+  checkpoint), never at a stale Spark offset;
+- `g`, the generation of the ownership file the batch was planned with: a change of ownership changes the
+  offset, so Spark runs one batch for it, and that batch is the proof that no later batch reads a partition
+  being handed off;
+- a partition appears in the offset one batch before it is read: the batch that introduces it (or a new
+  epoch of it) reads nothing of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+OFFSET_VERSION = 1
+
+
+class OffsetError(ValueError):
+    """An offset that this version cannot read."""
+
+
+@dataclass(frozen=True)
+class PartitionPosition:
+    """Where reading stands in one partition under one ownership epoch."""
+
+    owner_level: int
+    next_sequence: int
+
+
+@dataclass(frozen=True)
+class SourceOffset:
+    generation: int
+    partitions: Mapping[str, PartitionPosition] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The canonical JSON-ready dict: keys sorted at every level."""
+        return {
+            "g": self.generation,
+            "p": {
+                p: {"e": self.partitions[p].owner_level, "s": self.partitions[p].next_sequence}
+                for p in sorted(self.partitions)
+            },
+            "v": OFFSET_VERSION,
+        }
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any]) -> SourceOffset:
+        try:
+            version = document.get("v")
+            if version != OFFSET_VERSION:
+                raise OffsetError(f"offset version {version!r} is not {OFFSET_VERSION}")
+            partitions = {
+                str(p): PartitionPosition(owner_level=int(pos["e"]), next_sequence=int(pos["s"]))
+                for p, pos in document["p"].items()
+            }
+            return cls(generation=int(document["g"]), partitions=partitions)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            if isinstance(exc, OffsetError):
+                raise
+            raise OffsetError(f"not a hubshift source offset: {document!r}") from None
+
+
+# --- what the agent tells the source (the ownership file's content, as plain data) --------------------
+
+
+@dataclass(frozen=True)
+class OwnedPartition:
+    """One partition the consumer owns, as the streaming source sees it.
+
+    `next_sequence` is where reading starts when this epoch first enters the offsets (the checkpoint's
+    sequence number + 1); None means "wherever the spool starts" (earliest, latest or an enqueued time,
+    resolved by the receiver). `draining` partitions are no longer planned.
+    """
+
+    owner_level: int
+    next_sequence: int | None = None
+    draining: bool = False
+
+
+@dataclass(frozen=True)
+class SpoolExtent:
+    """What the receiver has spooled for one partition epoch: `[first, next)` sequence numbers."""
+
+    first: int
+    next: int
+
+
+@dataclass(frozen=True)
+class ReadRange:
+    """One input partition: read `[start, end)` of `partition` under `owner_level`."""
+
+    partition: str
+    owner_level: int
+    start: int
+    end: int
+
+    @property
+    def count(self) -> int:
+        return self.end - self.start
+
+
+def split_budget(available: Mapping[str, int], max_rows: int | None) -> dict[str, int]:
+    """Share `max_rows` between partitions: every partition gets an equal share, and what a partition
+    does not need goes to the others (water filling). Deterministic; None means no limit."""
+    wanted = {p: max(0, n) for p, n in available.items()}
+    if max_rows is None or sum(wanted.values()) <= max_rows:
+        return wanted
+    granted = dict.fromkeys(wanted, 0)
+    remaining = max(0, max_rows)
+    open_partitions = sorted((p for p in wanted if wanted[p] > 0), key=lambda p: (wanted[p], p))
+    while open_partitions and remaining > 0:
+        share, extra = divmod(remaining, len(open_partitions))
+        smallest = open_partitions[0]
+        need = wanted[smallest] - granted[smallest]
+        if need <= share:
+            # The smallest needs less than an equal share: fill it, give the rest to the others.
+            granted[smallest] += need
+            remaining -= need
+            open_partitions.pop(0)
+            continue
+        # Everybody left needs at least a share: split evenly, the remainder to the first in id order.
+        for index, p in enumerate(sorted(open_partitions)):
+            granted[p] += share + (1 if index < extra else 0)
+        remaining = 0
+    return granted
+
+
+def plan_latest(
+    start: SourceOffset | None,
+    generation: int,
+    owned: Mapping[str, OwnedPartition],
+    spooled: Mapping[str, SpoolExtent],
+    max_rows: int | None,
+) -> SourceOffset:
+    """The end offset of the next micro-batch (the body of `latestOffset`).
+
+    `spooled` is keyed by partition and describes the epoch the ownership file names. Partitions that are
+    draining or no longer owned leave the offset; a new epoch enters at its start position and is read from
+    the next batch on; the others advance by their share of `max_rows`.
+    """
+    previous = start.partitions if start is not None else {}
+    positions: dict[str, PartitionPosition] = {}
+    available: dict[str, int] = {}
+    for partition, entry in owned.items():
+        if entry.draining:
+            continue
+        extent = spooled.get(partition)
+        before = previous.get(partition)
+        if before is not None and before.owner_level == entry.owner_level:
+            positions[partition] = before
+            if extent is not None:
+                available[partition] = extent.next - before.next_sequence
+            continue
+        # A new epoch: enter at the handed-over position, or where the spool begins.
+        if entry.next_sequence is not None:
+            positions[partition] = PartitionPosition(entry.owner_level, entry.next_sequence)
+        elif extent is not None:
+            positions[partition] = PartitionPosition(entry.owner_level, extent.first)
+    for partition, count in split_budget(available, max_rows).items():
+        if count > 0:
+            before = positions[partition]
+            positions[partition] = PartitionPosition(before.owner_level, before.next_sequence + count)
+    return SourceOffset(generation=generation, partitions=positions)
+
+
+def plan_ranges(start: SourceOffset | None, end: SourceOffset) -> list[ReadRange]:
+    """The reads of one micro-batch (the body of `partitions`): a partition is read only when it is in
+    both offsets under the same epoch and moved forward."""
+    previous = start.partitions if start is not None else {}
+    ranges = []
+    for partition in sorted(end.partitions):
+        after = end.partitions[partition]
+        before = previous.get(partition)
+        if before is None or before.owner_level != after.owner_level:
+            continue
+        if after.next_sequence > before.next_sequence:
+            ranges.append(ReadRange(partition, after.owner_level, before.next_sequence, after.next_sequence))
+    return ranges
+
+
+def total(ranges: Iterable[ReadRange]) -> int:
+    return sum(r.count for r in ranges)

@@ -1,0 +1,91 @@
+"""The spool between the receivers and the streaming source, and the ownership file beside it."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pyarrow as pa
+
+from hubshift.spark_app import spool
+from hubshift.spark_app.offsets import OwnedPartition, SpoolExtent
+from hubshift.spark_app.ownership_file import EMPTY, OwnershipView, read_ownership, write_ownership
+
+
+def events(partition: str, first: int, count: int) -> pa.RecordBatch:
+    now = dt.datetime(2026, 11, 21, tzinfo=dt.UTC)
+    return pa.RecordBatch.from_pydict(
+        {
+            "partition": [partition] * count,
+            "sequence_number": list(range(first, first + count)),
+            "offset": [str(8 * n) for n in range(first, first + count)],
+            "enqueued_time": [now] * count,
+            "partition_key": ["home-1"] * count,
+            "body": [b"{}"] * count,
+            "properties": [[("k", "v")]] * count,
+        },
+        schema=spool.EVENT_ARROW_SCHEMA,
+    )
+
+
+def test_arrow_schema_is_the_one_spark_expects() -> None:
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import (
+        BinaryType,
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    kinds = {
+        "string": StringType(),
+        "bigint": LongType(),
+        "timestamp": TimestampType(),
+        "binary": BinaryType(),
+        "map<string,string>": MapType(StringType(), StringType()),
+    }
+    from hubshift.spark_app.schema import EVENT_COLUMNS
+
+    spark_schema = StructType([StructField(name, kinds[kind]) for name, kind in EVENT_COLUMNS])
+    assert to_arrow_schema(spark_schema, timezone="UTC").equals(spool.EVENT_ARROW_SCHEMA)
+
+
+def test_ranges_cross_segments_and_skip_what_is_gone(tmp_path: Path) -> None:
+    spool.write_segment(tmp_path, "3", 2, events("3", 0, 10))
+    spool.write_segment(tmp_path, "3", 2, events("3", 10, 10))
+    last = spool.write_segment(tmp_path, "3", 2, events("3", 20, 5))
+    assert spool.extent(tmp_path, "3", 2) == SpoolExtent(0, 25)
+    assert spool.extent(tmp_path, "3", 1) is None
+
+    def read(start: int, end: int) -> list[int]:
+        batches = spool.read_range(tmp_path, "3", 2, start, end)
+        return [n for b in batches for n in b.column("sequence_number").to_pylist()]
+
+    assert read(5, 22) == list(range(5, 22))
+    assert read(25, 30) == []
+    last.path.unlink()
+    assert read(18, 25) == [18, 19]
+
+
+def test_checkpoint_position_and_trimming(tmp_path: Path) -> None:
+    for first in (0, 10, 20):
+        spool.write_segment(tmp_path, "0", 1, events("0", first, 10))
+    assert spool.position_before(tmp_path, "0", 1, 15) == spool.Position("112", 14)
+    assert spool.position_before(tmp_path, "0", 1, 0) is None
+    # Committed up to 20 (next): the segment holding event 19 stays, for the checkpoint's offset.
+    assert spool.trim(tmp_path, "0", 1, 20) == 1
+    assert spool.position_before(tmp_path, "0", 1, 20) == spool.Position("152", 19)
+    assert spool.extent(tmp_path, "0", 1) == SpoolExtent(10, 30)
+    spool.remove_epoch(tmp_path, "0", 1)
+    assert spool.extent(tmp_path, "0", 1) is None
+
+
+def test_ownership_file_round_trip_and_absence(tmp_path: Path) -> None:
+    assert read_ownership(tmp_path / "nothing") == EMPTY
+    view = OwnershipView(7, {"10": OwnedPartition(3, 41), "2": OwnedPartition(1, None, draining=True)})
+    write_ownership(tmp_path, view)
+    assert read_ownership(tmp_path) == view
+    assert [p.name for p in tmp_path.iterdir()] == ["ownership.json"]
