@@ -185,6 +185,10 @@ class BlobLeaseStore:
             ) from None
         except HttpResponseError as exc:
             code = _code(exc)
+            if exc.status_code in (401, 403):
+                raise StoreUnavailable(
+                    f"Blob storage at {self.account_url} refused the credentials ({code or exc.status_code})"
+                ) from None
             if code == "ContainerNotFound":
                 raise ContainerNotFound(
                     f"container {self.container_name!r} does not exist at {self.account_url}"
@@ -233,4 +237,5 @@ def _code(exc: HttpResponseError) -> str:
 def _reason(exc: AzureError) -> str:
     """The first line of the error, with any query string or key removed."""
     text = str(exc.message if exc.message else exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return _SECRET_RE.sub(r"\1\2=REDACTED", text)[:300]
+    errno = re.search(r"\[Errno [^\]]+\] [^'\")]+", text)  # "[Errno 111] Connection refused"
+    return _SECRET_RE.sub(r"\1\2=REDACTED", errno.group(0) if errno else text)[:300]
