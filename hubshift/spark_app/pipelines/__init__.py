@@ -1,0 +1,24 @@
+"""Pipelines: one module per pipeline behind the small interface in `base.py`.
+
+`build_pipeline` turns the manifest's `consumer.pipeline` into a `Pipeline`. PySpark is imported only when a
+pipeline is built, so `aggregate_view` (the reader of the aggregate's output) stays light.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hubshift.spark_app.pipelines.base import Pipeline
+    from hubshift.spec import PipelineSpec
+
+
+def build_pipeline(spec: PipelineSpec) -> Pipeline:
+    if spec.type == "function":
+        from hubshift.spark_app.pipelines.function import FunctionPipeline
+
+        assert spec.function is not None  # the model requires it for type function
+        return FunctionPipeline(spec.function)
+    from hubshift.spark_app.pipelines.aggregate import AggregatePipeline
+
+    return AggregatePipeline.from_spec(spec.aggregate)

@@ -1,0 +1,244 @@
+"""What a sink is, and the one way every file-based sink writes a batch.
+
+A sink stores files in an `ObjectStore` (a local folder, a Blob container); `FileSink` turns a pipeline's
+result into JSON-lines files there. All of a batch's outputs and dead letters are written by one Spark job:
+each task of it (in a Spark Python worker) writes its own share of rows as one file per output and
+directory, atomically, and reports the names back; nothing but those names reaches the driver. The
+commit record (`commits.py`) is written after the files, by the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from hubshift.spark_app.sinks.commits import BatchRecord, Destination, WrittenFile
+from hubshift.spark_app.sinks.layout import data_file, dead_letter_file, new_run
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import Column, DataFrame
+
+    from hubshift.spark_app.pipelines.base import PipelineResult
+
+# Timestamps in every JSON line: UTC, milliseconds, `Z`.
+JSON_OPTIONS = {"timeZone": "UTC", "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"}
+DEAD_LETTER_OUTPUT = "dead-letter"
+
+# Event columns (schema.py) as they appear in a dead letter.
+_DEAD_LETTER_FIELDS = {
+    "partition": "partition",
+    "sequence_number": "sequenceNumber",
+    "offset": "offset",
+    "enqueued_time": "enqueuedTime",
+    "partition_key": "partitionKey",
+    "properties": "properties",
+}
+_WRITTEN_SCHEMA = "destination string, output string, name string, rows long"
+
+
+class ObjectStore(Protocol):
+    """Named byte blobs under a root: a folder, or a Blob container and prefix. Instances are pickled to
+    Spark's Python workers, so they hold configuration only and open clients lazily."""
+
+    def put(self, name: str, data: bytes) -> None:
+        """Write `name` whole, replacing it; readers see the old or the new content, never a part."""
+        ...
+
+    def get(self, name: str) -> bytes:
+        """The content of `name`; `FileNotFoundError` when there is none."""
+        ...
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Names starting with `prefix` (at any depth), sorted."""
+        ...
+
+    def describe(self) -> str:
+        """Where this is, for messages (never a secret)."""
+        ...
+
+
+class Sink(Protocol):
+    """One module per sink (folder.py, blob.py), built from the manifest by `build_sink`."""
+
+    run: str
+    store: ObjectStore
+
+    def write(self, result: PipelineResult, stem: str, when: datetime) -> list[WrittenFile]:
+        """Write every output and the dead letters of one batch (one Spark job); the files written."""
+        ...
+
+    def commit(self, record: BatchRecord) -> None:
+        """Record the batch as complete; only committed batches are part of the output."""
+        ...
+
+    def describe(self) -> str: ...
+
+
+class FileSink:
+    """A `Sink` over object stores: results in `store`, dead letters in `dead_letter_store`."""
+
+    def __init__(self, store: ObjectStore, dead_letter_store: ObjectStore, run: str | None = None) -> None:
+        self.store = store
+        self.dead_letter_store = dead_letter_store
+        self.run = run or new_run()
+
+    def describe(self) -> str:
+        return self.store.describe()
+
+    def write(self, result: PipelineResult, stem: str, when: datetime) -> list[WrittenFile]:
+        from pyspark.sql import functions as F
+
+        frames: list[DataFrame] = []
+        for output, spec in result.outputs.items():
+            directory = spec.directory if spec.directory is not None else F.lit(None).cast("string")
+            frames.append(
+                spec.frame.select(
+                    F.lit(False).alias("dead"),
+                    F.lit(output).alias("output"),
+                    directory.alias("directory"),
+                    F.to_json(F.struct(*(_column(c) for c in spec.frame.columns)), JSON_OPTIONS).alias(
+                        "line"
+                    ),
+                )
+            )
+        if result.dead_letters is not None:
+            frames.append(
+                result.dead_letters.select(
+                    F.lit(True).alias("dead"),
+                    F.lit(DEAD_LETTER_OUTPUT).alias("output"),
+                    F.lit(None).cast("string").alias("directory"),
+                    dead_letter_line(result.dead_letters).alias("line"),
+                )
+            )
+        if not frames:
+            return []
+        union = frames[0]
+        for frame in frames[1:]:
+            union = union.unionByName(frame)
+        task = WriteTask(self.store, self.dead_letter_store, stem, when)
+        rows = union.mapInArrow(task, _WRITTEN_SCHEMA).collect()
+        written = [WrittenFile(r["destination"], r["output"], r["name"], int(r["rows"])) for r in rows]
+        return sorted(written, key=lambda f: (f.destination, f.output, f.name))
+
+    def commit(self, record: BatchRecord) -> None:
+        self.store.put(record.name, record.to_json())
+
+
+def _column(name: str) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def dead_letter_line(frame: DataFrame) -> Column:
+    """One JSON dead letter: the event's coordinates, the reason, the body (as text when it is UTF-8,
+    else base64) and any other columns the pipeline kept, under `record`."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType
+
+    from hubshift.spark_app.pipelines.base import DEAD_LETTER_REASON
+
+    types = {field.name: field.dataType for field in frame.schema.fields}
+    fields: list[Column] = [
+        _column(name).alias(alias) for name, alias in _DEAD_LETTER_FIELDS.items() if name in types
+    ]
+    fields.append(_column(DEAD_LETTER_REASON).alias("reason"))
+    if "body" in types:
+        if isinstance(types["body"], BinaryType):
+            text = F.try_validate_utf8(F.col("body").cast("string"))
+            fields.append(text.alias("body"))
+            fields.append(F.when(text.isNull(), F.base64("body")).alias("bodyBase64"))
+        else:
+            fields.append(F.col("body").alias("body"))
+    rest = [
+        name for name in types if name not in _DEAD_LETTER_FIELDS and name not in ("body", DEAD_LETTER_REASON)
+    ]
+    if rest:
+        fields.append(F.struct(*(_column(name) for name in rest)).alias("record"))
+    return F.to_json(F.struct(*fields), JSON_OPTIONS)
+
+
+class WriteTask:
+    """Runs in each Spark task (a Python worker): one file per (output, directory) of its rows."""
+
+    def __init__(self, store: ObjectStore, dead_letter_store: ObjectStore, stem: str, when: datetime) -> None:
+        self.store = store
+        self.dead_letter_store = dead_letter_store
+        self.stem = stem
+        self.when = when
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        task = context.partitionId() if context is not None else 0
+        lines: dict[tuple[bool, str, str | None], list[str]] = {}
+        for batch in batches:
+            _group_lines(batch, lines)
+        written: dict[str, list[Any]] = {"destination": [], "output": [], "name": [], "rows": []}
+        for (dead, output, directory), group in lines.items():
+            destination: Destination = "dead-letter" if dead else "output"
+            if dead:
+                name = dead_letter_file(self.when, self.stem, task)
+                self.dead_letter_store.put(name, _encode(group))
+            else:
+                name = data_file(output, directory, self.stem, task)
+                self.store.put(name, _encode(group))
+            for key, value in zip(written, (destination, output, name, len(group)), strict=True):
+                written[key].append(value)
+        yield pa.RecordBatch.from_pydict(
+            written,
+            schema=pa.schema(
+                [
+                    ("destination", pa.string()),
+                    ("output", pa.string()),
+                    ("name", pa.string()),
+                    ("rows", pa.int64()),
+                ]
+            ),
+        )
+
+
+def _group_lines(batch: pa.RecordBatch, into: dict[tuple[bool, str, str | None], list[str]]) -> None:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if batch.num_rows == 0:
+        return
+    keys = ["dead", "output", "directory"]
+    distinct = pa.Table.from_batches([batch.select(keys)]).group_by(keys).aggregate([]).to_pylist()
+    for key in distinct:
+        dead, output, directory = bool(key["dead"]), str(key["output"]), key["directory"]
+        if len(distinct) == 1:
+            selected = batch.column("line")
+        else:
+            same_directory = (
+                pc.is_null(batch.column("directory"))
+                if directory is None
+                else pc.fill_null(pc.equal(batch.column("directory"), directory), False)
+            )
+            mask = pc.and_(
+                pc.and_(pc.equal(batch.column("dead"), dead), pc.equal(batch.column("output"), output)),
+                same_directory,
+            )
+            selected = pc.filter(batch.column("line"), mask)
+        into.setdefault((dead, output, directory), []).extend(selected.to_pylist())
+
+
+def _encode(lines: list[str]) -> bytes:
+    return ("\n".join(lines) + "\n").encode()
+
+
+def sink_summary(files: list[WrittenFile]) -> tuple[Mapping[str, int], int]:
+    """Rows written per output, and dead letters written."""
+    outputs: dict[str, int] = {}
+    dead = 0
+    for file in files:
+        if file.destination == "dead-letter":
+            dead += file.rows
+        else:
+            outputs[file.output] = outputs.get(file.output, 0) + file.rows
+    return outputs, dead
