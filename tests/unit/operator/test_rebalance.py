@@ -1,0 +1,482 @@
+"""The rebalance state machine: holddown, handoffs, orphans, drain before scale-in, restarts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hubshift.operator.rebalance import (
+    BreakLeases,
+    Observation,
+    Phase,
+    PublishAssignment,
+    RebalanceConfig,
+    RebalanceState,
+    RecordEvent,
+    SetReplicas,
+    Step,
+    ordinal,
+    step,
+)
+from hubshift.ownership.planner import is_balanced, minimum_moves, plan_assignment
+
+CONFIG = RebalanceConfig(delay_seconds=5.0, max_handoff_seconds=3.0)
+
+
+def ids(n: int) -> list[str]:
+    return [str(i) for i in range(n)]
+
+
+def pods(n: int, start: int = 0) -> list[str]:
+    return [f"homes-{i}" for i in range(start, start + n)]
+
+
+@dataclass
+class World:
+    """The operator's surroundings: pods, leases and the record store, driven one cycle at a time.
+
+    Consumers follow the published record the way docs/ownership.md says: an owner that is no longer
+    assigned a partition releases it (graceful); the new owner acquires a free partition, and breaks a
+    lease only if the partition is forced or the handoff time is over.
+    """
+
+    partitions: list[str]
+    present: list[str]
+    owners: dict[str, str | None]
+    replicas: int
+    desired: int
+    record: RebalanceState | None = None
+    state: RebalanceState | None = None
+    now: float = 0.0
+    departed: set[str] = field(default_factory=set)
+    published: list[PublishAssignment] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    stuck: set[str] = field(default_factory=set)  # present consumers that never release (hung)
+    early_breaks: list[str] = field(default_factory=list)  # live holders broken before the deadline
+    breakable: set[str] = field(default_factory=set)
+
+    def observe(self) -> Observation:
+        return Observation(
+            tuple(self.partitions),
+            tuple(self.present),
+            dict(self.owners),
+            self.desired,
+            self.replicas,
+            record=self.record,
+            departed=frozenset(self.departed),
+        )
+
+    def cycle(self, seconds: float = 1.0, *, consumers_act: bool = True) -> Step:
+        result = step(self.state, self.observe(), self.now, CONFIG)
+        self.steps.append(result)
+        for action in result.actions:
+            if isinstance(action, PublishAssignment):
+                self.published.append(action)
+                self.breakable = set(action.forced)
+            elif isinstance(action, SetReplicas):
+                self.replicas = action.replicas
+                self.present = [c for c in self.present if (ordinal(c) or 0) < action.replicas]
+            elif isinstance(action, BreakLeases):
+                self.breakable |= set(action.partitions)
+        self.state = self.record = result.state
+        if consumers_act:
+            self.consumers_act()
+        self.now += seconds
+        return result
+
+    def consumers_act(self) -> None:
+        record = self.record
+        if record is None:
+            return
+        deadline = record.handoff_deadline(CONFIG) or 0.0
+        for partition, target in record.assignment.items():
+            holder = self.owners.get(partition)
+            if holder == target:
+                continue
+            if holder is not None and holder in self.present:
+                if holder not in self.stuck:
+                    self.owners[partition] = None  # final checkpoint, release
+                elif target in self.present and (partition in self.breakable or self.now >= deadline):
+                    if self.now < deadline and partition not in self.breakable:
+                        self.early_breaks.append(partition)
+                    self.owners[partition] = target
+                continue
+            if target is None or target not in self.present:
+                continue
+            if holder is None or partition in self.breakable or self.now >= deadline:
+                self.owners[partition] = target
+
+    def run(self, seconds: float) -> None:
+        end = self.now + seconds
+        while self.now < end:
+            self.cycle()
+
+    def run_until_balanced(self, limit: float) -> float:
+        """Cycles until every partition is held by one consumer, counts ±1; the time that took."""
+        start = self.now
+        while not self.balanced():
+            assert self.now - start <= limit, f"not balanced after {limit}s"
+            self.cycle()
+        return self.now - start
+
+    def owned_by(self, consumer: str) -> list[str]:
+        return [p for p, owner in self.owners.items() if owner == consumer]
+
+    def balanced(self) -> bool:
+        return is_balanced(self.owners, [c for c in self.present if (ordinal(c) or 0) < self.desired])
+
+    def events(self) -> list[str]:
+        return [a.reason for s in self.steps for a in s.actions if isinstance(a, RecordEvent)]
+
+
+def phase_of(world: World) -> Phase:
+    assert world.state is not None
+    return world.state.phase
+
+
+def settled_world(partitions: int = 32, consumers: int = 8) -> World:
+    """A pool that has run for a while: balanced, gen 1, Ready."""
+    plan = plan_assignment(ids(partitions), pods(consumers), {})
+    world = World(ids(partitions), pods(consumers), dict(plan.assignment), consumers, consumers)
+    world.cycle()
+    world.run(CONFIG.max_handoff_seconds + 1)
+    assert world.state is not None and world.state.phase is Phase.READY
+    world.published.clear()
+    world.steps.clear()
+    return world
+
+
+# --- holddown -----------------------------------------------------------------------------------------
+
+
+def test_a_consumer_that_returns_within_the_delay_causes_no_handoff() -> None:
+    world = settled_world()
+    generation = world.record.generation if world.record else 0
+    world.present.remove("homes-3")
+    start = world.now
+    world.run(3)
+    assert phase_of(world) is Phase.HOLDDOWN
+    assert world.state is not None and world.state.holddown_until == start + CONFIG.delay_seconds
+    world.present.insert(3, "homes-3")
+    world.run(10)
+    assert world.published == []
+    assert phase_of(world) is Phase.READY
+    assert world.state.generation == generation
+    assert "HolddownCancelled" in world.events()
+
+
+def test_a_consumer_that_does_not_return_is_replaced_after_the_delay_and_forced_at_once() -> None:
+    world = settled_world()
+    lost = world.owned_by("homes-3")
+    world.present.remove("homes-3")
+    world.run(CONFIG.delay_seconds + 1)
+    (publication,) = world.published
+    assert {m.partition for m in publication.moves} == set(lost)
+    assert publication.forced == frozenset(lost)
+    assert [s.published is not None for s in world.steps] == [False] * 5 + [True]  # at the delay
+    world.run(1)
+    assert world.balanced()
+    assert world.state is not None and world.state.phase is Phase.READY
+
+
+def test_the_holddown_deadline_is_set_by_the_first_change_only() -> None:
+    world = settled_world()
+    world.present.remove("homes-3")
+    world.cycle()
+    first = world.state.holddown_until if world.state else None
+    world.present.remove("homes-5")
+    world.cycle()
+    assert world.state is not None and world.state.holddown_until == first
+    world.run(CONFIG.delay_seconds)
+    (publication,) = world.published
+    assert len(publication.moves) == 8
+
+
+def test_scale_out_sets_replicas_at_once_then_one_rebalance_after_the_holddown() -> None:
+    world = settled_world(consumers=4)
+    world.desired = 8
+    result = world.cycle()
+    assert SetReplicas(8, "scale out") in result.actions
+    for pod in pods(4, start=4):  # the new pods get ready one second apart
+        world.present.append(pod)
+        world.cycle()
+    elapsed = 4 + world.run_until_balanced(CONFIG.delay_seconds + 5)
+    (publication,) = world.published
+    assert len(publication.moves) == 16  # the minimum for 4 -> 8 over 32 partitions
+    assert publication.forced == frozenset()
+    assert elapsed <= CONFIG.delay_seconds + 5  # measured from the first new consumer
+
+
+def test_one_to_eight_moves_28() -> None:
+    world = settled_world(consumers=1)
+    world.desired = 8
+    world.cycle()
+    world.present.extend(pods(7, start=1))
+    world.run(CONFIG.delay_seconds + 3)
+    (publication,) = world.published
+    assert len(publication.moves) == 28
+    assert world.balanced()
+
+
+def test_cold_start_waits_for_the_consumers_then_assigns_each_partition_once() -> None:
+    world = World(ids(32), [], {}, replicas=0, desired=8)
+    world.cycle()  # no record yet: generation 1, nobody to own anything
+    assert world.published[0].assignment == dict.fromkeys(ids(32))
+    world.present.extend(pods(8))
+    world.run(CONFIG.delay_seconds + 3)
+    assert len(world.published) == 2
+    assert len(world.published[1].moves) == 32
+    assert world.balanced()
+
+
+def test_a_standby_joining_or_leaving_moves_nothing() -> None:
+    world = settled_world(partitions=4, consumers=4)
+    world.present.append("homes-4")
+    world.run(10)
+    world.present.remove("homes-4")
+    world.run(10)
+    assert world.published == []
+    assert "Holddown" not in world.events()
+
+
+# --- immediate publications ------------------------------------------------------------------------------
+
+
+def test_partition_count_change_rebalances_at_once() -> None:
+    world = settled_world()
+    world.partitions = ids(40)
+    result = world.cycle()
+    assert result.published is not None
+    assert len(result.published.moves) == 8
+    assert is_balanced(result.published.assignment, pods(8))
+
+
+def test_orphans_of_a_pod_gone_for_good_get_an_owner_at_once_and_forced() -> None:
+    world = settled_world()
+    lost = world.owned_by("homes-7")
+    world.present.remove("homes-7")
+    world.replicas = 7  # the StatefulSet was shrunk by hand: ordinal 7 is gone for good
+    world.desired = 7
+    result = world.cycle()
+    assert result.published is not None
+    assert {m.partition for m in result.published.moves} == set(lost)
+    assert result.published.forced == frozenset(lost)
+    world.run(1)
+    assert world.balanced()
+
+
+def test_a_standby_takes_over_an_orphan_at_once() -> None:
+    world = settled_world(partitions=4, consumers=5)
+    lost = world.owned_by("homes-1")
+    world.present.remove("homes-1")
+    world.departed.add("homes-1")
+    result = world.cycle()
+    assert result.published is not None
+    assert [(m.partition, m.target) for m in result.published.moves] == [(lost[0], "homes-4")]
+
+
+def test_orphans_during_a_holddown_keep_the_holddown_for_the_rest() -> None:
+    world = settled_world()
+    world.present.remove("homes-2")  # may come back
+    world.cycle()
+    world.present.remove("homes-7")
+    world.departed.add("homes-7")
+    result = world.cycle()
+    assert result.published is not None
+    assert all(m.source == "homes-7" for m in result.published.moves)
+    assert world.state is not None and world.state.holddown_until is not None
+    world.present.insert(2, "homes-2")
+    world.run(10)
+    assert len(world.published) == 1
+    assert world.balanced()
+
+
+# --- drain-aware scale-in --------------------------------------------------------------------------------
+
+
+def test_scale_in_hands_off_before_the_statefulset_shrinks() -> None:
+    world = settled_world()
+    world.desired = 4
+    first = world.cycle(consumers_act=False)
+    assert first.published is not None
+    assert len(first.published.moves) == 16
+    assert first.published.forced == frozenset()
+    assert not any(isinstance(a, SetReplicas) for a in first.actions)
+    shrink_at = None
+    for _ in range(10):
+        result = world.cycle()
+        if any(isinstance(a, SetReplicas) for a in result.actions):
+            shrink_at = result
+            break
+        assert world.replicas == 8
+    assert shrink_at is not None
+    assert SetReplicas(4, "scale in after drain") in shrink_at.actions
+    assert world.replicas == 4
+    assert world.balanced()
+
+
+def test_scale_in_is_forced_after_the_max_handoff_time() -> None:
+    world = settled_world()
+    world.stuck.add("homes-6")  # hung: never releases
+    world.desired = 4
+    world.cycle()
+    world.run(CONFIG.max_handoff_seconds - 1)
+    assert world.replicas == 8
+    world.run(2)
+    assert world.replicas == 4
+    breaks = [a for s in world.steps for a in s.actions if isinstance(a, BreakLeases)]
+    assert breaks and set(breaks[0].partitions) <= set(
+        plan_assignment(ids(32), pods(8), {}).partitions_of("homes-6")
+    )
+    assert "HandoffForced" in world.events()
+    assert world.early_breaks == []
+
+
+def test_scale_to_zero_releases_everything_first() -> None:
+    world = settled_world(partitions=4, consumers=2)
+    world.desired = 0
+    result = world.cycle()
+    assert result.published is not None
+    assert set(result.published.assignment.values()) == {None}
+    world.run(3)
+    assert world.replicas == 0
+    assert set(world.owners.values()) == {None}
+
+
+# --- restarts and the record -----------------------------------------------------------------------------
+
+
+def test_operator_restart_mid_rebalance_resumes_from_the_record() -> None:
+    world = settled_world()
+    world.stuck.add("homes-7")
+    world.desired = 6
+    publication = world.cycle().published
+    assert publication is not None
+    deadline = world.record.handoff_deadline(CONFIG) if world.record else None
+    world.state = None  # the operator restarts; the record in the store is all it has
+    assert world.record is not None
+    world.record = RebalanceState.from_dict(world.record.to_dict())
+    world.run(CONFIG.max_handoff_seconds + 2)
+    assert len(world.published) == 1  # nothing re-published
+    assert world.record.handoff_deadline(CONFIG) == deadline
+    assert world.replicas == 6
+    assert world.early_breaks == []
+
+
+def test_a_lost_write_is_recomputed_with_the_same_generation() -> None:
+    world = settled_world()
+    before = world.record
+    world.present.remove("homes-7")
+    world.departed.add("homes-7")
+    lost = step(world.state, world.observe(), world.now, CONFIG)  # decided, never written
+    assert lost.published is not None
+    world.state = None
+    world.record = before
+    again = world.cycle()
+    assert again.published is not None
+    assert again.published.generation == lost.published.generation
+    assert again.published.assignment == lost.published.assignment
+
+
+def test_the_record_wins_over_a_stale_state() -> None:
+    world = settled_world()
+    newer = RebalanceState.from_dict({**(world.record.to_dict() if world.record else {}), "generation": 9})
+    world.record = newer
+    world.cycle()
+    assert world.state is not None and world.state.generation == 9
+
+
+def test_state_round_trips_through_a_dict_and_the_assignment_record() -> None:
+    world = settled_world()
+    world.present.remove("homes-2")
+    world.cycle()
+    state = world.state
+    assert state is not None and state.holddown_until is not None
+    assert RebalanceState.from_dict(state.to_dict()) == state
+    assert RebalanceState.from_record(state.to_record(CONFIG)) == state
+
+
+def test_ordinal_reads_the_statefulset_suffix() -> None:
+    assert ordinal("homes-12") == 12
+    assert ordinal("homes") is None
+    assert ordinal("worker-a") is None
+
+
+# --- random event sequences -------------------------------------------------------------------------------
+
+
+EVENTS = st.one_of(
+    st.tuples(st.just("tick"), st.sampled_from([0.5, 1.0, 2.0, 4.0, 7.0])),
+    st.tuples(st.just("crash"), st.integers(0, 9)),
+    st.tuples(st.just("return"), st.integers(0, 9)),
+    st.tuples(st.just("desired"), st.integers(0, 10)),
+    st.tuples(st.just("partitions"), st.integers(1, 24)),
+    st.tuples(st.just("hang"), st.integers(0, 9)),
+    st.tuples(st.just("restart"), st.booleans()),
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.integers(1, 16), st.integers(0, 8), st.lists(EVENTS, min_size=1, max_size=40))
+def test_invariants_hold_over_random_event_sequences(
+    partitions: int, consumers: int, events: list[tuple[str, object]]
+) -> None:
+    world = World(ids(partitions), pods(consumers), {}, replicas=consumers, desired=consumers)
+    seen: dict[int, dict[str, str | None]] = {}
+    last_generation = 0
+    for kind, value in events:
+        if kind == "tick":
+            assert isinstance(value, float)
+            world.now += value
+        elif kind == "crash":
+            world.present = [c for c in world.present if c != f"homes-{value}"]
+        elif kind == "return":
+            pod = f"homes-{value}"
+            if isinstance(value, int) and value < world.replicas and pod not in world.present:
+                world.present = sorted([*world.present, pod], key=lambda c: ordinal(c) or 0)
+        elif kind == "desired":
+            assert isinstance(value, int)
+            world.desired = value
+        elif kind == "partitions":
+            assert isinstance(value, int)
+            world.partitions = ids(max(value, len(world.partitions)))  # Event Hubs only adds partitions
+        elif kind == "hang":
+            world.stuck.add(f"homes-{value}")
+        elif kind == "restart":
+            if value:  # the operator decides, then dies before writing anything
+                step(world.state, world.observe(), world.now, CONFIG)
+            world.state = None
+        before = world.record or world.state
+        holders = dict(world.owners)
+        live = set(world.present)
+        replicas = world.replicas
+        result = world.cycle(0.0)
+        publication = result.published
+        after = result.state
+        if publication is not None:
+            assert publication.generation > last_generation
+            assert seen.get(publication.generation, publication.assignment) == publication.assignment
+            seen[publication.generation] = dict(publication.assignment)
+            last_generation = publication.generation
+            assert is_balanced(publication.assignment, after.consumers)
+            if before is not None and before.generation and set(before.assignment) == set(world.partitions):
+                expected = minimum_moves(world.partitions, after.consumers, before.assignment)
+                assert len(publication.moves) == expected
+            for partition in publication.forced:
+                holder = holders.get(partition) or (before.assignment.get(partition) if before else None)
+                assert holder not in live, "a ready holder must be given the handoff time"
+        for action in result.actions:
+            if isinstance(action, SetReplicas) and action.replicas < replicas:
+                # The StatefulSet shrinks only once the consumers about to go hold nothing, or their
+                # handoff time is over.
+                still_held = [
+                    o for o in holders.values() if o is not None and (ordinal(o) or 0) >= action.replicas
+                ]
+                assert not still_held or world.now >= (after.handoff_deadline(CONFIG) or 0.0)
+        if after.phase is Phase.HOLDDOWN:
+            assert after.holddown_until is not None
+        assert RebalanceState.from_dict(after.to_dict()) == after
+        assert set(after.assignment) == set(world.partitions)
+    assert world.early_breaks == [], "no live holder lost a partition before its handoff time"
