@@ -480,3 +480,18 @@ def test_invariants_hold_over_random_event_sequences(
         assert RebalanceState.from_dict(after.to_dict()) == after
         assert set(after.assignment) == set(world.partitions)
     assert world.early_breaks == [], "no live holder lost a partition before its handoff time"
+
+
+def test_state_survives_the_stored_json_record() -> None:
+    from hubshift.ownership.assignment import decode_assignment, encode_assignment
+
+    world = settled_world(partitions=6, consumers=2)
+    world.now = 1_763_700_000.25
+    world.present.remove("homes-1")
+    world.departed.add("homes-1")
+    world.cycle()
+    state = world.state
+    assert state is not None and state.forced
+    stored = decode_assignment(encode_assignment(state.to_record(CONFIG)))
+    assert stored.max_handoff_seconds == CONFIG.max_handoff_seconds
+    assert RebalanceState.from_record(stored) == state
