@@ -1,0 +1,136 @@
+"""The consumer's Event Hubs connection: the connection string from the environment, the namespace it
+names, and the management questions the agent asks (partition ids, last enqueued event).
+
+The one place the consumer turns SDK errors into lines a person can act on. A connection string is
+never part of a message, a log line or a metric (it holds a key).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+from hubshift.errors import UserError
+from hubshift.ownership.model import Checkpoint, partition_sort_key
+from hubshift.spec import EventHubsSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EventHubsTarget:
+    connection_string: str = field(repr=False)
+    fqns: str  # fully qualified namespace, as the SDK names it (host[:port]), lower case
+    hub: str
+    consumer_group: str
+
+
+def resolve_target(spec: EventHubsSpec, environ: Mapping[str, str]) -> EventHubsTarget:
+    """The hub to read, with its connection string from the environment variable the manifest names."""
+    variable = spec.connection_string_env
+    connection_string = environ.get(variable, "").strip()
+    if not connection_string:
+        raise UserError(
+            f"environment variable {variable} is not set: it must hold the Event Hubs connection string "
+            "(in a cluster, set spec.eventHubs.connectionStringSecretRef)"
+        )
+    settings = _parse(connection_string, variable)
+    endpoint = settings.get("endpoint", "")
+    host = urlparse(endpoint).netloc.strip().lower() if "://" in endpoint else ""
+    if not host:
+        raise UserError(f"{variable}: the Event Hubs connection string has no Endpoint=sb://NAMESPACE/")
+    if not settings.get("sharedaccesssignature") and not (
+        settings.get("sharedaccesskeyname") and settings.get("sharedaccesskey")
+    ):
+        raise UserError(
+            f"{variable}: the Event Hubs connection string needs SharedAccessKeyName and SharedAccessKey "
+            "(or SharedAccessSignature)"
+        )
+    entity = settings.get("entitypath")
+    if entity and entity != spec.hub:
+        raise UserError(
+            f"{variable}: the connection string is for hub {entity!r}, the manifest names {spec.hub!r}"
+        )
+    fqns = (spec.namespace or host).strip().lower()
+    return EventHubsTarget(connection_string, fqns, spec.hub, spec.consumer_group)
+
+
+def _parse(connection_string: str, variable: str) -> dict[str, str]:
+    settings: dict[str, str] = {}
+    for part in connection_string.split(";"):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise UserError(f"{variable}: not an Event Hubs connection string (a part has no Key=Value)")
+        settings[key.strip().lower()] = value.strip()
+    return settings
+
+
+def describe_error(error: BaseException, target: EventHubsTarget) -> str:
+    """One line for a failed management request (never the connection string)."""
+    where = f"Event Hubs namespace {target.fqns}, hub {target.hub!r}"
+    text = str(error)
+    kind = type(error).__name__
+    if "could not be found" in text or "404" in text.split("Description", 1)[0]:
+        return f"{where}: the hub (or consumer group {target.consumer_group!r}) does not exist"
+    if kind == "AuthenticationError" or "401" in text or "Unauthorized" in text:
+        return f"{where}: the credentials were refused (check the connection string's key)"
+    if kind in ("ConnectError", "ConnectionLostError") or "socket" in text.lower() or "refused" in text:
+        return f"{where}: cannot connect (is the namespace reachable from here?)"
+    first_line = text.splitlines()[0] if text else kind
+    return f"{where}: {first_line[:200]}"
+
+
+class EventHubsManagement:
+    """Partition ids and last enqueued events, for the agent (one client, reused)."""
+
+    def __init__(self, target: EventHubsTarget, *, retry_total: int = 3) -> None:
+        self.target = target
+        self._retry_total = retry_total
+        self._client: Any = None
+
+    def _connect(self) -> Any:
+        if self._client is None:
+            from azure.eventhub import EventHubConsumerClient
+
+            self._client = EventHubConsumerClient.from_connection_string(
+                self.target.connection_string,
+                consumer_group=self.target.consumer_group,
+                eventhub_name=self.target.hub,
+                retry_total=self._retry_total,
+            )
+        return self._client
+
+    def probe(self) -> list[str]:
+        """Check the hub at start-up: reachable, credentials accepted, hub exists. `UserError` if not."""
+        try:
+            return self.partition_ids()
+        except UserError:
+            raise
+        except Exception as exc:
+            raise UserError(describe_error(exc, self.target)) from None
+
+    def partition_ids(self) -> list[str]:
+        ids = [str(p) for p in self._connect().get_partition_ids()]
+        return sorted(ids, key=partition_sort_key)
+
+    def last_enqueued(self, partition: str) -> Checkpoint | None:
+        """The partition's last event as a checkpoint (where `latest` starts); None when it is empty."""
+        properties = self._connect().get_partition_properties(partition)
+        if properties.get("is_empty"):
+            return None
+        return Checkpoint(
+            offset=str(properties["last_enqueued_offset"]),
+            sequence_number=int(properties["last_enqueued_sequence_number"]),
+        )
+
+    def close(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            finally:
+                self._client = None

@@ -1,0 +1,167 @@
+"""The consumer's ownership decisions, as pure functions of plain data and a time passed in.
+
+- `plan_ownership`: what to claim (and whether by force) and what to drain, from one ownership snapshot:
+  follow the operator's assignment record while it is current, else balance with the fallback balancer.
+- `checkpoint_due`: the checkpoint cadence (events and seconds) of one partition.
+
+The agent (`agent.py`) does the I/O these decide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from hubshift.ownership.balancer import balance
+from hubshift.ownership.model import Assignment, Checkpoint, OwnershipSnapshot
+
+
+@dataclass(frozen=True)
+class ClaimPlan:
+    partition: str
+    force: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class OwnershipPlan:
+    mode: Literal["assignment", "fallback", "stopping"]
+    claims: tuple[ClaimPlan, ...] = ()
+    drains: tuple[str, ...] = ()
+    # Assigned to me, still held by a live owner that has until `handoff_deadline` to release them.
+    waiting: tuple[str, ...] = ()
+    handoff_deadline: datetime | None = None
+
+
+def assignment_is_current(
+    assignment: Assignment | None,
+    partitions: Collection[str],
+    live: Collection[str],
+    now: datetime,
+    stale_after_seconds: float,
+) -> bool:
+    """Follow the operator's record unless it cannot be followed and the operator had time to fix it.
+
+    A record that gives every partition to a live consumer is followed however old it is (the operator
+    only republishes on a change). One that leaves a partition to nobody alive (or that misses a partition)
+    is followed for `stale_after_seconds` after it was published, the time the operator needs to see the
+    change and publish a new generation; after that the consumers balance themselves.
+    """
+    if assignment is None:
+        return False
+    alive = set(live)
+    healthy = all(assignment.owner_of(p) in alive for p in partitions)
+    if healthy:
+        return True
+    return (now - assignment.updated_at).total_seconds() < stale_after_seconds
+
+
+def plan_ownership(
+    me: str,
+    partitions: Sequence[str],
+    snapshot: OwnershipSnapshot,
+    active: Collection[str],
+    draining: Collection[str],
+    now: datetime,
+    *,
+    max_handoff_seconds: float,
+    stale_after_seconds: float,
+    stopping: bool = False,
+) -> OwnershipPlan:
+    """One decision cycle of consumer `me`.
+
+    `active` are the partitions it reads now, `draining` those being handed off. A partition whose lease
+    this consumer still holds in the store (a restart with the same identity) is re-claimed without force.
+    """
+    if stopping:
+        return OwnershipPlan("stopping", drains=tuple(sorted(active)))
+    held = set(active) | set(draining)
+    live = set(snapshot.live_members) | {me}
+    assignment = snapshot.assignment
+    if assignment is not None and assignment_is_current(
+        assignment, partitions, live, now, stale_after_seconds
+    ):
+        return _follow(me, partitions, snapshot, assignment, set(active), held, now, max_handoff_seconds)
+    return _fallback(me, partitions, snapshot, held, live)
+
+
+def _follow(
+    me: str,
+    partitions: Sequence[str],
+    snapshot: OwnershipSnapshot,
+    assignment: Assignment,
+    active: set[str],
+    held: set[str],
+    now: datetime,
+    max_handoff_seconds: float,
+) -> OwnershipPlan:
+    mine = {p for p in assignment.partitions_of(me) if p in set(partitions)}
+    drains = tuple(sorted(active - mine))
+    handoff = assignment.max_handoff_seconds if assignment.max_handoff_seconds is not None else None
+    deadline_seconds = handoff if handoff is not None else max_handoff_seconds
+    deadline = assignment.updated_at.timestamp() + deadline_seconds
+    claims: list[ClaimPlan] = []
+    waiting: list[str] = []
+    for partition in sorted(mine - held):
+        row = snapshot.partition(partition)
+        if row is None or row.free:
+            claims.append(ClaimPlan(partition, False, "free"))
+        elif row.owner == me:
+            claims.append(ClaimPlan(partition, False, "mine"))
+        elif not row.owner_alive:
+            claims.append(ClaimPlan(partition, True, "orphaned"))
+        elif now.timestamp() >= deadline:
+            claims.append(ClaimPlan(partition, True, "handoff deadline passed"))
+        else:
+            waiting.append(partition)
+    return OwnershipPlan(
+        "assignment",
+        claims=tuple(claims),
+        drains=drains,
+        waiting=tuple(waiting),
+        handoff_deadline=datetime.fromtimestamp(deadline, tz=assignment.updated_at.tzinfo)
+        if waiting
+        else None,
+    )
+
+
+def _fallback(
+    me: str, partitions: Sequence[str], snapshot: OwnershipSnapshot, held: set[str], live: set[str]
+) -> OwnershipPlan:
+    owners: dict[str, str | None] = {p: None for p in partitions}
+    claims: list[ClaimPlan] = []
+    for row in snapshot.partitions:
+        if row.partition in owners and not row.free:
+            owners[row.partition] = row.owner
+        if row.owner == me and row.partition not in held and row.partition in owners:
+            claims.append(ClaimPlan(row.partition, False, "mine"))
+    for partition in held:
+        owners[partition] = me
+    for partition in (c.partition for c in claims):
+        owners[partition] = me
+    for claim in balance(me, partitions, owners, live):
+        if claim.steal:
+            claims.append(ClaimPlan(claim.partition, True, f"steal from {claim.previous_owner}"))
+        elif claim.previous_owner is not None and claim.previous_owner != me:
+            claims.append(ClaimPlan(claim.partition, True, "orphaned"))
+        else:
+            claims.append(ClaimPlan(claim.partition, False, "free"))
+    return OwnershipPlan("fallback", claims=tuple(claims))
+
+
+def checkpoint_due(
+    committed: Checkpoint | None,
+    checkpointed: Checkpoint,
+    events_since: int,
+    last_written: float,
+    now: float,
+    *,
+    every_events: int,
+    every_seconds: float,
+) -> bool:
+    """Write a partition's checkpoint when it moved and enough events or enough time went by."""
+    if committed is None or committed.sequence_number <= checkpointed.sequence_number:
+        return False
+    return events_since >= every_events or now - last_written >= every_seconds
