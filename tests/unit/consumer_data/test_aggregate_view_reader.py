@@ -1,0 +1,125 @@
+"""Reading the aggregate output without Spark: only committed batches, overlaps after a crash removed,
+and the views a web page fetches."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from hubshift.spark_app.pipelines.aggregate_view import AggregateView
+from hubshift.spark_app.sinks import FolderStore
+from hubshift.spark_app.sinks.commits import BatchRecord, PartitionRange, WrittenFile
+
+W0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
+W1 = W0 + timedelta(minutes=1)
+
+
+def stamp(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+def write_batch(
+    store: FolderStore,
+    stem: str,
+    ranges: list[tuple[str, int, int]],
+    rows: list[tuple[datetime, str, str, str, int]],
+    *,
+    commit: bool = True,
+    at: int = 0,
+) -> None:
+    lines = [
+        json.dumps(
+            {
+                "windowStart": stamp(start),
+                "windowEnd": stamp(start + timedelta(minutes=1)),
+                "homeId": home,
+                "sensorType": kind,
+                "partition": partition,
+                "count": count,
+                "lastEventTime": stamp(start + timedelta(seconds=30)),
+            }
+        )
+        for start, home, kind, partition, count in rows
+    ]
+    name = f"aggregates/window=x/{stem}-000.jsonl"
+    store.put(name, ("\n".join(lines) + "\n").encode())
+    if commit:
+        record = BatchRecord(
+            consumer_id=stem.split("-")[0],
+            run="r",
+            batch_id=0,
+            stem=stem,
+            pipeline="aggregate",
+            committed_at=W0 + timedelta(seconds=at),
+            partitions=tuple(PartitionRange(p, a, b, str(b), b - a + 1) for p, a, b in ranges),
+            files=(WrittenFile("output", "aggregates", name, len(lines)),),
+        )
+        store.put(record.name, record.to_json())
+
+
+def test_sums_partials_of_committed_batches_only(tmp_path: Path) -> None:
+    store = FolderStore(tmp_path)
+    write_batch(store, "a-1", [("0", 0, 9)], [(W0, "h1", "motion", "0", 6), (W0, "h1", "door", "0", 4)])
+    write_batch(store, "b-1", [("0", 10, 14)], [(W0, "h1", "motion", "0", 3), (W1, "h1", "motion", "0", 2)])
+    write_batch(store, "c-1", [("0", 15, 99)], [(W0, "h1", "motion", "0", 85)], commit=False)
+    view = AggregateView(store)
+    assert view.refresh() == 2
+    assert view.refresh() == 0
+    assert view.count(W0, "h1", "motion") == 9
+    assert view.count(W1, "h1", "motion") == 2
+    assert view.count(W0, "h2", "motion") == 0
+    assert view.total() == 15
+    counts = view.counts()
+    assert counts[(W0, "h1", "motion")].window_end == W1
+    assert counts[(W0, "h1", "motion")].last_event_time == W0 + timedelta(seconds=30)
+
+
+def test_a_crash_replay_is_not_counted_twice(tmp_path: Path) -> None:
+    store = FolderStore(tmp_path)
+    # a checkpointed at 9, wrote 10-19 and died; b re-read 10-19 (and more) in two batches
+    write_batch(store, "a-1", [("0", 0, 9)], [(W0, "h1", "motion", "0", 10)], at=1)
+    write_batch(
+        store,
+        "a-2",
+        [("0", 10, 19), ("1", 0, 4)],
+        [(W0, "h1", "motion", "0", 10), (W0, "h2", "motion", "1", 5)],
+        at=2,
+    )
+    write_batch(store, "b-1", [("0", 10, 14)], [(W0, "h1", "motion", "0", 5)], at=3)
+    write_batch(store, "b-2", [("0", 15, 24)], [(W0, "h1", "motion", "0", 10)], at=4)
+    view = AggregateView(store)
+    view.refresh()
+    assert view.count(W0, "h1", "motion") == 25  # sequence numbers 0-24, once each
+    assert view.count(W0, "h2", "motion") == 5  # partition 1 of a-2 was never replayed
+
+
+def test_views_for_a_web_page(tmp_path: Path) -> None:
+    store = FolderStore(tmp_path)
+    write_batch(store, "a-1", [("0", 0, 9)], [(W0, "h1", "motion", "0", 6), (W0, "h2", "door", "0", 4)])
+    write_batch(store, "a-2", [("0", 10, 11)], [(W1, "h1", "motion", "0", 2)])
+    view = AggregateView(store)
+    view.refresh()
+    written = view.write_views(now=lambda: W1)
+    assert written == [
+        "views/window=20261121T100000Z.json",
+        "views/window=20261121T100100Z.json",
+        "views/index.json",
+    ]
+    window = json.loads(store.get("views/window=20261121T100000Z.json"))
+    assert window == {
+        "windowStart": "2026-11-21T10:00:00.000Z",
+        "windowEnd": "2026-11-21T10:01:00.000Z",
+        "events": 10,
+        "homes": {"h1": {"motion": 6}, "h2": {"door": 4}},
+    }
+    index = json.loads(store.get("views/index.json"))
+    assert index["updatedAt"] == "2026-11-21T10:01:00.000Z"
+    assert index["windows"][1] == {
+        "windowStart": "2026-11-21T10:01:00.000Z",
+        "windowEnd": "2026-11-21T10:02:00.000Z",
+        "events": 2,
+        "homes": 1,
+        "file": "window=20261121T100100Z.json",
+    }
+    assert view.windows() == index["windows"]

@@ -1,0 +1,60 @@
+"""A user's `module:function`: imported at start-up, or one line saying what is wrong."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hubshift.errors import UserError
+from hubshift.spark_app.pipelines import build_pipeline
+from hubshift.spark_app.pipelines.aggregate import AggregatePipeline
+from hubshift.spark_app.pipelines.function import FunctionPipeline, load_function
+from hubshift.spec import PipelineSpec
+
+
+@pytest.fixture
+def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    (tmp_path / "userjobs_for_test.py").write_text(
+        "def enrich(frame):\n    return frame\n\nNOT_A_FUNCTION = 3\n"
+    )
+    (tmp_path / "userjobs_broken.py").write_text("import missing_dependency_xyz\n")
+    (tmp_path / "userjobs_raising.py").write_text("raise RuntimeError('bad\\nconfig')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "userjobs_for_test"
+    for name in ("userjobs_for_test", "userjobs_broken", "userjobs_raising"):
+        sys.modules.pop(name, None)
+
+
+def test_loads_a_function(user_module: str) -> None:
+    function = load_function(f"{user_module}:enrich")
+    assert function.__name__ == "enrich"
+    pipeline = build_pipeline(PipelineSpec(type="function", function=f"{user_module}:enrich"))
+    assert isinstance(pipeline, FunctionPipeline)
+    assert pipeline.name == "function"
+
+
+@pytest.mark.parametrize(
+    ("reference", "message"),
+    [
+        ("no_such_module_abc:run", "no module named 'no_such_module_abc' (install it"),
+        ("userjobs_for_test:missing", "has no attribute 'missing'"),
+        ("userjobs_for_test:NOT_A_FUNCTION", "is a int, not a function"),
+        ("userjobs_broken:run", "importing userjobs_broken failed: no module named 'missing_dependency_xyz'"),
+        ("userjobs_raising:run", "importing userjobs_raising failed: RuntimeError: bad config"),
+        ("userjobs_for_test", "expected module:function"),
+    ],
+)
+def test_errors_are_one_line(user_module: str, reference: str, message: str) -> None:
+    with pytest.raises(UserError) as error:
+        load_function(reference)
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_aggregate_is_the_default() -> None:
+    pipeline = build_pipeline(PipelineSpec.model_validate({"aggregate": {"windowSeconds": 30}}))
+    assert isinstance(pipeline, AggregatePipeline)
+    assert pipeline.window_seconds == 30
