@@ -245,11 +245,22 @@ def write_kubeconfig(
 # --------------------------------------------------------------------------- processes
 
 
+_LIBC: ctypes.CDLL | None = None
+
+
 def _die_with_parent() -> None:
     """Runs in the child before exec: SIGTERM it when the process that started it dies, so a killed test
-    run leaves no servers behind (Linux prctl PR_SET_PDEATHSIG)."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+    run leaves no servers behind (Linux prctl PR_SET_PDEATHSIG). libc is loaded in the parent beforehand:
+    loading a library between fork and exec can deadlock."""
+    if _LIBC is not None:
+        _LIBC.prctl(1, signal.SIGTERM)
+
+
+def _load_libc() -> None:
+    global _LIBC
+    if _LIBC is None:
+        with contextlib.suppress(OSError):
+            _LIBC = ctypes.CDLL("libc.so.6", use_errno=True)
 
 
 def _terminate(processes: Sequence[subprocess.Popen[bytes]], timeout: float) -> None:
@@ -471,6 +482,7 @@ def start_control_plane(
     <workdir>/logs/<component>.log. On failure everything started is stopped again."""
     started = time.monotonic()
     binaries = bin_dir or control_plane_bin()
+    _load_libc()
     remove = workdir is None
     work = Path(tempfile.mkdtemp(prefix="hubshift-kube-")) if workdir is None else workdir
     work.mkdir(parents=True, exist_ok=True)
@@ -495,6 +507,13 @@ def start_control_plane(
     _write(pki / "apiserver.crt", serving_cert)
     _write(pki / "apiserver.key", serving_key, private=True)
     admin_cert, admin_key = ca.issue("hubshift-admin", organizations=["system:masters"])
+    # The aggregation layer's front proxy: without its CA, components using delegated authentication
+    # (controller-manager, scheduler) keep logging that the requestheader CA bundle is missing.
+    front_proxy = _CertificateAuthority.create("hubshift-test-front-proxy-ca")
+    _write(pki / "front-proxy-ca.crt", front_proxy.cert_pem)
+    proxy_cert, proxy_key = front_proxy.issue("front-proxy-client")
+    _write(pki / "front-proxy-client.crt", proxy_cert)
+    _write(pki / "front-proxy-client.key", proxy_key, private=True)
     admin_cert_file = _write(pki / "admin.crt", admin_cert)
     admin_key_file = _write(pki / "admin.key", admin_key, private=True)
     # The service-account signer: kube-apiserver reads the public key file as PEM "PUBLIC KEY" (a PKCS#8
@@ -593,6 +612,13 @@ def start_control_plane(
                 f"--tls-cert-file={pki / 'apiserver.crt'}",
                 f"--tls-private-key-file={pki / 'apiserver.key'}",
                 f"--client-ca-file={ca_file}",
+                f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+                f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={sa_pub}",
                 f"--service-account-signing-key-file={sa_key}",
