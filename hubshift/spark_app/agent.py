@@ -177,41 +177,55 @@ class OwnershipAgent:
 
     def run(self) -> int:
         """Until stopped: 0 after a graceful stop, 1 when the engine failed."""
+        self.start()
+        try:
+            while (code := self.step()) is None:
+                self._wait(self.clock())
+            return code
+        finally:
+            self.leave()
+
+    def start(self) -> None:
+        """Register (membership lease); claiming starts with the first `step`."""
         self._membership = join(
             self.store, self.scope, self.me, clock=self.clock, timing=self.settings.timing
         )
         if self.metrics:
             self.metrics.lease_renewed(True)
         self.ready = True
-        try:
-            while True:
-                now = self.clock()
-                self._take_engine_events()
-                if self._failure is not None:
-                    self._abandon(self._failure)
-                    return 1
-                self._keep_membership(now)
-                if self._stop_requested.is_set() and self._stop_deadline is None:
-                    self._stop_deadline = now + self.settings.grace_seconds
-                    log.info("stopping: handing off %d partitions", len(self._owned))
-                    self.ready = False
-                self._decide(now)
-                self._write_due_checkpoints(now)
-                self._report_backlog()
-                if self._stop_deadline is not None:
-                    if not self._owned:
-                        return 0
-                    if now >= self._stop_deadline:
-                        self._abandon("the grace period ran out")
-                        return 0
-                self._wait(now)
-        finally:
+
+    def step(self) -> int | None:
+        """One turn of the loop; the exit code once the consumer is done."""
+        now = self.clock()
+        self._take_engine_events()
+        if self._failure is not None:
+            self._abandon(self._failure)
+            return 1
+        self._keep_membership(now)
+        if self._stop_requested.is_set() and self._stop_deadline is None:
+            self._stop_deadline = now + self.settings.grace_seconds
+            log.info("stopping: handing off %d partitions", len(self._owned))
             self.ready = False
-            if self._membership is not None:
-                try:
-                    leave(self.store, self._membership)
-                except StoreError as exc:
-                    log.warning("could not leave the membership: %s", exc)
+        self._decide(now)
+        self._write_due_checkpoints(now)
+        self._report_backlog()
+        if self._stop_deadline is not None:
+            if not self._owned:
+                return 0
+            if now >= self._stop_deadline:
+                self._abandon("the grace period ran out")
+                return 0
+        return None
+
+    def leave(self) -> None:
+        """Deregister, so survivors may take what is left at once."""
+        self.ready = False
+        if self._membership is not None:
+            try:
+                leave(self.store, self._membership)
+            except StoreError as exc:
+                log.warning("could not leave the membership: %s", exc)
+            self._membership = None
 
     def _wait(self, now: float) -> None:
         deadlines = [now + 1.0, self._next_list]

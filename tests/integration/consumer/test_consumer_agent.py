@@ -1,0 +1,231 @@
+"""The ownership agent against a real store (SQLite), with a recording engine and a clock the test turns:
+claims and owner levels, checkpoints only after commit, graceful handoff by assignment, the handoff
+deadline, a deposed consumer fenced off, SIGTERM."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from hubshift.ownership.assignment import publish_assignment, read_assignment
+from hubshift.ownership.checkpoints import read_checkpoint
+from hubshift.ownership.connect import open_store, sqlite_url
+from hubshift.ownership.defaults import Timing
+from hubshift.ownership.leases import claim_partition
+from hubshift.ownership.membership import join
+from hubshift.ownership.model import Assignment, Checkpoint, Phase
+from hubshift.ownership.scope import Scope
+from hubshift.ownership.snapshot import take_snapshot
+from hubshift.ownership.store import LeaseStore
+from hubshift.spark_app.agent import AgentSettings, OwnershipAgent
+from hubshift.spark_app.engine import Committed, Drained, Stolen
+from hubshift.spark_app.receiver import StartAt
+
+SCOPE = Scope("ns.example", "hub", "$default")
+PARTITIONS = ["0", "1", "2", "3"]
+
+
+@dataclass
+class RecordingEngine:
+    name: str = "recording"
+    started: dict[str, tuple[int, StartAt, int | None]] = field(default_factory=dict)
+    drained: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
+
+    def start(self) -> None:
+        pass
+
+    def start_partition(
+        self, partition: str, owner_level: int, start: StartAt, next_sequence: int | None
+    ) -> None:
+        self.started[partition] = (owner_level, start, next_sequence)
+
+    def drain_partition(self, partition: str) -> None:
+        self.drained.append(partition)
+
+    def stop_partition(self, partition: str) -> None:
+        self.stopped.append(partition)
+
+    def backlog(self) -> dict[str, int]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+class StaticHub:
+    def partition_ids(self) -> list[str]:
+        return list(PARTITIONS)
+
+    def last_enqueued(self, partition: str) -> Checkpoint | None:
+        return Checkpoint("4096", 41)
+
+
+class Clocks:
+    """The agent's monotonic clock and wall clock, turned by the test."""
+
+    def __init__(self) -> None:
+        self.mono = 1000.0
+        self.now = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
+
+    def advance(self, seconds: float) -> None:
+        self.mono += seconds
+        self.now += timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def store_url(tmp_path: Path) -> str:
+    return sqlite_url(tmp_path / "store.db")
+
+
+@pytest.fixture
+def stores(store_url: str) -> Iterator[list[LeaseStore]]:
+    opened: list[LeaseStore] = []
+    yield opened
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def clocks() -> Clocks:
+    return Clocks()
+
+
+def make_agent(
+    name: str, store_url: str, stores: list[LeaseStore], clocks: Clocks, **settings: object
+) -> tuple[OwnershipAgent, RecordingEngine]:
+    store = open_store(store_url, create=True)
+    stores.append(store)
+    engine = RecordingEngine()
+    options = {"checkpoint_every_events": 10, "checkpoint_every_seconds": 60.0, "max_handoff_seconds": 15.0}
+    options.update(settings)
+    agent = OwnershipAgent(
+        store,
+        SCOPE,
+        name,
+        engine,
+        StaticHub(),
+        AgentSettings(timing=Timing(list_interval_seconds=5.0), **options),  # type: ignore[arg-type]
+        clock=lambda: clocks.mono,
+        wall=lambda: clocks.now,
+    )
+    agent.start()
+    return agent, engine
+
+
+def publish(store: LeaseStore, owners: dict[str, str], generation: int, clocks: Clocks) -> None:
+    record = read_assignment(store, SCOPE)
+    assignment = Assignment(generation, owners, Phase.REBALANCING, 2, clocks.now)
+    publish_assignment(store, SCOPE, assignment, etag=record.etag if record else None)
+
+
+def test_claims_start_reading_and_checkpoints_follow_commits(
+    store_url: str, stores: list[LeaseStore], clocks: Clocks
+) -> None:
+    agent, engine = make_agent("a", store_url, stores, clocks, start="latest")
+    assert agent.step() is None
+    assert sorted(engine.started) == PARTITIONS
+    level, start, next_sequence = engine.started["0"]
+    # `latest`: the first claim records the last enqueued event; reading starts after it.
+    assert (level, start, next_sequence) == (1, StartAt(sequence_number=41), 42)
+    store = stores[0]
+    agent.notify(Committed("0", 1, Checkpoint("5000", 49), 8))
+    agent.step()
+    assert read_checkpoint(store, SCOPE, "0") == Checkpoint("4096", 41)  # 8 events: not due yet
+    agent.notify(Committed("0", 1, Checkpoint("6000", 59), 10))
+    agent.notify(Committed("1", 0, Checkpoint("9", 9), 100))  # an older epoch: ignored
+    agent.step()
+    assert read_checkpoint(store, SCOPE, "0") == Checkpoint("6000", 59)
+    assert read_checkpoint(store, SCOPE, "1") == Checkpoint("4096", 41)
+
+
+def test_sigterm_drains_writes_the_final_checkpoint_and_releases(
+    store_url: str, stores: list[LeaseStore], clocks: Clocks
+) -> None:
+    agent, engine = make_agent("a", store_url, stores, clocks)
+    agent.step()
+    agent.notify(Committed("2", 1, Checkpoint("77", 7), 3))
+    agent.request_stop()
+    assert agent.step() is None
+    assert sorted(engine.drained) == PARTITIONS
+    for partition in PARTITIONS:
+        agent.notify(Drained(partition, 1, Checkpoint("99", 9) if partition == "2" else None))
+    assert agent.step() == 0
+    agent.leave()
+    snapshot = take_snapshot(stores[0], SCOPE)
+    assert all(row.free for row in snapshot.partitions)
+    assert read_checkpoint(stores[0], SCOPE, "2") == Checkpoint("99", 9)
+    assert snapshot.live_members == []
+
+
+def test_a_graceful_move_by_assignment(store_url: str, stores: list[LeaseStore], clocks: Clocks) -> None:
+    a, engine_a = make_agent("a", store_url, stores, clocks)
+    b, engine_b = make_agent("b", store_url, stores, clocks)
+    publish(stores[0], dict.fromkeys(PARTITIONS, "a"), 1, clocks)
+    a.step()
+    b.step()
+    assert sorted(engine_a.started) == PARTITIONS and engine_b.started == {}
+    publish(stores[0], {"0": "a", "1": "b", "2": "a", "3": "a"}, 2, clocks)
+    a.nudge()
+    b.nudge()
+    a.step()
+    b.step()
+    assert engine_a.drained == ["1"]
+    assert engine_b.started == {}  # a still holds it: b waits for the release
+    assert b.status()["waiting"] == ["1"]
+    a.notify(Drained("1", 1, Checkpoint("1900", 19)))
+    a.step()
+    clocks.advance(0.6)
+    b.step()
+    level, start, next_sequence = engine_b.started["1"]
+    assert (level, start, next_sequence) == (2, StartAt(sequence_number=19), 20)
+    assert read_checkpoint(stores[0], SCOPE, "1") == Checkpoint("1900", 19)
+
+
+def test_the_new_owner_breaks_the_lease_after_the_handoff_deadline(
+    store_url: str, stores: list[LeaseStore], clocks: Clocks
+) -> None:
+    a, engine_a = make_agent("a", store_url, stores, clocks)
+    b, engine_b = make_agent("b", store_url, stores, clocks)
+    publish(stores[0], dict.fromkeys(PARTITIONS, "a"), 1, clocks)
+    a.step()
+    publish(stores[0], {"0": "a", "1": "a", "2": "a", "3": "b"}, 2, clocks)
+    b.nudge()
+    b.step()
+    assert engine_b.started == {}
+    clocks.advance(14)
+    b.step()
+    assert engine_b.started == {}
+    clocks.advance(1.5)
+    b.step()
+    assert engine_b.started["3"][0] == 2
+    # The old owner, hung in its batch, finds out at its next checkpoint: fenced off, it stops reading.
+    a.notify(Committed("3", 1, Checkpoint("123", 500), 500))
+    a.step()
+    assert "3" in engine_a.stopped
+    assert read_checkpoint(stores[0], SCOPE, "3") != Checkpoint("123", 500)
+
+
+def test_a_deposed_consumer_stops_at_once_and_cannot_move_the_checkpoint(
+    store_url: str, stores: list[LeaseStore], clocks: Clocks
+) -> None:
+    a, engine = make_agent("a", store_url, stores, clocks)
+    a.step()
+    join(stores[0], SCOPE, "x", clock=lambda: clocks.mono)  # alive: its partitions are no orphans
+    thief = claim_partition(stores[0], SCOPE, "0", "x", force=True)
+    assert thief.owner_level == 2
+    a.notify(Stolen("0", 1))  # the service disconnected our receiver for the higher owner level
+    a.notify(Committed("0", 1, Checkpoint("777", 70), 100))
+    a.step()
+    assert "0" in engine.stopped
+    assert "0" not in a.owned()
+    assert read_checkpoint(stores[0], SCOPE, "0") == thief.checkpoint
+    # A lease broken without a new receiver is found at the next listing.
+    claim_partition(stores[0], SCOPE, "1", "x", force=True)
+    clocks.advance(6)
+    a.step()
+    assert "1" in engine.stopped and sorted(a.owned()) == ["2", "3"]

@@ -1,0 +1,163 @@
+"""The consumer's ownership decisions: following the assignment, handoff deadlines, orphans, the fallback
+balancer when there is no current record, and the checkpoint cadence."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hubshift.ownership.model import (
+    EARLIEST,
+    Assignment,
+    Checkpoint,
+    Member,
+    OwnershipSnapshot,
+    PartitionOwnership,
+    Phase,
+)
+from hubshift.ownership.scope import Scope
+from hubshift.ownership.store import LeaseState
+from hubshift.spark_app.handoff import (
+    ClaimPlan,
+    OwnershipPlan,
+    assignment_is_current,
+    checkpoint_due,
+    plan_ownership,
+)
+
+SCOPE = Scope("ns.servicebus.windows.net", "hub", "$default")
+T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
+PARTITIONS = ["0", "1", "2", "3"]
+
+
+def row(partition: str, owner: str | None, *, alive: bool = True, level: int = 1) -> PartitionOwnership:
+    return PartitionOwnership(
+        partition=partition,
+        owner=owner,
+        owner_alive=owner is not None and alive,
+        lease_state=LeaseState.LEASED if owner else LeaseState.AVAILABLE,
+        owner_level=level,
+        last_modified=T0,
+        checkpoint=EARLIEST,
+        last_owner=owner,
+    )
+
+
+def snapshot(
+    owners: dict[str, str | None],
+    members: list[str],
+    assignment: dict[str, str] | None = None,
+    *,
+    dead: tuple[str, ...] = (),
+    published: datetime = T0,
+) -> OwnershipSnapshot:
+    rows = tuple(row(p, o, alive=o not in dead) for p, o in owners.items())
+    record = None
+    if assignment is not None:
+        record = Assignment(
+            generation=2, partitions=assignment, phase=Phase.REBALANCING, replicas=2, updated_at=published
+        )
+    return OwnershipSnapshot(
+        SCOPE,
+        rows,
+        tuple(Member(m, m not in dead, T0) for m in members),
+        record,
+        "etag" if record else None,
+    )
+
+
+def plan(
+    me: str,
+    snap: OwnershipSnapshot,
+    active: list[str],
+    now: datetime = T0,
+    *,
+    draining: tuple[str, ...] = (),
+    stopping: bool = False,
+) -> OwnershipPlan:
+    return plan_ownership(
+        me,
+        PARTITIONS,
+        snap,
+        active,
+        draining,
+        now,
+        max_handoff_seconds=15,
+        stale_after_seconds=60,
+        stopping=stopping,
+    )
+
+
+def test_moving_away_drains_and_moving_here_waits_for_the_release() -> None:
+    snap = snapshot(
+        {"0": "a", "1": "a", "2": "b", "3": "b"}, ["a", "b"], {"0": "a", "1": "b", "2": "b", "3": "b"}
+    )
+    a = plan("a", snap, ["0", "1"])
+    assert a.mode == "assignment" and a.drains == ("1",) and a.claims == ()
+    b = plan("b", snap, ["2", "3"])
+    assert b.waiting == ("1",) and b.claims == ()
+    assert b.handoff_deadline == T0 + timedelta(seconds=15)
+
+
+def test_released_partition_is_claimed_without_force_and_late_ones_by_force() -> None:
+    released = snapshot({"1": None}, ["a", "b"], {"0": "a", "1": "b", "2": "b", "3": "b"})
+    assert plan("b", released, []).claims[0] == ClaimPlan("1", False, "free")
+    held = snapshot({"1": "a"}, ["a", "b"], {"0": "a", "1": "b", "2": "b", "3": "b"})
+    late = plan("b", held, [], now=T0 + timedelta(seconds=16))
+    assert ClaimPlan("1", True, "handoff deadline passed") in late.claims
+
+
+def test_an_orphan_is_taken_at_once_and_my_own_lease_without_force() -> None:
+    snap = snapshot(
+        {"0": "a", "1": "gone", "2": "b", "3": "b"},
+        ["a", "b", "gone"],
+        {"0": "b", "1": "b", "2": "b", "3": "a"},
+        dead=("gone",),
+    )
+    claims = {c.partition: c for c in plan("b", snap, []).claims}
+    assert claims["1"].force and claims["1"].reason == "orphaned"
+    assert claims["2"] == ClaimPlan("2", False, "mine")  # a restart with the same identity
+    assert "0" not in claims  # a live owner within the deadline
+
+
+def test_a_draining_partition_is_not_claimed_again_until_it_is_released() -> None:
+    snap = snapshot({"0": "a"}, ["a"], {"0": "a", "1": "a", "2": "a", "3": "a"})
+    result = plan("a", snap, [], draining=("0",))
+    assert "0" not in {c.partition for c in result.claims}
+
+
+def test_stopping_drains_everything_and_claims_nothing() -> None:
+    snap = snapshot({}, ["a"], None)
+    result = plan("a", snap, ["0", "2"], stopping=True)
+    assert result.mode == "stopping" and result.drains == ("0", "2") and result.claims == ()
+
+
+def test_without_a_record_the_fallback_balancer_claims_free_and_steals_one() -> None:
+    free = plan("a", snapshot({}, ["a", "b"]), [])
+    assert free.mode == "fallback" and {c.partition for c in free.claims} == {"0", "1"}
+    crowded = snapshot({p: "b" for p in PARTITIONS}, ["a", "b"])
+    steal = plan("a", crowded, [])
+    assert len(steal.claims) == 1 and steal.claims[0].force and "steal from b" in steal.claims[0].reason
+
+
+def test_a_stale_record_that_names_a_dead_consumer_falls_back() -> None:
+    assignment = Assignment(2, {p: "dead" for p in PARTITIONS}, Phase.READY, 1, T0)
+    assert assignment_is_current(assignment, PARTITIONS, ["a"], T0 + timedelta(seconds=30), 60)
+    assert not assignment_is_current(assignment, PARTITIONS, ["a"], T0 + timedelta(seconds=61), 60)
+    healthy = Assignment(2, {p: "a" for p in PARTITIONS}, Phase.READY, 1, T0)
+    assert assignment_is_current(healthy, PARTITIONS, ["a"], T0 + timedelta(days=3), 60)
+    snap = snapshot({}, ["a"], {p: "dead" for p in PARTITIONS}, published=T0 - timedelta(minutes=5))
+    assert plan("a", snap, []).mode == "fallback"
+
+
+def test_checkpoint_cadence() -> None:
+    written = Checkpoint("100", 10)
+    moved = Checkpoint("200", 20)
+
+    def due(committed: Checkpoint | None, events: int, now: float) -> bool:
+        return checkpoint_due(committed, written, events, 0.0, now, every_events=100, every_seconds=5.0)
+
+    assert not due(None, 0, 100.0)
+    assert not due(written, 500, 100.0)  # nothing moved
+    assert not due(moved, 10, 4.0)
+    assert due(moved, 10, 5.0)  # time
+    assert due(moved, 100, 0.1)  # events
