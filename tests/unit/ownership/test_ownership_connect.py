@@ -1,0 +1,64 @@
+"""Parsing a store string: what is accepted, and one line that never repeats a key for what is not."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hubshift.errors import UserError
+from hubshift.ownership.connect import BlobLocation, SqliteLocation, parse_store, sqlite_url
+
+KEY = base64.b64encode(b"a secret account key, 32 bytes!!").decode()
+AZURE = f"DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={KEY};EndpointSuffix=core.windows.net"
+
+
+def test_sqlite_urls_follow_sqlalchemy() -> None:
+    assert parse_store("sqlite:///state/hub.db") == SqliteLocation(Path("state/hub.db"))
+    assert parse_store("sqlite:////var/lib/hub.db", "pc-1") == SqliteLocation(Path("/var/lib/hub.db"), "pc-1")
+    assert parse_store(sqlite_url(Path("/tmp/x.db"))) == SqliteLocation(Path("/tmp/x.db"))
+    assert parse_store(sqlite_url("rel.db")) == SqliteLocation(Path("rel.db"))
+
+
+def test_azure_connection_strings() -> None:
+    location = parse_store(AZURE, "orders-pc")
+    assert isinstance(location, BlobLocation) and location.container == "orders-pc"
+    assert KEY not in repr(location)
+    assert isinstance(parse_store("UseDevelopmentStorage=true", "abc"), BlobLocation)
+    sas = "BlobEndpoint=https://acct.blob.core.windows.net;SharedAccessSignature=sv=2024&sig=abc%3D"
+    assert isinstance(parse_store(sas, "abc"), BlobLocation)
+
+
+@pytest.mark.parametrize(
+    ("store", "container", "message"),
+    [
+        ("", "abc", "the store is empty"),
+        ("sqlite:/x.db", None, "sqlite:///relative"),
+        ("sqlite:///", None, "sqlite:///relative"),
+        ("https://acct.blob.core.windows.net", "abc", "no Key=Value"),
+        (f"AccountName=acct;AccountKey={KEY};Flavour=x", "abc", "unknown key 'Flavour'"),
+        ("DefaultEndpointsProtocol=https;EndpointSuffix=core.windows.net", "abc", "names no account"),
+        ("AccountName=acct;AccountKey=not*base64", "abc", "not base64"),
+        (f"BlobEndpoint=http://h:1/a;AccountKey={KEY}", "abc", "AccountKey but no AccountName"),
+        ("BlobEndpoint=ftp://x;AccountName=a", "abc", "must be an http(s) URL"),
+        (AZURE, None, "needs a container"),
+        (AZURE, "Bad_Name", "is not valid"),
+        (AZURE, "a--b", "is not valid"),
+    ],
+)
+def test_bad_stores_say_what_to_fix(store: str, container: str | None, message: str) -> None:
+    with pytest.raises(UserError) as caught:
+        parse_store(store, container)
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value) and KEY not in str(caught.value)
+
+
+@given(st.text(alphabet=st.characters(blacklist_characters=";=\n"), min_size=8, max_size=40))
+def test_a_key_is_never_repeated_in_an_error(secret: str) -> None:
+    for store in (f"AccountName=acct;AccountKey={secret};Junk", f"AccountKey={secret}", f"Acount={secret}"):
+        with pytest.raises(UserError) as caught:
+            parse_store(store, "abc")
+        assert secret not in str(caught.value)
