@@ -92,19 +92,14 @@ def test_two_event_processors_share_the_partitions_and_checkpoint(
             partitions = {entry[0] for entry in lines(output) if entry[2].startswith("second")}
             assert len(partitions) == 2, partitions
             assert len({ownership[partition] for partition in partitions}) == 1
-        checkpoints = {
-            item["partition_id"]: item for item in store.list_checkpoints(namespace, "hub", "$Default")
-        }
-        assert wait_until(
-            lambda: (
-                all(
-                    item["sequence_number"] == 19
-                    for item in store.list_checkpoints(namespace, "hub", "$Default")
-                )
-                and len(store.list_checkpoints(namespace, "hub", "$Default")) == 4
-            ),
-            20,
-        ), checkpoints
+
+        def checkpointed() -> dict[str, int]:
+            return {
+                item["partition_id"]: item["sequence_number"]
+                for item in store.list_checkpoints(namespace, "hub", "$Default")
+            }
+
+        assert wait_until(lambda: checkpointed() == {"0": 19, "1": 19, "2": 19, "3": 19}, 20), checkpointed()
     finally:
         for worker in workers:
             worker.terminate()
