@@ -333,6 +333,27 @@ class ControlPlane:
             return ""
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
+    # -- for processes under test
+
+    def environ(self, kubeconfig: Path | None = None) -> dict[str, str]:
+        """os.environ with KUBECONFIG set (admin unless `kubeconfig` is given), e.g. for `hubshift operator`
+        run as a subprocess; kopf and the kubernetes client both read it."""
+        return {**os.environ, "KUBECONFIG": str(kubeconfig or self.kubeconfig)}
+
+    def kubectl(
+        self, *args: str, kubeconfig: Path | None = None, input: str | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the kubectl built with the control plane (same version), e.g. kubectl("apply", "-f", "crds/").
+        Raises CalledProcessError with kubectl's message on failure."""
+        return subprocess.run(
+            [str(self.bin_dir / "kubectl"), f"--kubeconfig={kubeconfig or self.kubeconfig}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=True,
+        )
+
     # -- a minimal admin REST client (stdlib only; tests may prefer the `kubernetes` package)
 
     def request(self, method: str, path: str, body: JSON | None = None, timeout: float = 30) -> JSON:

@@ -316,7 +316,8 @@ def test_pods_run_as_local_processes(control_plane: ControlPlane, kube_api: Any,
         env={"HUBSHIFT_IDENTITY": "{pod}", "HUBSHIFT_ORDINAL": "{ordinal}"},
     ) as runner:
         pids = runner.wait_for_pods({"consumer-0", "consumer-1"}, timeout=90)
-        environ = _environ(pids["consumer-1"])
+        # /proc/<pid>/environ is filled in a moment after exec returns to the parent: poll it.
+        environ = eventually(lambda: (env := _environ(pids["consumer-1"])) and "POD_NAME" in env and env, 10)
         assert environ["HUBSHIFT_IDENTITY"] == "consumer-1"
         assert environ["HUBSHIFT_ORDINAL"] == "1"
         assert environ["POD_NAME"] == "consumer-1"
@@ -331,12 +332,21 @@ def test_pods_run_as_local_processes(control_plane: ControlPlane, kube_api: Any,
         )
         assert restarted["consumer-1"] == pids["consumer-1"]
 
+        # A pod deleted and recreated under the same name (new UID) gets a new process.
+        control_plane.kubectl("delete", "pod", "consumer-1", "-n", kube_namespace, "--wait=false")
+        replaced = eventually(
+            lambda: (now := runner.pids()).get("consumer-1") not in (None, pids["consumer-1"]) and now,
+            60,
+            "consumer-1's process to be replaced",
+        )
+        assert ("stopping", "consumer-1") in [(e.kind, e.pod) for e in runner.events]
+
         # Scale-in: the pod goes, so does its process (SIGTERM).
         apps.patch_namespaced_stateful_set_scale("consumer", kube_namespace, {"spec": {"replicas": 1}})
         runner.wait_for_pods({"consumer-0"}, timeout=60)
-        assert not Path(f"/proc/{pids['consumer-1']}").exists() or _is_zombie(pids["consumer-1"])
+        assert not Path(f"/proc/{replaced['consumer-1']}").exists() or _is_zombie(replaced["consumer-1"])
         kinds = [(e.kind, e.pod) for e in runner.events]
-        assert ("stopping", "consumer-1") in kinds
+        assert kinds.count(("stopping", "consumer-1")) == 2
         assert ("exited", "consumer-0") in kinds
         last = runner.pids()
     for pid in last.values():
