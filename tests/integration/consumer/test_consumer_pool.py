@@ -1,0 +1,138 @@
+"""Three Spark consumers share 16 partitions (the emulator, Azurite, real PySpark): every produced event
+reaches the sink, a graceful move of partitions between them replays nothing, window totals equal the
+events produced, and SIGTERM hands everything off."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from hubshift.ownership.assignment import publish_assignment, read_assignment
+from hubshift.ownership.connect import open_store
+from hubshift.ownership.model import Assignment, Phase
+from hubshift.ownership.scope import Scope
+from hubshift.ownership.snapshot import take_snapshot
+from hubshift.spark_app.pipelines.aggregate_view import AggregateView
+from hubshift.spark_app.produce import HubSender, LoadSpec, produce_load
+from hubshift.spark_app.sinks.folder import FolderStore
+from hubshift.testing.azurite import Azurite
+from hubshift.testing.emulator import RunningEmulator
+from tests.fixtures.consumer import (
+    ConsumerPool,
+    all_in_sink,
+    committed_ranges,
+    consumer_environ,
+    consumer_manifest,
+    coverage,
+    wait_for,
+)
+
+pytestmark = pytest.mark.timeout(900)
+
+PARTITIONS = [str(p) for p in range(16)]
+CONSUMERS = ["c0", "c1", "c2"]
+
+
+def assign(owners: dict[str, list[str]]) -> dict[str, str]:
+    return {p: consumer for consumer, parts in owners.items() for p in parts}
+
+
+def produce(emulator: RunningEmulator, count: int, rate: float, seed: int) -> dict[str, int]:
+    sender = HubSender.connect(emulator.connection_string, "hub")
+    try:
+        summary = produce_load(LoadSpec(homes=200, rate=rate, count=count, seed=seed), sender, hub="hub")
+    finally:
+        sender.close()
+    return summary.partitions
+
+
+def add(total: dict[str, int], more: dict[str, int]) -> None:
+    for partition, count in more.items():
+        total[partition] = total.get(partition, 0) + count
+
+
+def test_three_consumers_share_sixteen_partitions_and_move_them_gracefully(
+    tmp_path: Path,
+    emulator_factory: object,
+    azurite: Azurite,
+    blob_container: str,
+    consumer_pool: ConsumerPool,
+) -> None:
+    emulator: RunningEmulator = emulator_factory(["hub:16"])  # type: ignore[operator]
+    sink = tmp_path / "sink"
+    manifest = consumer_manifest(
+        tmp_path / "consumer.yaml",
+        store={"blob": {"container": blob_container}},
+        sink=sink,
+    )
+    consumer_pool.environ.update(consumer_environ(emulator.connection_string, azurite.connection_string))
+    store = open_store(azurite.connection_string, blob_container)
+    host = emulator.connection_string.split("sb://", 1)[1].split(";", 1)[0].rstrip("/")
+    scope = Scope(host, "hub", "$Default")
+
+    def publish(owners: dict[str, str], generation: int) -> None:
+        record = read_assignment(store, scope)
+        assignment = Assignment(
+            generation, owners, Phase.REBALANCING, 3, datetime.now(UTC), max_handoff_seconds=30
+        )
+        publish_assignment(store, scope, assignment, etag=record.etag if record else None)
+
+    def owners_now() -> dict[str, str | None]:
+        return {row.partition: row.owner for row in take_snapshot(store, scope).partitions}
+
+    first = assign({"c0": PARTITIONS[0:6], "c1": PARTITIONS[6:11], "c2": PARTITIONS[11:16]})
+    publish(first, 1)
+    consumers = [consumer_pool.start(manifest, name) for name in CONSUMERS]
+    for consumer in consumers:
+        consumer.wait_ready()
+    wait_for(lambda: owners_now() == first, 60, "the first assignment to be owned")
+
+    produced: dict[str, int] = {}
+    add(produced, produce(emulator, 1600, 2000, seed=1))
+    wait_for(lambda: all_in_sink(sink, produced), 240, "the first load in the sink")
+
+    # A graceful move while events keep coming: c0 gives 2 partitions to c1 and 1 to c2, c1 gives 1 to c2.
+    second = assign(
+        {
+            "c0": PARTITIONS[0:3],
+            "c1": PARTITIONS[3:5] + PARTITIONS[6:10],
+            "c2": PARTITIONS[5:6] + PARTITIONS[10:16],
+        }
+    )
+    during: dict[str, int] = {}
+    load = threading.Thread(target=lambda: add(during, produce(emulator, 1600, 200, seed=2)))
+    load.start()
+    publish(second, 2)
+    for consumer in consumers:
+        consumer.nudge(2)
+    wait_for(lambda: owners_now() == second, 90, "the second assignment to be owned")
+    load.join(timeout=60)
+    add(produced, during)
+    add(produced, produce(emulator, 800, 2000, seed=3))
+    wait_for(lambda: all_in_sink(sink, produced), 240, "every event in the sink")
+
+    ranges = committed_ranges(sink)
+    for partition, count in produced.items():
+        covered, duplicates = coverage(ranges.get(partition, []))
+        assert covered == set(range(count)), partition
+        assert duplicates == 0, f"partition {partition} replayed {duplicates} events after a graceful move"
+    moved = [p for p in PARTITIONS if first[p] != second[p]]
+    for partition in moved:
+        assert {r.consumer for r in ranges[partition]} == {first[partition], second[partition]}
+
+    view = AggregateView(FolderStore(sink))
+    view.refresh()
+    assert view.total() == sum(produced.values())
+
+    for consumer in consumers:
+        consumer.terminate()
+    for consumer in consumers:
+        assert consumer.wait(timeout=90) == 0, consumer.log()[-3000:]
+    table = take_snapshot(store, scope)
+    assert all(row.free for row in table.partitions)
+    final = {row.partition: row.checkpoint.sequence_number for row in table.partitions}
+    assert {p: final.get(p, -1) for p in PARTITIONS} == {p: produced.get(p, 0) - 1 for p in PARTITIONS}
+    store.close()
