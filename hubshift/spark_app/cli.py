@@ -148,7 +148,7 @@ def run_consumer(
         list_interval_seconds=list_interval or Timing().list_interval_seconds,
     )
     target = resolve_target(spec.event_hubs, env)
-    management = EventHubsManagement(target)
+    management = EventHubsManagement(target, retry_total=1)
     management.probe()
     store = open_checkpoint_store(spec.checkpoint_store, env, timing)
     scope = Scope(target.fqns, target.hub, target.consumer_group)
