@@ -20,8 +20,8 @@ SUBCOMMANDS: dict[str, str] = {
     "status": "hubshift.ownership.cli:status",
     "consume": "hubshift.spark_app.cli:consume",
     "produce": "hubshift.spark_app.produce:produce",
-    "run": "hubshift.operator.cli:run",
-    "demo": "hubshift.operator.cli:demo",
+    "run": "hubshift.operator.local_cli:run",
+    "demo": "hubshift.operator.local_cli:demo",
     "operator": "hubshift.operator.cli:operator",
 }
 
