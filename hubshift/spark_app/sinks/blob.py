@@ -73,8 +73,7 @@ class BlobStore:
             raise FileNotFoundError(f"{self.describe()}: no blob {name}") from None
 
     def list(self, prefix: str = "") -> list[str]:
-        root = join(self.prefix, "")
-        root = f"{root}/" if root else ""
+        root = f"{self.prefix.strip('/')}/" if self.prefix.strip("/") else ""
         names = self.client.list_blob_names(name_starts_with=root + prefix)
         return sorted(name[len(root) :] for name in names)
 

@@ -1,0 +1,101 @@
+"""The consumer's HTTP server on 127.0.0.1: /metrics, /healthz, /readyz and the assignment nudge."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+from hubshift.errors import UserError
+from hubshift.spark_app.http import ConsumerHTTPServer
+from hubshift.spark_app.metrics import ConsumerMetrics
+
+
+def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str, str]:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.headers["Content-Type"], response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers["Content-Type"], error.read().decode()
+
+
+def post(url: str, body: bytes = b"") -> tuple[int, str]:
+    request = urllib.request.Request(url, data=body, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_endpoints() -> None:
+    metrics = ConsumerMetrics("homes-0")
+    metrics.partition_acquired("3")
+    metrics.events.labels("3").inc(42)
+    ready = threading.Event()
+    nudges: list[int | None] = []
+    server = ConsumerHTTPServer(metrics, ready=ready.is_set, on_assignment=nudges.append)
+    with server:
+        base = server.url
+        assert base.startswith("http://127.0.0.1:")
+        status, content_type, text = get(f"{base}/metrics")
+        assert status == 200 and content_type.startswith("text/plain")
+        assert 'hubshift_consumer_events_total{partition="3"} 42.0' in text
+        assert "hubshift_consumer_owned_partitions 1.0" in text
+        status, content_type, text = get(f"{base}/metrics", {"Accept": "application/openmetrics-text"})
+        assert content_type.startswith("application/openmetrics-text") and text.endswith("# EOF\n")
+
+        assert get(f"{base}/healthz")[0] == 200
+        assert get(f"{base}/readyz")[:3:2] == (503, "not ready\n")
+        ready.set()
+        assert get(f"{base}/readyz")[:3:2] == (200, "ready\n")
+        assert get(f"{base}/nope")[0] == 404
+
+        assert post(f"{base}/assignment") == (202, '{"accepted":true}\n')
+        assert post(f"{base}/assignment", b'{"generation": 7}')[0] == 202
+        assert post(f"{base}/assignment", b"{not json")[0] == 400
+        assert post(f"{base}/assignment", b'{"generation": "7"}')[0] == 400
+        assert post(f"{base}/assignment", b"x" * 5000)[0] == 400
+        assert post(f"{base}/elsewhere")[0] == 404
+        assert nudges == [None, 7]
+    with pytest.raises(RuntimeError):
+        server.port  # noqa: B018
+
+
+def test_failing_probes_and_callbacks_answer_errors() -> None:
+    def broken() -> bool:
+        raise RuntimeError("agent gone")
+
+    def broken_nudge(generation: int | None) -> None:
+        raise RuntimeError("queue closed")
+
+    with ConsumerHTTPServer(
+        ConsumerMetrics("c"), live=broken, ready=broken, on_assignment=broken_nudge
+    ) as server:
+        assert get(f"{server.url}/healthz")[0] == 503
+        assert get(f"{server.url}/readyz")[0] == 503
+        assert post(f"{server.url}/assignment")[0] == 500
+    with ConsumerHTTPServer(ConsumerMetrics("c")) as server:
+        assert post(f"{server.url}/assignment")[0] == 501
+
+
+def test_a_port_in_use_is_one_line() -> None:
+    with ConsumerHTTPServer(ConsumerMetrics("a")) as first:
+        clash = ConsumerHTTPServer(ConsumerMetrics("b"), port=first.port)
+        with pytest.raises(UserError, match=f"metrics port {first.port} on 127.0.0.1"):
+            clash.start()
+
+
+def test_metrics_after_a_batch_are_scraped_as_json_friendly_numbers() -> None:
+    metrics = ConsumerMetrics("c", process_metrics=False)
+    with ConsumerHTTPServer(metrics) as server:
+        text = get(f"{server.url}/metrics")[2]
+    names = {
+        line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")
+    }
+    assert all(name.startswith("hubshift_consumer_") for name in names)
+    assert json.dumps(sorted(names))
