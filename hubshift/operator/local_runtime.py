@@ -421,11 +421,15 @@ class LocalOperator:
         """Cycles until `stop` is set (the caller then calls `shutdown`)."""
         loop = self.loop or await self.open()
         self.runtime.start_supervising()
-        inputs = CycleInputs(
-            annotations=dict(self.consumer.metadata.annotations), created_at=self.created_at, generation=1
-        )
         while not stop.is_set():
             self.wake.clear()
+            previous = self.runtime.status.get("conditions")
+            inputs = CycleInputs(
+                annotations=dict(self.consumer.metadata.annotations),
+                created_at=self.created_at,
+                generation=1,
+                previous_conditions=previous if isinstance(previous, list) else (),
+            )
             wait = 1.0
             try:
                 self.report = await loop.cycle(inputs)

@@ -1,0 +1,489 @@
+"""The control loop: its pure helpers, and whole cycles over a SQLite store with a fake hub and runtime."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hubshift.operator import autoscaler
+from hubshift.operator.control_loop import (
+    AUTOSCALER_RECORD,
+    BUSY_CYCLE_SECONDS,
+    ControlLoop,
+    CycleInputs,
+    backlog_per_partition,
+    build_status,
+    holders_to_expel,
+    lease_holders,
+    next_cycle_in,
+    present_consumers,
+    rebalance_config,
+    rebalance_reason,
+    record_changed,
+    scaling_config,
+)
+from hubshift.operator.eventhubs_probe import PartitionInfo, ProbeError
+from hubshift.operator.rebalance import Phase, PublishAssignment, RebalanceState
+from hubshift.operator.runtime import ConsumerInstance
+from hubshift.ownership.assignment import (
+    decode_assignment,
+    encode_assignment,
+    publish_assignment,
+    read_assignment,
+)
+from hubshift.ownership.leases import claim_partition
+from hubshift.ownership.membership import join
+from hubshift.ownership.model import Checkpoint
+from hubshift.ownership.scope import Scope
+from hubshift.ownership.snapshot import take_snapshot
+from hubshift.ownership.sqlite import SqliteLeaseStore
+from hubshift.spec import PartitionedConsumer, RebalanceSpec, ScalingSpec, StartPosition, parse_manifest
+
+SCOPE = Scope("ns.example.net", "hub", "$default")
+
+
+def manifest(**scaling: object) -> PartitionedConsumer:
+    return parse_manifest(
+        {
+            "apiVersion": "hubshift.dev/v1alpha1",
+            "kind": "PartitionedConsumer",
+            "metadata": {"name": "homes"},
+            "spec": {
+                "eventHubs": {"hub": "hub"},
+                "checkpointStore": {"sqlite": {"path": "unused.db"}},
+                "scaling": {"minReplicas": 2, "maxReplicas": 4, "pollingIntervalSeconds": 5, **scaling},
+                "rebalance": {"delaySeconds": 5, "maxHandoffSeconds": 10},
+            },
+        }
+    )
+
+
+# --- pure helpers ---------------------------------------------------------------------------------------
+
+
+def test_scaling_config_defaults_are_the_autoscalers() -> None:
+    config = scaling_config(ScalingSpec())
+    assert config.scale_up == autoscaler.DEFAULT_SCALE_UP
+    assert config.scale_down == autoscaler.DEFAULT_SCALE_DOWN
+    assert config.min_replicas == 1 and config.max_replicas == 32
+    assert config.target_backlog_per_replica == 1000
+    assert config.fallback is None
+
+
+def test_scaling_config_maps_every_field() -> None:
+    spec = ScalingSpec.model_validate(
+        {
+            "minReplicas": 0,
+            "maxReplicas": 8,
+            "cooldownPeriodSeconds": 60,
+            "initialCooldownPeriodSeconds": 30,
+            "target": {"unprocessedEventsPerReplica": 64},
+            "activation": {"unprocessedEvents": 10},
+            "fallback": {"failureThreshold": 2, "replicas": 3, "behavior": "currentReplicasIfHigher"},
+            "behavior": {
+                "scaleUp": {"stabilizationWindowSeconds": 5, "selectPolicy": "Min", "policies": []},
+                "scaleDown": {
+                    "stabilizationWindowSeconds": 20,
+                    "policies": [{"type": "Pods", "value": 1, "periodSeconds": 10}],
+                },
+            },
+            "alignToPartitions": False,
+        }
+    )
+    config = scaling_config(spec)
+    assert config.may_scale_to_zero
+    assert (config.activation_backlog, config.target_backlog_per_replica) == (10, 64)
+    assert config.fallback == autoscaler.Fallback(2, 3, "currentReplicasIfHigher")
+    assert config.scale_up == autoscaler.ScalingRules(5.0, "Min", ())
+    assert config.scale_down.policies == (autoscaler.ScalingPolicy("Pods", 1, 10.0),)
+    assert not config.align_to_partitions
+    assert (config.cooldown_period_seconds, config.initial_cooldown_period_seconds) == (60.0, 30.0)
+
+
+def test_rebalance_config() -> None:
+    config = rebalance_config(RebalanceSpec(delay_seconds=3, max_handoff_seconds=7))
+    assert (config.delay_seconds, config.max_handoff_seconds) == (3, 7)
+
+
+def snapshot_with(store: SqliteLeaseStore, checkpoints: dict[str, int], owner: str = "homes-0") -> object:
+    join(store, SCOPE, owner, clock=lambda: 0.0)
+    for partition, sequence in checkpoints.items():
+        lease = claim_partition(store, SCOPE, partition, owner)
+        if sequence >= 0:
+            from hubshift.ownership.checkpoints import write_checkpoint
+
+            write_checkpoint(store, lease, Checkpoint(str(sequence * 10), sequence))
+    return take_snapshot(store, SCOPE)
+
+
+def test_backlog_and_holders_from_one_listing(tmp_path: Path) -> None:
+    store = SqliteLeaseStore(tmp_path / "s.db")
+    snapshot = snapshot_with(store, {"0": 40, "1": -1})
+    infos = {
+        "0": PartitionInfo("0", 0, 99, False),
+        "1": PartitionInfo("1", 0, 9, False),  # "nothing consumed yet": all 10 events
+        "2": PartitionInfo("2", 0, 19, False),  # no checkpoint blob: from the start position
+        "3": PartitionInfo("3", 0, -1, True),
+    }
+    earliest = backlog_per_partition(infos, snapshot, StartPosition(type="earliest"))  # type: ignore[arg-type]
+    assert earliest == {"0": 59, "1": 10, "2": 20, "3": 0}
+    latest = backlog_per_partition(infos, snapshot, StartPosition(type="latest"))  # type: ignore[arg-type]
+    assert latest == {"0": 59, "1": 0, "2": 0, "3": 0}
+    assert lease_holders(snapshot, ["0", "1", "2"]) == {"0": "homes-0", "1": "homes-0", "2": None}  # type: ignore[arg-type]
+
+
+def test_present_consumers_are_ready_and_not_stopping_in_natural_order() -> None:
+    instances = [
+        ConsumerInstance("homes-10", 10, True, "a"),
+        ConsumerInstance("homes-2", 2, True, "b"),
+        ConsumerInstance("homes-3", 3, False, "c"),
+        ConsumerInstance("homes-4", 4, True, "d", terminating=True),
+    ]
+    assert present_consumers(instances) == ("homes-2", "homes-10")
+
+
+@st.composite
+def states(draw: st.DrawFn) -> RebalanceState:
+    partitions = [str(p) for p in range(draw(st.integers(1, 12)))]
+    consumers = [f"homes-{i}" for i in range(draw(st.integers(0, 4)))]
+    owner = st.sampled_from([None, *consumers]) if consumers else st.none()
+    generation = draw(st.integers(0, 50))
+    published = draw(st.floats(1.6e9, 2.0e9, allow_nan=False)) if generation else None
+    return RebalanceState(
+        generation=generation,
+        phase=draw(st.sampled_from(list(Phase))),
+        assignment={p: draw(owner) for p in partitions},
+        consumers=tuple(consumers),
+        forced=frozenset(draw(st.sets(st.sampled_from(partitions)))),
+        published_at=published,
+        holddown_until=draw(st.none() | st.floats(1.6e9, 2.0e9, allow_nan=False)),
+        replicas=draw(st.integers(0, 8)),
+    )
+
+
+@settings(max_examples=200)
+@given(states())
+def test_a_record_read_back_is_not_written_again(state: RebalanceState) -> None:
+    """The loop writes only when the record would change: a state read back from its own record must
+    compare equal, or every cycle would write (and wake every consumer)."""
+    config = rebalance_config(RebalanceSpec())
+    record = state.to_record(config)
+    read_back = decode_assignment(encode_assignment(record))
+    again = RebalanceState.from_record(read_back).to_record(config)
+    assert not record_changed(again, read_back)
+    changed = RebalanceState.from_record(read_back)
+    bumped = changed.__class__(**{**changed.__dict__, "generation": changed.generation + 1})
+    assert record_changed(bumped.to_record(config), read_back)
+
+
+def test_only_absent_holders_of_forced_partitions_are_expelled() -> None:
+    published = PublishAssignment(
+        3, {"0": "homes-0", "1": "homes-0", "2": "homes-1"}, frozenset({"0", "2"}), (), "x"
+    )
+    holders = {"0": "homes-5", "1": "homes-6", "2": "homes-1", "3": None}
+    assert holders_to_expel(published, holders, ["homes-0", "homes-1"]) == ["homes-5"]
+    assert holders_to_expel(published, holders, ["homes-0", "homes-1", "homes-5"]) == []
+
+
+def test_reason_labels_are_bounded() -> None:
+    assert rebalance_reason("partitions changed (0 -> 8)") == "partitions-changed"
+    assert rebalance_reason("holddown over") == "holddown-over"
+    assert rebalance_reason("orphans of homes-3") == "orphans"
+    assert rebalance_reason("draining homes-3 before scale-in to 3") == "drain"
+    assert rebalance_reason("anything else") == "other"
+
+
+def test_next_cycle_comes_sooner_while_the_machine_is_busy() -> None:
+    ready = RebalanceState(phase=Phase.READY)
+    assert next_cycle_in(ready, 100.0, 15.0) == 15.0
+    assert next_cycle_in(RebalanceState(phase=Phase.REBALANCING), 100.0, 15.0) == BUSY_CYCLE_SECONDS
+    holddown = RebalanceState(phase=Phase.HOLDDOWN, holddown_until=100.4)
+    assert next_cycle_in(holddown, 100.0, 15.0) == pytest.approx(0.4)
+
+
+def test_status_shows_assignment_handoffs_and_keeps_transition_times() -> None:
+    state = RebalanceState(
+        generation=4,
+        phase=Phase.REBALANCING,
+        assignment={"0": "homes-0", "1": "homes-1", "2": "homes-1"},
+        consumers=("homes-0", "homes-1"),
+        published_at=1_800_000_000.0,
+    )
+    earlier = "2026-01-01T00:00:00Z"
+    inputs = CycleInputs(
+        generation=7,
+        previous_conditions=[{"type": "Ready", "status": "False", "lastTransitionTime": earlier}],
+    )
+    status = build_status(
+        state=state,
+        decision=None,
+        pause=autoscaler.Pause(),
+        holders={"0": "homes-0", "1": "homes-0", "2": None},
+        instances=[ConsumerInstance("homes-0", 0, True, "x"), ConsumerInstance("homes-1", 1, False, "y")],
+        current_replicas=2,
+        partition_count=3,
+        total_backlog=12,
+        inputs=inputs,
+        now=1_800_000_001.0,
+        last_scale_time=None,
+        probe_error=None,
+    )
+    body = status.to_body()
+    assert body["phase"] == "Rebalancing" and body["observedGeneration"] == 7
+    assert body["assignment"] == [
+        {"consumer": "homes-0", "partitions": ["0"]},
+        {"consumer": "homes-1", "partitions": ["1", "2"]},
+    ]
+    assert [(h["partition"], h.get("fromOwner"), h["toOwner"]) for h in body["pendingHandoffs"]] == [
+        ("1", "homes-0", "homes-1"),
+        ("2", None, "homes-1"),
+    ]
+    ready = next(c for c in body["conditions"] if c["type"] == "Ready")
+    assert (
+        ready["lastTransitionTime"] == earlier.replace("Z", "+00:00")
+        or ready["lastTransitionTime"] == earlier
+    )
+    assert body["readyReplicas"] == 1 and body["totalBacklog"] == 12
+
+
+def test_cycle_inputs_from_a_custom_resource() -> None:
+    inputs = CycleInputs.from_body(
+        {
+            "metadata": {
+                "annotations": {"autoscaling.hubshift.dev/paused": "true"},
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "generation": 3,
+            },
+            "status": {"conditions": [{"type": "Ready"}]},
+        }
+    )
+    assert inputs.generation == 3
+    assert inputs.created_at == datetime(2026, 1, 1, tzinfo=UTC).timestamp()
+    assert autoscaler.parse_pause(inputs.annotations).paused
+
+
+# --- whole cycles ----------------------------------------------------------------------------------------
+
+
+class FakeProbe:
+    def __init__(self, partitions: int) -> None:
+        self.last = {str(p): -1 for p in range(partitions)}
+        self.fail = False
+        self.calls = 0
+
+    async def partitions(self) -> dict[str, PartitionInfo]:
+        self.calls += 1
+        if self.fail:
+            raise ProbeError("Event Hubs namespace x: cannot connect")
+        return {p: PartitionInfo(p, 0, last, last < 0) for p, last in self.last.items()}
+
+    async def close(self) -> None:
+        pass
+
+
+@dataclass
+class FakeRuntime:
+    instances: list[ConsumerInstance] = field(default_factory=list)
+    target: int = 0
+    events: list[tuple[str, str]] = field(default_factory=list)
+    status: dict[str, object] = field(default_factory=dict)
+
+    async def consumers(self) -> list[ConsumerInstance]:
+        return list(self.instances)
+
+    async def replicas(self) -> int:
+        return self.target
+
+    async def set_replicas(self, count: int) -> None:
+        self.target = count
+
+    async def record_event(self, reason: str, message: str, *, warning: bool = False) -> None:
+        self.events.append((reason, message))
+
+    async def publish_status(self, status: dict[str, object]) -> None:
+        self.status = status
+
+    def ready(self, *ordinals: int) -> None:
+        self.instances = [ConsumerInstance(f"homes-{i}", i, True, f"127.0.0.1:{9000 + i}") for i in ordinals]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Harness:
+    loop: ControlLoop
+    runtime: FakeRuntime
+    probe: FakeProbe
+    clock: Clock
+    store: SqliteLeaseStore
+    nudges: list[tuple[str, int]]
+
+    def cycle(self) -> object:
+        return asyncio.run(self.loop.cycle(CycleInputs()))
+
+    def restart(self) -> Harness:
+        """A new operator process: nothing in memory, the same store."""
+        return make_harness(self.store, self.runtime, self.probe, self.clock)
+
+
+def make_harness(
+    store: SqliteLeaseStore, runtime: FakeRuntime, probe: FakeProbe, clock: Clock, **scaling: object
+) -> Harness:
+    nudges: list[tuple[str, int]] = []
+
+    async def nudge(address: str, generation: int) -> bool:
+        nudges.append((address, generation))
+        return True
+
+    loop = ControlLoop(manifest(**scaling), SCOPE, store, probe, runtime, nudge=nudge, clock=clock)
+    return Harness(loop, runtime, probe, clock, store, nudges)
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Harness:
+    return make_harness(SqliteLeaseStore(tmp_path / "store.db"), FakeRuntime(), FakeProbe(8), Clock())
+
+
+def hold(store: SqliteLeaseStore, assignment: dict[str, str | None]) -> None:
+    """The consumers follow the record: each assigned partition is claimed by its assignee."""
+    for partition, consumer in assignment.items():
+        if consumer is not None:
+            join(store, SCOPE, consumer, clock=lambda: 0.0)
+            claim_partition(store, SCOPE, partition, consumer, force=True)
+
+
+def test_cold_start_scales_out_publishes_after_the_holddown_and_nudges(harness: Harness) -> None:
+    report = harness.cycle()
+    assert harness.runtime.target == 2  # minReplicas, at once
+    record = read_assignment(harness.store, SCOPE)
+    assert record is not None and record.assignment.generation == 1  # nothing to assign yet
+
+    harness.runtime.ready(0, 1)
+    harness.clock.now += 1
+    report = harness.cycle()
+    assert report.state.phase is Phase.HOLDDOWN  # type: ignore[attr-defined]
+    harness.clock.now += 5
+    report = harness.cycle()
+    assert report.state.generation == 2 and report.state.phase is Phase.REBALANCING  # type: ignore[attr-defined]
+    assert sorted(harness.nudges) == [("127.0.0.1:9000", 2), ("127.0.0.1:9001", 2)]
+    stored = read_assignment(harness.store, SCOPE)
+    assert stored is not None and stored.assignment.generation == 2
+    assert sorted(set(stored.assignment.partitions.values())) == ["homes-0", "homes-1"]
+
+    hold(harness.store, dict(report.state.assignment))  # type: ignore[attr-defined]
+    harness.clock.now += 1
+    report = harness.cycle()
+    assert report.state.phase is Phase.READY  # type: ignore[attr-defined]
+    assert report.status.to_body()["phase"] == "Ready"  # type: ignore[attr-defined]
+    reasons = [reason for reason, _ in harness.runtime.events]
+    assert reasons.count("Rebalanced") == 2 and "ScalingOut" in reasons and "Holddown" in reasons
+
+
+def test_a_settled_pool_costs_one_listing_per_cycle_and_writes_nothing(harness: Harness) -> None:
+    harness.cycle()
+    harness.runtime.ready(0, 1)
+    harness.cycle()
+    harness.clock.now += 6
+    report = harness.cycle()
+    hold(harness.store, dict(report.state.assignment))  # type: ignore[attr-defined]
+    harness.clock.now += 1
+    harness.cycle()
+    harness.clock.now += 1  # inside the polling interval: no Event Hubs probe, no autoscaler
+    calls = harness.probe.calls
+    report = harness.cycle()
+    assert harness.probe.calls == calls
+    assert harness.loop.store.counts  # counted
+    assert report.store_requests == 1  # type: ignore[attr-defined]  # one list, nothing written
+
+
+def test_a_lost_compare_and_swap_reads_again_and_still_publishes(harness: Harness) -> None:
+    harness.cycle()
+    harness.runtime.ready(0, 1)
+    harness.cycle()
+    # Another writer bumps the record behind the loop's back (same content, new ETag).
+    record = read_assignment(harness.store, SCOPE)
+    assert record is not None
+    publish_assignment(harness.store, SCOPE, record.assignment, etag=record.etag)
+    harness.clock.now += 6
+    report = harness.cycle()
+    assert report.state.generation == 2  # type: ignore[attr-defined]
+    stored = read_assignment(harness.store, SCOPE)
+    assert stored is not None and stored.assignment.generation == 2
+
+
+def test_an_operator_restart_keeps_the_holddown_and_publishes_once(harness: Harness) -> None:
+    harness.cycle()
+    harness.runtime.ready(0, 1)
+    harness.cycle()  # holddown starts
+    restarted = harness.restart()
+    restarted.clock.now += 2
+    report = restarted.cycle()
+    assert report.state.phase is Phase.HOLDDOWN and report.state.generation == 1  # type: ignore[attr-defined]
+    restarted.clock.now += 4
+    report = restarted.cycle()
+    assert report.state.generation == 2  # type: ignore[attr-defined]
+    again = restarted.restart()
+    again.clock.now += 1
+    report = again.cycle()
+    assert report.state.generation == 2  # type: ignore[attr-defined]  # not published twice
+
+
+def test_the_autoscalers_history_survives_a_restart(harness: Harness) -> None:
+    harness.probe.last = {str(p): 5000 for p in range(8)}  # 40k backlog: scale out to max 4
+    harness.cycle()
+    assert harness.runtime.target == 4
+    saved = json.loads(harness.store.read(SCOPE.prefix + AUTOSCALER_RECORD)[0])
+    assert saved["replicas"] == 4 and saved["scaleEvents"]
+    restarted = harness.restart()
+    restarted.probe.last = {str(p): -1 for p in range(8)}
+    restarted.clock.now += 5
+    restarted.cycle()
+    # The 300 s scale-down stabilisation remembers the recommendation of 4 made before the restart.
+    assert restarted.runtime.target == 4
+
+
+def test_an_unreadable_hub_keeps_the_pool_and_says_why(harness: Harness) -> None:
+    harness.cycle()
+    harness.probe.fail = True
+    harness.clock.now += 5
+    report = harness.cycle()
+    body = report.status.to_body()  # type: ignore[attr-defined]
+    assert harness.runtime.target == 2
+    assert "cannot connect" in body["message"]
+
+
+def test_a_consumer_that_is_gone_loses_its_membership_so_its_partitions_move_at_once(
+    harness: Harness,
+) -> None:
+    harness.cycle()
+    harness.runtime.ready(0, 1)
+    harness.cycle()
+    harness.clock.now += 6
+    report = harness.cycle()
+    hold(harness.store, dict(report.state.assignment))  # type: ignore[attr-defined]
+    harness.clock.now += 1
+    harness.cycle()
+    # homes-1 crashes and does not come back: its membership lease would last another 30 s.
+    harness.runtime.ready(0)
+    harness.clock.now += 1
+    harness.cycle()  # holddown
+    assert "homes-1" in take_snapshot(harness.store, SCOPE).live_members
+    harness.clock.now += 5
+    report = harness.cycle()
+    assert report.state.generation == 3 and report.state.forced  # type: ignore[attr-defined]
+    snapshot = take_snapshot(harness.store, SCOPE)
+    assert "homes-1" not in snapshot.live_members
+    assert all(row.owner != "homes-1" or row.orphaned for row in snapshot.partitions)
