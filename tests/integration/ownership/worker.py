@@ -37,6 +37,8 @@ def main() -> None:
     members: dict[str, Membership] = {}
 
     def run(command: str, a: dict[str, Any]) -> dict[str, Any]:
+        if command == "ping":
+            return {}
         if command == "join":
             timing = Timing(membership_lease_seconds=a.get("lease_seconds", 30), renew_interval_seconds=5)
             members[a["consumer"]] = join(store, SCOPE, a["consumer"], clock=time.monotonic, timing=timing)
