@@ -75,6 +75,10 @@ class IncomingEvent:
         return len(self.header) + len(self.annotation_entries) + sum(len(part) for part in self.sections)
 
 
+_ONE_BYTE_SIZED = frozenset((0xA0, 0xA1, 0xA3, 0xC0, 0xC1, 0xE0))
+_FOUR_BYTE_SIZED = frozenset((0xB0, 0xB1, 0xB3, 0xD0, 0xD1, 0xF0))
+
+
 def _section_code(data: Buffer, pos: int) -> tuple[int, int]:
     """The code of the section starting at `pos` and where its value starts."""
     if data[pos] != 0x00:
@@ -140,8 +144,21 @@ def parse_event(data: Buffer) -> IncomingEvent:
     if end_of_message == 0:
         raise DecodeError("empty message")
     while pos < end_of_message:
-        code, value_start = _section_code(data, pos)
-        end = skip_value(data, value_start)
+        if data[pos] == 0x00 and data[pos + 1] == 0x53 and pos + 5 <= end_of_message:
+            # the usual `00 53 code` sections with a sized value: no decoding needed to skip them
+            code, value_start = data[pos + 2], pos + 3
+            constructor = data[value_start]
+            if constructor in _ONE_BYTE_SIZED:
+                end = value_start + 2 + data[value_start + 1]
+            elif constructor in _FOUR_BYTE_SIZED:
+                end = value_start + 5 + _I.unpack_from(data, value_start + 1)[0]
+            else:
+                end = skip_value(data, value_start)
+            if end > end_of_message:
+                raise DecodeError("message section runs past the end of the message")
+        else:
+            code, value_start = _section_code(data, pos)
+            end = skip_value(data, value_start)
         if code == frames.HEADER or code == frames.DELIVERY_ANNOTATIONS or code == frames.MESSAGE_ANNOTATIONS:
             if run_start >= 0:
                 sections.append(data[run_start:pos])
@@ -184,15 +201,30 @@ def _unpack_publication(message_format: int, payload: Buffer) -> Publication:
     envelope_key: str | None = None
     envelope_entry = b""
     pos = 0
-    while pos < len(payload):
+    size = len(payload)
+    view = memoryview(payload)
+    while pos < size:
+        # the usual case, an event in a data section, without decoding
+        prefix = payload[pos : pos + 4]
+        if prefix == b"\x00\x53\x75\xa0" or prefix == b"\x00\x53\x75\xb0":
+            if prefix[3] == 0xA0:
+                start, end = pos + 5, pos + 5 + payload[pos + 4]
+            else:
+                start = pos + 8
+                end = start + _I.unpack_from(payload, pos + 4)[0]
+            if end > size:
+                raise DecodeError("batch data section runs past the end of the message")
+            events.append(parse_event(view[start:end]))
+            pos = end
+            continue
         code, value_start = _section_code(payload, pos)
         end = skip_value(payload, value_start)
         if code == frames.DATA:
             constructor = payload[value_start]
             if constructor == 0xA0:
-                inner = payload[value_start + 2 : end]
+                inner = view[value_start + 2 : end]
             elif constructor == 0xB0:
-                inner = payload[value_start + 5 : end]
+                inner = view[value_start + 5 : end]
             else:
                 raise DecodeError("batch data section is not binary")
             events.append(parse_event(inner))

@@ -362,3 +362,26 @@ def test_bad_config_files_are_one_clear_error(tmp_path: Path, content: str) -> N
         load_config_file(config)
     with pytest.raises(UserError, match="cannot read"):
         load_config_file(tmp_path / "missing.json")
+
+
+@given(st.binary(max_size=300), st.sampled_from([0, BATCH_MESSAGE_FORMAT]))
+@settings(max_examples=500, deadline=None)
+def test_a_garbage_delivery_is_a_decode_error_and_nothing_else(payload: bytes, message_format: int) -> None:
+    from hubshift.emulator.codec import DecodeError
+    from hubshift.emulator.messages import parse_request
+
+    for parse in (lambda: unpack_publication(message_format, payload), lambda: parse_request(payload)):
+        try:
+            parse()
+        except DecodeError:
+            pass
+
+
+@given(st.lists(st.binary(max_size=300), min_size=1, max_size=20))
+@settings(max_examples=100, deadline=None)
+def test_batches_keep_every_event_body(bodies: list[bytes]) -> None:
+    publication = unpack_publication(BATCH_MESSAGE_FORMAT, sdk_batch([EventData(body) for body in bodies]))
+    log = PartitionLog("0", 1 << 30)
+    log.append(publication.events, 1)
+    messages, _ = log.read(0, len(bodies), 1 << 30)
+    assert [b"".join(delivered(message).data) for message in messages] == bodies
