@@ -559,6 +559,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--window", type=float, default=90.0, help="seconds counted on each side")
     parser.add_argument("--sdk-peer", choices=["processor", "ownership-manager"], default="processor")
+    parser.add_argument("--output", type=Path, default=RESULTS, help="where the JSON goes")
     args = parser.parse_args()
     logging.basicConfig(level=logging.CRITICAL)
     console = Console()
@@ -589,9 +590,9 @@ def main() -> None:
     counter, how = sdk
     document = report([outcome["hubshift"], sdk_result(counter, how, every)], every, console)
     document["command"] = " ".join(["bench/store_ops.py", *sys.argv[1:]])
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(document, indent=2) + "\n")
-    console.print(f"wrote {RESULTS}")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(document, indent=2) + "\n")
+    console.print(f"wrote {args.output}")
     if not document["target_met"]:
         sys.exit(1)
 

@@ -9,7 +9,7 @@ last successful renewal was *sent*, and the store starts the lease later than th
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hubshift.ownership.defaults import DEFAULT_TIMING, Timing
 from hubshift.ownership.scope import Scope, consumer_id
@@ -69,15 +69,15 @@ def join(
 
 
 def renew(store: LeaseStore, membership: Membership, *, clock: Callable[[], float]) -> Membership:
-    """Extend the membership lease; re-acquires it if it was lost (then `lapsed` is True)."""
+    """Extend the membership lease; joins again if it was lost or deleted (then `lapsed` is True)."""
     name = membership.scope.member_blob(membership.consumer)
     started = clock()
     lapsed = started >= membership.safe_until
     try:
         store.renew_lease(name, membership.lease_id)
-    except LeaseLost:
-        store.acquire_lease(name, membership.lease_id, membership.timing.membership_lease_seconds)
-        lapsed = True
+    except (LeaseLost, BlobNotFound):
+        rejoined = join(store, membership.scope, membership.consumer, clock=clock, timing=membership.timing)
+        return replace(rejoined, lapsed=True)
     return Membership(
         membership.scope,
         membership.consumer,
