@@ -16,13 +16,14 @@ from hubshift.testing.ports import free_port
 from tests.fixtures.consumer import consumer_environ, consumer_manifest
 
 pytestmark = pytest.mark.timeout(300)
+OPTIONS = ("--http-port", "0")
 KEY = "c2VjcmV0LWtleS1mb3ItdGhlLXRlc3Q="
 
 
 def consume(manifest: Path, environ: dict[str, str], tmp_path: Path) -> tuple[int, str]:
+    command = [sys.executable, "-m", "hubshift.cli", "consume", "-f", str(manifest), "--id", "c0"]
     result = subprocess.run(
-        [sys.executable, "-m", "hubshift.cli", "consume", "-f", str(manifest), "--id", "c0"]
-        + ["--http-port", "0", "--scratch", str(tmp_path / "scratch")],
+        [*command, *OPTIONS, "--scratch", str(tmp_path / "scratch")],
         env={**os.environ, **environ},
         capture_output=True,
         text=True,
@@ -91,7 +92,9 @@ def test_bad_store_credentials(
     manifest = consumer_manifest(
         tmp_path / "consumer.yaml", store={"blob": {"container": blob_container}}, sink=tmp_path
     )
-    storage = azurite.connection_string.replace(azurite.connection_string.split("AccountKey=")[1][:8], "AAAAAAAA")
+    storage = azurite.connection_string.replace(
+        azurite.connection_string.split("AccountKey=")[1][:8], "AAAAAAAA"
+    )
     code, stderr = consume(manifest, consumer_environ(emulator.connection_string, storage), tmp_path)
     assert code != 0
     line = one_line(stderr)
