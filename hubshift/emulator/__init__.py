@@ -3,7 +3,7 @@
 Start it with `hubshift emulator --port 0 --hub NAME:PARTITIONS ...` (it prints its connection string) or,
 from tests, benchmarks and the demo, with `hubshift.testing.emulator.start_emulator` / `running_emulator`.
 
-Layers, bottom up (each imports only the ones above it):
+Layers, bottom up (each imports only modules listed before it):
 
 - `codec`: AMQP 1.0 types, encode/decode, typed wrappers so values round-trip with their types.
 - `frames`: frames and performatives, always written with every field (pyamqp reads by index).

@@ -128,9 +128,16 @@ def test_consumer_reconnect_loops_leave_no_receivers_behind(emulator: RunningEmu
     ]
     collectors = [consumer.__enter__() for consumer in consumers]
     try:
-        with producer(emulator.connection_string) as client:
-            client.send_event(EventData("to-all-five"), partition_id="0")
-        assert wait_until(lambda: all(len(collector.events) == 1 for collector in collectors), 20)
+        time.sleep(2)  # all five attached
+        # a sixth without owner level is refused (the SDK retries it silently, in a reconnect loop)
+        with BackgroundConsumer(
+            emulator.connection_string, partition_id="0", starting_position="-1"
+        ) as sixth:
+            with producer(emulator.connection_string) as client:
+                client.send_event(EventData("to-all-five"), partition_id="0")
+            assert wait_until(lambda: all(len(collector.events) == 1 for collector in collectors), 20)
+            time.sleep(2)
+        assert sixth.events == []
     finally:
         for consumer in consumers:
             consumer.__exit__()
