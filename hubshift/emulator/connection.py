@@ -672,7 +672,8 @@ class AmqpConnection(asyncio.Protocol):
         self._out: list[Buffer] = []
         self._flush_scheduled = False
         self._authorized: list[tuple[Entity, int]] = []
-        self._timers: list[asyncio.TimerHandle] = []
+        # the handshake deadline until `open`, then the heartbeat (when the peer asked for one)
+        self._timer: asyncio.TimerHandle | None = None
         self._last_write = time.monotonic()
 
     # --- asyncio.Protocol ------------------------------------------------------------------------------
@@ -686,13 +687,13 @@ class AmqpConnection(asyncio.Protocol):
         if sock is not None:
             _enable_keepalive(sock)
         self.context.connections.add(self)
-        self._timers.append(self.loop.call_later(self.context.handshake_timeout, self._check_handshake))
+        self._timer = self.loop.call_later(self.context.handshake_timeout, self._check_handshake)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.context.connections.discard(self)
-        for timer in self._timers:
-            timer.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
         for session in self._sessions.values():
             session.close_links()
         self._sessions.clear()
@@ -937,14 +938,18 @@ class AmqpConnection(asyncio.Protocol):
             self._schedule_heartbeat(peer_idle / 2000)
 
     def _schedule_heartbeat(self, interval: float) -> None:
+        """Empty frames at half the peer's idle timeout, so it never closes an idle connection."""
+
         def beat() -> None:
             if self.closing:
                 return
             if time.monotonic() - self._last_write >= interval / 2:
                 self.write(frames.EMPTY_FRAME)
-            self._timers.append(self.loop.call_later(interval, beat))
+            self._timer = self.loop.call_later(interval, beat)
 
-        self._timers.append(self.loop.call_later(interval, beat))
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.loop.call_later(interval, beat)
 
     def _on_begin(self, channel: int, fields: list[Any]) -> None:
         if channel in self._sessions:
