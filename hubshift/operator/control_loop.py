@@ -436,6 +436,13 @@ class ControlLoop:
         self.memory = _Memory()
         self.labels = (consumer.metadata.namespace, consumer.metadata.name)
 
+    def apply(self, consumer: PartitionedConsumer) -> None:
+        """A changed spec: scaling and rebalance settings from the next cycle on."""
+        self.consumer = consumer
+        self.scaling = scaling_config(consumer.spec.scaling)
+        self.config = rebalance_config(consumer.spec.rebalance)
+        self.memory.probed_at = None  # decide replicas again at once
+
     async def close(self) -> None:
         await self.probe.close()
         await asyncio.to_thread(self.store.store.close)

@@ -81,12 +81,36 @@ async def _run(
         f"consumer logs in {workdir / 'logs'}; Ctrl-C stops them gracefully",
         err=True,
     )
+    watcher = asyncio.get_running_loop().create_task(_watch_manifest(manifest_path, operator, stop))
     try:
         await operator.run(stop)
     finally:
+        watcher.cancel()
         click.echo("stopping the consumers (each hands its partitions off)...", err=True)
         await operator.shutdown()
     return 0
+
+
+async def _watch_manifest(path: Path, operator: object, stop: asyncio.Event) -> None:
+    """Apply the manifest again when the file changes, as `kubectl apply` would."""
+    from hubshift.operator.local_runtime import LocalOperator
+
+    assert isinstance(operator, LocalOperator)
+    seen = path.stat().st_mtime_ns
+    while not stop.is_set():
+        await asyncio.sleep(1.0)
+        try:
+            changed = path.stat().st_mtime_ns
+        except OSError:
+            continue
+        if changed == seen:
+            continue
+        seen = changed
+        try:
+            operator.apply(load_manifest(path))
+            log.info("%s changed: applied", path)
+        except UserError as exc:
+            log.warning("%s changed but was not applied: %s", path, exc)
 
 
 @click.command(name="demo")

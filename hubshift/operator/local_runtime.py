@@ -417,6 +417,23 @@ class LocalOperator:
         self.loop = ControlLoop(self.consumer, scope, store, probe, self.runtime, metrics=self.metrics)
         return self.loop
 
+    def apply(self, consumer: PartitionedConsumer) -> None:
+        """A changed manifest (`kubectl apply` of the same resource): scaling and rebalance settings take
+        effect from the next cycle; the hub and the store must stay the same."""
+        before = self.consumer.spec
+        if (consumer.spec.event_hubs, consumer.spec.checkpoint_store) != (
+            before.event_hubs,
+            before.checkpoint_store,
+        ):
+            raise UserError(
+                "the hub and the checkpoint store of a running consumer cannot change: restart it"
+            )
+        self.consumer = consumer
+        self.runtime.consumer = consumer
+        if self.loop is not None:
+            self.loop.apply(consumer)
+        self.wake.set()
+
     async def run(self, stop: asyncio.Event) -> None:
         """Cycles until `stop` is set (the caller then calls `shutdown`)."""
         loop = self.loop or await self.open()
