@@ -156,23 +156,17 @@ class ConsumerMetrics:
 
     def partitions_owned(self, partitions: Collection[str]) -> None:
         """The partitions owned now; gauges of the others stop being exported."""
-        with self._lock:
-            gone = self._owned - set(partitions)
-            self._owned = set(partitions)
-            for partition in gone:
-                self._checkpointed_at.pop(partition, None)
-                _remove(self.backlog, partition)
-            self.owned.set(len(self._owned))
+        self._update_owned(lambda _: set(partitions))
 
     def partition_acquired(self, partition: str, how: str = "released") -> None:
         if how not in ACQUIRED_HOW:
             raise ValueError(f"how must be one of {ACQUIRED_HOW}")
         self.acquired.labels(how).inc()
-        self.partitions_owned({*self._owned, partition})
+        self._update_owned(lambda owned: owned | {partition})
 
     def partition_released(self, partition: str) -> None:
         self.released.inc()
-        self.partitions_owned(self._owned - {partition})
+        self._update_owned(lambda owned: owned - {partition})
 
     def lease_renewed(self, ok: bool = True) -> None:
         self.lease_renewals.labels("ok" if ok else "failed").inc()
@@ -180,7 +174,16 @@ class ConsumerMetrics:
     def partition_lost(self, partition: str) -> None:
         """A lease broken, expired or stolen under this consumer: the partition is gone at once."""
         self.lease_lost.labels(partition).inc()
-        self.partitions_owned(self._owned - {partition})
+        self._update_owned(lambda owned: owned - {partition})
+
+    def _update_owned(self, change: Callable[[set[str]], set[str]]) -> None:
+        with self._lock:
+            new = change(set(self._owned))
+            for partition in self._owned - new:
+                self._checkpointed_at.pop(partition, None)
+                _remove(self.backlog, partition)
+            self._owned = new
+            self.owned.set(len(new))
 
     # --- progress -----------------------------------------------------------------------------------
 

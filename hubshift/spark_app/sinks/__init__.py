@@ -27,8 +27,8 @@ def build_store(spec: SinkSpec, environ: Mapping[str, str] | None = None) -> Obj
 
 
 def build_sink(spec: SinkSpec, environ: Mapping[str, str] | None = None, *, check: bool = True) -> Sink:
-    """The sink for a manifest's `consumer.sink`. With `check`, a Blob container is created if missing,
-    so bad credentials fail here, at start-up, with one line."""
+    """The sink for a manifest's `consumer.sink`. With `check`, its folders or Blob container are created
+    if missing, so a bad path or bad credentials fail here, at start-up, in one line."""
     store, dead_letters = _stores(spec, environ if environ is not None else os.environ, check=check)
     return FileSink(store, dead_letters)
 
@@ -50,4 +50,8 @@ def _stores(spec: SinkSpec, environ: Mapping[str, str], *, check: bool) -> tuple
         return store, BlobStore(connection_string, blob.container, dead_prefix.strip("/"))
     root = Path(spec.folder.path)
     dead_root = Path(spec.dead_letter_path) if spec.dead_letter_path else root / DEFAULT_DEAD_LETTER
-    return FolderStore(root), FolderStore(dead_root)
+    stores = FolderStore(root), FolderStore(dead_root)
+    if check:
+        for folder in stores:
+            folder.ensure_folder()
+    return stores

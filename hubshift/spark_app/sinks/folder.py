@@ -11,6 +11,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from hubshift.errors import UserError
 from hubshift.spark_app.sinks.layout import TEMPORARY_PREFIX
 
 
@@ -59,6 +60,16 @@ class FolderStore:
                 if name.startswith(prefix):
                     names.append(name)
         return sorted(names)
+
+    def ensure_folder(self) -> None:
+        """Create the folder at start-up, so an unwritable path fails here, in one line."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            probe = self.root / f"{TEMPORARY_PREFIX}probe.{secrets.token_hex(4)}.tmp"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise UserError(f"sink folder {self.root}: cannot write there ({exc.strerror})") from None
 
     def describe(self) -> str:
         return f"folder {self.root}"

@@ -102,3 +102,12 @@ def test_blob_sink_with_a_malformed_connection_string_is_one_line() -> None:
         build_sink(spec, environ={"HUBSHIFT_SINK_CONNECTION_STRING": "garbage-secret"})
     assert "not valid" in str(error.value)
     assert "garbage-secret" not in str(error.value)
+
+
+def test_an_unwritable_folder_fails_at_start_up_in_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    spec = SinkSpec.model_validate({"folder": {"path": str(blocker / "out")}})
+    with pytest.raises(UserError, match=f"sink folder {blocker / 'out'}: cannot write there"):
+        build_sink(spec, environ={})
+    assert build_sink(spec, environ={}, check=False).describe() == f"folder {blocker / 'out'}"
