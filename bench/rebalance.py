@@ -1,0 +1,687 @@
+"""Rebalancing 32 partitions: hubshift (the local runtime, delaySeconds 5) beside the Azure SDK's own
+processor (EventHubConsumerClient + BlobCheckpointStore at its defaults) on the same emulator and Azurite.
+
+Scenarios (`--scenarios`, default all): 1->8 consumers, 8->4 graceful, 8->4 crash (kill -9, the four do
+not come back), 0->8 cold start. Each scenario of each side reads its own fresh hub (32 partitions) while a
+steady load (`--rate` events/s per hub) flows, and keeps its records in its own container.
+
+Per scenario and side:
+- time to balanced: from the moment the new consumers are up and registered (hubshift: `/readyz`, i.e.
+  joined; SDK: the process is inside `receive_batch`), or from the stop/kill for the scale-ins, until
+  every partition is read by exactly one live consumer and the counts are within ±1 over the consumers
+  that should remain. hubshift's reader of a partition is its lease holder; the SDK's is the process
+  that opened the partition (`on_partition_initialize`) and has not closed it. Sampled every 0.25 s.
+- moves: a partition's reader becoming a different consumer (a first reader counts for the cold start).
+- events replayed: sequence numbers processed more than once, from every consumer's batch log.
+- unowned partition-seconds: partitions without a live reader, integrated from the start to balanced.
+- storage operations: real HTTP requests to Azurite through a counting proxy, from the start to balanced
+  (the SDK side's consumers; hubshift's consumers and its control loop).
+
+The SDK runs are capped (`--sdk-timeout`, 240 s; 45 s with `--quick`) and reported as "> T".
+Consumers are SDK-engine processes (no Spark: this compares ownership protocols, not JVM start-up);
+`--engine spark` runs hubshift's side with Spark consumers instead (heavy on 2 cores).
+
+    .venv/bin/python bench/rebalance.py [--quick] [--scenarios 1to8,8to4-graceful,8to4-crash,0to8-cold]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+RESULTS = Path(__file__).resolve().parent / "results" / "rebalance.json"
+PARTITIONS = 32
+SCENARIOS = ("1to8", "8to4-graceful", "8to4-crash", "0to8-cold")
+COUNTS = {"1to8": (1, 8), "8to4-graceful": (8, 4), "8to4-crash": (8, 4), "0to8-cold": (0, 8)}  # before, after
+MINIMUM_MOVES = {"1to8": 28, "8to4-graceful": 16, "8to4-crash": 16, "0to8-cold": 32}
+DELAY_SECONDS = 5.0
+SAMPLE_SECONDS = 0.25
+CHECKPOINT_SECONDS = 5.0  # both sides checkpoint each partition at most this often
+
+
+# --- counting storage requests ---------------------------------------------------------------------------
+
+
+class CountingProxy(threading.Thread):
+    """A TCP proxy in front of Azurite that counts HTTP requests (request line + headers + body)."""
+
+    def __init__(self, upstream_port: int) -> None:
+        super().__init__(daemon=True, name="counting-proxy")
+        self.upstream_port = upstream_port
+        self.count = 0
+        self.port = 0
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def run(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._loop.run_until_complete(self._serve())
+
+    async def _serve(self) -> None:
+        server = await asyncio.start_server(self._client, "127.0.0.1", 0)
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        async with server:
+            await server.serve_forever()
+
+    def start_and_wait(self) -> CountingProxy:
+        self.start()
+        self._ready.wait(10)
+        return self
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        except OSError:
+            writer.close()
+            return
+        await asyncio.gather(self._requests(reader, up_writer), self._pipe(up_reader, writer))
+
+    async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                self.count += 1
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value.strip() or 0)
+                body = await reader.readexactly(length) if length else b""
+                writer.write(head + body)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while chunk := await reader.read(65536):
+                writer.write(chunk)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+
+def azurite_via(port: int) -> str:
+    from hubshift.testing.azurite import connection_string
+
+    return connection_string(port)
+
+
+# --- observing who reads what ------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    side: str
+    scenario: str
+    balanced_seconds: float | None  # None: not within the timeout
+    timeout: float
+    moves: int
+    minimum_moves: int
+    replayed: int
+    processed: int
+    unowned_partition_seconds: float
+    storage_requests: int
+    planned_moves: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def balanced(self) -> str:
+        return f"> {self.timeout:.0f}" if self.balanced_seconds is None else f"{self.balanced_seconds:.1f}"
+
+
+Readers = Callable[[], dict[str, set[str]]]
+
+
+class Watch:
+    """Samples the readers of every partition; counts moves and unowned partition-seconds."""
+
+    def __init__(self, readers: Readers, count_first: bool) -> None:
+        self.readers = readers
+        self.count_first = count_first
+        self.last: dict[str, str] = {}
+        self.moves = 0
+        self.unowned = 0.0
+        self._at: float | None = None
+
+    def sample(self) -> dict[str, set[str]]:
+        now = time.monotonic()
+        current = self.readers()
+        if self._at is not None:
+            self.unowned += sum(1 for p in range(PARTITIONS) if not current.get(str(p))) * (now - self._at)
+        self._at = now
+        for partition, readers in current.items():
+            if len(readers) != 1:
+                continue
+            (reader,) = readers
+            before = self.last.get(partition)
+            if before != reader and (before is not None or self.count_first):
+                self.moves += 1
+            self.last[partition] = reader
+        return current
+
+
+def is_balanced(readers: dict[str, set[str]], consumers: int) -> bool:
+    if any(len(readers.get(str(p), ())) != 1 for p in range(PARTITIONS)):
+        return False
+    counts: dict[str, int] = {}
+    for names in readers.values():
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+    return len(counts) == consumers and max(counts.values()) - min(counts.values()) <= 1
+
+
+def replays(lines: list[dict[str, Any]]) -> tuple[int, int]:
+    """(distinct events processed, events processed more than once)."""
+    by_partition: dict[str, list[tuple[int, int]]] = {}
+    for line in lines:
+        by_partition.setdefault(str(line["partition"]), []).append((line["first"], line["last"]))
+    distinct = replayed = 0
+    for ranges in by_partition.values():
+        covered = -1
+        for first, last in sorted(ranges):
+            replayed += max(0, min(last, covered) - first + 1)
+            distinct += max(0, last - max(first, covered + 1) + 1)
+            covered = max(covered, last)
+    return distinct, replayed
+
+
+def read_jsonl(folder: Path) -> list[dict[str, Any]]:
+    lines = []
+    for path in sorted(folder.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                lines.append(json.loads(line))
+    return lines
+
+
+async def until_balanced(watch: Watch, consumers: int, timeout: float, started: float) -> float | None:
+    while time.monotonic() - started < timeout:
+        readers = await asyncio.to_thread(watch.sample)
+        if is_balanced(readers, consumers):
+            return time.monotonic() - started
+        await asyncio.sleep(SAMPLE_SECONDS)
+    return None
+
+
+class Load(threading.Thread):
+    """`rate` events/s to a hub, spread over its partitions, until stopped."""
+
+    def __init__(self, connection_string: str, hub: str, rate: float) -> None:
+        super().__init__(daemon=True, name=f"load-{hub}")
+        self.connection_string, self.hub, self.rate = connection_string, hub, rate
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        from hubshift.spark_app.produce import HubSender, LoadSpec, produce_load
+
+        sender = HubSender.connect(self.connection_string, self.hub)
+        try:
+            produce_load(LoadSpec(homes=1000, rate=self.rate, seed=3, interval=0.25), sender, stop=self.halt)
+        except Exception:  # the emulator stops at the end of the run
+            pass
+        finally:
+            sender.close()
+
+
+# --- hubshift's side ---------------------------------------------------------------------------------------
+
+
+def hubshift_manifest(hub: str, container: str, output: Path, replicas: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "hubshift.dev/v1alpha1",
+        "kind": "PartitionedConsumer",
+        "metadata": {"name": "bench"},
+        "spec": {
+            "eventHubs": {"hub": hub},
+            "checkpointStore": {"blob": {"container": container}},
+            "consumer": {
+                "checkpoint": {"everySeconds": CHECKPOINT_SECONDS},
+                "sink": {"type": "folder", "folder": {"path": str(output)}},
+                "spark": {"master": "local[1]", "triggerIntervalSeconds": 1, "driverMemory": "512m"},
+            },
+            # A fixed pool (the scenarios set the count); 0: stay at zero whatever the backlog.
+            "scaling": {"minReplicas": replicas, "maxReplicas": replicas}
+            if replicas
+            else {"minReplicas": 0, "maxReplicas": 8, "activation": {"unprocessedEvents": 10**9}},
+            "rebalance": {"delaySeconds": DELAY_SECONDS, "maxHandoffSeconds": 15},
+        },
+    }
+
+
+async def run_hubshift(
+    scenario: str,
+    env: dict[str, str],
+    azurite_direct: str,
+    proxy: CountingProxy,
+    workdir: Path,
+    hub: str,
+    engine: str,
+    timeout: float,
+    console: Console,
+) -> Outcome:
+    from hubshift.operator.local_runtime import LocalOperator
+    from hubshift.ownership.connect import open_store
+    from hubshift.ownership.snapshot import take_snapshot
+    from hubshift.spec import parse_manifest
+
+    before, after = COUNTS[scenario]
+    container = f"hs-{scenario.replace('to', '-')}-{int(time.time()) % 100000}"
+    output = workdir / f"hubshift-{scenario}"
+    manifest_path = workdir / f"hubshift-{scenario}.yaml"
+
+    def manifest_for(replicas: int) -> Any:
+        return parse_manifest(hubshift_manifest(hub, container, output, replicas))
+
+    manifest_path.write_text(yaml.safe_dump(hubshift_manifest(hub, container, output, max(before, 1))))
+    operator = LocalOperator(
+        manifest_path, manifest_for(before), workdir / f"work-{scenario}", engine=engine, environ=env
+    )
+    loop = await operator.open()
+    direct = open_store(azurite_direct, container, create=True)
+    scope = loop.scope
+    runtime = operator.runtime
+
+    def readers() -> dict[str, set[str]]:
+        alive = {p.name for p in runtime.processes.values() if p.process.poll() is None}
+        rows = {row.partition: row for row in take_snapshot(direct, scope).partitions}
+        result: dict[str, set[str]] = {}
+        for partition in (str(p) for p in range(PARTITIONS)):
+            row = rows.get(partition)
+            held = row is not None and not row.free and row.owner in alive
+            result[partition] = {row.owner} if held and row is not None and row.owner else set()
+        return result
+
+    stop = asyncio.Event()
+    task = asyncio.get_running_loop().create_task(operator.run(stop))
+    planned = [0]
+
+    def count_moves(report: Any) -> None:
+        for action in report.actions:
+            if type(action).__name__ == "PublishAssignment":
+                planned[0] += len(action.moves)
+
+    try:
+        if before:
+            settle = Watch(readers, count_first=True)
+            if await until_balanced(settle, before, 120, time.monotonic()) is None:
+                raise RuntimeError(f"hubshift {scenario}: the starting pool of {before} did not balance")
+        operator.on_report = count_moves
+        watch = Watch(readers, count_first=scenario == "0to8-cold")
+        watch.sample()
+        requests_before = proxy.count
+        if scenario in ("1to8", "0to8-cold"):
+            operator.apply(manifest_for(after))
+            ready = lambda: sum(1 for p in runtime.processes.values() if p.ready) >= after  # noqa: E731
+            while not ready():
+                watch.sample()
+                await asyncio.sleep(SAMPLE_SECONDS)
+            requests_before = proxy.count
+        elif scenario == "8to4-graceful":
+            operator.apply(manifest_for(after))
+        else:  # crash: kill -9 the four highest ordinals; they do not come back
+            for ordinal in range(after, before):
+                runtime.kill(ordinal, restart=False)
+        started = time.monotonic()
+        seconds = await until_balanced(watch, after, timeout, started)
+        requests = proxy.count - requests_before
+        await asyncio.sleep(CHECKPOINT_SECONDS + 1)
+    finally:
+        stop.set()
+        await task
+        await operator.shutdown(grace=20)
+        direct.close()
+    distinct, replayed = replays(read_jsonl(output / "ranges"))
+    return Outcome(
+        "hubshift" if engine == "sdk" else "hubshift (spark)",
+        scenario,
+        seconds,
+        timeout,
+        watch.moves,
+        MINIMUM_MOVES[scenario],
+        replayed,
+        distinct,
+        round(watch.unowned, 1),
+        requests,
+        planned_moves=planned[0],
+    )
+
+
+# --- the Azure SDK's side ----------------------------------------------------------------------------------
+
+
+def sdk_worker(config: dict[str, Any]) -> None:
+    """One EventHubConsumerClient + BlobCheckpointStore at the SDK's defaults (a separate process)."""
+    from azure.eventhub import EventHubConsumerClient
+    from azure.eventhub.extensions.checkpointstoreblob import BlobCheckpointStore
+
+    name = config["name"]
+    log = Path(config["log"]).open("a")  # noqa: SIM115  # the process's lifetime
+    lock = threading.Lock()
+
+    def write(document: dict[str, Any]) -> None:
+        with lock:
+            log.write(json.dumps({"consumer": name, "at": time.time(), **document}) + "\n")
+            log.flush()
+
+    store = BlobCheckpointStore.from_connection_string(config["storage"], config["container"])
+    client = EventHubConsumerClient.from_connection_string(
+        config["eventhubs"], consumer_group="$Default", eventhub_name=config["hub"], checkpoint_store=store
+    )
+    last_checkpoint: dict[str, float] = {}
+
+    def on_batch(context: Any, events: list[Any]) -> None:
+        if not events:
+            return
+        write(
+            {
+                "kind": "batch",
+                "partition": context.partition_id,
+                "first": events[0].sequence_number,
+                "last": events[-1].sequence_number,
+                "events": len(events),
+            }
+        )
+        if time.monotonic() - last_checkpoint.get(context.partition_id, 0.0) >= CHECKPOINT_SECONDS:
+            context.update_checkpoint(events[-1])
+            last_checkpoint[context.partition_id] = time.monotonic()
+
+    def on_open(context: Any) -> None:
+        write({"kind": "open", "partition": context.partition_id})
+
+    def on_close(context: Any, reason: Any) -> None:
+        write({"kind": "close", "partition": context.partition_id, "reason": str(reason)})
+
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=client.close, daemon=True).start())
+    write({"kind": "ready"})
+    with contextlib.suppress(Exception):
+        client.receive_batch(
+            on_event_batch=on_batch,
+            on_partition_initialize=on_open,
+            on_partition_close=on_close,
+            starting_position="-1",
+            max_wait_time=1,
+        )
+    write({"kind": "stopped"})
+
+
+@dataclass
+class SdkPool:
+    hub: str
+    container: str
+    eventhubs: str
+    storage: str
+    folder: Path
+    workers: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, ordinal: int) -> None:
+        config = {
+            "name": f"sdk-{ordinal}",
+            "hub": self.hub,
+            "container": self.container,
+            "eventhubs": self.eventhubs,
+            "storage": self.storage,
+            "log": str(self.folder / f"sdk-{ordinal}.jsonl"),
+        }
+        self.workers[ordinal] = subprocess.Popen(
+            [sys.executable, __file__, "--sdk-worker", json.dumps(config)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=(self.folder / f"sdk-{ordinal}.err").open("ab"),
+            start_new_session=True,
+        )
+
+    def alive(self) -> set[str]:
+        return {f"sdk-{o}" for o, w in self.workers.items() if w.poll() is None}
+
+    def lines(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.folder)
+
+    def readers(self) -> dict[str, set[str]]:
+        alive = self.alive()
+        open_by: dict[str, set[str]] = {str(p): set() for p in range(PARTITIONS)}
+        for line in self.lines():
+            if line.get("kind") == "open":
+                open_by[line["partition"]].add(line["consumer"])
+            elif line.get("kind") == "close":
+                open_by[line["partition"]].discard(line["consumer"])
+        return {p: names & alive for p, names in open_by.items()}
+
+    def ready(self) -> int:
+        alive = self.alive()
+        return len({line["consumer"] for line in self.lines() if line.get("kind") == "ready"} & alive)
+
+    def stop(self, ordinal: int, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.workers[ordinal].send_signal(sig)
+
+    def stop_all(self) -> None:
+        for worker in self.workers.values():
+            with contextlib.suppress(ProcessLookupError):
+                worker.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for worker in self.workers.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                worker.wait(timeout=max(0.1, deadline - time.monotonic()))
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait(timeout=10)
+
+
+async def run_sdk(
+    scenario: str,
+    eventhubs: str,
+    proxy: CountingProxy,
+    workdir: Path,
+    hub: str,
+    timeout: float,
+    azurite_direct: str,
+) -> Outcome:
+    from azure.storage.blob import BlobServiceClient
+
+    before, after = COUNTS[scenario]
+    container = f"sdk-{scenario.replace('to', '-')}-{int(time.time()) % 100000}"
+    with BlobServiceClient.from_connection_string(azurite_direct) as service:
+        service.create_container(container)
+    folder = workdir / f"sdk-{scenario}"
+    folder.mkdir(parents=True, exist_ok=True)
+    pool = SdkPool(hub, container, eventhubs, azurite_via(proxy.port), folder)
+    try:
+        for ordinal in range(before):
+            pool.start(ordinal)
+        if before:
+            settle = Watch(pool.readers, count_first=True)
+            # The SDK's own start: one pod claims all 32 in its first cycle.
+            if await until_balanced(settle, before, 120, time.monotonic()) is None:
+                raise RuntimeError(f"sdk {scenario}: the starting pool of {before} did not balance")
+        watch = Watch(pool.readers, count_first=scenario == "0to8-cold")
+        watch.sample()
+        requests_before = proxy.count
+        if scenario in ("1to8", "0to8-cold"):
+            for ordinal in range(before, after):
+                pool.start(ordinal)
+            while pool.ready() < after:
+                watch.sample()
+                await asyncio.sleep(SAMPLE_SECONDS)
+            requests_before = proxy.count
+        else:
+            sig = signal.SIGTERM if scenario == "8to4-graceful" else signal.SIGKILL
+            for ordinal in range(after, before):
+                pool.stop(ordinal, sig)
+        started = time.monotonic()
+        seconds = await until_balanced(watch, after, timeout, started)
+        requests = proxy.count - requests_before
+        await asyncio.sleep(1)
+    finally:
+        pool.stop_all()
+    batches = [line for line in pool.lines() if line.get("kind") == "batch"]
+    distinct, replayed = replays(batches)
+    return Outcome(
+        "azure sdk",
+        scenario,
+        seconds,
+        timeout,
+        watch.moves,
+        MINIMUM_MOVES[scenario],
+        replayed,
+        distinct,
+        round(watch.unowned, 1),
+        requests,
+    )
+
+
+# --- the run -----------------------------------------------------------------------------------------------
+
+
+async def bench(args: argparse.Namespace, console: Console) -> list[Outcome]:
+    from hubshift.spec import DEFAULT_EVENTHUBS_ENV, DEFAULT_STORAGE_ENV
+    from hubshift.testing.azurite import running_azurite
+    from hubshift.testing.emulator import running_emulator
+
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    sides = [s for s in args.sides.split(",") if s]
+    hubs = [f"{side}{i}:{PARTITIONS}" for i, _ in enumerate(scenarios) for side in ("h", "s")]
+    workdir = Path(tempfile.mkdtemp(prefix="hubshift-bench-rebalance-"))
+    outcomes: list[Outcome] = []
+    with running_emulator(hubs) as emulator, running_azurite(workdir / "azurite") as azurite:
+        hubshift_proxy = CountingProxy(azurite.port).start_and_wait()
+        sdk_proxy = CountingProxy(azurite.port).start_and_wait()
+        env = dict(
+            os.environ,
+            **{
+                DEFAULT_EVENTHUBS_ENV: emulator.connection_string,
+                DEFAULT_STORAGE_ENV: azurite_via(hubshift_proxy.port),
+            },
+        )
+        for index, scenario in enumerate(scenarios):
+            for side in sides:
+                hub = f"{'h' if side == 'hubshift' else 's'}{index}"
+                load = Load(emulator.connection_string, hub, args.rate)
+                load.start()
+                console.print(f"[bold]{scenario}[/bold]: {side} ...")
+                try:
+                    if side == "hubshift":
+                        outcome = await run_hubshift(
+                            scenario,
+                            env,
+                            azurite.connection_string,
+                            hubshift_proxy,
+                            workdir,
+                            hub,
+                            args.engine,
+                            args.hubshift_timeout,
+                            console,
+                        )
+                    else:
+                        outcome = await run_sdk(
+                            scenario,
+                            emulator.connection_string,
+                            sdk_proxy,
+                            workdir,
+                            hub,
+                            args.sdk_timeout,
+                            azurite.connection_string,
+                        )
+                finally:
+                    load.halt.set()
+                    load.join(10)
+                console.print(
+                    f"  balanced {outcome.balanced} s, {outcome.moves} moves, {outcome.replayed} replayed, "
+                    f"{outcome.unowned_partition_seconds} unowned partition-s, "
+                    f"{outcome.storage_requests} storage requests"
+                )
+                outcomes.append(outcome)
+    return outcomes
+
+
+def report(outcomes: list[Outcome], args: argparse.Namespace, console: Console) -> dict[str, Any]:
+    table = Table(
+        title=f"rebalance, {PARTITIONS} partitions, hubshift delaySeconds {DELAY_SECONDS:g} "
+        f"(target: balanced within {DELAY_SECONDS + 5:g} s)"
+    )
+    for column in (
+        "scenario",
+        "side",
+        "balanced (s)",
+        "moves (min)",
+        "replayed",
+        "unowned partition-s",
+        "storage requests",
+    ):
+        table.add_column(column)
+    for o in outcomes:
+        table.add_row(
+            o.scenario,
+            o.side,
+            o.balanced,
+            f"{o.moves} ({o.minimum_moves})",
+            str(o.replayed),
+            f"{o.unowned_partition_seconds:g}",
+            str(o.storage_requests),
+        )
+    console.print(table)
+    return {
+        "partitions": PARTITIONS,
+        "delaySeconds": DELAY_SECONDS,
+        "ratePerHub": args.rate,
+        "engine": args.engine,
+        "checkpointSeconds": CHECKPOINT_SECONDS,
+        "outcomes": [asdict(o) | {"balanced": o.balanced} for o in outcomes],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--sides", default="hubshift,sdk", help="hubshift, sdk or both")
+    parser.add_argument("--engine", choices=["sdk", "spark"], default="sdk", help="hubshift's consumers")
+    parser.add_argument("--rate", type=float, default=64.0, help="events/s per hub during each scenario")
+    parser.add_argument("--sdk-timeout", type=float, default=240.0)
+    parser.add_argument("--hubshift-timeout", type=float, default=60.0)
+    parser.add_argument("--quick", action="store_true", help="cap the SDK at 45 s")
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--sdk-worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.sdk_worker:
+        sdk_worker(json.loads(args.sdk_worker))
+        return 0
+    if args.quick:
+        args.sdk_timeout = min(args.sdk_timeout, 45.0)
+    unknown = set(args.scenarios.split(",")) - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown scenarios {sorted(unknown)}; choose from {', '.join(SCENARIOS)}")
+    console = Console()
+    outcomes = asyncio.run(bench(args, console))
+    result = report(outcomes, args, console)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=1))
+    console.print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
