@@ -185,8 +185,10 @@ class HubshiftAgent(threading.Thread):
                     self.errors += 1
                     next_renew = now + 2
             if now >= next_list:
+                first = self.snapshot is None
                 self.cycle()
-                next_list += timing.list_interval_seconds
+                # Claim at once on start-up, then list at a random phase, as consumers started apart do.
+                next_list = now + (random.uniform(0, 1) if first else 1) * timing.list_interval_seconds
             if now >= next_checkpoint:
                 self.checkpoint_all()
                 next_checkpoint += timing.checkpoint_interval_seconds
