@@ -160,13 +160,14 @@ def record_changed(new: Assignment, old: Assignment | None) -> bool:
 
 
 def holders_to_expel(
-    published: PublishAssignment, holders: Mapping[str, str | None], present: Iterable[str]
+    published: PublishAssignment, holders: Mapping[str, str | None], spared: Iterable[str]
 ) -> list[str]:
-    """The absent holders of forced partitions: ending their membership lets the new owners take those
-    partitions at once (an orphan is claimed by force), instead of after the membership lease."""
-    here = set(present)
+    """The holders of forced partitions to expel: ending their membership lets the new owners take those
+    partitions at once (an orphan is claimed by force) instead of after the membership lease. `spared`
+    are the consumers present or still handing off after SIGTERM (they release on their own)."""
+    keep = set(spared)
     gone = {holders.get(p) for p in published.forced}
-    return sorted((c for c in gone if c is not None and c not in here and c != "?"), key=consumer_sort_key)
+    return sorted((c for c in gone if c is not None and c not in keep and c != "?"), key=consumer_sort_key)
 
 
 def rebalance_reason(reason: str) -> str:
@@ -672,7 +673,8 @@ class ControlLoop:
                 nudge_generation = action.generation
                 for move in action.moves:
                     memory.moving[move.partition] = (move.target, now)
-                for gone in holders_to_expel(action, holders, present):
+                stopping = [i.name for i in instances if i.terminating]
+                for gone in holders_to_expel(action, holders, [*present, *stopping]):
                     await self._expel(gone)
                 if self.metrics is not None:
                     self.metrics.moves.labels(namespace, name).inc(len(action.moves))

@@ -40,6 +40,8 @@ from hubshift.spec import DEFAULT_EVENTHUBS_ENV, load_manifest
 HUB = "homes"
 NAME = "homes"
 WINDOW_SECONDS = 10
+# The run's clock starts when the first consumer reads; a machine that cannot start one by then fails.
+STARTUP_LIMIT_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -236,13 +238,21 @@ async def _demo(
     install_stop_signals(stop)
     load = _Load(environ[DEFAULT_EVENTHUBS_ENV], settings)
     started = time.monotonic()
-    asyncio.get_running_loop().call_later(settings.duration, stop.set)
+    loop = asyncio.get_running_loop()
+    startup_expired = [False]
+
+    def give_up() -> None:
+        if load.started_at is None:
+            startup_expired[0] = True
+            stop.set()
+
+    loop.call_later(STARTUP_LIMIT_SECONDS, give_up)
     view = AggregateView(FolderStore(output)) if settings.engine == "spark" else None
     aggregated: list[int | None] = [None]
 
     def figures() -> DemoFigures:
         return DemoFigures(
-            elapsed=time.monotonic() - started,
+            elapsed=0.0 if load.started_at is None else time.monotonic() - load.started_at,
             duration=settings.duration,
             events_sent=load.sent,
             rate_now=load.rate_now(),
@@ -275,10 +285,14 @@ async def _demo(
         last_line[0] = line
 
     def on_report(report: CycleReport) -> None:
-        # The load starts once the first consumer reads (a Spark driver takes a while to start), and
-        # its wave spans what is left of the run.
-        if not load.is_alive() and not load.done and (report.status.ready_replicas or 0) > 0:
-            load.begin(max(10.0, settings.duration - (time.monotonic() - started)))
+        # The run's clock and the load start once the first consumer reads (a Spark driver takes a while).
+        if load.started_at is None and (report.status.ready_replicas or 0) > 0:
+            load.begin(settings.duration)
+            loop.call_later(settings.duration, stop.set)
+            if not settings.live:
+                console.print(
+                    f"the first consumer reads after {time.monotonic() - started:.0f} s: load starts"
+                )
         if not settings.live:
             print_line(report)
 
@@ -304,6 +318,12 @@ async def _demo(
             await aggregates
         if load.is_alive():
             await asyncio.to_thread(load.join, 10)
+    if startup_expired[0]:
+        console.print(
+            f"[red]no consumer became ready within {STARTUP_LIMIT_SECONDS:g} s: see the logs in "
+            f"{workdir / 'logs'}[/red]"
+        )
+        return 1
     return _summary(console, view, output, load, settings)
 
 

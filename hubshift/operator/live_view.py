@@ -43,8 +43,11 @@ def render(
     if figures.aggregated_events is not None:
         header.append(f"aggregated {figures.aggregated_events}   ")
     header.append(f"output {figures.output}", style="dim")
-    if report is None:
-        return Panel(Group(header, Text("starting: the first control-loop cycle has not run yet")))
+    if report is None or (figures.elapsed == 0 and not report.status.ready_replicas):
+        waiting = Text(
+            "starting the consumers (a Spark driver takes a while); the load starts when one reads"
+        )
+        return Panel(Group(header, waiting), title="hubshift")
 
     status = report.status
     state = report.state
