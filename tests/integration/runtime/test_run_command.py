@@ -1,0 +1,112 @@
+"""`hubshift run -f MANIFEST` as a user runs it: errors a person can act on, and a run whose phase and
+assignment `hubshift status` shows."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hubshift.spec import DEFAULT_EVENTHUBS_ENV
+from hubshift.testing.emulator import RunningEmulator
+
+HUBSHIFT = [sys.executable, "-m", "hubshift.cli"]
+
+
+def write_manifest(path: Path, store: Path) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "hubshift.dev/v1alpha1",
+                "kind": "PartitionedConsumer",
+                "metadata": {"name": "homes"},
+                "spec": {
+                    "eventHubs": {"hub": "hub"},
+                    "checkpointStore": {"sqlite": {"path": str(store)}},
+                    "consumer": {"sink": {"type": "folder", "folder": {"path": str(path.parent / "out")}}},
+                    "scaling": {"minReplicas": 2, "maxReplicas": 2, "pollingIntervalSeconds": 1},
+                    "rebalance": {"delaySeconds": 1, "maxHandoffSeconds": 5},
+                },
+            }
+        )
+    )
+    return path
+
+
+@pytest.mark.timeout(60)
+def test_a_missing_connection_string_is_one_line_and_a_non_zero_exit(tmp_path: Path) -> None:
+    manifest = write_manifest(tmp_path / "m.yaml", tmp_path / "store.db")
+    env = {k: v for k, v in os.environ.items() if k != DEFAULT_EVENTHUBS_ENV}
+    result = subprocess.run(
+        [*HUBSHIFT, "run", "-f", str(manifest), "--engine", "sdk"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=50,
+        cwd=tmp_path,
+    )
+    assert result.returncode != 0
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert DEFAULT_EVENTHUBS_ENV in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.timeout(120)
+def test_run_shows_phase_and_assignment_through_status(tmp_path: Path, emulator_factory: object) -> None:
+    emulator: RunningEmulator = emulator_factory(["hub:4"])  # type: ignore[operator]
+    manifest = write_manifest(tmp_path / "m.yaml", tmp_path / "store.db")
+    env = dict(os.environ, **{DEFAULT_EVENTHUBS_ENV: emulator.connection_string})
+    workdir = tmp_path / "work"
+    run = subprocess.Popen(
+        [
+            *HUBSHIFT,
+            "run",
+            "-f",
+            str(manifest),
+            "--engine",
+            "sdk",
+            "--workdir",
+            str(workdir),
+            "--duration",
+            "20",
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _, stderr = run.communicate(timeout=90)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, stderr[-2000:]
+    assert emulator.connection_string.split("SharedAccessKey=")[1] not in stderr, "no secret in the log"
+    status = json.loads((workdir / "status.json").read_text())
+    assert status["status"]["phase"] == "Ready"
+    assert {a["consumer"] for a in status["status"]["assignment"]} == {"homes-0", "homes-1"}
+    shown = subprocess.run(
+        [
+            *HUBSHIFT,
+            "status",
+            "--store",
+            f"sqlite:///{tmp_path / 'store.db'}",
+            "--namespace",
+            f"127.0.0.1:{emulator.port}",
+            "--hub",
+            "hub",
+            "--output",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    document = json.loads(shown.stdout)
+    assert document["phase"] == "Ready"
+    assert set(document["assignment"].values()) == {"homes-0", "homes-1"}
