@@ -5,7 +5,7 @@
     await kopf.operator(registry=registry, ...)
 
 The control loop is plugged in with `set_control_loop(cycle)` before the operator starts; until then each
-PartitionedConsumer's timer runs `reconcile.report_only` (children reconciled, phase Ready).
+PartitionedConsumer's control-loop daemon runs `reconcile.report_only` (children reconciled, phase Ready).
 """
 
 from __future__ import annotations
@@ -53,12 +53,6 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
                 kube=KubeAdapter.from_environment(), metrics=METRICS, control_loop=control_loop()
             )
 
-    @kopf.on.cleanup(registry=registry)
-    async def close(memo: kopf.Memo, **_: Any) -> None:
-        context = memo.get(CONTEXT_KEY)
-        if isinstance(context, OperatorContext):
-            await context.kube.close()
-
     @kopf.on.resume(*CR, registry=registry, id="children")
     @kopf.on.create(*CR, registry=registry, id="children")
     @kopf.on.update(*CR, registry=registry, id="children")
@@ -69,7 +63,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     async def forget(body: kopf.Body, memo: kopf.Memo, logger: reconcile.Logger, **_: Any) -> None:
         reconcile.forget(body, memo, logger)
 
-    @kopf.index("pods", labels=CONSUMER_PODS, registry=registry)
+    @kopf.index("pods", labels=CONSUMER_PODS, registry=registry, id="consumer_pods")  # the kwarg name
     def consumer_pods(body: kopf.Body, **_: Any) -> Mapping[Any, Any]:
         return reconcile.index_consumer_pod(body)
 
@@ -77,14 +71,19 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     async def consumer_pod(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
         reconcile.observe_pod(reconcile.operator_context(memo), body, type)
 
-    @kopf.timer(
-        *CR, interval=config.tick_seconds, backoff=config.tick_seconds, registry=registry, id="control-loop"
+    # One long-lived coroutine per PartitionedConsumer rather than a timer: a pod event wakes it at once,
+    # its period is the CR's own polling interval, and it logs nothing per tick. A running cycle gets
+    # `cancellation_backoff` seconds to finish before the daemon is cancelled.
+    @kopf.daemon(
+        *CR, registry=registry, id="control-loop", cancellation_backoff=10.0, cancellation_timeout=20.0
     )
     async def control(
         body: kopf.Body,
         memo: kopf.Memo,
+        stopped: kopf.DaemonStopped,
         logger: reconcile.Logger,
         consumer_pods: kopf.Index[Any, Any] | None = None,  # the index above, by its name
         **_: Any,
     ) -> None:
-        await reconcile.tick(body, memo, consumer_pods or {}, logger)
+        pods = consumer_pods if consumer_pods is not None else {}  # a live view: never `or`
+        await reconcile.run_control_loop(body, memo, stopped, pods, logger)

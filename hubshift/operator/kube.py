@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
+from httpx2 import HTTPStatusError
 from lightkube import AsyncClient, KubeConfig
-from lightkube.core.exceptions import ApiError
 from lightkube.core.resource_registry import resource_registry
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import StatefulSet
@@ -88,6 +88,11 @@ def consumer_instance(pod: Mapping[str, Any]) -> ConsumerInstance:
     )
 
 
+def status_code(error: HTTPStatusError) -> int:
+    """The HTTP status of a failed API call (lightkube raises `ApiError`, a subclass, for JSON bodies)."""
+    return error.response.status_code
+
+
 def _as_dict(obj: Any) -> JSON:
     if obj is None:
         return {}
@@ -118,7 +123,15 @@ class KubeAdapter:
     @classmethod
     def from_server(cls, url: str) -> KubeAdapter:
         """An API server without authentication (tests: kmock)."""
-        return cls(AsyncClient(config=KubeConfig.from_server(url), field_manager=MANAGER))
+        config = KubeConfig.from_dict(
+            {
+                "clusters": [{"name": "server", "cluster": {"server": url}}],
+                "users": [{"name": "anonymous", "user": {}}],
+                "contexts": [{"name": "server", "context": {"cluster": "server", "user": "anonymous"}}],
+                "current-context": "server",
+            }
+        )
+        return cls(AsyncClient(config=config, field_manager=MANAGER))
 
     async def close(self) -> None:
         await self.client.close()
@@ -139,9 +152,9 @@ class KubeAdapter:
                 field_manager=MANAGER,
                 force=True,
             )
-        except ApiError as error:
+        except HTTPStatusError as error:
             # A real API server creates on apply; some emulators answer 404 instead. Creating is equivalent.
-            if error.status.code != 404:
+            if status_code(error) != 404:
                 raise
             result = await self.client.create(resource.from_dict(dict(document)), field_manager=MANAGER)
         return _as_dict(result)
@@ -154,8 +167,8 @@ class KubeAdapter:
         """`spec.replicas` of the StatefulSet, or None when it does not exist."""
         try:
             statefulset = await self.client.get(StatefulSet, name, namespace=namespace)
-        except ApiError as error:
-            if error.status.code == 404:
+        except HTTPStatusError as error:
+            if status_code(error) == 404:
                 return None
             raise
         spec = statefulset.spec
@@ -180,8 +193,8 @@ class KubeAdapter:
         where = f"Secret {namespace}/{ref.name}"
         try:
             secret = await self.client.get(Secret, ref.name, namespace=namespace)
-        except ApiError as error:
-            code = error.status.code
+        except HTTPStatusError as error:
+            code = status_code(error)
             reason = "not found" if code == 404 else "forbidden" if code == 403 else f"HTTP {code}"
             raise SecretUnavailable(f"{where}: {reason}") from None
         data = secret.data or {}
@@ -273,8 +286,13 @@ class KubernetesRuntime:
         if self._pods is not None:
             instances: Sequence[ConsumerInstance] = list(self._pods())
         else:
-            pods = await self.kube.list_pods(self.owner.namespace, consumer_pod_labels(self.owner.name))
-            instances = [consumer_instance(pod) for pod in pods]
+            labels = consumer_pod_labels(self.owner.name)
+            pods = await self.kube.list_pods(self.owner.namespace, labels)
+            instances = [
+                consumer_instance(pod)
+                for pod in pods
+                if labels.items() <= (pod.get("metadata", {}).get("labels") or {}).items()
+            ]
         return sorted(instances, key=lambda instance: (instance.ordinal, instance.name))
 
     async def replicas(self) -> int:
@@ -289,8 +307,9 @@ class KubernetesRuntime:
     async def record_event(self, reason: str, message: str, *, warning: bool = False) -> None:
         try:
             await self.kube.post_event(self.owner, reason, message, warning=warning)
-        except ApiError as error:  # an Event lost is no reason to stop the loop
-            logger.warning("could not post event %s on %s: %s", reason, self.owner.name, error.status.message)
+        except HTTPStatusError as error:  # an Event lost is no reason to stop the loop
+            code = status_code(error)
+            logger.warning("could not post event %s on %s: HTTP %d", reason, self.owner.name, code)
 
     async def publish_status(self, status: dict[str, object]) -> None:
         await self.kube.apply_status(self.owner, status)

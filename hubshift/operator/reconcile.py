@@ -51,19 +51,18 @@ class OperatorContext:
     kube: KubeAdapter
     metrics: OperatorMetrics
     control_loop: ControlLoop
-    clock: Callable[[], float] = time.monotonic
-    nudged: set[ConsumerKey] = field(default_factory=set)
+    #: Nudged cycles start at least this long after the previous one started (a cycle may nudge itself
+    #: while a holddown or handoff is pending, to run again soon without spinning).
+    min_cycle_seconds: float = 1.0
+    wakeups: dict[ConsumerKey, asyncio.Event] = field(default_factory=dict)
     pod_views: dict[tuple[str, str], ConsumerInstance] = field(default_factory=dict)
 
-    def nudge(self, key: ConsumerKey) -> None:
-        """Run this consumer's next cycle at its timer's next tick, not at its polling interval."""
-        self.nudged.add(key)
+    def wakeup(self, key: ConsumerKey) -> asyncio.Event:
+        return self.wakeups.setdefault(key, asyncio.Event())
 
-    def take_nudge(self, key: ConsumerKey) -> bool:
-        if key in self.nudged:
-            self.nudged.discard(key)
-            return True
-        return False
+    def nudge(self, key: ConsumerKey) -> None:
+        """Run the next cycle of this consumer as soon as `min_cycle_seconds` allow."""
+        self.wakeup(key).set()
 
 
 @dataclass
@@ -71,7 +70,6 @@ class ConsumerState:
     """Per PartitionedConsumer: cycles and child reconciliation never overlap."""
 
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    last_cycle: float | None = None
 
 
 def operator_context(memo: kopf.Memo) -> OperatorContext:
@@ -91,10 +89,6 @@ def consumer_state(memo: kopf.Memo) -> ConsumerState:
 def consumer_key(body: Mapping[str, Any]) -> ConsumerKey:
     metadata = body["metadata"]
     return (metadata.get("namespace") or "default", metadata["name"])
-
-
-def cycle_due(now: float, last_cycle: float | None, interval: float, nudged: bool) -> bool:
-    return nudged or last_cycle is None or now - last_cycle >= interval
 
 
 def _utcnow() -> datetime:
@@ -193,39 +187,60 @@ def pods_of(index: PodIndex, key: ConsumerKey) -> list[ConsumerInstance]:
     return list(store) if store is not None else []
 
 
-# --- the control-loop timer ------------------------------------------------------------------------------
+# --- the control-loop daemon ----------------------------------------------------------------------------
 
 
-async def tick(
+async def wait_for_wakeup(wakeup: asyncio.Event, stopped: kopf.DaemonStopped, timeout: float) -> None:
+    """Until a nudge, the daemon's stop, or `timeout` seconds, whichever comes first."""
+    waiters = {
+        asyncio.ensure_future(wakeup.wait()),
+        asyncio.ensure_future(stopped.wait(timeout)),
+    }
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
+async def run_control_loop(
     body: Mapping[str, Any],
     memo: kopf.Memo,
+    stopped: kopf.DaemonStopped,
     pods: PodIndex,
     logger: Logger,
 ) -> None:
-    """One timer tick: run a control-loop cycle if one is due (polling interval passed, or nudged)."""
+    """One PartitionedConsumer's control loop: a cycle every polling interval, and at once when nudged
+    (a consumer pod appeared, went or changed readiness; the spec changed). `body` is kopf's live view."""
     context = operator_context(memo)
     key = consumer_key(body)
-    try:
-        consumer = consumer_from_body(body)
-    except UserError:
-        return  # reported as phase Invalid by the children handler; nothing to control
+    wakeup = context.wakeup(key)
     state = consumer_state(memo)
-    now = context.clock()
-    nudged = context.take_nudge(key)
-    if not cycle_due(now, state.last_cycle, consumer.spec.scaling.polling_interval_seconds, nudged):
-        return
-    owner = Owner.from_body(body)
-    runtime = KubernetesRuntime(context.kube, owner, consumer, pods=lambda: pods_of(pods, key))
-    async with state.lock:
-        state.last_cycle = now
-        started = time.perf_counter()
+    while not stopped:
+        wakeup.clear()  # a nudge that arrives during the cycle runs the next one at once
+        cycle_started = time.monotonic()
         try:
-            await context.control_loop(dict(body), runtime, memo)
-        except Exception:
-            context.metrics.cycle_errors.labels(*key).inc()
-            raise
-        finally:
-            context.metrics.cycle_duration.labels(*key).observe(time.perf_counter() - started)
+            consumer = consumer_from_body(body)
+        except UserError:
+            consumer = None  # reported as phase Invalid by the children handler; nothing to control
+        if consumer is not None:
+            owner = Owner.from_body(body)
+            runtime = KubernetesRuntime(context.kube, owner, consumer, pods=lambda: pods_of(pods, key))
+            async with state.lock:
+                started = time.perf_counter()
+                try:
+                    await context.control_loop(dict(body), runtime, memo)
+                except Exception as error:  # the loop outlives a failed cycle; the next one retries
+                    context.metrics.cycle_errors.labels(*key).inc()
+                    logger.error("control-loop cycle failed: %s: %s", type(error).__name__, error)
+                    logger.debug("control-loop cycle failed", exc_info=True)
+                finally:
+                    context.metrics.cycle_duration.labels(*key).observe(time.perf_counter() - started)
+        interval = consumer.spec.scaling.polling_interval_seconds if consumer is not None else 60.0
+        await wait_for_wakeup(wakeup, stopped, interval)
+        too_soon = context.min_cycle_seconds - (time.monotonic() - cycle_started)
+        if too_soon > 0 and not stopped:
+            await asyncio.sleep(too_soon)
 
 
 async def report_only(body: Mapping[str, Any], runtime: KubernetesRuntime, memo: kopf.Memo) -> None:
@@ -266,6 +281,6 @@ def forget(body: Mapping[str, Any], memo: kopf.Memo, logger: Logger) -> None:
     """The children go by garbage collection (owner references); only in-memory traces remain to drop."""
     context = operator_context(memo)
     namespace, name = consumer_key(body)
-    context.nudged.discard((namespace, name))
+    context.wakeups.pop((namespace, name), None)
     context.metrics.forget(namespace, name)
     logger.info("%s deleted; Kubernetes garbage-collects its children", name)

@@ -1,0 +1,572 @@
+"""The kopf handlers and the Kubernetes adapter against kmock's in-memory Kubernetes API (no real server).
+
+The operator runs in-process: `kopf.operator(registry=..., standalone=True, clusterwide=True)` with a login
+handler pointing at kmock. kopf starts no watch at all until the emulator declares `v1/namespaces` and
+`apiextensions.k8s.io/v1/customresourcedefinitions`, so both are declared with every resource we use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import json
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kopf
+import pytest
+import yaml
+from click.testing import CliRunner
+from lightkube.resources.core_v1 import Pod, Secret
+
+from hubshift.operator import crd, handlers, reconcile
+from hubshift.operator.cli import operator as operator_command
+from hubshift.operator.kube import (
+    KubeAdapter,
+    KubernetesRuntime,
+    PartitionedConsumerResource,
+    SecretUnavailable,
+    consumer_instance,
+)
+from hubshift.operator.metrics import OperatorMetrics
+from hubshift.operator.reconcile import CONTEXT_KEY, OperatorContext
+from hubshift.operator.render import CONSUMER_LABEL, Owner, consumer_from_body, pod_labels
+from hubshift.operator.runtime import ConsumerInstance
+from hubshift.operator.settings import OperatorConfig, apply_settings
+from hubshift.spec import SecretKeyRef
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "homes.yaml"
+NAMESPACE = "sensors"
+SENTINEL = "Endpoint=sb://leak.example/;SharedAccessKey=SENTINEL-7f3a9c-do-not-log"
+
+RESOURCES: dict[str, dict[str, Any]] = {
+    "v1/namespaces": {"namespaced": False, "kind": "Namespace"},
+    "apiextensions.k8s.io/v1/customresourcedefinitions": {
+        "namespaced": False,
+        "kind": "CustomResourceDefinition",
+    },
+    "hubshift.dev/v1alpha1/partitionedconsumers": {
+        "namespaced": True,
+        "kind": "PartitionedConsumer",
+        "subresources": {"status"},
+        "verbs": {"get", "list", "watch", "patch", "create", "delete"},
+    },
+    "v1/pods": {"namespaced": True, "kind": "Pod", "verbs": {"get", "list", "watch"}},
+    "v1/events": {"namespaced": True, "kind": "Event", "verbs": {"create"}},
+    "v1/secrets": {"namespaced": True, "kind": "Secret", "verbs": {"get"}},
+    "apps/v1/statefulsets": {"namespaced": True, "kind": "StatefulSet", "subresources": {"scale"}},
+}
+
+CycleFn = Callable[[Mapping[str, Any], KubernetesRuntime, kopf.Memo], Awaitable[None]]
+
+
+def manifest(name: str = "homes", **spec_updates: Any) -> dict[str, Any]:
+    document: dict[str, Any] = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
+    document["metadata"].update(
+        name=name, namespace=NAMESPACE, uid=f"uid-{name}", resourceVersion="1", generation=1
+    )
+    document["spec"]["scaling"]["pollingIntervalSeconds"] = 60  # only nudges run cycles within a test
+    for key, value in spec_updates.items():
+        document["spec"][key] = value
+    return document
+
+
+def live_objects(kmock: Any, plural: str) -> dict[str, dict[str, Any]]:
+    return {
+        name: obj.raw
+        for (resource, _namespace, name), obj in list(kmock.objects.items())
+        if resource.plural == plural and not obj.deleted
+    }
+
+
+async def eventually(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+@dataclass
+class Recorder:
+    """A control loop that records what it was given; optionally runs `then` after recording."""
+
+    calls: list[tuple[dict[str, Any], list[ConsumerInstance], kopf.Memo]] = field(default_factory=list)
+    then: CycleFn | None = None
+
+    async def __call__(self, body: Mapping[str, Any], runtime: KubernetesRuntime, memo: kopf.Memo) -> None:
+        self.calls.append((dict(body), await runtime.consumers(), memo))
+        if self.then is not None:
+            await self.then(body, runtime, memo)
+
+
+@dataclass
+class RunningOperator:
+    kmock: Any
+    kube: KubeAdapter
+    context: OperatorContext
+
+    async def create_consumer(self, document: dict[str, Any]) -> None:
+        await self.kube.client.create(PartitionedConsumerResource.from_dict(document))
+
+    async def create_pod(self, name: str, consumer: str = "homes", ready: bool = True) -> None:
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": NAMESPACE,
+                "resourceVersion": "1",
+                "labels": pod_labels(consumer),
+            },
+            "spec": {
+                "containers": [{"name": "consumer", "ports": [{"name": "metrics", "containerPort": 9090}]}]
+            },
+            "status": {
+                "podIP": "10.0.0.7",
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            },
+        }
+        await self.kube.client.create(Pod.from_dict(pod))
+
+    def status(self, name: str = "homes") -> dict[str, Any]:
+        body = live_objects(self.kmock, "partitionedconsumers").get(name, {})
+        status: dict[str, Any] = body.get("status", {})
+        return status
+
+    def events(self) -> list[dict[str, Any]]:
+        return list(live_objects(self.kmock, "events").values())
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder(then=reconcile.report_only)
+
+
+@pytest.fixture
+async def running(kmock: Any, recorder: Recorder) -> AsyncIterator[RunningOperator]:
+    """The operator in its own thread and event loop (as kopf's KopfRunner does): at shutdown kopf cancels
+    every task its loop has, which must not include the test's own."""
+    for resource, info in RESOURCES.items():
+        kmock.resources[resource] = info
+    url = str(kmock.url).rstrip("/")
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, OperatorConfig(metrics_port=None, liveness_port=None))
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return kopf.ConnectionInfo(server=url, scheme="http")
+
+    context = OperatorContext(
+        kube=KubeAdapter.from_server(url),  # used in the operator's loop only
+        metrics=OperatorMetrics(),
+        control_loop=recorder,
+        min_cycle_seconds=0.05,
+    )
+    memo = kopf.Memo()
+    memo[CONTEXT_KEY] = context
+    stop, ready = threading.Event(), threading.Event()
+    failure: list[BaseException] = []
+
+    async def operate() -> None:
+        try:
+            await kopf.operator(
+                registry=registry,
+                standalone=True,
+                clusterwide=True,
+                stop_flag=stop,
+                ready_flag=ready,
+                memo=memo,
+            )
+        finally:
+            await context.kube.close()
+
+    def run() -> None:
+        try:
+            asyncio.run(operate())
+        except BaseException as error:  # reported by the test, not lost in the thread
+            failure.append(error)
+
+    thread = threading.Thread(target=run, name="kopf-operator", daemon=True)
+    thread.start()
+    kube = KubeAdapter.from_server(url)  # the test's own client, in the test's loop
+    try:
+        assert await asyncio.to_thread(ready.wait, 10), "the operator did not start"
+        await asyncio.sleep(0.3)  # the watches start just after the ready flag
+        yield RunningOperator(kmock=kmock, kube=kube, context=context)
+    finally:
+        stop.set()
+        await asyncio.to_thread(thread.join, 30)
+        await kube.close()
+    assert not thread.is_alive(), "the operator did not stop"
+    assert not failure, failure
+
+
+# --- the operator end to end on kmock -------------------------------------------------------------------
+
+
+async def test_a_new_consumer_gets_its_children_owned_by_it(running: RunningOperator) -> None:
+    await running.create_consumer(manifest())
+    expected = {
+        "configmaps": {"homes-manifest"},
+        "services": {"homes", "homes-metrics"},
+        "poddisruptionbudgets": {"homes"},
+        "statefulsets": {"homes"},
+    }
+    for plural, names in expected.items():
+        await eventually(lambda p=plural, n=names: set(live_objects(running.kmock, p)) >= n, what=plural)
+        for name in names:
+            owners = live_objects(running.kmock, plural)[name]["metadata"]["ownerReferences"]
+            assert owners[0]["uid"] == "uid-homes" and owners[0]["controller"] is True
+    statefulset = live_objects(running.kmock, "statefulsets")["homes"]
+    assert statefulset["spec"]["replicas"] == 1  # scaling.minReplicas
+    await eventually(lambda: any(e["reason"] == "ChildrenCreated" for e in running.events()), what="event")
+
+
+async def test_until_the_control_loop_lands_the_status_says_ready(running: RunningOperator) -> None:
+    await running.create_consumer(manifest())
+    status = await eventually(lambda: running.status().get("currentReplicas") == 1 and running.status())
+    assert status["phase"] == "Ready"
+    assert status["observedGeneration"] == 1
+    assert status["conditions"][0]["type"] == "Ready"
+    assert status["conditions"][0]["status"] == "True"
+    # Only declared status fields are written (kopf keeps its bookkeeping in annotations).
+    declared = crd.root_schema_of(crd.custom_resource_definition())["properties"]["status"]["properties"]
+    assert set(status) <= set(declared)
+
+
+async def test_the_control_loop_gets_the_body_the_runtime_and_a_memo_that_persists(
+    running: RunningOperator, recorder: Recorder
+) -> None:
+    seen: list[int] = []
+
+    async def counting(body: Mapping[str, Any], runtime: KubernetesRuntime, memo: kopf.Memo) -> None:
+        memo["cycles"] = memo.get("cycles", 0) + 1
+        seen.append(memo["cycles"])
+        assert isinstance(runtime, KubernetesRuntime)
+        assert runtime.consumer.spec.event_hubs.hub == "telemetry"
+        assert runtime.owner == Owner(name="homes", namespace=NAMESPACE, uid="uid-homes")
+        assert body["spec"]["eventHubs"]["hub"] == "telemetry"
+
+    recorder.then = counting
+    await running.create_consumer(manifest())
+    await eventually(lambda: len(seen) >= 1, what="a first cycle")
+    await running.create_pod("homes-0")
+    await eventually(lambda: len(seen) >= 2, what="a second cycle")
+    assert seen[:2] == [1, 2]
+
+
+async def test_a_pod_event_runs_a_cycle_at_once_not_at_the_polling_interval(
+    running: RunningOperator, recorder: Recorder
+) -> None:
+    await running.create_consumer(manifest())  # pollingIntervalSeconds: 60
+    await eventually(lambda: recorder.calls, what="the first cycle")
+    before = len(recorder.calls)
+    await running.create_pod("homes-0")
+    await running.create_pod("homes-1", ready=False)
+    await eventually(
+        lambda: (
+            len(recorder.calls) > before and {c.name for c in recorder.calls[-1][1]} == {"homes-0", "homes-1"}
+        ),
+        timeout=5,
+        what="a cycle that sees both pods",
+    )
+    consumers = recorder.calls[-1][1]
+    assert [(c.name, c.ordinal, c.ready, c.address) for c in consumers] == [
+        ("homes-0", 0, True, "10.0.0.7:9090"),
+        ("homes-1", 1, False, "10.0.0.7:9090"),
+    ]
+    # A lost pod is seen from the watch at once, not when its lease expires.
+    before = len(recorder.calls)
+    await running.kube.client.delete(Pod, "homes-0", namespace=NAMESPACE)
+    await eventually(
+        lambda: len(recorder.calls) > before and [c.name for c in recorder.calls[-1][1]] == ["homes-1"],
+        timeout=5,
+        what="a cycle without the deleted pod",
+    )
+
+
+async def test_a_failing_cycle_is_counted_and_the_loop_goes_on(
+    running: RunningOperator, recorder: Recorder
+) -> None:
+    failures = []
+
+    async def failing_once(body: Mapping[str, Any], runtime: KubernetesRuntime, memo: kopf.Memo) -> None:
+        if not failures:
+            failures.append(1)
+            raise RuntimeError("store unreachable")
+
+    recorder.then = failing_once
+    await running.create_consumer(manifest())
+    await eventually(lambda: failures, what="the failing cycle")
+    await running.create_pod("homes-0")
+    await eventually(lambda: len(recorder.calls) >= 2, what="a cycle after the failure")
+    errors = running.context.metrics.cycle_errors.labels(NAMESPACE, "homes")._value.get()
+    assert errors == 1
+
+
+async def test_a_spec_change_reapplies_children_and_keeps_the_replica_count(running: RunningOperator) -> None:
+    await running.create_consumer(manifest())
+    await eventually(lambda: "homes" in live_objects(running.kmock, "statefulsets"), what="the StatefulSet")
+    await running.kube.scale_statefulset(NAMESPACE, "homes", 3)  # as the control loop would
+    changed = manifest()
+    changed["spec"]["consumer"]["image"] = "registry.example/hubshift:0.2.0"
+    changed["metadata"]["generation"] = 2
+    await running.kube.client.patch(
+        PartitionedConsumerResource,
+        "homes",
+        {"spec": changed["spec"], "metadata": {"generation": 2}},
+        namespace=NAMESPACE,
+        patch_type=__import__("lightkube").types.PatchType.MERGE,
+    )
+
+    def image() -> str:
+        sts = live_objects(running.kmock, "statefulsets")["homes"]
+        return str(sts["spec"]["template"]["spec"]["containers"][0]["image"])
+
+    await eventually(lambda: image() == "registry.example/hubshift:0.2.0", what="the new image")
+    assert live_objects(running.kmock, "statefulsets")["homes"]["spec"]["replicas"] == 3
+
+
+async def test_an_invalid_spec_is_reported_not_rendered(running: RunningOperator) -> None:
+    # kmock has no CRD validation; a real API server refuses this with the same message (CEL rule).
+    bad = manifest(checkpointStore={"blob": {"container": "abc"}, "sqlite": {"path": "/tmp/x.db"}})
+    await running.create_consumer(bad)
+    status = await eventually(lambda: running.status().get("phase") == "Invalid" and running.status())
+    assert "spec.checkpointStore: set exactly one of blob or sqlite" in status["message"]
+    await eventually(
+        lambda: any(e["reason"] == "InvalidSpec" and e["type"] == "Warning" for e in running.events()),
+        what="the warning event",
+    )
+    assert "homes" not in live_objects(running.kmock, "statefulsets")
+
+
+async def test_deleting_the_consumer_stops_its_loop_and_forgets_its_metrics(
+    running: RunningOperator, recorder: Recorder
+) -> None:
+    await running.create_consumer(manifest())
+    metrics = running.context.metrics
+    series = b'hubshift_current_replicas{consumer="homes",namespace="sensors"} 1.0'
+    await eventually(lambda: series in metrics.exposition(), what="the replicas metric")
+    await running.kube.client.delete(PartitionedConsumerResource, "homes", namespace=NAMESPACE)
+    await eventually(lambda: "homes" not in live_objects(running.kmock, "partitionedconsumers"), what="gone")
+    calls = len(recorder.calls)
+    await running.create_pod("homes-0")
+    await asyncio.sleep(0.5)
+    assert len(recorder.calls) == calls  # no loop left for it
+    assert b'consumer="homes"' not in metrics.exposition()
+
+
+async def test_secrets_never_reach_status_events_children_or_logs(
+    running: RunningOperator, recorder: Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    encoded = base64.b64encode(SENTINEL.encode()).decode()
+    for name in ("telemetry-eventhubs", "telemetry-storage"):
+        await running.kube.client.create(
+            Secret.from_dict(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": name, "namespace": NAMESPACE},
+                    "data": {"connectionString": encoded},
+                }
+            )
+        )
+    read: list[str] = []
+
+    async def uses_the_credentials(
+        body: Mapping[str, Any], runtime: KubernetesRuntime, memo: kopf.Memo
+    ) -> None:
+        hubs = await runtime.event_hubs_connection_string()
+        storage = await runtime.storage_connection_string()
+        assert hubs is not None and storage is not None
+        read.append(hubs.get_secret_value())
+        logging.getLogger("hubshift.test").info("connected with %s and %r", hubs, storage)
+        await runtime.record_event("Connected", f"using {hubs}")
+        await reconcile.report_only(body, runtime, memo)
+
+    recorder.then = uses_the_credentials
+    await running.create_consumer(manifest())
+    await eventually(lambda: read and running.status().get("phase") == "Ready", what="a cycle with secrets")
+    assert read[0] == SENTINEL  # the operator could use them...
+
+    # ...and they appear nowhere else: not in any object but the Secrets, nor any request sent, nor a log.
+    for (resource, _namespace, name), obj in list(running.kmock.objects.items()):
+        if resource.plural == "secrets" or obj.deleted:
+            continue
+        text = json.dumps(obj.raw)
+        assert SENTINEL not in text and encoded not in text, f"{resource.plural}/{name} carries the secret"
+    for request in list(running.kmock):
+        if request.resource is not None and request.resource.plural == "secrets":
+            continue  # the test's own creation of the Secrets
+        assert SENTINEL not in request.text and encoded not in request.text, f"{request.method} {request.url}"
+    for record in caplog.records:
+        assert SENTINEL not in record.getMessage(), record.getMessage()
+
+
+# --- the adapter and the runtime without kopf ------------------------------------------------------------
+
+
+@pytest.fixture
+async def kube(kmock: Any) -> AsyncIterator[KubeAdapter]:
+    for resource, info in RESOURCES.items():
+        kmock.resources[resource] = info
+    adapter = KubeAdapter.from_server(str(kmock.url).rstrip("/"))
+    try:
+        yield adapter
+    finally:
+        await adapter.close()
+
+
+async def test_runtime_scales_lists_and_reports_without_kopf(kube: KubeAdapter, kmock: Any) -> None:
+    body = manifest()
+    consumer = consumer_from_body(body)
+    owner = Owner.from_body(body)
+    runtime = KubernetesRuntime(kube, owner, consumer)  # no pod index: pods are listed from the API
+    await kube.client.create(PartitionedConsumerResource.from_dict(body))
+    assert await runtime.replicas() == 0  # no StatefulSet yet
+    from hubshift.operator.render import render_children
+
+    await runtime.apply_children(render_children(consumer, owner, 2))
+    await runtime.apply_children(render_children(consumer, owner, 2))  # idempotent
+    assert await runtime.replicas() == 2
+    await runtime.set_replicas(4)
+    assert await runtime.replicas() == 4
+    with pytest.raises(ValueError):
+        await runtime.set_replicas(-1)
+
+    running = RunningOperator(kmock=kmock, kube=kube, context=None)  # type: ignore[arg-type]
+    await running.create_pod("homes-1", ready=False)
+    await running.create_pod("homes-0")
+    await running.create_pod("other-0", consumer="other")
+    assert [c.name for c in await runtime.consumers()] == ["homes-0", "homes-1"]
+
+    await runtime.record_event("ScaledOut", "2 -> 4 replicas: backlog 9000 over 4 partitions")
+    event = next(iter(live_objects(kmock, "events").values()))
+    assert event["involvedObject"]["uid"] == "uid-homes"
+    assert event["type"] == "Normal" and event["reason"] == "ScaledOut"
+
+    await runtime.publish_status({"phase": "Holddown", "holddownUntil": "2026-01-01T00:00:10Z"})
+    stored = live_objects(kmock, "partitionedconsumers")["homes"]["status"]
+    assert stored["phase"] == "Holddown"
+
+
+async def test_a_missing_secret_is_named_without_any_content(kube: KubeAdapter) -> None:
+    with pytest.raises(SecretUnavailable, match=r"Secret sensors/nowhere: not found"):
+        await kube.read_secret(NAMESPACE, SecretKeyRef(name="nowhere", key="k"))
+    await kube.client.create(
+        Secret.from_dict(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "partial", "namespace": NAMESPACE},
+                "data": {"other": base64.b64encode(SENTINEL.encode()).decode()},
+            }
+        )
+    )
+    with pytest.raises(SecretUnavailable) as error:
+        await kube.read_secret(NAMESPACE, SecretKeyRef(name="partial", key="connectionString"))
+    assert "has no key 'connectionString'" in str(error.value)
+    assert SENTINEL not in str(error.value)
+    secret = await kube.read_secret(NAMESPACE, SecretKeyRef(name="partial", key="other"))
+    assert SENTINEL not in repr(secret) and SENTINEL not in str(secret)
+
+
+# --- pure pieces ---------------------------------------------------------------------------------------
+
+
+def test_consumer_instance_from_a_pod() -> None:
+    pod = {
+        "metadata": {"name": "homes-12", "labels": {"apps.kubernetes.io/pod-index": "12"}},
+        "spec": {"containers": [{"ports": [{"name": "metrics", "containerPort": 9400}]}]},
+        "status": {"podIP": "10.1.2.3", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    assert consumer_instance(pod) == ConsumerInstance("homes-12", 12, True, "10.1.2.3:9400", False)
+    pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert consumer_instance(pod) == ConsumerInstance("homes-12", 12, False, "10.1.2.3:9400", True)
+    assert consumer_instance({"metadata": {"name": "homes-3"}}) == ConsumerInstance(
+        "homes-3", 3, False, None, False
+    )
+
+
+def test_pod_events_nudge_only_on_a_change_that_matters() -> None:
+    context = OperatorContext(kube=None, metrics=OperatorMetrics(), control_loop=reconcile.report_only)  # type: ignore[arg-type]
+    pod = {
+        "metadata": {"name": "homes-0", "namespace": NAMESPACE, "labels": {CONSUMER_LABEL: "homes"}},
+        "status": {"conditions": [{"type": "Ready", "status": "False"}]},
+    }
+    key = (NAMESPACE, "homes")
+
+    def woken() -> bool:
+        event = context.wakeup(key)
+        was = event.is_set()
+        event.clear()
+        return was
+
+    reconcile.observe_pod(context, pod, None)
+    assert woken()  # a new pod
+    reconcile.observe_pod(context, pod, "MODIFIED")
+    assert not woken()  # nothing the loop cares about changed
+    pod["status"]["conditions"][0]["status"] = "True"
+    reconcile.observe_pod(context, pod, "MODIFIED")
+    assert woken()  # became ready
+    reconcile.observe_pod(context, pod, "DELETED")
+    assert woken()  # gone
+    reconcile.observe_pod(context, {"metadata": {"name": "unrelated"}}, "ADDED")
+    assert not woken()
+
+
+def test_settings_are_applied_in_one_place() -> None:
+    settings = kopf.OperatorSettings()
+    apply_settings(settings, OperatorConfig(peering="hubshift", priority=7, clusterwide=False))
+    assert settings.peering.name == "hubshift"
+    assert settings.peering.mandatory is True
+    assert settings.peering.standalone is False
+    assert settings.peering.priority == 7
+    assert settings.posting.level == logging.WARNING
+    assert settings.watching.server_timeout == 300
+    assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
+    standalone = kopf.OperatorSettings()
+    apply_settings(standalone, OperatorConfig())
+    assert standalone.peering.standalone is True
+
+
+def test_metrics_replace_stale_label_sets() -> None:
+    metrics = OperatorMetrics()
+    metrics.set_backlog(NAMESPACE, "homes", {"0": 10, "1": 5})
+    metrics.set_backlog(NAMESPACE, "homes", {"0": 3})
+    text = metrics.exposition().decode()
+    assert 'hubshift_partition_backlog_events{consumer="homes",namespace="sensors",partition="0"} 3.0' in text
+    assert 'partition="1"' not in text
+    assert 'hubshift_backlog_events{consumer="homes",namespace="sensors"} 3.0' in text
+    metrics.set_phase(NAMESPACE, "homes", "Holddown")
+    assert (
+        'hubshift_phase{consumer="homes",namespace="sensors",phase="Holddown"} 1.0'
+        in metrics.exposition().decode()
+    )
+    metrics.record_scale(NAMESPACE, "homes", 2, 4)
+    metrics.rebalances.labels(NAMESPACE, "homes", "membership").inc()
+    metrics.forget(NAMESPACE, "homes")
+    assert 'consumer="homes"' not in metrics.exposition().decode()
+
+
+def test_operator_command_refuses_contradictory_flags() -> None:
+    runner = CliRunner()
+    result = runner.invoke(operator_command, ["--namespace", "a", "--all-namespaces"], standalone_mode=False)
+    assert "either --namespace or --all-namespaces" in str(result.exception)
+    result = runner.invoke(operator_command, ["--peering", "p", "--standalone"], standalone_mode=False)
+    assert "either --peering or --standalone" in str(result.exception)
+    help_text = runner.invoke(operator_command, ["--help"]).output
+    for option in ("--namespace", "--all-namespaces", "--metrics-port", "--peering", "--standalone"):
+        assert option in help_text
