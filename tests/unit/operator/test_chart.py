@@ -1,0 +1,324 @@
+"""The Helm chart: values against their schema, template syntax, dashboards and alerts against the metrics
+that exist, and, where a `helm` binary is available, `helm lint` and `helm template` of several setups."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from hubshift import __version__
+from hubshift.operator.metrics import CONSUMER_METRICS, OperatorMetrics
+
+ROOT = Path(__file__).resolve().parents[3]
+CHART = ROOT / "charts" / "hubshift"
+# A helm built from source reports Kubernetes v1.20 unless told; the chart needs CEL (1.25+).
+KUBE = ["--kube-version", "1.34.0"]
+
+
+def values() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
+    return copy.deepcopy(loaded)
+
+
+def schema() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((CHART / "values.schema.json").read_text())
+    return loaded
+
+
+def schema_errors(document: dict[str, Any]) -> list[str]:
+    validator = jsonschema.Draft7Validator(schema())
+    return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(document)]
+
+
+def test_chart_metadata() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2"
+    assert chart["name"] == "hubshift"
+    assert chart["appVersion"] == __version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+", chart["version"])
+
+
+def test_default_values_match_their_schema() -> None:
+    jsonschema.Draft7Validator.check_schema(schema())
+    assert schema_errors(values()) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        (lambda v: v["operator"].update(replicas=2), "operator.replicas"),
+        (lambda v: v["operator"].update(watchNamespaces=["Not_A_Namespace"]), "operator.watchNamespaces.0"),
+        (lambda v: v["operator"].update(metricsPort=0), "operator.metricsPort"),
+        (lambda v: v["metrics"]["serviceMonitor"].update(interval="soon"), "metrics.serviceMonitor.interval"),
+        (lambda v: v.update(unknown=True), "Additional properties"),
+        (lambda v: v["image"].update(pullPolicy="Sometimes"), "image.pullPolicy"),
+    ],
+)
+def test_bad_values_are_refused(change: Any, fragment: str) -> None:
+    document = values()
+    change(document)
+    errors = schema_errors(document)
+    assert any(fragment in error for error in errors), errors
+
+
+def test_two_replicas_are_allowed_with_peering() -> None:
+    document = values()
+    document["operator"].update(replicas=2, peering={"enabled": True, "name": "hubshift"})
+    assert schema_errors(document) == []
+
+
+def test_every_values_key_is_documented_in_the_schema() -> None:
+    def walk(value: Any, node: dict[str, Any], path: str) -> None:
+        if "$ref" in node:
+            node = schema()["definitions"][node["$ref"].rsplit("/", 1)[-1]]
+        if isinstance(value, dict) and "properties" in node:
+            for key, child in value.items():
+                assert key in node["properties"], f"{path}.{key} is not in values.schema.json"
+                walk(child, node["properties"][key], f"{path}.{key}")
+
+    walk(values(), schema(), "values")
+
+
+BLOCK = re.compile(r"\{\{-?\s*(if|with|range|define|block)\b")
+END = re.compile(r"\{\{-?\s*end\s*-?\}\}")
+
+
+@pytest.mark.parametrize("template", sorted((CHART / "templates").rglob("*")), ids=lambda p: p.name)
+def test_template_actions_are_balanced(template: Path) -> None:
+    if template.is_dir():
+        pytest.skip("folder")
+    text = template.read_text()
+    outside_actions = re.sub(r"\{\{.*?\}\}", "", text, flags=re.S)
+    assert "{{" not in outside_actions, "an action that is never closed"
+    assert len(BLOCK.findall(text)) == len(END.findall(text)), "every if/with/range/define needs an end"
+
+
+def test_peering_crds_are_kopfs() -> None:
+    documents = list(yaml.safe_load_all((CHART / "crds" / "kopf-peerings.yaml").read_text()))
+    assert {d["metadata"]["name"] for d in documents} == {
+        "clusterkopfpeerings.kopf.dev",
+        "kopfpeerings.kopf.dev",
+    }
+    for document in documents:
+        status = document["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+        assert status["x-kubernetes-preserve-unknown-fields"] is True  # kopf keeps its peers there
+
+
+# --- dashboards and alerts read only metrics that exist ---------------------------------------------------
+
+
+def exported_names() -> set[str]:
+    names: set[str] = set()
+    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}
+    for family in OperatorMetrics().registry.collect():
+        names.add(family.name)
+        names.update(family.name + suffix for suffix in suffixes.get(family.type, []))
+    for name in CONSUMER_METRICS.values():
+        names.add(name)
+    return names
+
+
+def referenced_metrics(expression: str) -> set[str]:
+    return set(re.findall(r"\bhubshift_[a-z_]+", expression))
+
+
+def test_dashboard_panels_use_the_datasource_variable_and_existing_metrics() -> None:
+    dashboards = sorted((CHART / "dashboards").glob("*.json"))
+    assert dashboards
+    known = exported_names()
+    for path in dashboards:
+        dashboard = json.loads(path.read_text())
+        variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+        assert variables["datasource"]["type"] == "datasource"
+        titles = set()
+        for panel in dashboard["panels"]:
+            if panel["type"] == "row":
+                continue
+            titles.add(panel["title"])
+            assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+            for target in panel["targets"]:
+                assert target["datasource"]["uid"] == "${datasource}"
+                for name in referenced_metrics(target["expr"]):
+                    base = name.removesuffix("_bucket")
+                    assert name in known or base in known, (
+                        f"{path.name}: {panel['title']}: {name} is not exported"
+                    )
+        for wanted in (
+            "Backlog per partition",
+            "Replicas: desired, current, ready",
+            "Phase",
+            "Partition moves and rebalances",
+            "Handoff duration",
+            "Events per second per consumer",
+            "Checkpoint age",
+            "Lease losses",
+        ):
+            assert wanted in titles
+
+
+def test_alert_rules_use_existing_metrics() -> None:
+    text = (CHART / "templates" / "prometheusrule.yaml").read_text()
+    known = exported_names()
+    for line in text.splitlines():
+        if line.strip().startswith("expr:"):
+            for name in referenced_metrics(line):
+                assert name in known, f"{name} is not exported"
+
+
+# --- with a helm binary -----------------------------------------------------------------------------------
+
+
+def helm_binary() -> str | None:
+    found = shutil.which("helm")
+    if found:
+        return found
+    try:
+        result = subprocess.run(
+            [str(ROOT / "tools" / "control-plane"), "--dir"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except OSError:
+        return None
+    candidate = Path(result.stdout.strip()) / "helm"
+    return str(candidate) if result.returncode == 0 and candidate.is_file() else None
+
+
+SETUPS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "namespaced-with-peering": {
+        "operator": {"replicas": 2, "watchNamespaces": ["team-a", "team-b"], "peering": {"enabled": True}}
+    },
+    "monitoring": {
+        "metrics": {
+            "serviceMonitor": {"enabled": True, "additionalLabels": {"release": "kps"}},
+            "podMonitor": {"enabled": True},
+            "prometheusRule": {"enabled": True},
+        },
+        "dashboards": {"enabled": True},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    binary = helm_binary()
+    if binary is None:
+        pytest.skip(
+            "no helm binary (PATH or tools/control-plane); the schema and syntax checks above still ran"
+        )
+    return binary
+
+
+def render(helm: str, tmp_path: Path, overrides: dict[str, Any]) -> list[dict[str, Any]]:
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text(yaml.safe_dump(overrides))
+    env = {
+        **os.environ,
+        "HELM_CACHE_HOME": str(tmp_path / "cache"),
+        "HELM_CONFIG_HOME": str(tmp_path / "config"),
+    }
+    result = subprocess.run(
+        [
+            helm,
+            "template",
+            "rel",
+            str(CHART),
+            "--namespace",
+            "ops",
+            "-f",
+            str(values_file),
+            "--include-crds",
+            *KUBE,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+def test_helm_lint(helm: str, tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "HELM_CACHE_HOME": str(tmp_path / "cache"),
+        "HELM_CONFIG_HOME": str(tmp_path / "config"),
+    }
+    result = subprocess.run(
+        [helm, "lint", str(CHART), "--strict", *KUBE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("setup", sorted(SETUPS))
+def test_helm_template(helm: str, tmp_path: Path, setup: str) -> None:
+    documents = render(helm, tmp_path, SETUPS[setup])
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in documents}
+    assert ("CustomResourceDefinition", "partitionedconsumers.hubshift.dev") in kinds
+    deployment = next(d for d in documents if d["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["hubshift", "operator"]
+    for document in documents:
+        if document["kind"] == "CustomResourceDefinition":
+            continue
+        labels = document["metadata"].get("labels", {})
+        assert labels.get("app.kubernetes.io/instance") == "rel", document["kind"]
+        assert "helm.sh/chart" in labels
+    rules = [rule for d in documents if d["kind"] in ("Role", "ClusterRole") for rule in d["rules"]]
+    secrets = [rule for rule in rules if "secrets" in rule["resources"]]
+    assert secrets and all(rule["verbs"] == ["get"] for rule in secrets)
+    if setup == "defaults":
+        assert "--all-namespaces" in container["args"] and "--standalone" in container["args"]
+        assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    if setup == "namespaced-with-peering":
+        assert "--peering=hubshift" in container["args"]
+        assert {d["metadata"]["namespace"] for d in documents if d["kind"] == "Role"} == {"team-a", "team-b"}
+        assert [d["kind"] for d in documents].count("KopfPeering") == 2
+    if setup == "monitoring":
+        monitor = next(d for d in documents if d["kind"] == "ServiceMonitor")
+        assert monitor["metadata"]["labels"]["release"] == "kps"
+        dashboards = [
+            d
+            for d in documents
+            if d["kind"] == "ConfigMap" and "grafana_dashboard" in d["metadata"]["labels"]
+        ]
+        assert (
+            dashboards
+            and json.loads(next(iter(dashboards[0]["data"].values())))["uid"] == "hubshift-overview"
+        )
+        assert any(d["kind"] == "PrometheusRule" for d in documents)
+        assert any(d["kind"] == "PodMonitor" for d in documents)
+
+
+def test_helm_refuses_two_replicas_without_peering(helm: str, tmp_path: Path) -> None:
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text(yaml.safe_dump({"operator": {"replicas": 2}}))
+    result = subprocess.run(
+        [helm, "template", "rel", str(CHART), "-f", str(values_file), *KUBE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "HELM_CACHE_HOME": str(tmp_path / "c"), "HELM_CONFIG_HOME": str(tmp_path / "g")},
+    )
+    assert result.returncode != 0
