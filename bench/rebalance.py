@@ -53,6 +53,8 @@ COUNTS = {"1to8": (1, 8), "8to4-graceful": (8, 4), "8to4-crash": (8, 4), "0to8-c
 MINIMUM_MOVES = {"1to8": 28, "8to4-graceful": 16, "8to4-crash": 16, "0to8-cold": 32}
 DELAY_SECONDS = 5.0
 SAMPLE_SECONDS = 0.25
+# The SDK needs about two minutes to spread 32 partitions over 8 processes before a scale-in starts.
+SDK_SETTLE_SECONDS = 400.0
 CHECKPOINT_SECONDS = 5.0  # both sides checkpoint each partition at most this often
 
 
@@ -514,7 +516,7 @@ async def run_sdk(
         if before:
             settle = Watch(pool.readers, count_first=True)
             # The SDK's own start: one pod claims all 32 in its first cycle.
-            if await until_balanced(settle, before, 120, time.monotonic()) is None:
+            if await until_balanced(settle, before, SDK_SETTLE_SECONDS, time.monotonic()) is None:
                 raise RuntimeError(f"sdk {scenario}: the starting pool of {before} did not balance")
         watch = Watch(pool.readers, count_first=scenario == "0to8-cold")
         watch.sample()
