@@ -1,0 +1,39 @@
+# One image for the hubshift operator and its consumer pods: Python 3.11, a JRE 17 from Debian, PySpark
+# from pip, a non-root user. The operator runs `hubshift operator`, a consumer pod
+# `hubshift consume -f /etc/hubshift/manifest.yaml --id $(POD_NAME)` (both set by their pod specs).
+#
+#   docker build -t hubshift:0.1.0 .
+
+FROM python:3.11-slim-bookworm AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/hubshift
+WORKDIR /src
+# Dependencies first, so a code change does not reinstall PySpark.
+COPY pyproject.toml README.md ./
+RUN mkdir hubshift && touch hubshift/__init__.py \
+ && /opt/hubshift/bin/pip install . \
+ && /opt/hubshift/bin/pip uninstall -y hubshift
+COPY hubshift ./hubshift
+RUN /opt/hubshift/bin/pip install --no-deps . \
+ && /opt/hubshift/bin/hubshift --version
+
+FROM python:3.11-slim-bookworm
+# procps: Spark's launch scripts call `ps`. The JRE's path differs per architecture; one stable name.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
+ && rm -rf /var/lib/apt/lists/* \
+ && ln -s "/usr/lib/jvm/java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17 \
+ && groupadd --gid 10001 hubshift \
+ && useradd --uid 10001 --gid 10001 --home-dir /var/lib/hubshift --create-home --shell /usr/sbin/nologin hubshift
+COPY --from=build /opt/hubshift /opt/hubshift
+ENV PATH=/opt/hubshift/bin:$PATH \
+    JAVA_HOME=/usr/lib/jvm/java-17 \
+    PYSPARK_PYTHON=python3 \
+    PYSPARK_DRIVER_PYTHON=python3 \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    HOME=/var/lib/hubshift
+WORKDIR /var/lib/hubshift
+# Numeric, so Kubernetes can verify runAsNonRoot.
+USER 10001:10001
+CMD ["hubshift", "--help"]
