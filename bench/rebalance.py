@@ -56,6 +56,9 @@ SAMPLE_SECONDS = 0.25
 # The SDK needs about two minutes to spread 32 partitions over 8 processes before a scale-in starts.
 SDK_SETTLE_SECONDS = 400.0
 CHECKPOINT_SECONDS = 5.0  # both sides checkpoint each partition at most this often
+# Once the starting pool is balanced, it reads this long before the change (checkpoints written, events
+# in flight), so a crash has something to replay.
+WARM_SECONDS = CHECKPOINT_SECONDS + 3
 
 
 # --- counting storage requests ---------------------------------------------------------------------------
@@ -167,6 +170,11 @@ class Watch:
         self.moves = 0
         self.unowned = 0.0
         self._at: float | None = None
+
+    def from_now(self) -> None:
+        """Count unowned partition-seconds from here (the moment the new consumers are registered)."""
+        self.unowned = 0.0
+        self._at = time.monotonic()
 
     def sample(self) -> dict[str, set[str]]:
         now = time.monotonic()
@@ -330,6 +338,7 @@ async def run_hubshift(
             settle = Watch(readers, count_first=True)
             if await until_balanced(settle, before, 120, time.monotonic()) is None:
                 raise RuntimeError(f"hubshift {scenario}: the starting pool of {before} did not balance")
+            await asyncio.sleep(WARM_SECONDS)
         operator.on_report = count_moves
         watch = Watch(readers, count_first=scenario == "0to8-cold")
         watch.sample()
@@ -341,6 +350,7 @@ async def run_hubshift(
                 watch.sample()
                 await asyncio.sleep(SAMPLE_SECONDS)
             requests_before = proxy.count
+            watch.from_now()
         elif scenario == "8to4-graceful":
             operator.apply(manifest_for(after))
         else:  # crash: kill -9 the four highest ordinals; they do not come back
@@ -518,6 +528,7 @@ async def run_sdk(
             # The SDK's own start: one pod claims all 32 in its first cycle.
             if await until_balanced(settle, before, SDK_SETTLE_SECONDS, time.monotonic()) is None:
                 raise RuntimeError(f"sdk {scenario}: the starting pool of {before} did not balance")
+            await asyncio.sleep(WARM_SECONDS)
         watch = Watch(pool.readers, count_first=scenario == "0to8-cold")
         watch.sample()
         requests_before = proxy.count
@@ -528,6 +539,7 @@ async def run_sdk(
                 watch.sample()
                 await asyncio.sleep(SAMPLE_SECONDS)
             requests_before = proxy.count
+            watch.from_now()
         else:
             sig = signal.SIGTERM if scenario == "8to4-graceful" else signal.SIGKILL
             for ordinal in range(after, before):
@@ -535,7 +547,7 @@ async def run_sdk(
         started = time.monotonic()
         seconds = await until_balanced(watch, after, timeout, started)
         requests = proxy.count - requests_before
-        await asyncio.sleep(1)
+        await asyncio.sleep(CHECKPOINT_SECONDS + 1)  # the new owners re-read what they re-read
     finally:
         pool.stop_all()
     batches = [line for line in pool.lines() if line.get("kind") == "batch"]
