@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import importlib
 import random
+from typing import Any
 
 import click
 
@@ -45,6 +47,13 @@ from hubshift.errors import UserError
 )
 @click.option("--log-format", type=click.Choice(["plain", "full", "json"]), default="full", show_default=True)
 @click.option("--verbose", "-v", is_flag=True, help="Log what every handler does.")
+@click.option(
+    "--control-loop",
+    "control_loop",
+    metavar="MODULE:FUNCTION",
+    hidden=True,
+    help="Run this cycle instead of the installed one (e.g. hubshift.operator.reconcile:report_only).",
+)
 def operator(
     namespaces: tuple[str, ...],
     all_namespaces: bool,
@@ -55,6 +64,7 @@ def operator(
     liveness_port: int,
     log_format: str,
     verbose: bool,
+    control_loop: str | None,
 ) -> None:
     """Run the Kubernetes operator for PartitionedConsumers."""
     import kopf
@@ -76,8 +86,11 @@ def operator(
         liveness_port=liveness_port or None,
     )
     # The control loop is plugged in here, once it exists: handlers.set_control_loop(<the cycle>).
+    if control_loop is not None:
+        handlers.set_control_loop(_load(control_loop))
 
     registry = kopf.OperatorRegistry()
+    handlers.register_login(registry)
     handlers.register(registry, config)
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat[log_format.upper()])
     if config.metrics_port is not None:
@@ -91,6 +104,17 @@ def operator(
         priority=config.priority,
         liveness_endpoint=config.liveness_endpoint,
     )
+
+
+def _load(target: str) -> Any:
+    module_name, _, attribute = target.partition(":")
+    try:
+        function = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError, ValueError):
+        raise UserError(f"--control-loop {target}: no such module:function") from None
+    if not callable(function):
+        raise UserError(f"--control-loop {target}: not a function")
+    return function
 
 
 # --- hubshift run / hubshift demo (the local runtime) ------------------------------------------------

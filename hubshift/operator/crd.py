@@ -38,40 +38,42 @@ REGENERATE = "python -m hubshift.operator.crd --write"
 JSON = dict[str, Any]
 
 # The model's cross-field validators (`@model_validator`), restated for the API server. Every model with
-# such a validator must appear here (a unit test checks it), with the model's own message.
+# such a validator must appear here (a unit test checks it), with the model's own message. A rule guards
+# every optional field it reads with has(): the server also checks rules against defaults such as `{}`.
 CEL_RULES: dict[type[BaseModel], list[JSON]] = {
     spec.CheckpointStoreSpec: [
         {"rule": "has(self.blob) != has(self.sqlite)", "message": "set exactly one of blob or sqlite"},
     ],
     spec.StartPosition: [
         {
-            "rule": "self.type != 'enqueuedTime' || has(self.enqueuedTime)",
+            "rule": "!has(self.type) || self.type != 'enqueuedTime' || has(self.enqueuedTime)",
             "message": "enqueuedTime is required when type is enqueuedTime",
             "fieldPath": ".enqueuedTime",
         },
     ],
     spec.PipelineSpec: [
         {
-            "rule": "self.type != 'function' || has(self.function)",
+            "rule": "!has(self.type) || self.type != 'function' || has(self.function)",
             "message": "function (module:function) is required when type is function",
             "fieldPath": ".function",
         },
     ],
     spec.SinkSpec: [
         {
-            "rule": "self.type != 'blob' || has(self.blob)",
+            "rule": "!has(self.type) || self.type != 'blob' || has(self.blob)",
             "message": "blob is required when type is blob",
             "fieldPath": ".blob",
         },
     ],
     spec.ScalingSpec: [
         {
-            "rule": "self.maxReplicas >= self.minReplicas",
+            "rule": "!has(self.maxReplicas) || !has(self.minReplicas) || "
+            "self.maxReplicas >= self.minReplicas",
             "message": "maxReplicas must be at least minReplicas",
             "fieldPath": ".maxReplicas",
         },
         {
-            "rule": "!has(self.idleReplicas) || "
+            "rule": "!has(self.idleReplicas) || !has(self.minReplicas) || "
             "self.idleReplicas < (self.minReplicas > 1 ? self.minReplicas : 1)",
             "message": "idleReplicas must be less than minReplicas",
             "fieldPath": ".idleReplicas",

@@ -41,6 +41,16 @@ def control_loop() -> ControlLoop:
     return _control_loop
 
 
+def register_login(registry: kopf.OperatorRegistry) -> None:
+    """Credentials as `KubeAdapter.from_environment` finds them: the pod's service account, else
+    `$KUBECONFIG` or `~/.kube/config` (kopf's own readers; no client library needed). Tests log in to
+    their server with their own handler instead."""
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
 def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     """Register every handler of the operator in `registry`."""
 

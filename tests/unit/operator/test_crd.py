@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -140,6 +141,18 @@ def test_every_cross_field_validator_has_a_cel_rule() -> None:
     for rules in crd.CEL_RULES.values():
         for rule in rules:
             assert rule["message"] and rule["rule"]
+
+
+def test_cel_rules_guard_the_fields_they_read() -> None:
+    # The API server evaluates each rule against the schema's defaults too (e.g. `default: {}`), where
+    # nested fields are absent: a rule that reads `self.x` without `has(self.x)` makes the CRD invalid.
+    for path, node in nodes(root_schema()):
+        for rule in node.get("x-kubernetes-validations", []):
+            text = rule["rule"].replace("self.metadata.name", "")
+            for field in set(re.findall(r"self\.([A-Za-z]+)", text)):
+                if field in node.get("required", []):
+                    continue
+                assert f"has(self.{field})" in text, f"{path}: rule {rule['rule']!r} reads {field} unguarded"
 
 
 def test_schema_defaults_equal_the_model_defaults() -> None:

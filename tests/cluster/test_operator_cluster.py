@@ -1,0 +1,186 @@
+"""The operator's Kubernetes edge on a real kube-apiserver: the CRD's validation and defaults, and
+`hubshift operator` (as the chart's ServiceAccount, with the chart's RBAC) creating the children of a
+PartitionedConsumer with owner references, reporting status and Events, keeping the replica count on a
+spec change, and leaving garbage collection to delete the children with the CR."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+
+from hubshift.operator.render import consumer_from_body
+from hubshift.spec import PartitionedConsumerSpec
+from hubshift.testing.control_plane import ApiError
+
+pytestmark = pytest.mark.timeout(240)
+
+T = TypeVar("T")
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "homes.yaml"
+CRS = "/apis/hubshift.dev/v1alpha1/namespaces/{ns}/partitionedconsumers"
+
+
+def eventually(probe: Callable[[], T | None], timeout: float = 60, what: str = "condition") -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = probe()
+        except ApiError as error:
+            if error.status != 404:
+                raise
+            value = None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.25)
+
+
+def manifest(namespace: str) -> dict[str, Any]:
+    document: dict[str, Any] = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
+    document["metadata"]["namespace"] = namespace
+    return document
+
+
+def create(plane: Any, namespace: str, document: dict[str, Any], strict: bool = True) -> dict[str, Any]:
+    query = "?fieldValidation=Strict" if strict else ""
+    result: dict[str, Any] = plane.request("POST", CRS.format(ns=namespace) + query, document)
+    return result
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (
+            lambda d: d["spec"]["rebalance"].update(leaseDurationSeconds=90),
+            ["spec.rebalance.leaseDurationSeconds"],
+        ),
+        (lambda d: d["spec"]["eventHubs"].pop("hub"), ["spec.eventHubs.hub", "Required value"]),
+        (
+            lambda d: d["spec"]["checkpointStore"].update(sqlite={"path": "/tmp/x.db"}),
+            ["spec.checkpointStore", "set exactly one of blob or sqlite"],
+        ),
+        (
+            lambda d: d["spec"]["scaling"].update(minReplicas=8, maxReplicas=4),
+            ["spec.scaling.maxReplicas", "maxReplicas must be at least minReplicas"],
+        ),
+        (
+            lambda d: d["spec"]["consumer"]["startPosition"].update(type="enqueuedTime"),
+            [
+                "spec.consumer.startPosition.enqueuedTime",
+                "enqueuedTime is required when type is enqueuedTime",
+            ],
+        ),
+        (lambda d: d["spec"]["scaling"].update(maxReplcas=3), ['unknown field "spec.scaling.maxReplcas"']),
+        (lambda d: d["spec"]["consumer"].update(metricsPort=70000), ["spec.consumer.metricsPort"]),
+    ],
+)
+def test_a_bad_resource_is_refused_naming_the_field(
+    control_plane: Any, kube_namespace: str, hubshift_crd: str, mutate: Any, expected: list[str]
+) -> None:
+    document = manifest(kube_namespace)
+    mutate(document)
+    with pytest.raises(ApiError) as refused:
+        create(control_plane, kube_namespace, document)
+    assert refused.value.status in (400, 422), refused.value.body  # 400: strict decoding (unknown field)
+    message = json.loads(refused.value.body)["message"]
+    for fragment in expected:
+        assert fragment in message, message
+
+
+def test_the_server_fills_the_models_defaults(
+    control_plane: Any, kube_namespace: str, hubshift_crd: str
+) -> None:
+    minimal = {
+        "apiVersion": "hubshift.dev/v1alpha1",
+        "kind": "PartitionedConsumer",
+        "metadata": {"name": "minimal", "namespace": kube_namespace},
+        "spec": {
+            "eventHubs": {"hub": "telemetry"},
+            "checkpointStore": {"blob": {"container": "checkpoints"}},
+        },
+    }
+    stored = create(control_plane, kube_namespace, minimal)
+    assert stored["spec"]["rebalance"] == {
+        "delaySeconds": 10,
+        "maxHandoffSeconds": 15,
+        "leaseDurationSeconds": 30,
+    }
+    assert stored["spec"]["consumer"]["resources"]["requests"] == {"cpu": "1", "memory": "2Gi"}
+    assert stored["spec"]["scaling"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
+    # What the operator parses from the stored object is exactly what the model makes of the minimal one.
+    assert consumer_from_body(stored).spec == PartitionedConsumerSpec.model_validate(minimal["spec"])
+
+
+def test_the_operator_creates_owned_children_reports_status_and_lets_gc_delete_them(
+    control_plane: Any, kube_namespace: str, hubshift_operator: Any
+) -> None:
+    ns = kube_namespace
+    created = create(control_plane, ns, manifest(ns))
+    uid = created["metadata"]["uid"]
+    children = {
+        f"/apis/apps/v1/namespaces/{ns}/statefulsets/homes": "StatefulSet",
+        f"/api/v1/namespaces/{ns}/services/homes": "Service",
+        f"/api/v1/namespaces/{ns}/services/homes-metrics": "Service",
+        f"/api/v1/namespaces/{ns}/configmaps/homes-manifest": "ConfigMap",
+        f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/homes": "PodDisruptionBudget",
+    }
+    for path, kind in children.items():
+        child = eventually(lambda p=path: control_plane.request("GET", p), what=kind)  # type: ignore[misc]
+        owner = child["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["uid"], owner["controller"]) == ("PartitionedConsumer", uid, True)
+
+    # KWOK runs the StatefulSet's pod; the pod watch wakes the control loop, which reports it ready.
+    def ready_status() -> dict[str, Any] | None:
+        status: dict[str, Any] = control_plane.request("GET", f"{CRS.format(ns=ns)}/homes").get("status", {})
+        return status if status.get("phase") == "Ready" and status.get("readyReplicas") == 1 else None
+
+    status = eventually(
+        ready_status, timeout=90, what=f"status Ready with one ready pod\n{hubshift_operator.log()}"
+    )
+    assert status["currentReplicas"] == 1
+    assert status["observedGeneration"] == created["metadata"]["generation"]
+    assert status["conditions"][0]["type"] == "Ready"
+    events = control_plane.request("GET", f"/api/v1/namespaces/{ns}/events")["items"]
+    assert any(e["reason"] == "ChildrenCreated" and e["involvedObject"]["uid"] == uid for e in events)
+    metrics = hubshift_operator.metrics()
+    assert f'hubshift_current_replicas{{consumer="homes",namespace="{ns}"}} 1.0' in metrics
+
+    # A spec change re-renders the children; the replica count stays the control loop's.
+    scale = f"/apis/apps/v1/namespaces/{ns}/statefulsets/homes/scale"
+    control_plane.request("PATCH", scale, {"spec": {"replicas": 2}})
+    control_plane.request(
+        "PATCH",
+        f"{CRS.format(ns=ns)}/homes",
+        {"spec": {"consumer": {"image": "registry.example/hubshift:0.2.0"}}},
+    )
+
+    def rerendered() -> dict[str, Any] | None:
+        sts: dict[str, Any] = control_plane.request(
+            "GET", f"/apis/apps/v1/namespaces/{ns}/statefulsets/homes"
+        )
+        image = sts["spec"]["template"]["spec"]["containers"][0]["image"]
+        return sts if image == "registry.example/hubshift:0.2.0" else None
+
+    assert eventually(rerendered, what="the new image")["spec"]["replicas"] == 2
+
+    # Deleting the CR: the operator releases it, garbage collection removes the children.
+    control_plane.request("DELETE", f"{CRS.format(ns=ns)}/homes")
+
+    def gone(path: str) -> bool:
+        try:
+            control_plane.request("GET", path)
+        except ApiError as error:
+            return error.status == 404
+        return False
+
+    eventually(lambda: gone(f"{CRS.format(ns=ns)}/homes"), what="the CR gone (its finalizer released)")
+    for path, kind in children.items():
+        eventually(lambda p=path: gone(p), timeout=90, what=f"{kind} garbage-collected")  # type: ignore[misc]
+    assert hubshift_operator.process.poll() is None, hubshift_operator.log()
