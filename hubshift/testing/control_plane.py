@@ -422,7 +422,7 @@ class ControlPlane:
         while True:
             ready = set()
             for node in self.request("GET", "/api/v1/nodes").get("items", []):
-                conditions = node.get("status", {}).get("conditions", [])
+                conditions = (node.get("status") or {}).get("conditions") or []
                 if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
                     ready.add(node["metadata"]["name"])
             if set(self.nodes) <= ready:
@@ -873,7 +873,7 @@ class PodProcessRunner:
         running: dict[str, JSON] = {
             pod["metadata"]["name"]: pod
             for pod in pods
-            if pod.get("status", {}).get("phase") == "Running"
+            if (pod.get("status") or {}).get("phase") == "Running"
             and not pod["metadata"].get("deletionTimestamp")
         }
         with self._changed:

@@ -128,7 +128,7 @@ def widget_crd(control_plane: ControlPlane) -> str:
         crd = control_plane.request(
             "GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.smoke.hubshift.dev"
         )
-        conditions = crd.get("status", {}).get("conditions", [])
+        conditions = (crd.get("status") or {}).get("conditions") or []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
     eventually(established, 30, "the CRD to be established")
