@@ -487,3 +487,14 @@ def test_a_consumer_that_is_gone_loses_its_membership_so_its_partitions_move_at_
     snapshot = take_snapshot(harness.store, SCOPE)
     assert "homes-1" not in snapshot.live_members
     assert all(row.owner != "homes-1" or row.orphaned for row in snapshot.partitions)
+
+
+def test_install_plugs_the_loop_into_the_kopf_operator() -> None:
+    from hubshift.operator import cluster_loop, handlers
+
+    previous = handlers.control_loop()
+    try:
+        cluster_loop.install()
+        assert handlers.control_loop() is cluster_loop.cycle
+    finally:
+        handlers.set_control_loop(previous)
