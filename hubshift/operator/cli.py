@@ -94,7 +94,11 @@ def operator(
     handlers.register(registry, config)
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat[log_format.upper()])
     if config.metrics_port is not None:
-        METRICS.serve(config.metrics_port)
+        try:
+            METRICS.serve(config.metrics_port)
+        except OSError as error:
+            port = config.metrics_port
+            raise UserError(f"cannot serve /metrics on port {port}: {error.strerror}") from None
     kopf.run(
         registry=registry,
         clusterwide=config.clusterwide,
