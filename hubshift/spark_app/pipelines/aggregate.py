@@ -12,25 +12,33 @@ Rows (JSON lines under `aggregates/window=<yyyymmddThhmmssZ>/`):
      "homeId": "h000042", "sensorType": "motion", "partition": "3", "count": 4,
      "lastEventTime": "2026-11-21T10:00:41.207Z"}
 
-Events that cannot be read (not JSON, a required field missing, a bad `eventTime`) become dead letters with
-the reason; events of other sensor or event types than the manifest asks for are skipped silently.
+Spark parses and validates the bodies (`prepare`, in the JVM); each Spark task then counts its own rows
+with Arrow (`process_task`): the partition key is the home, so one home's events are all in one Event Hubs
+partition, hence in one task, and no shuffle is needed. Events that cannot be read (not JSON, a required
+field missing, a bad `eventTime`) become dead letters with the reason; events of other sensor or event
+types than the manifest asks for are skipped.
 """
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Sequence
-
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+from typing import TYPE_CHECKING
 
 from hubshift.spark_app import events as ev
-from hubshift.spark_app.pipelines.base import DEAD_LETTER_REASON, Output, PipelineResult
+from hubshift.spark_app.pipelines.base import DEAD_LETTER_LINE, TaskResult
 from hubshift.spec import AggregatePipeline as AggregateSpec
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import Column, DataFrame
 
 OUTPUT = "aggregates"
 WINDOW_DIRECTORY = "window"
 _CORRUPT = "_corrupt_record"
-_EVENT_COORDINATES = ("partition", "sequence_number", "offset", "enqueued_time", "partition_key", "body")
+_WINDOW = "window_start"  # epoch seconds; null when the event is not counted
+_EVENT_TIME_US = "event_time_us"
 
 
 class AggregatePipeline:
@@ -50,59 +58,143 @@ class AggregatePipeline:
         return cls(spec.window_seconds, spec.sensor_types, spec.event_types)
 
     def prepare(self, events: DataFrame) -> DataFrame:
-        """The event rows plus the body's fields and `dead_letter_reason` (null for a good event)."""
+        """Per event: its coordinates, home, sensor type, window (null when not counted) and, for a bad
+        event, its dead-letter line."""
+        from pyspark.sql import functions as F
+
+        from hubshift.spark_app.sinks.base import dead_letter_json
+
         body = F.from_json(
             F.col("body").cast("string"),
             f"{ev.BODY_SCHEMA_DDL}, {_CORRUPT} string",
             {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT},
         )
         parsed = events.select(*events.columns, body.alias("_event"))
-        field = {name: F.col(f"_event.{name}") for name in (*ev.REQUIRED_TEXT_FIELDS, ev.SENSOR_ID)}
-        raw_time = F.col(f"_event.{ev.EVENT_TIME}")
-        event_time = _parse_event_time(raw_time)
+        field = {name: F.col(f"_event.{name}") for name in ev.REQUIRED_TEXT_FIELDS}
+        event_time = _parse_event_time(F.col(f"_event.{ev.EVENT_TIME}"))
         reason = F.when(F.col("body").isNull() | (F.length("body") == 0), F.lit(ev.REASON_EMPTY)).when(
             F.col(f"_event.{_CORRUPT}").isNotNull(), F.lit(ev.REASON_NOT_JSON_OBJECT)
         )
         for name in ev.REQUIRED_TEXT_FIELDS:
             reason = reason.when(field[name].isNull() | (field[name] == ""), F.lit(ev.reason_missing(name)))
         reason = reason.when(event_time.isNull(), F.lit(ev.REASON_EVENT_TIME))
+        counted = reason.isNull()
+        if self.sensor_types:
+            counted = counted & field[ev.SENSOR_TYPE].isin(list(self.sensor_types))
+        if self.event_types:
+            counted = counted & field[ev.EVENT_TYPE].isin(list(self.event_types))
+        width = self.window_seconds
+        window = F.floor(F.unix_micros(event_time) / F.lit(width * 1_000_000)) * F.lit(width)
+        types = {f.name: f.dataType for f in events.schema.fields}
         return parsed.select(
-            *events.columns,
-            *(column.alias(name) for name, column in field.items()),
-            event_time.alias(ev.EVENT_TIME),
-            reason.alias(DEAD_LETTER_REASON),
+            "partition",
+            "sequence_number",
+            "offset",
+            "enqueued_time",
+            field[ev.HOME_ID].alias(ev.HOME_ID),
+            field[ev.SENSOR_TYPE].alias(ev.SENSOR_TYPE),
+            F.when(counted, window).alias(_WINDOW),
+            F.unix_micros(event_time).alias(_EVENT_TIME_US),
+            F.when(reason.isNotNull(), dead_letter_json(types, reason)).alias(DEAD_LETTER_LINE),
         )
 
-    def transform(self, prepared: DataFrame) -> PipelineResult:
-        good = prepared.where(F.col(DEAD_LETTER_REASON).isNull())
-        if self.sensor_types:
-            good = good.where(F.col(ev.SENSOR_TYPE).isin(list(self.sensor_types)))
-        if self.event_types:
-            good = good.where(F.col(ev.EVENT_TYPE).isin(list(self.event_types)))
-        width = self.window_seconds
-        window_start = F.floor(F.unix_micros(ev.EVENT_TIME) / F.lit(width * 1_000_000)) * F.lit(width)
-        counts = (
-            good.groupBy(window_start.alias("_window"), ev.HOME_ID, ev.SENSOR_TYPE, "partition")
-            .agg(F.count(F.lit(1)).alias("count"), F.max(ev.EVENT_TIME).alias("lastEventTime"))
-            .select(
-                F.timestamp_seconds("_window").alias("windowStart"),
-                F.timestamp_seconds(F.col("_window") + F.lit(width)).alias("windowEnd"),
-                ev.HOME_ID,
-                ev.SENSOR_TYPE,
-                "partition",
-                "count",
-                "lastEventTime",
-            )
+    def process_task(self, rows: pa.Table) -> TaskResult:
+        """Partial counts of this task's rows, one group of lines per window."""
+        import pyarrow.compute as pc
+
+        result = TaskResult(dead_letters=rows.column(DEAD_LETTER_LINE).drop_null().to_pylist())
+        good = rows.filter(pc.is_valid(rows.column(_WINDOW)))
+        if good.num_rows == 0:
+            return result
+        counts = good.group_by([_WINDOW, ev.HOME_ID, ev.SENSOR_TYPE, "partition"]).aggregate(
+            [(_EVENT_TIME_US, "count"), (_EVENT_TIME_US, "max")]
         )
-        directory = F.concat(F.lit(f"{WINDOW_DIRECTORY}="), utc_stamp(F.unix_seconds(F.col("windowStart"))))
-        dead = prepared.where(F.col(DEAD_LETTER_REASON).isNotNull()).select(
-            *_EVENT_COORDINATES, DEAD_LETTER_REASON
+        lines = _count_lines(counts, self.window_seconds)
+        starts = counts.column(_WINDOW)
+        windows = pc.unique(starts).to_pylist()
+        for start in windows:
+            chosen = lines if len(windows) == 1 else lines.filter(pc.equal(starts, start))
+            result.outputs[(OUTPUT, f"{WINDOW_DIRECTORY}={_stamp(start)}")] = chosen.to_pylist()
+        return result
+
+
+def _count_lines(counts: pa.Table, width: int) -> pa.Array:
+    """The JSON line of each count, built column-wise by Arrow (no Python loop per row)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text_columns = [counts.column(name) for name in (ev.HOME_ID, ev.SENSOR_TYPE, "partition")]
+    if any(pc.any(pc.match_substring_regex(column, _NEEDS_ESCAPING)).as_py() for column in text_columns):
+        return _count_lines_escaped(counts, width)
+    starts = counts.column(_WINDOW)
+    # A batch touches few windows: format each once, then pick per row.
+    windows = pc.unique(starts)
+    where = pc.index_in(starts, value_set=windows)
+    window_start = pa.array([_iso_seconds(w) for w in windows.to_pylist()], pa.string()).take(where)
+    window_end = pa.array([_iso_seconds(w + width) for w in windows.to_pylist()], pa.string()).take(where)
+    last = pc.cast(
+        pc.cast(counts.column(f"{_EVENT_TIME_US}_max"), pa.timestamp("us", "UTC")),
+        pa.timestamp("ms", "UTC"),
+        safe=False,
+    )
+    home, sensor_type, partition = text_columns
+    return pc.binary_join_element_wise(
+        '{"windowStart":"',
+        window_start,
+        '","windowEnd":"',
+        window_end,
+        '","homeId":"',
+        home,
+        '","sensorType":"',
+        sensor_type,
+        '","partition":"',
+        partition,
+        '","count":',
+        pc.cast(counts.column(f"{_EVENT_TIME_US}_count"), pa.string()),
+        ',"lastEventTime":"',
+        pc.strftime(last, format="%Y-%m-%dT%H:%M:%SZ"),
+        '"}',
+        "",
+    )
+
+
+# Text that JSON must escape: then the lines are built one by one.
+_NEEDS_ESCAPING = r'["\\\x00-\x1f]'
+
+
+def _count_lines_escaped(counts: pa.Table, width: int) -> pa.Array:
+    import pyarrow as pa
+
+    lines = [
+        json.dumps(
+            {
+                "windowStart": _iso_seconds(start),
+                "windowEnd": _iso_seconds(start + width),
+                "homeId": home,
+                "sensorType": sensor_type,
+                "partition": partition,
+                "count": count,
+                "lastEventTime": _iso_micros(last),
+            },
+            separators=(",", ":"),
         )
-        return PipelineResult(outputs={OUTPUT: Output(counts, directory)}, dead_letters=dead)
+        for start, home, sensor_type, partition, count, last in zip(
+            counts.column(_WINDOW).to_pylist(),
+            counts.column(ev.HOME_ID).to_pylist(),
+            counts.column(ev.SENSOR_TYPE).to_pylist(),
+            counts.column("partition").to_pylist(),
+            counts.column(f"{_EVENT_TIME_US}_count").to_pylist(),
+            counts.column(f"{_EVENT_TIME_US}_max").to_pylist(),
+            strict=True,
+        )
+    ]
+    return pa.array(lines, pa.string())
 
 
 def _parse_event_time(raw: Column) -> Column:
     """ISO 8601 text to a timestamp; without a zone it is UTC whatever the Spark session's time zone."""
+    from pyspark.sql import functions as F
+
     zoned = F.try_to_timestamp(raw)
     unzoned = F.try_to_timestamp(F.concat(raw, F.lit("Z")))
     return F.when(~raw.rlike(ev.EVENT_TIME_PATTERN), F.lit(None).cast("timestamp")).otherwise(
@@ -110,14 +202,14 @@ def _parse_event_time(raw: Column) -> Column:
     )
 
 
-def utc_stamp(epoch_seconds: Column) -> Column:
-    """`yyyymmddThhmmssZ` for epoch seconds, computed without the session time zone (dates have none)."""
-    days = F.floor(epoch_seconds / F.lit(86_400))
-    second_of_day = epoch_seconds - days * F.lit(86_400)
-    return F.format_string(
-        "%sT%02d%02d%02dZ",
-        F.date_format(F.date_from_unix_date(days.cast("int")), "yyyyMMdd"),
-        F.floor(second_of_day / F.lit(3600)).cast("int"),
-        F.floor((second_of_day % F.lit(3600)) / F.lit(60)).cast("int"),
-        (second_of_day % F.lit(60)).cast("int"),
-    )
+def _stamp(epoch_seconds: int) -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(epoch_seconds))
+
+
+def _iso_seconds(epoch_seconds: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(epoch_seconds))
+
+
+def _iso_micros(micros: int) -> str:
+    seconds, rest = divmod(micros, 1_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{rest // 1000:03d}Z"

@@ -1,28 +1,41 @@
 """What a pipeline is: a function from one micro-batch of events to named outputs and dead letters.
 
-`process_batch` (hubshift/spark_app/batch.py) calls `prepare` once and caches its result, so a pipeline
-parses each event once however many outputs read it; `transform` then derives everything from that frame.
-Nothing is computed here: the frames are lazy, and the sink writes them in one Spark job.
+Two shapes, chosen by what the pipeline needs (`process_batch` runs either):
+
+- `TaskPipeline` (the aggregate): Spark parses the events (`prepare`, a narrow projection in the JVM), then
+  each Spark task hands its rows to `process_task` as Arrow and gets back the lines to write. One Event
+  Hubs partition is one input partition and a home's events stay in its partition, so per-task partial
+  counts are complete partials: no shuffle, no cache, one Spark job per batch that reads each event once.
+- `FramePipeline` (a user's function): any DataFrame in, any DataFrame out. The batch is cached, since
+  both the pipeline and the sequence ranges read it, and the sink writes the result in a second job.
+
+Every prepared frame keeps the event coordinates (`partition`, `sequence_number`, `offset`,
+`enqueued_time`), from which `process_batch` reports what the batch covered.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame
 
-# A column a pipeline may add to its prepared frame or its output: a non-null value makes the row a dead
-# letter with that reason.
+# A column of a FramePipeline's output: a non-null value makes the row a dead letter with that reason.
 DEAD_LETTER_REASON = "dead_letter_reason"
+# A column of a TaskPipeline's prepared frame: the whole dead-letter JSON line, null for a good event.
+DEAD_LETTER_LINE = "dead_letter_line"
+
+# (output name, sub-folder or None) -> JSON lines
+LineGroups = dict[tuple[str, str | None], list[str]]
 
 
 @dataclass(frozen=True)
 class Output:
-    """One named result. `directory` (a string column of `frame`) spreads rows into sub-folders, e.g.
-    `window=20261121T100000Z`; it is not written into the rows themselves unless also a column."""
+    """One named result of a FramePipeline. `directory` (a string column of `frame`) spreads rows into
+    sub-folders; it is not written into the rows themselves unless also a column."""
 
     frame: DataFrame
     directory: Column | None = None
@@ -31,9 +44,16 @@ class Output:
 @dataclass(frozen=True)
 class PipelineResult:
     outputs: Mapping[str, Output]
-    # Rows with the event's coordinates (partition, sequence_number, offset, enqueued_time,
-    # partition_key), its body and `dead_letter_reason`; None when this pipeline never rejects events.
+    # Rows with the event's coordinates, its body and `dead_letter_reason`; None when there are none.
     dead_letters: DataFrame | None = None
+
+
+@dataclass
+class TaskResult:
+    """What one Spark task of a TaskPipeline writes."""
+
+    outputs: LineGroups = field(default_factory=dict)
+    dead_letters: list[str] = field(default_factory=list)
 
 
 class Pipeline(Protocol):
@@ -43,8 +63,19 @@ class Pipeline(Protocol):
     def name(self) -> str: ...
 
     def prepare(self, events: DataFrame) -> DataFrame:
-        """A per-row (narrow) view of the event rows that keeps their columns: parsing, validation.
-        `process_batch` caches it and reads each partition's sequence range from it."""
+        """A per-row (narrow) view of the event rows that keeps their coordinates."""
         ...
 
+
+@runtime_checkable
+class TaskPipeline(Pipeline, Protocol):
+    """Runs inside Spark tasks (pickled to the Python workers: plain configuration only)."""
+
+    def process_task(self, rows: pa.Table) -> TaskResult:
+        """The lines for this task's prepared rows (dead letters: the `dead_letter_line` column)."""
+        ...
+
+
+@runtime_checkable
+class FramePipeline(Pipeline, Protocol):
     def transform(self, prepared: DataFrame) -> PipelineResult: ...

@@ -1,26 +1,26 @@
 """What a sink is, and the one way every file-based sink writes a batch.
 
-A sink stores files in an `ObjectStore` (a local folder, a Blob container); `FileSink` turns a pipeline's
-result into JSON-lines files there. All of a batch's outputs and dead letters are written by one Spark job:
-each task of it (in a Spark Python worker) writes its own share of rows as one file per output and
-directory, atomically, and reports the names back; nothing but those names reaches the driver. The
+A sink stores files in an `ObjectStore` (a local folder, a Blob container). Files are written inside Spark
+tasks (Python workers) by a `TaskWriter`: each task writes its own share of a batch's lines as one file per
+output and folder, atomically, and reports the names back; nothing but those names reaches the driver. The
 commit record (`commits.py`) is written after the files, by the driver.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from hubshift.spark_app.sinks.commits import BatchRecord, Destination, WrittenFile
+from hubshift.spark_app.sinks.commits import BatchRecord, WrittenFile
 from hubshift.spark_app.sinks.layout import data_file, dead_letter_file, new_run
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType
 
-    from hubshift.spark_app.pipelines.base import PipelineResult
+    from hubshift.spark_app.pipelines.base import LineGroups, PipelineResult
 
 # Timestamps in every JSON line: UTC, milliseconds, `Z`.
 JSON_OPTIONS = {"timeZone": "UTC", "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"}
@@ -35,7 +35,6 @@ _DEAD_LETTER_FIELDS = {
     "partition_key": "partitionKey",
     "properties": "properties",
 }
-_WRITTEN_SCHEMA = "destination string, output string, name string, rows long"
 
 
 class ObjectStore(Protocol):
@@ -59,14 +58,23 @@ class ObjectStore(Protocol):
         ...
 
 
+class TaskWriter(Protocol):
+    """Writes one Spark task's lines of one batch; pickled to the Python workers."""
+
+    def write(self, outputs: LineGroups, dead_letters: list[str], task: int) -> list[WrittenFile]: ...
+
+
 class Sink(Protocol):
     """One module per sink (folder.py, blob.py), built from the manifest by `build_sink`."""
 
     run: str
-    store: ObjectStore
+
+    def task_writer(self, stem: str, when: datetime) -> TaskWriter:
+        """What Spark tasks use to write batch `stem` (processed at `when`)."""
+        ...
 
     def write(self, result: PipelineResult, stem: str, when: datetime) -> list[WrittenFile]:
-        """Write every output and the dead letters of one batch (one Spark job); the files written."""
+        """Write a FramePipeline's outputs and dead letters (one Spark job); the files written."""
         ...
 
     def commit(self, record: BatchRecord) -> None:
@@ -74,6 +82,27 @@ class Sink(Protocol):
         ...
 
     def describe(self) -> str: ...
+
+
+class FileTaskWriter:
+    def __init__(self, store: ObjectStore, dead_letter_store: ObjectStore, stem: str, when: datetime) -> None:
+        self.store = store
+        self.dead_letter_store = dead_letter_store
+        self.stem = stem
+        self.when = when
+
+    def write(self, outputs: LineGroups, dead_letters: list[str], task: int) -> list[WrittenFile]:
+        written: list[WrittenFile] = []
+        for (output, directory), lines in outputs.items():
+            if lines:
+                name = data_file(output, directory, self.stem, task)
+                self.store.put(name, _encode(lines))
+                written.append(WrittenFile("output", output, name, len(lines)))
+        if dead_letters:
+            name = dead_letter_file(self.when, self.stem, task)
+            self.dead_letter_store.put(name, _encode(dead_letters))
+            written.append(WrittenFile("dead-letter", DEAD_LETTER_OUTPUT, name, len(dead_letters)))
+        return written
 
 
 class FileSink:
@@ -87,20 +116,22 @@ class FileSink:
     def describe(self) -> str:
         return self.store.describe()
 
+    def task_writer(self, stem: str, when: datetime) -> FileTaskWriter:
+        return FileTaskWriter(self.store, self.dead_letter_store, stem, when)
+
     def write(self, result: PipelineResult, stem: str, when: datetime) -> list[WrittenFile]:
         from pyspark.sql import functions as F
 
         frames: list[DataFrame] = []
         for output, spec in result.outputs.items():
             directory = spec.directory if spec.directory is not None else F.lit(None).cast("string")
+            line = F.to_json(F.struct(*(_column(c) for c in spec.frame.columns)), JSON_OPTIONS)
             frames.append(
                 spec.frame.select(
                     F.lit(False).alias("dead"),
                     F.lit(output).alias("output"),
                     directory.alias("directory"),
-                    F.to_json(F.struct(*(_column(c) for c in spec.frame.columns)), JSON_OPTIONS).alias(
-                        "line"
-                    ),
+                    line.alias("line"),
                 )
             )
         if result.dead_letters is not None:
@@ -117,13 +148,43 @@ class FileSink:
         union = frames[0]
         for frame in frames[1:]:
             union = union.unionByName(frame)
-        task = WriteTask(self.store, self.dead_letter_store, stem, when)
-        rows = union.mapInArrow(task, _WRITTEN_SCHEMA).collect()
-        written = [WrittenFile(r["destination"], r["output"], r["name"], int(r["rows"])) for r in rows]
-        return sorted(written, key=lambda f: (f.destination, f.output, f.name))
+        task = WriteTask(self.task_writer(stem, when))
+        return sorted(files_from_rows(union.mapInArrow(task, WRITTEN_SCHEMA).collect()), key=_file_order)
 
     def commit(self, record: BatchRecord) -> None:
         self.store.put(record.name, record.to_json())
+
+
+WRITTEN_SCHEMA = "destination string, output string, name string, rows long"
+
+
+def written_batch(files: list[WrittenFile]) -> pa.RecordBatch:
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_pydict(
+        {
+            "destination": [f.destination for f in files],
+            "output": [f.output for f in files],
+            "name": [f.name for f in files],
+            "rows": [f.rows for f in files],
+        },
+        schema=pa.schema(
+            [
+                ("destination", pa.string()),
+                ("output", pa.string()),
+                ("name", pa.string()),
+                ("rows", pa.int64()),
+            ]
+        ),
+    )
+
+
+def files_from_rows(rows: Iterable[Any]) -> list[WrittenFile]:
+    return [WrittenFile(r["destination"], r["output"], r["name"], int(r["rows"])) for r in rows]
+
+
+def _file_order(file: WrittenFile) -> tuple[str, str, str]:
+    return (file.destination, file.output, file.name)
 
 
 def _column(name: str) -> Column:
@@ -133,18 +194,27 @@ def _column(name: str) -> Column:
 
 
 def dead_letter_line(frame: DataFrame) -> Column:
-    """One JSON dead letter: the event's coordinates, the reason, the body (as text when it is UTF-8,
-    else base64) and any other columns the pipeline kept, under `record`."""
+    """The dead-letter line of each row of a frame with `dead_letter_reason`; its columns other than the
+    event's go under `record`."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import BinaryType
 
     from hubshift.spark_app.pipelines.base import DEAD_LETTER_REASON
 
-    types = {field.name: field.dataType for field in frame.schema.fields}
+    types = {field.name: field.dataType for field in frame.schema.fields if field.name != DEAD_LETTER_REASON}
+    rest = [name for name in types if name not in _DEAD_LETTER_FIELDS and name != "body"]
+    return dead_letter_json(types, F.col(DEAD_LETTER_REASON), rest)
+
+
+def dead_letter_json(types: Mapping[str, DataType], reason: Column, rest: Sequence[str] = ()) -> Column:
+    """One JSON dead letter: the event's coordinates (those of `types` present), the reason, the body (as
+    text when it is UTF-8, else base64) and the `rest` columns under `record`."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType
+
     fields: list[Column] = [
         _column(name).alias(alias) for name, alias in _DEAD_LETTER_FIELDS.items() if name in types
     ]
-    fields.append(_column(DEAD_LETTER_REASON).alias("reason"))
+    fields.append(reason.alias("reason"))
     if "body" in types:
         if isinstance(types["body"], BinaryType):
             text = F.try_validate_utf8(F.col("body").cast("string"))
@@ -152,25 +222,18 @@ def dead_letter_line(frame: DataFrame) -> Column:
             fields.append(F.when(text.isNull(), F.base64("body")).alias("bodyBase64"))
         else:
             fields.append(F.col("body").alias("body"))
-    rest = [
-        name for name in types if name not in _DEAD_LETTER_FIELDS and name not in ("body", DEAD_LETTER_REASON)
-    ]
     if rest:
         fields.append(F.struct(*(_column(name) for name in rest)).alias("record"))
     return F.to_json(F.struct(*fields), JSON_OPTIONS)
 
 
 class WriteTask:
-    """Runs in each Spark task (a Python worker): one file per (output, directory) of its rows."""
+    """Runs in each Spark task of `FileSink.write`: groups the task's lines and writes them."""
 
-    def __init__(self, store: ObjectStore, dead_letter_store: ObjectStore, stem: str, when: datetime) -> None:
-        self.store = store
-        self.dead_letter_store = dead_letter_store
-        self.stem = stem
-        self.when = when
+    def __init__(self, writer: TaskWriter) -> None:
+        self.writer = writer
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
         from pyspark import TaskContext
 
         context = TaskContext.get()
@@ -178,28 +241,14 @@ class WriteTask:
         lines: dict[tuple[bool, str, str | None], list[str]] = {}
         for batch in batches:
             _group_lines(batch, lines)
-        written: dict[str, list[Any]] = {"destination": [], "output": [], "name": [], "rows": []}
-        for (dead, output, directory), group in lines.items():
-            destination: Destination = "dead-letter" if dead else "output"
-            if dead:
-                name = dead_letter_file(self.when, self.stem, task)
-                self.dead_letter_store.put(name, _encode(group))
+        outputs: LineGroups = {}
+        dead: list[str] = []
+        for (is_dead, output, directory), group in lines.items():
+            if is_dead:
+                dead.extend(group)
             else:
-                name = data_file(output, directory, self.stem, task)
-                self.store.put(name, _encode(group))
-            for key, value in zip(written, (destination, output, name, len(group)), strict=True):
-                written[key].append(value)
-        yield pa.RecordBatch.from_pydict(
-            written,
-            schema=pa.schema(
-                [
-                    ("destination", pa.string()),
-                    ("output", pa.string()),
-                    ("name", pa.string()),
-                    ("rows", pa.int64()),
-                ]
-            ),
-        )
+                outputs[(output, directory)] = group
+        yield written_batch(self.writer.write(outputs, dead, task))
 
 
 def _group_lines(batch: pa.RecordBatch, into: dict[tuple[bool, str, str | None], list[str]]) -> None:

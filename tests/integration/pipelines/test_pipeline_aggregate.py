@@ -165,3 +165,25 @@ def test_window_split_between_batches_and_consumers_sums_exactly(
     window = T0
     assert {home: view.count(window, home, "motion") for home in expected} == dict(expected)
     assert view.total() == 40
+
+
+def test_a_partition_spread_over_several_tasks_still_sums_exactly(
+    event_frame: Callable[..., Any], tmp_path: Path
+) -> None:
+    """The source gives one task per partition, but nothing relies on it: partials and ranges merge."""
+    rows = [
+        event_row(str(n % 2), n, sensor(f"h{n % 5}", "door", "open", n), partition_key=f"h{n % 5}")
+        for n in range(50)
+    ]
+    frame = event_frame(rows).repartition(3)  # round-robin: each partition's events in every task
+    summary = process_batch(frame, 0, "c", AggregatePipeline(3600), folder_sink(tmp_path))
+    assert summary.partitions["0"].first_sequence_number == 0
+    assert summary.partitions["0"].last_sequence_number == 48
+    assert summary.partitions["0"].last_offset == "4800"
+    assert summary.partitions["0"].events == 25
+    assert summary.partitions["1"].last_sequence_number == 49
+    view = AggregateView(FolderStore(tmp_path))
+    view.refresh()
+    assert {home: view.count(T0, home, "door") for home in ("h0", "h1", "h2", "h3", "h4")} == dict.fromkeys(
+        ("h0", "h1", "h2", "h3", "h4"), 10
+    )
