@@ -11,7 +11,8 @@ hubshift/spark_app/events.py, with the home as partition key. Events go out in b
 would pick (the SDK's own partition resolver), and the event carries the key, so consumers see it. At the
 end (or on Ctrl-C) a summary says how many events went to each partition.
 
-In-process (the demo, the benchmarks): `produce_load(LoadSpec(...), HubSender.connect(...))`.
+In-process (the demo, the benchmarks): `send_load(connection_string, hub, LoadSpec(...))`, or
+`produce_load(spec, HubSender.connect(...))` to keep one connection for several loads.
 """
 
 from __future__ import annotations
@@ -385,6 +386,22 @@ def produce_load(
                 sleep(pause)
     summary.duration_seconds = clock() - started
     return summary
+
+
+def send_load(
+    connection_string: str,
+    hub: str,
+    spec: LoadSpec,
+    *,
+    stop: threading.Event | None = None,
+    on_round: Callable[[ProduceSummary], None] | None = None,
+) -> ProduceSummary:
+    """Connect, send `spec`'s load to `hub`, close; what was sent (per partition, by type, malformed)."""
+    sender = HubSender.connect(connection_string, hub)
+    try:
+        return produce_load(spec, sender, hub=hub, stop=stop, on_round=on_round)
+    finally:
+        sender.close()
 
 
 def _send_round(

@@ -16,7 +16,7 @@ import pytest
 from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
 
 from hubshift.spark_app import events as ev
-from hubshift.spark_app.produce import HubSender, LoadSpec, produce_load
+from hubshift.spark_app.produce import HubSender, LoadSpec, send_load
 from hubshift.testing.emulator import RunningEmulator
 
 
@@ -124,15 +124,13 @@ def test_keyed_sends_land_where_the_sdk_would_send_them(emulator: RunningEmulato
 
 
 def test_library_call_with_a_stop_event(emulator: RunningEmulator) -> None:
-    sender = HubSender.connect(emulator.connection_string, "hub")
     stop = threading.Event()
     timer = threading.Timer(1.5, stop.set)
     timer.start()
     started = time.monotonic()
     try:
-        summary = produce_load(LoadSpec(homes=10, rate=200), sender, hub="hub", stop=stop)
+        summary = send_load(emulator.connection_string, "hub", LoadSpec(homes=10, rate=200), stop=stop)
     finally:
-        sender.close()
         timer.cancel()
     assert 1.2 < time.monotonic() - started < 10
     assert 0 < summary.events < 600  # the first sends open one link per partition: slow
