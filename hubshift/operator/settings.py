@@ -55,6 +55,10 @@ def apply_settings(settings: kopf.OperatorSettings, config: OperatorConfig) -> N
     settings.networking.request_timeout = 60
     settings.networking.connect_timeout = 30
 
+    # A deleted PartitionedConsumer waits for its control-loop daemon to exit (kopf's finalizer); give a
+    # running cycle this long to finish before kopf falls back to polling every `cancellation_backoff`.
+    settings.background.instant_exit_timeout = 5.0
+
     # kopf's bookkeeping under our group's annotations, never in status (the status schema is ours).
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)

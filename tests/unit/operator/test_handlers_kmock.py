@@ -24,6 +24,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from lightkube.resources.core_v1 import Pod, Secret
+from lightkube.types import PatchType
 
 from hubshift.operator import crd, handlers, reconcile
 from hubshift.operator.cli import operator as operator_command
@@ -96,6 +97,27 @@ async def eventually(check: Callable[[], Any], timeout: float = 10.0, what: str 
         await asyncio.sleep(0.05)
 
 
+async def create_pod(kube: KubeAdapter, name: str, consumer: str = "homes", ready: bool = True) -> None:
+    """A consumer pod as the StatefulSet would make it, already scheduled and running."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "resourceVersion": "1",
+            "labels": pod_labels(consumer),
+        },
+        "spec": {"containers": [{"name": "consumer", "ports": [{"name": "metrics", "containerPort": 9090}]}]},
+        "status": {
+            "podIP": "10.0.0.7",
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+    await kube.client.create(Pod.from_dict(pod))
+
+
 @dataclass
 class Recorder:
     """A control loop that records what it was given; optionally runs `then` after recording."""
@@ -119,25 +141,7 @@ class RunningOperator:
         await self.kube.client.create(PartitionedConsumerResource.from_dict(document))
 
     async def create_pod(self, name: str, consumer: str = "homes", ready: bool = True) -> None:
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": name,
-                "namespace": NAMESPACE,
-                "resourceVersion": "1",
-                "labels": pod_labels(consumer),
-            },
-            "spec": {
-                "containers": [{"name": "consumer", "ports": [{"name": "metrics", "containerPort": 9090}]}]
-            },
-            "status": {
-                "podIP": "10.0.0.7",
-                "phase": "Running",
-                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-            },
-        }
-        await self.kube.client.create(Pod.from_dict(pod))
+        await create_pod(self.kube, name, consumer, ready)
 
     def status(self, name: str = "homes") -> dict[str, Any]:
         body = live_objects(self.kmock, "partitionedconsumers").get(name, {})
@@ -315,10 +319,21 @@ async def test_a_failing_cycle_is_counted_and_the_loop_goes_on(
     assert errors == 1
 
 
-async def test_a_spec_change_reapplies_children_and_keeps_the_replica_count(running: RunningOperator) -> None:
+async def test_a_spec_change_reapplies_children_and_keeps_the_replica_count(
+    running: RunningOperator, recorder: Recorder
+) -> None:
+    async def scale_to_three(body: Mapping[str, Any], runtime: KubernetesRuntime, memo: kopf.Memo) -> None:
+        if await runtime.replicas() == 1:  # the children exist: scale them, as the control loop would
+            await runtime.set_replicas(3)
+
+    recorder.then = scale_to_three
     await running.create_consumer(manifest())
-    await eventually(lambda: "homes" in live_objects(running.kmock, "statefulsets"), what="the StatefulSet")
-    await running.kube.scale_statefulset(NAMESPACE, "homes", 3)  # as the control loop would
+
+    def replicas() -> int:
+        sts = live_objects(running.kmock, "statefulsets").get("homes", {})
+        return int(sts.get("spec", {}).get("replicas", 0))
+
+    await eventually(lambda: replicas() == 3, what="the control loop's scale-out")
     changed = manifest()
     changed["spec"]["consumer"]["image"] = "registry.example/hubshift:0.2.0"
     changed["metadata"]["generation"] = 2
@@ -327,7 +342,7 @@ async def test_a_spec_change_reapplies_children_and_keeps_the_replica_count(runn
         "homes",
         {"spec": changed["spec"], "metadata": {"generation": 2}},
         namespace=NAMESPACE,
-        patch_type=__import__("lightkube").types.PatchType.MERGE,
+        patch_type=PatchType.MERGE,
     )
 
     def image() -> str:
@@ -335,7 +350,7 @@ async def test_a_spec_change_reapplies_children_and_keeps_the_replica_count(runn
         return str(sts["spec"]["template"]["spec"]["containers"][0]["image"])
 
     await eventually(lambda: image() == "registry.example/hubshift:0.2.0", what="the new image")
-    assert live_objects(running.kmock, "statefulsets")["homes"]["spec"]["replicas"] == 3
+    assert replicas() == 3
 
 
 async def test_an_invalid_spec_is_reported_not_rendered(running: RunningOperator) -> None:
@@ -446,10 +461,9 @@ async def test_runtime_scales_lists_and_reports_without_kopf(kube: KubeAdapter, 
     with pytest.raises(ValueError):
         await runtime.set_replicas(-1)
 
-    running = RunningOperator(kmock=kmock, kube=kube, context=None)  # type: ignore[arg-type]
-    await running.create_pod("homes-1", ready=False)
-    await running.create_pod("homes-0")
-    await running.create_pod("other-0", consumer="other")
+    await create_pod(kube, "homes-1", ready=False)
+    await create_pod(kube, "homes-0")
+    await create_pod(kube, "other-0", consumer="other")
     assert [c.name for c in await runtime.consumers()] == ["homes-0", "homes-1"]
 
     await runtime.record_event("ScaledOut", "2 -> 4 replicas: backlog 9000 over 4 partitions")
