@@ -184,3 +184,38 @@ def test_the_operator_creates_owned_children_reports_status_and_lets_gc_delete_t
     for path, kind in children.items():
         eventually(lambda p=path: gone(p), timeout=90, what=f"{kind} garbage-collected")  # type: ignore[misc]
     assert hubshift_operator.process.poll() is None, hubshift_operator.log()
+
+
+def test_two_operators_with_peering_one_works_the_other_stands_by(
+    control_plane: Any, kube_namespace: str, start_operator: Any
+) -> None:
+    ns = kube_namespace
+    # kopf starts a peered operator paused; the highest priority resumes, the others stay paused.
+    primary = start_operator(priority=100)
+    standby = start_operator(priority=10)
+    eventually(lambda: "Resuming operations" in primary.log(), what=f"the primary resuming\n{primary.log()}")
+
+    create(control_plane, ns, manifest(ns))
+    statefulset = f"/apis/apps/v1/namespaces/{ns}/statefulsets/homes"
+    eventually(lambda: control_plane.request("GET", statefulset), what="the children, from the primary")
+    assert "created the consumer StatefulSet" in primary.log()
+    assert "created the consumer StatefulSet" not in standby.log()
+    assert "Resuming operations" not in standby.log()
+
+    # The primary goes; the standby takes over and acts on the next change.
+    primary.stop()
+    eventually(
+        lambda: "Resuming operations" in standby.log(),
+        timeout=90,
+        what=f"the standby resuming\n{standby.log()}",
+    )
+    control_plane.request(
+        "PATCH", f"{CRS.format(ns=ns)}/homes", {"spec": {"consumer": {"image": "hubshift:0.3.0"}}}
+    )
+
+    def image() -> str:
+        return str(
+            control_plane.request("GET", statefulset)["spec"]["template"]["spec"]["containers"][0]["image"]
+        )
+
+    eventually(lambda: image() == "hubshift:0.3.0", what=f"the standby reconciling\n{standby.log()}")
