@@ -112,7 +112,10 @@ TASK_RESULT_SCHEMA = (
 def _run_in_tasks(
     pipeline: TaskPipeline, events: DataFrame, writer: TaskWriter
 ) -> tuple[dict[str, PartitionRange], list[WrittenFile]]:
-    rows = pipeline.prepare(events).mapInArrow(BatchTask(pipeline, writer), TASK_RESULT_SCHEMA).collect()
+    # As many tasks as cores: each task is a round trip to a Python worker, and it may count several
+    # partitions (a partition's rows stay in one task either way).
+    prepared = pipeline.prepare(events).coalesce(events.sparkSession.sparkContext.defaultParallelism)
+    rows = prepared.mapInArrow(BatchTask(pipeline, writer), TASK_RESULT_SCHEMA).collect()
     ranges = merge_ranges(
         PartitionRange(
             partition=r["partition"],

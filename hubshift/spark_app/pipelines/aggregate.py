@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hubshift.spark_app import events as ev
 from hubshift.spark_app.pipelines.base import DEAD_LETTER_LINE, TaskResult
@@ -52,14 +52,28 @@ class AggregatePipeline:
         self.window_seconds = window_seconds
         self.sensor_types = tuple(sensor_types)
         self.event_types = tuple(event_types)
+        self._expressions: dict[tuple[str, ...], tuple[list[Column], list[Column]]] = {}
 
     @classmethod
     def from_spec(cls, spec: AggregateSpec) -> AggregatePipeline:
         return cls(spec.window_seconds, spec.sensor_types, spec.event_types)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled to Spark's Python workers: the JVM expressions stay on the driver.
+        return {**self.__dict__, "_expressions": {}}
+
     def prepare(self, events: DataFrame) -> DataFrame:
         """Per event: its coordinates, home, sensor type, window (null when not counted) and, for a bad
         event, its dead-letter line."""
+        key = tuple(events.columns)
+        expressions = self._expressions.get(key)
+        if expressions is None:
+            # Built once per batch schema: each expression is a round trip to the JVM.
+            expressions = self._expressions[key] = self._build_expressions(events)
+        parse, project = expressions
+        return events.select(*parse).select(*project)
+
+    def _build_expressions(self, events: DataFrame) -> tuple[list[Column], list[Column]]:
         from pyspark.sql import functions as F
 
         from hubshift.spark_app.sinks.base import dead_letter_json
@@ -69,7 +83,7 @@ class AggregatePipeline:
             f"{ev.BODY_SCHEMA_DDL}, {_CORRUPT} string",
             {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT},
         )
-        parsed = events.select(*events.columns, body.alias("_event"))
+        parse = [*(F.col(name) for name in events.columns), body.alias("_event")]
         field = {name: F.col(f"_event.{name}") for name in ev.REQUIRED_TEXT_FIELDS}
         event_time = _parse_event_time(F.col(f"_event.{ev.EVENT_TIME}"))
         reason = F.when(F.col("body").isNull() | (F.length("body") == 0), F.lit(ev.REASON_EMPTY)).when(
@@ -86,17 +100,18 @@ class AggregatePipeline:
         width = self.window_seconds
         window = F.floor(F.unix_micros(event_time) / F.lit(width * 1_000_000)) * F.lit(width)
         types = {f.name: f.dataType for f in events.schema.fields}
-        return parsed.select(
-            "partition",
-            "sequence_number",
-            "offset",
-            "enqueued_time",
+        project = [
+            F.col("partition"),
+            F.col("sequence_number"),
+            F.col("offset"),
+            F.col("enqueued_time"),
             field[ev.HOME_ID].alias(ev.HOME_ID),
             field[ev.SENSOR_TYPE].alias(ev.SENSOR_TYPE),
             F.when(counted, window).alias(_WINDOW),
             F.unix_micros(event_time).alias(_EVENT_TIME_US),
             F.when(reason.isNotNull(), dead_letter_json(types, reason)).alias(DEAD_LETTER_LINE),
-        )
+        ]
+        return parse, project
 
     def process_task(self, rows: pa.Table) -> TaskResult:
         """Partial counts of this task's rows, one group of lines per window."""
