@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -219,3 +220,49 @@ def test_two_operators_with_peering_one_works_the_other_stands_by(
         )
 
     eventually(lambda: image() == "hubshift:0.3.0", what=f"the standby reconciling\n{standby.log()}")
+
+
+def test_the_chart_installs_on_the_api_server_without_warnings(
+    control_plane: Any, kube_namespace: str, hubshift_crd: str, tmp_path: Path
+) -> None:
+    """Every manifest the chart renders is accepted as it is (strict field validation would refuse a typo,
+    here kubectl's and helm's warnings are errors); KWOK reports the operator's pod running, so the
+    Deployment becomes available (no image runs here)."""
+    helm = control_plane.bin_dir / "helm"
+    if not helm.is_file():
+        pytest.skip(f"no helm in {control_plane.bin_dir}")
+    release = f"chart-{kube_namespace}"
+    env = {
+        **control_plane.environ(),
+        "HELM_CACHE_HOME": str(tmp_path / "c"),
+        "HELM_CONFIG_HOME": str(tmp_path / "g"),
+    }
+    values = {"operator": {"watchNamespaces": [kube_namespace]}, "dashboards": {"enabled": True}}
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    chart = Path(__file__).resolve().parents[2] / "charts" / "hubshift"
+    command = [str(helm), "install", release, str(chart), "-n", kube_namespace, "-f", str(values_file)]
+    try:
+        result = subprocess.run(
+            [*command, "--wait", "--timeout", "90s"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            check=False,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "warning" not in result.stderr.lower(), result.stderr
+        assert "kubectl get pcon" in result.stdout  # NOTES.txt
+        deployment = control_plane.request(
+            "GET", f"/apis/apps/v1/namespaces/{kube_namespace}/deployments/{release}-hubshift"
+        )
+        assert deployment["status"].get("availableReplicas") == 1
+    finally:
+        subprocess.run(
+            [str(helm), "uninstall", release, "-n", kube_namespace, "--wait", "--timeout", "60s"],
+            capture_output=True,
+            timeout=90,
+            env=env,
+            check=False,
+        )
