@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from httpx2 import HTTPStatusError
+from httpx2 import HTTPStatusError  # lightkube's HTTP client; its ApiError subclasses this
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.resource_registry import resource_registry
 from lightkube.generic_resource import create_namespaced_resource
@@ -31,7 +31,6 @@ from pydantic import SecretStr
 
 from hubshift.errors import UserError
 from hubshift.operator.render import (
-    CONSUMER_COMPONENT,
     CONSUMER_LABEL,
     MANAGER,
     METRICS_PORT_NAME,
@@ -332,15 +331,3 @@ class KubernetesRuntime:
 
     async def apply_children(self, documents: Iterable[Mapping[str, Any]]) -> None:
         await self.kube.apply_all(documents)
-
-
-__all__ = [
-    "CONSUMER_COMPONENT",
-    "KubeAdapter",
-    "KubernetesRuntime",
-    "PartitionedConsumerResource",
-    "PodSource",
-    "SecretUnavailable",
-    "consumer_instance",
-    "consumer_pod_labels",
-]
