@@ -50,27 +50,52 @@ def install_stop_signals(stop: asyncio.Event) -> None:
     help="Status, events, consumer logs and scratch (default: .hubshift/<name>).",
 )
 @click.option("--duration", type=float, help="Stop after this many seconds (default: until Ctrl-C).")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    help="Serve the operator's /metrics on 127.0.0.1:PORT (0: none).",
+)
 @click.option("--log-level", default="info", show_default=True, help="hubshift's log level.")
-def run(manifest_path: str, engine: str, workdir: str | None, duration: float | None, log_level: str) -> None:
+def run(
+    manifest_path: str,
+    engine: str,
+    workdir: str | None,
+    duration: float | None,
+    metrics_port: int,
+    log_level: str,
+) -> None:
     """Run a PartitionedConsumer manifest on this machine: the control loop and one `hubshift consume`
     process per replica. Connection strings come from the environment variables the manifest names."""
     configure_logging(log_level)
     consumer = load_manifest(manifest_path)
     folder = Path(workdir) if workdir else Path(".hubshift") / consumer.metadata.name
     folder.mkdir(parents=True, exist_ok=True)
-    code = asyncio.run(_run(Path(manifest_path), consumer, folder, engine, duration))
+    code = asyncio.run(_run(Path(manifest_path), consumer, folder, engine, duration, metrics_port))
     if code:
         raise SystemExit(code)
 
 
 async def _run(
-    manifest_path: Path, consumer: object, workdir: Path, engine: str, duration: float | None
+    manifest_path: Path,
+    consumer: object,
+    workdir: Path,
+    engine: str,
+    duration: float | None,
+    metrics_port: int = 0,
 ) -> int:
     from hubshift.operator.local_runtime import LocalOperator
+    from hubshift.operator.metrics import OperatorMetrics
     from hubshift.spec import PartitionedConsumer
 
     assert isinstance(consumer, PartitionedConsumer)
-    operator = LocalOperator(manifest_path, consumer, workdir, engine=engine)
+    metrics = OperatorMetrics()
+    if metrics_port:
+        try:
+            metrics.serve(metrics_port, address="127.0.0.1")
+        except OSError as exc:
+            raise UserError(f"--metrics-port {metrics_port}: {exc.strerror}") from None
+    operator = LocalOperator(manifest_path, consumer, workdir, engine=engine, metrics=metrics)
     await operator.open()
     stop = asyncio.Event()
     install_stop_signals(stop)

@@ -452,10 +452,14 @@ class LocalOperator:
                 self.report = await loop.cycle(inputs)
                 self.cycles += 1
                 wait = self.report.next_cycle_in
+                if self.metrics is not None:
+                    self.metrics.cycle_duration.labels(*loop.labels).observe(self.report.duration)
                 if self.on_report is not None:
                     self.on_report(self.report)
             except StoreError as exc:
                 self.errors += 1
+                if self.metrics is not None:
+                    self.metrics.cycle_errors.labels(*loop.labels).inc()
                 log.warning("%s: control-loop cycle failed (retrying): %s", self.consumer.metadata.name, exc)
             await _first_of(stop, self.wake, timeout=wait)
 
