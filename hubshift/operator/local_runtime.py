@@ -456,11 +456,13 @@ class LocalOperator:
                     self.metrics.cycle_duration.labels(*loop.labels).observe(self.report.duration)
                 if self.on_report is not None:
                     self.on_report(self.report)
-            except StoreError as exc:
+            except Exception as exc:  # the loop outlives a failed cycle (the store or hub away); it retries
                 self.errors += 1
                 if self.metrics is not None:
                     self.metrics.cycle_errors.labels(*loop.labels).inc()
-                log.warning("%s: control-loop cycle failed (retrying): %s", self.consumer.metadata.name, exc)
+                what = str(exc) if isinstance(exc, StoreError) else f"{type(exc).__name__}: {exc}"
+                log.warning("%s: control-loop cycle failed (retrying): %s", self.consumer.metadata.name, what)
+                log.debug("control-loop cycle failed", exc_info=True)
             await _first_of(stop, self.wake, timeout=wait)
 
     async def shutdown(self, grace: float | None = None) -> None:
