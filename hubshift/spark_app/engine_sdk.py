@@ -12,7 +12,6 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -22,7 +21,7 @@ import pyarrow as pa
 from hubshift.ownership.model import Checkpoint
 from hubshift.spark_app.engine import Committed, Drained, Notify, Stolen
 from hubshift.spark_app.eventhubs import EventHubsTarget
-from hubshift.spark_app.receiver import PartitionReceiver, StartAt
+from hubshift.spark_app.receiver import PartitionReceiver, ReceiverPool, StartAt
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +73,12 @@ class SdkEngine:
         notify: Notify,
         handler: BatchHandler,
         *,
-        receiver_factory: Callable[..., PartitionReceiver] = PartitionReceiver,
+        pool: ReceiverPool | None = None,
     ) -> None:
         self.target = target
         self.notify = notify
         self.handler = handler
-        self._receiver_factory = receiver_factory
+        self._pool = pool or ReceiverPool(target.connection_string, target.hub, target.consumer_group)
         self._lock = threading.Lock()
         self._reading: dict[str, _Reading] = {}
 
@@ -105,22 +104,13 @@ class SdkEngine:
         def stolen(partition_id: str, level: int) -> None:
             self.notify(Stolen(partition_id, level))
 
-        receiver = self._receiver_factory(
-            self.target.connection_string,
-            self.target.hub,
-            self.target.consumer_group,
-            partition,
-            owner_level,
-            start,
-            deliver,
-            stolen,
-        )
         with self._lock:
             previous = self._reading.pop(partition, None)
-            self._reading[partition] = _Reading(receiver, owner_level)
         if previous is not None:
             previous.receiver.close(wait=None)
-        receiver.start()
+        receiver = self._pool.open(partition, owner_level, start, deliver, stolen)
+        with self._lock:
+            self._reading[partition] = _Reading(receiver, owner_level)
 
     def drain_partition(self, partition: str) -> None:
         with self._lock:
@@ -156,7 +146,5 @@ class SdkEngine:
 
     def close(self) -> None:
         with self._lock:
-            readings = list(self._reading.values())
             self._reading.clear()
-        for reading in readings:
-            reading.receiver.close(wait=5)
+        self._pool.close()

@@ -37,7 +37,7 @@ from hubshift.spark_app.engine import Committed, Drained, EngineFailed, Notify, 
 from hubshift.spark_app.eventhubs import EventHubsTarget
 from hubshift.spark_app.offsets import OwnedPartition, SourceOffset
 from hubshift.spark_app.ownership_file import OwnershipView, write_ownership
-from hubshift.spark_app.receiver import PartitionReceiver, StartAt
+from hubshift.spark_app.receiver import PartitionReceiver, ReceiverPool, StartAt
 from hubshift.spark_app.source import FORMAT, OPTION_MAX_EVENTS, OPTION_SCRATCH, OPTION_SPOOL
 from hubshift.spec import ConsumerSpec
 
@@ -99,7 +99,7 @@ class SparkEngine:
         pipeline: Pipeline | None = None,
         sink: Sink | None = None,
         metrics: ConsumerMetrics | None = None,
-        receiver_factory: Callable[..., PartitionReceiver] = PartitionReceiver,
+        pool: ReceiverPool | None = None,
         session_builder: Callable[[], SparkSession] | None = None,
     ) -> None:
         self.target = target
@@ -111,10 +111,9 @@ class SparkEngine:
         self.pipeline = pipeline
         self.sink = sink
         self.metrics = metrics
-        self._receiver_factory = receiver_factory
+        self._pool = pool or ReceiverPool(target.connection_string, target.hub, target.consumer_group)
         self._session_builder = session_builder
         self._lock = threading.RLock()
-        self._room = threading.Condition(self._lock)
         self._partitions: dict[str, _Partition] = {}
         self._generation = 0
         self._spark: SparkSession | None = None
@@ -243,13 +242,11 @@ class SparkEngine:
 
     def close(self) -> None:
         self._closing.set()
-        with self._room:
-            partitions = list(self._partitions.items())
+        with self._lock:
             self._partitions.clear()
-            self._room.notify_all()
-        for _, state in partitions:
-            if state.receiver is not None:
-                state.receiver.close(wait=5)
+        self._pool.close()
+        # A batch cut short by the stop (after a grace period ran out) is not news: keep py4j quiet.
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
         if self._query is not None:
             try:
                 self._query.stop()
@@ -266,7 +263,6 @@ class SparkEngine:
         self, partition: str, owner_level: int, start: StartAt, next_sequence: int | None
     ) -> None:
         def deliver(batch: pa.RecordBatch) -> None:
-            self._wait_for_room(partition, owner_level)
             with self._lock:
                 state = self._partitions.get(partition)
                 if state is None or state.owner_level != owner_level or state.draining_since is not None:
@@ -276,27 +272,25 @@ class SparkEngine:
         def stolen(partition_id: str, level: int) -> None:
             self.notify(Stolen(partition_id, level))
 
-        receiver = self._receiver_factory(
-            self.target.connection_string,
-            self.target.hub,
-            self.target.consumer_group,
-            partition,
-            owner_level,
-            start,
-            deliver,
-            stolen,
-        )
         with self._lock:
             previous = self._partitions.get(partition)
-            self._partitions[partition] = _Partition(owner_level, next_sequence, receiver)
+            self._partitions[partition] = _Partition(owner_level, next_sequence, None)
             self._generation += 1
             self._write_ownership()
         if previous is not None:
             self._forget(partition, previous)
-        receiver.start()
+        receiver = self._pool.open(
+            partition, owner_level, start, deliver, stolen, lambda: self._has_room(partition, owner_level)
+        )
+        with self._lock:
+            state = self._partitions.get(partition)
+            if state is not None and state.owner_level == owner_level:
+                state.receiver = receiver
+                return
+        receiver.close(wait=None)  # stopped or drained meanwhile
 
     def drain_partition(self, partition: str) -> None:
-        with self._room:
+        with self._lock:
             state = self._partitions.get(partition)
             if state is None or state.draining_since is not None:
                 return
@@ -304,19 +298,17 @@ class SparkEngine:
             state.draining_since = self._generation
             self._write_ownership()
             receiver, state.receiver = state.receiver, None
-            self._room.notify_all()
         # What is spooled stays for the batch in flight; nothing more needs receiving.
         if receiver is not None:
             receiver.close(wait=None)
 
     def stop_partition(self, partition: str) -> None:
-        with self._room:
+        with self._lock:
             state = self._partitions.pop(partition, None)
             if state is None:
                 return
             self._generation += 1
             self._write_ownership()
-            self._room.notify_all()
         self._forget(partition, state)
 
     def _forget(self, partition: str, state: _Partition) -> None:
@@ -347,18 +339,17 @@ class SparkEngine:
         )
         write_ownership(self.scratch, view)
 
-    def _wait_for_room(self, partition: str, owner_level: int) -> None:
-        """Back-pressure: a receiver waits while its spool is `max_ahead` beyond the committed position."""
-        with self._room:
-            while not self._closing.is_set():
-                state = self._partitions.get(partition)
-                if state is None or state.owner_level != owner_level or state.draining_since is not None:
-                    return
-                extent = spool.extent(self.spool_root, partition, owner_level)
-                base = state.committed_next if state.committed_next is not None else state.next_sequence
-                if extent is None or base is None or extent.next - base < self.max_ahead:
-                    return
-                self._room.wait(0.5)
+    def _has_room(self, partition: str, owner_level: int) -> bool:
+        """Back-pressure: a partition is not read while its spool is `max_ahead` beyond what was committed."""
+        with self._lock:
+            state = self._partitions.get(partition)
+            if state is None or state.owner_level != owner_level:
+                return True
+            base = state.committed_next if state.committed_next is not None else state.next_sequence
+        if base is None:
+            return True
+        extent = spool.extent(self.spool_root, partition, owner_level)
+        return extent is None or extent.next - base < self.max_ahead
 
     # --- batches (py4j callback thread) -----------------------------------------------------------
 
@@ -382,7 +373,7 @@ class SparkEngine:
         self._restarts = 0
         committed = []
         drained = []
-        with self._room:
+        with self._lock:
             for partition, done in summary.partitions.items():
                 position = end.partitions.get(partition)
                 state = self._partitions.get(partition)
@@ -400,7 +391,6 @@ class SparkEngine:
                 if state.draining_since is not None and end.generation >= state.draining_since:
                     del self._partitions[partition]
                     drained.append((partition, state))
-            self._room.notify_all()
         for event in committed:
             self.notify(event)
         for partition, state in drained:

@@ -4,15 +4,15 @@ Spark compares offsets as JSON strings (the runner does `json.dumps` without sor
 built canonically: string keys in sorted order at every level, equal content gives an equal string, and
 "no new data" returns exactly the start offset (otherwise Spark runs an empty batch every trigger).
 
-An offset is `{"g": generation, "p": {partition: {"e": owner level, "s": next sequence number}}, "v": 1}`:
+An offset is `{"g": generation, "p": {partition: {"e": level, "f": first, "s": next}}, "v": 1}`:
 - `e`, the ownership epoch (the Event Hubs owner level of this ownership): a partition lost and regained
   comes back with a higher level, and its reading resumes at the position the agent hands over (its store
   checkpoint), never at a stale Spark offset;
+- `f`, where this epoch's reading began, so the batch that brings a partition (or a new epoch of it) into
+  the offsets already reads it: `[f, s)` when the start offset has no such epoch, `[start's s, s)` after;
 - `g`, the generation of the ownership file the batch was planned with: a change of ownership changes the
   offset, so Spark runs one batch for it, and that batch is the proof that no later batch reads a partition
-  being handed off;
-- a partition appears in the offset one batch before it is read: the batch that introduces it (or a new
-  epoch of it) reads nothing of it.
+  being handed off.
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ class OffsetError(ValueError):
 
 @dataclass(frozen=True)
 class PartitionPosition:
-    """Where reading stands in one partition under one ownership epoch."""
+    """Where reading stands in one partition under one ownership epoch (`first`: where the epoch began)."""
 
     owner_level: int
+    first_sequence: int
     next_sequence: int
 
 
@@ -46,7 +47,11 @@ class SourceOffset:
         return {
             "g": self.generation,
             "p": {
-                p: {"e": self.partitions[p].owner_level, "s": self.partitions[p].next_sequence}
+                p: {
+                    "e": self.partitions[p].owner_level,
+                    "f": self.partitions[p].first_sequence,
+                    "s": self.partitions[p].next_sequence,
+                }
                 for p in sorted(self.partitions)
             },
             "v": OFFSET_VERSION,
@@ -59,7 +64,7 @@ class SourceOffset:
             if version != OFFSET_VERSION:
                 raise OffsetError(f"offset version {version!r} is not {OFFSET_VERSION}")
             partitions = {
-                str(p): PartitionPosition(owner_level=int(pos["e"]), next_sequence=int(pos["s"]))
+                str(p): PartitionPosition(int(pos["e"]), int(pos["f"]), int(pos["s"]))
                 for p, pos in document["p"].items()
             }
             return cls(generation=int(document["g"]), partitions=partitions)
@@ -144,8 +149,8 @@ def plan_latest(
     """The end offset of the next micro-batch (the body of `latestOffset`).
 
     `spooled` is keyed by partition and describes the epoch the ownership file names. Partitions that are
-    draining or no longer owned leave the offset; a new epoch enters at its start position and is read from
-    the next batch on; the others advance by their share of `max_rows`.
+    draining or no longer owned leave the offset; a new epoch enters at its start position (the handed-over
+    one, else where its spool begins); every partition advances by its share of `max_rows`.
     """
     previous = start.partitions if start is not None else {}
     positions: dict[str, PartitionPosition] = {}
@@ -156,34 +161,37 @@ def plan_latest(
         extent = spooled.get(partition)
         before = previous.get(partition)
         if before is not None and before.owner_level == entry.owner_level:
-            positions[partition] = before
-            if extent is not None:
-                available[partition] = extent.next - before.next_sequence
-            continue
-        # A new epoch: enter at the handed-over position, or where the spool begins.
-        if entry.next_sequence is not None:
-            positions[partition] = PartitionPosition(entry.owner_level, entry.next_sequence)
+            position = before
+        elif entry.next_sequence is not None:
+            position = PartitionPosition(entry.owner_level, entry.next_sequence, entry.next_sequence)
         elif extent is not None:
-            positions[partition] = PartitionPosition(entry.owner_level, extent.first)
+            position = PartitionPosition(entry.owner_level, extent.first, extent.first)
+        else:
+            continue  # nothing known yet: wait for the receiver's first events
+        positions[partition] = position
+        if extent is not None:
+            available[partition] = extent.next - position.next_sequence
     for partition, count in split_budget(available, max_rows).items():
         if count > 0:
-            before = positions[partition]
-            positions[partition] = PartitionPosition(before.owner_level, before.next_sequence + count)
+            p = positions[partition]
+            positions[partition] = PartitionPosition(p.owner_level, p.first_sequence, p.next_sequence + count)
     return SourceOffset(generation=generation, partitions=positions)
 
 
 def plan_ranges(start: SourceOffset | None, end: SourceOffset) -> list[ReadRange]:
-    """The reads of one micro-batch (the body of `partitions`): a partition is read only when it is in
-    both offsets under the same epoch and moved forward."""
+    """The reads of one micro-batch (the body of `partitions`): from where the start offset left each
+    partition's epoch, or from where the epoch began when it is new in this batch."""
     previous = start.partitions if start is not None else {}
     ranges = []
     for partition in sorted(end.partitions):
         after = end.partitions[partition]
         before = previous.get(partition)
-        if before is None or before.owner_level != after.owner_level:
-            continue
-        if after.next_sequence > before.next_sequence:
-            ranges.append(ReadRange(partition, after.owner_level, before.next_sequence, after.next_sequence))
+        if before is not None and before.owner_level == after.owner_level:
+            begin = before.next_sequence
+        else:
+            begin = after.first_sequence
+        if after.next_sequence > begin:
+            ranges.append(ReadRange(partition, after.owner_level, begin, after.next_sequence))
     return ranges
 
 

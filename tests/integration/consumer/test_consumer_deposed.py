@@ -20,7 +20,7 @@ from hubshift.ownership.model import EARLIEST
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.spark_app.produce import HubSender, LoadSpec, produce_load
-from hubshift.spark_app.receiver import PartitionReceiver, StartAt
+from hubshift.spark_app.receiver import ReceiverPool, StartAt
 from hubshift.testing.emulator import RunningEmulator
 from tests.fixtures.consumer import (
     ConsumerPool,
@@ -81,17 +81,14 @@ def test_a_deposed_consumer_stops_at_once_and_cannot_move_the_checkpoint(
         )
         taken = claim_partition(store, scope, "0", "x", force=True)
         received: list[int] = []
-        thief = PartitionReceiver(
-            emulator.connection_string,
-            "hub",
-            "$Default",
+        thieves = ReceiverPool(emulator.connection_string, "hub", "$Default")
+        thieves.open(
             "0",
             taken.owner_level,
             StartAt(sequence_number=taken.checkpoint.sequence_number),
             lambda batch: received.append(batch.num_rows),
             lambda p, level: None,
         )
-        thief.start()
         stolen_at = datetime.now(UTC)
         wait_for(
             lambda: consumer.metric("hubshift_consumer_lease_lost_total", 'partition="0"') >= 1,
@@ -120,7 +117,7 @@ def test_a_deposed_consumer_stops_at_once_and_cannot_move_the_checkpoint(
         assert mine
         last = max(r.last_enqueued for r in mine if r.last_enqueued is not None)
         assert last <= stolen_at + timedelta(seconds=1), (last, stolen_at)
-        thief.close()
+        thieves.close()
     finally:
         stop.set()
         producer.join(timeout=30)

@@ -21,7 +21,7 @@ from hubshift.spark_app.offsets import (
 )
 
 partition_ids = st.sampled_from([str(i) for i in range(40)])
-positions = st.builds(PartitionPosition, st.integers(0, 50), st.integers(0, 10**12))
+positions = st.builds(PartitionPosition, st.integers(0, 50), st.integers(0, 10**12), st.integers(0, 10**12))
 
 
 @given(st.integers(0, 10**6), st.dictionaries(partition_ids, positions, max_size=20))
@@ -40,7 +40,12 @@ def test_offset_json_is_canonical_and_round_trips(
 
 @pytest.mark.parametrize(
     "document",
-    [{"g": 1, "p": {}}, {"v": 2, "g": 1, "p": {}}, {"v": 1, "p": {}}, {"v": 1, "g": 1, "p": {"0": {"e": 1}}}],
+    [
+        {"g": 1, "p": {}},
+        {"v": 2, "g": 1, "p": {}},
+        {"v": 1, "p": {}},
+        {"v": 1, "g": 1, "p": {"0": {"e": 1, "s": 4}}},
+    ],
 )
 def test_foreign_offsets_are_refused(document: dict[str, object]) -> None:
     with pytest.raises(OffsetError):
@@ -75,20 +80,22 @@ def owned(**levels: int) -> dict[str, OwnedPartition]:
     return {p.removeprefix("p"): OwnedPartition(level) for p, level in levels.items()}
 
 
-def test_a_new_epoch_enters_at_its_start_and_is_read_from_the_next_batch() -> None:
+def at(level: int, first: int, next_sequence: int | None = None) -> PartitionPosition:
+    return PartitionPosition(level, first, first if next_sequence is None else next_sequence)
+
+
+def test_a_new_epoch_is_read_in_the_batch_that_brings_it_in() -> None:
     ownership = {"0": OwnedPartition(3, next_sequence=100), "1": OwnedPartition(1)}
     spooled = {"0": SpoolExtent(100, 150), "1": SpoolExtent(7, 20)}
     first = plan_latest(None, 1, ownership, spooled, max_rows=1000)
-    assert first.partitions == {"0": PartitionPosition(3, 100), "1": PartitionPosition(1, 7)}
-    assert plan_ranges(None, first) == []
-    second = plan_latest(first, 1, ownership, spooled, max_rows=1000)
-    assert second.partitions == {"0": PartitionPosition(3, 150), "1": PartitionPosition(1, 20)}
-    ranges = plan_ranges(first, second)
+    assert first.partitions == {"0": at(3, 100, 150), "1": at(1, 7, 20)}
+    ranges = plan_ranges(None, first)
     assert [(r.partition, r.start, r.end) for r in ranges] == [("0", 100, 150), ("1", 7, 20)]
     # No new data: exactly the same offset, so Spark runs no batch.
-    assert json.dumps(plan_latest(second, 1, ownership, spooled, 1000).to_json()) == json.dumps(
-        second.to_json()
-    )
+    again = plan_latest(first, 1, ownership, spooled, 1000)
+    assert json.dumps(again.to_json()) == json.dumps(first.to_json())
+    more = plan_latest(first, 1, ownership, {"0": SpoolExtent(100, 180), "1": SpoolExtent(7, 20)}, 1000)
+    assert [(r.partition, r.start, r.end) for r in plan_ranges(first, more)] == [("0", 150, 180)]
 
 
 def test_a_partition_without_a_known_start_waits_for_the_spool() -> None:
@@ -97,7 +104,7 @@ def test_a_partition_without_a_known_start_waits_for_the_spool() -> None:
 
 
 def test_admission_control_splits_the_limit() -> None:
-    start = SourceOffset(1, {"0": PartitionPosition(1, 0), "1": PartitionPosition(1, 0)})
+    start = SourceOffset(1, {"0": at(1, 0), "1": at(1, 0)})
     end = plan_latest(start, 1, owned(p0=1, p1=1), {"0": SpoolExtent(0, 1000), "1": SpoolExtent(0, 10)}, 100)
     assert end.partitions["0"].next_sequence == 90
     assert end.partitions["1"].next_sequence == 10
@@ -105,7 +112,7 @@ def test_admission_control_splits_the_limit() -> None:
 
 
 def test_draining_and_released_partitions_leave_the_offset_and_are_not_read() -> None:
-    start = SourceOffset(1, {"0": PartitionPosition(1, 10), "1": PartitionPosition(1, 10)})
+    start = SourceOffset(1, {"0": at(1, 0, 10), "1": at(1, 0, 10)})
     ownership = {"0": OwnedPartition(1, draining=True)}
     end = plan_latest(start, 2, ownership, {"0": SpoolExtent(0, 50), "1": SpoolExtent(0, 50)}, None)
     assert end == SourceOffset(2, {})
@@ -113,17 +120,15 @@ def test_draining_and_released_partitions_leave_the_offset_and_are_not_read() ->
 
 
 def test_a_regained_partition_resumes_at_the_handed_over_position_not_a_stale_offset() -> None:
-    start = SourceOffset(1, {"0": PartitionPosition(1, 500)})
+    start = SourceOffset(1, {"0": at(1, 0, 500)})
     ownership = {"0": OwnedPartition(2, next_sequence=420)}
     end = plan_latest(start, 2, ownership, {"0": SpoolExtent(420, 600)}, None)
-    assert end.partitions["0"] == PartitionPosition(2, 420)
-    assert plan_ranges(start, end) == []
-    after = plan_latest(end, 2, ownership, {"0": SpoolExtent(420, 600)}, None)
-    assert [(r.owner_level, r.start, r.end) for r in plan_ranges(end, after)] == [(2, 420, 600)]
+    assert end.partitions["0"] == at(2, 420, 600)
+    assert [(r.owner_level, r.start, r.end) for r in plan_ranges(start, end)] == [(2, 420, 600)]
 
 
 def test_an_ownership_change_alone_changes_the_offset() -> None:
-    start = SourceOffset(1, {"0": PartitionPosition(1, 10)})
+    start = SourceOffset(1, {"0": at(1, 0, 10)})
     end = plan_latest(start, 2, owned(p0=1), {"0": SpoolExtent(0, 10)}, None)
     assert end != start and end.generation == 2
     assert plan_ranges(start, end) == []
