@@ -1,0 +1,89 @@
+"""SDK events become rows in the event schema (the fast path over AMQP annotations and the public one
+agree), start positions, and what counts as being deposed."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+from azure.eventhub import EventData
+from azure.eventhub._pyamqp import message as amqp
+
+from hubshift.spark_app.receiver import StartAt, events_to_batch, is_stolen
+from hubshift.spark_app.spool import EVENT_ARROW_SCHEMA
+
+ENQUEUED_MS = 1_795_000_000_123
+
+
+def received(sequence: int, body: bytes, *, key: bytes | None = b"h000042", props: Any = None) -> EventData:
+    annotations: dict[bytes, Any] = {
+        b"x-opt-sequence-number": sequence,
+        b"x-opt-offset": str(sequence * 300),
+        b"x-opt-enqueued-time": ENQUEUED_MS + sequence,
+    }
+    if key is not None:
+        annotations[b"x-opt-partition-key"] = key
+    message = amqp.Message(data=[body], message_annotations=annotations, application_properties=props)
+    return EventData._from_message(message)
+
+
+class PublicOnly:
+    """An event exposing only the SDK's public properties (the fallback path)."""
+
+    def __init__(self, event: EventData) -> None:
+        self.sequence_number = event.sequence_number
+        self.offset = event.offset
+        self.enqueued_time = event.enqueued_time
+        self.partition_key = event.partition_key
+        self.body = event.body
+        self.properties = event.properties
+
+
+def test_rows_carry_every_column_of_the_event_schema() -> None:
+    events = [
+        received(7, b'{"a":1}', props={b"source": b"sensor", b"n": 3}),
+        received(8, b"", key=None),
+    ]
+    batch = events_to_batch("3", events)
+    assert batch.schema.equals(EVENT_ARROW_SCHEMA)
+    first, second = batch.to_pylist()
+    assert first["partition"] == "3"
+    assert first["sequence_number"] == 7 and first["offset"] == "2100"
+    assert first["enqueued_time"] == dt.datetime.fromtimestamp((ENQUEUED_MS + 7) / 1000, dt.UTC)
+    assert first["partition_key"] == "h000042" and first["body"] == b'{"a":1}'
+    assert dict(first["properties"]) == {"source": "sensor", "n": "3"}
+    assert second["partition_key"] is None and second["body"] == b"" and second["properties"] is None
+
+
+def test_the_public_path_gives_the_same_rows() -> None:
+    events = [received(n, b"x%d" % n, props={b"k": b"v"}) for n in range(5)]
+    fast = events_to_batch("0", events).to_pylist()
+    public = events_to_batch("0", [PublicOnly(e) for e in events]).to_pylist()
+    for a, b in zip(fast, public, strict=True):
+        assert {k: v for k, v in a.items() if k != "offset"} == {k: v for k, v in b.items() if k != "offset"}
+
+
+@pytest.mark.parametrize(
+    ("start", "expected"),
+    [
+        (StartAt(sequence_number=41), (41, False)),
+        (StartAt(sequence_number=-1), ("-1", False)),
+        (
+            StartAt(enqueued_time=dt.datetime(2026, 11, 21, tzinfo=dt.UTC)),
+            (dt.datetime(2026, 11, 21, tzinfo=dt.UTC), True),
+        ),
+        (StartAt(), ("-1", False)),
+    ],
+)
+def test_start_positions(start: StartAt, expected: tuple[object, bool]) -> None:
+    assert start.sdk_position() == expected
+
+
+def test_stolen_is_the_link_stolen_condition() -> None:
+    class ConnectionLost(Exception):
+        error = "link:stolen"
+
+    assert is_stolen(ConnectionLost("New receiver with higher epoch"))
+    assert is_stolen(RuntimeError("... Error condition: amqp:link:stolen ..."))
+    assert not is_stolen(RuntimeError("socket closed"))
