@@ -1,0 +1,128 @@
+"""The same agent without Spark (`--engine sdk`, the rebalance benchmark's consumer): three consumers share
+16 partitions, a graceful move replays nothing, an orphan of a killed consumer resumes at its checkpoint."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from hubshift.ownership.assignment import publish_assignment, read_assignment
+from hubshift.ownership.connect import open_store, sqlite_url
+from hubshift.ownership.model import Assignment, Phase
+from hubshift.ownership.scope import Scope
+from hubshift.ownership.snapshot import take_snapshot
+from hubshift.spark_app.produce import HubSender, LoadSpec, produce_load
+from hubshift.testing.emulator import RunningEmulator
+from tests.fixtures.consumer import ConsumerPool, consumer_environ, consumer_manifest, wait_for
+
+pytestmark = pytest.mark.timeout(300)
+PARTITIONS = [str(p) for p in range(16)]
+
+
+def processed(folder: Path) -> dict[str, list[tuple[str, int, int, float]]]:
+    """Per partition: (consumer, first, last, when) of every batch in the consumers' range logs."""
+    found: dict[str, list[tuple[str, int, int, float]]] = {}
+    for path in folder.glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            entry = json.loads(line)
+            batch = (entry["consumer"], entry["first"], entry["last"], entry["at"])
+            found.setdefault(entry["partition"], []).append(batch)
+    return found
+
+
+def counts(folder: Path) -> tuple[dict[str, set[int]], dict[str, int]]:
+    seen: dict[str, set[int]] = {}
+    twice: dict[str, int] = {}
+    for partition, ranges in processed(folder).items():
+        numbers = seen.setdefault(partition, set())
+        for _, first, last, _ in ranges:
+            batch = set(range(first, last + 1))
+            twice[partition] = twice.get(partition, 0) + len(batch & numbers)
+            numbers |= batch
+    return seen, twice
+
+
+def test_sdk_consumers_follow_the_assignment_and_take_over_orphans(
+    tmp_path: Path, emulator_factory: object, consumer_pool: ConsumerPool
+) -> None:
+    emulator: RunningEmulator = emulator_factory(["hub:16"])  # type: ignore[operator]
+    database, ranges = tmp_path / "store.db", tmp_path / "ranges"
+    manifest = consumer_manifest(
+        tmp_path / "consumer.yaml",
+        store={"sqlite": {"path": str(database)}},
+        sink=tmp_path / "sink",
+        consumer={"checkpoint": {"everySeconds": 1, "everyEvents": 20}},
+    )
+    consumer_pool.environ.update(consumer_environ(emulator.connection_string))
+    store = open_store(sqlite_url(database), create=True)
+    host = emulator.connection_string.split("sb://", 1)[1].split(";", 1)[0].rstrip("/")
+    scope = Scope(host, "hub", "$Default")
+    produced: dict[str, int] = {}
+
+    def produce(count: int, seed: int) -> None:
+        sender = HubSender.connect(emulator.connection_string, "hub")
+        try:
+            summary = produce_load(LoadSpec(homes=300, rate=5000, count=count, seed=seed), sender, hub="hub")
+        finally:
+            sender.close()
+        for partition, n in summary.partitions.items():
+            produced[partition] = produced.get(partition, 0) + n
+
+    def publish(owners: dict[str, str], generation: int) -> None:
+        record = read_assignment(store, scope)
+        assignment = Assignment(generation, owners, Phase.REBALANCING, 3, datetime.now(UTC))
+        publish_assignment(store, scope, assignment, etag=record.etag if record else None)
+
+    def owners_now() -> dict[str, str | None]:
+        return {row.partition: row.owner for row in take_snapshot(store, scope).partitions}
+
+    def all_read() -> bool:
+        seen, _ = counts(ranges)
+        return all(seen.get(p, set()) == set(range(n)) for p, n in produced.items())
+
+    first = {p: f"s{int(p) % 3}" for p in PARTITIONS}
+    publish(first, 1)
+    consumers = {
+        name: consumer_pool.start(
+            manifest, name, engine="sdk", args=("--ranges", str(ranges / f"{name}.jsonl"))
+        )
+        for name in ("s0", "s1", "s2")
+    }
+    for consumer in consumers.values():
+        consumer.wait_ready()
+    wait_for(lambda: owners_now() == first, 30, "the first assignment")
+    produce(2000, seed=1)
+    wait_for(all_read, 60, "the first load")
+
+    second = {p: "s0" if int(p) < 6 else "s1" if int(p) < 11 else "s2" for p in PARTITIONS}
+    publish(second, 2)
+    for consumer in consumers.values():
+        consumer.nudge(2)
+    wait_for(lambda: owners_now() == second, 30, "the graceful move")
+    produce(2000, seed=2)
+    wait_for(all_read, 60, "every event after the move")
+    assert set(counts(ranges)[1].values()) == {0}, "a graceful move replayed events"
+
+    # kill -9: s2's partitions are orphans the moment its membership lapses; the operator gives them to s0.
+    consumers["s2"].kill()
+    killed_at = time.time()
+    orphans = [p for p in PARTITIONS if second[p] == "s2"]
+    table = take_snapshot(store, scope)
+    checkpoints = {row.partition: row.checkpoint.sequence_number for row in table.partitions}
+    third = {p: "s0" if owner == "s2" else owner for p, owner in second.items()}
+    publish(third, 3)
+    consumers["s0"].nudge(3)
+    wait_for(lambda: owners_now() == third, 60, "the orphans taken over")
+    produce(1000, seed=3)
+    wait_for(all_read, 60, "every event after the crash")
+    for partition in orphans:
+        resumed = [b[1] for b in processed(ranges)[partition] if b[0] == "s0" and b[3] > killed_at]
+        assert min(resumed) == checkpoints[partition] + 1, partition
+    for name in ("s0", "s1"):
+        consumers[name].terminate()
+        assert consumers[name].wait(timeout=60) == 0
+    store.close()
