@@ -115,6 +115,12 @@ def _ignoring_sigint() -> Iterator[None]:
 def run_demo(settings: DemoSettings) -> int:
     from hubshift.testing.emulator import start_emulator
 
+    if settings.engine == "spark" and shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise UserError(
+            "the Spark consumers need Java 17 (no java found): install a JRE 17, or run "
+            "`hubshift demo --engine sdk` (no Spark, no aggregates)"
+        )
+
     console = Console(stderr=False)
     temporary = settings.workdir is None
     workdir = settings.workdir or Path(tempfile.mkdtemp(prefix="hubshift-demo-"))
@@ -240,6 +246,7 @@ async def _demo(
     started = time.monotonic()
     loop = asyncio.get_running_loop()
     startup_expired = [False]
+    startup_failed: list[str] = []
 
     def give_up() -> None:
         if load.started_at is None:
@@ -285,6 +292,10 @@ async def _demo(
         last_line[0] = line
 
     def on_report(report: CycleReport) -> None:
+        failures = [name for name, code in operator.runtime.exits if code != 0]
+        if load.started_at is None and len(failures) >= 3:
+            startup_failed.append(failures[-1])  # consumers crash at start: no use waiting
+            stop.set()
         # The run's clock and the load start once the first consumer reads (a Spark driver takes a while).
         if load.started_at is None and (report.status.ready_replicas or 0) > 0:
             load.begin(settings.duration)
@@ -318,6 +329,13 @@ async def _demo(
             await aggregates
         if load.is_alive():
             await asyncio.to_thread(load.join, 10)
+    if startup_failed:
+        log_path = workdir / "logs" / f"{startup_failed[0]}.log"
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-5:] if log_path.exists() else []
+        console.print(f"[red]the consumers keep failing at start; the end of {log_path}:[/red]")
+        for line in tail:
+            console.print(f"  {line}", markup=False)
+        return 1
     if startup_expired[0]:
         console.print(
             f"[red]no consumer became ready within {STARTUP_LIMIT_SECONDS:g} s: see the logs in "
