@@ -356,6 +356,9 @@ def _summary(console: Console, view: Any, output: Path, load: _Load, settings: D
         return 0
     view.refresh()
     files = view.write_views()
+    behind = load.sent - view.total()
+    if behind > 0:
+        console.print(f"{behind} of them were still unread or in flight when the run ended (the backlog)")
     console.print(
         f"aggregated {view.total()} events into {len(view.windows())} windows of "
         f"{WINDOW_SECONDS} s per home and sensor type: {output} ({len(files)} view files in "
