@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ from hubshift.testing.emulator import RunningEmulator
 HUBSHIFT = [sys.executable, "-m", "hubshift.cli"]
 
 
-def write_manifest(path: Path, store: Path) -> Path:
+def write_manifest(path: Path, store: Path, replicas: int = 2) -> Path:
     path.write_text(
         yaml.safe_dump(
             {
@@ -29,7 +31,11 @@ def write_manifest(path: Path, store: Path) -> Path:
                     "eventHubs": {"hub": "hub"},
                     "checkpointStore": {"sqlite": {"path": str(store)}},
                     "consumer": {"sink": {"type": "folder", "folder": {"path": str(path.parent / "out")}}},
-                    "scaling": {"minReplicas": 2, "maxReplicas": 2, "pollingIntervalSeconds": 1},
+                    "scaling": {
+                        "minReplicas": replicas,
+                        "maxReplicas": replicas,
+                        "pollingIntervalSeconds": 1,
+                    },
                     "rebalance": {"delaySeconds": 1, "maxHandoffSeconds": 5},
                 },
             }
@@ -55,10 +61,27 @@ def test_a_missing_connection_string_is_one_line_and_a_non_zero_exit(tmp_path: P
     assert DEFAULT_EVENTHUBS_ENV in result.stderr and "Traceback" not in result.stderr
 
 
-@pytest.mark.timeout(120)
-def test_run_shows_phase_and_assignment_through_status(tmp_path: Path, emulator_factory: object) -> None:
+def assigned(workdir: Path) -> set[str]:
+    try:
+        status = json.loads((workdir / "status.json").read_text())["status"]
+    except (OSError, ValueError, KeyError):
+        return set()
+    return {a["consumer"] for a in status.get("assignment", [])} if status.get("phase") == "Ready" else set()
+
+
+def wait_for(condition: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(150)
+def test_run_applies_a_changed_manifest_and_shows_phase_and_assignment_through_status(
+    tmp_path: Path, emulator_factory: object
+) -> None:
     emulator: RunningEmulator = emulator_factory(["hub:4"])  # type: ignore[operator]
-    manifest = write_manifest(tmp_path / "m.yaml", tmp_path / "store.db")
+    manifest = write_manifest(tmp_path / "m.yaml", tmp_path / "store.db", replicas=1)
     env = dict(os.environ, **{DEFAULT_EVENTHUBS_ENV: emulator.connection_string})
     workdir = tmp_path / "work"
     run = subprocess.Popen(
@@ -72,7 +95,7 @@ def test_run_shows_phase_and_assignment_through_status(tmp_path: Path, emulator_
             "--workdir",
             str(workdir),
             "--duration",
-            "20",
+            "40",
         ],
         env=env,
         cwd=tmp_path,
@@ -81,6 +104,9 @@ def test_run_shows_phase_and_assignment_through_status(tmp_path: Path, emulator_
         text=True,
     )
     try:
+        wait_for(lambda: assigned(workdir) == {"homes-0"}, 30)
+        write_manifest(manifest, tmp_path / "store.db", replicas=2)  # as `kubectl apply` of a new version
+        wait_for(lambda: assigned(workdir) == {"homes-0", "homes-1"}, 30)
         _, stderr = run.communicate(timeout=90)
     finally:
         if run.poll() is None:
