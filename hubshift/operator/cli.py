@@ -69,7 +69,7 @@ def operator(
     """Run the Kubernetes operator for PartitionedConsumers."""
     import kopf
 
-    from hubshift.operator import handlers
+    from hubshift.operator import cluster_loop, handlers
     from hubshift.operator.metrics import METRICS
     from hubshift.operator.settings import OperatorConfig
 
@@ -85,8 +85,9 @@ def operator(
         metrics_port=metrics_port or None,
         liveness_port=liveness_port or None,
     )
-    # The control loop is plugged in here, once it exists: handlers.set_control_loop(<the cycle>).
-    if control_loop is not None:
+    if control_loop is None:
+        cluster_loop.install()
+    else:
         handlers.set_control_loop(_load(control_loop))
 
     registry = kopf.OperatorRegistry()
