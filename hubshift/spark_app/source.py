@@ -64,7 +64,8 @@ class EventHubsStreamReader(DataSourceStreamReader):
         return plan_latest(start, view.generation, view.partitions, spooled, max_rows)
 
     def initialOffset(self) -> dict[str, Any]:
-        return self._plan(None, None).to_json()
+        # Where reading begins: Spark never reads what lies before the initial offset, so nothing advances.
+        return self._plan(None, 0).to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_events) if self.max_events else ReadAllAvailable()
