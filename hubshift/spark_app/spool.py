@@ -113,13 +113,23 @@ def _load(segment: Segment) -> pa.Table | None:
 
 
 def read_range(
-    root: str | os.PathLike[str], partition: str, owner_level: int, start: int, end: int
+    root: str | os.PathLike[str],
+    partition: str,
+    owner_level: int,
+    start: int,
+    end: int,
+    *,
+    rows_per_batch: int = 10_000,
 ) -> Iterator[pa.RecordBatch]:
-    """Events with `start <= sequence number < end`, in order, as record batches in the event schema.
+    """Events with `start <= sequence number < end`, in order, as record batches in the event schema
+    (segments merged into batches of up to `rows_per_batch` rows: fewer, larger Arrow batches cost Spark
+    less per event).
 
     Segments that are gone (the epoch was stopped under this read) are skipped: a read never fails the
     query for a partition this consumer no longer owns.
     """
+    pending: list[pa.Table] = []
+    rows = 0
     for segment in segments(root, partition, owner_level):
         if segment.last < start or segment.first >= end:
             continue
@@ -129,8 +139,20 @@ def read_range(
         sequence = table.column(SEQUENCE_COLUMN).to_numpy()
         low = int(sequence.searchsorted(start, side="left"))
         high = int(sequence.searchsorted(end, side="left"))
-        if high > low:
-            yield from table.slice(low, high - low).to_batches()
+        if high <= low:
+            continue
+        pending.append(table.slice(low, high - low))
+        rows += high - low
+        if rows >= rows_per_batch:
+            yield from _merged(pending, rows_per_batch)
+            pending, rows = [], 0
+    if pending:
+        yield from _merged(pending, rows_per_batch)
+
+
+def _merged(tables: list[pa.Table], rows_per_batch: int) -> Iterator[pa.RecordBatch]:
+    merged = pa.concat_tables(tables).combine_chunks()
+    yield from merged.to_batches(max_chunksize=rows_per_batch)
 
 
 def position_before(
