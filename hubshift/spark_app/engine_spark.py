@@ -275,7 +275,7 @@ class SparkEngine:
         with self._lock:
             previous = self._partitions.get(partition)
             self._partitions[partition] = _Partition(owner_level, next_sequence, None)
-            self._generation += 1
+            # No new generation: the partition changes the offsets once its first events are spooled.
             self._write_ownership()
         if previous is not None:
             self._forget(partition, previous)

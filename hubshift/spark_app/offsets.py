@@ -149,8 +149,9 @@ def plan_latest(
     """The end offset of the next micro-batch (the body of `latestOffset`).
 
     `spooled` is keyed by partition and describes the epoch the ownership file names. Partitions that are
-    draining or no longer owned leave the offset; a new epoch enters at its start position (the handed-over
-    one, else where its spool begins); every partition advances by its share of `max_rows`.
+    draining or no longer owned leave the offset; a new epoch enters, once its receiver spooled events, at
+    its start position (the handed-over one, else where its spool begins); every partition advances by its
+    share of `max_rows`.
     """
     previous = start.partitions if start is not None else {}
     positions: dict[str, PartitionPosition] = {}
@@ -162,12 +163,12 @@ def plan_latest(
         before = previous.get(partition)
         if before is not None and before.owner_level == entry.owner_level:
             position = before
+        elif extent is None:
+            continue  # a new epoch enters with its first events: no empty batch for a claim alone
         elif entry.next_sequence is not None:
             position = PartitionPosition(entry.owner_level, entry.next_sequence, entry.next_sequence)
-        elif extent is not None:
-            position = PartitionPosition(entry.owner_level, extent.first, extent.first)
         else:
-            continue  # nothing known yet: wait for the receiver's first events
+            position = PartitionPosition(entry.owner_level, extent.first, extent.first)
         positions[partition] = position
         if extent is not None:
             available[partition] = extent.next - position.next_sequence

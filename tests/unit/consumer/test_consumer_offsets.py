@@ -98,9 +98,10 @@ def test_a_new_epoch_is_read_in_the_batch_that_brings_it_in() -> None:
     assert [(r.partition, r.start, r.end) for r in plan_ranges(first, more)] == [("0", 150, 180)]
 
 
-def test_a_partition_without_a_known_start_waits_for_the_spool() -> None:
-    end = plan_latest(None, 1, {"4": OwnedPartition(2)}, {}, None)
-    assert end.partitions == {}
+def test_a_new_epoch_waits_for_its_first_events() -> None:
+    # Nothing spooled yet: the offset does not change, so a claim alone runs no empty batch.
+    start = SourceOffset(1, {})
+    assert plan_latest(start, 1, {"4": OwnedPartition(2), "5": OwnedPartition(1, 10)}, {}, None) == start
 
 
 def test_admission_control_splits_the_limit() -> None:

@@ -1,0 +1,455 @@
+"""Consumer throughput and latency, end to end (emulator → `hubshift consume` → sink), beside a plain
+`azure-eventhub` receive loop on the same emulator and partitions, in the same run.
+
+1. Throughput: one Spark consumer owning 4 partitions, warmed up, is parked (the test plays the operator:
+   an assignment gives the partitions to nobody, the consumer hands them off); N events are loaded into the
+   hub; a plain `EventHubConsumerClient.receive_batch` loop reads exactly those N events (its own consumer
+   group); then the partitions are given back to the consumer, which reads the same N events from its
+   checkpoints through Spark and the `aggregate` pipeline into a folder sink. Rate = N / (time from the
+   assignment to the commit record that completes the N events in the sink).
+2. Latency: a steady `--rate-per-partition` events/s to each partition for `--latency-seconds`; each
+   event's enqueue-to-sink latency is the sink commit record's write time minus its enqueued time (per
+   batch and partition the records give the first and last enqueued time and the count: events in between
+   are taken as evenly spread).
+
+Targets (issue 4): consumer rate at least 0.7 of the raw loop's; p99 latency at most two trigger
+intervals + 1 s.
+
+    .venv/bin/python bench/throughput.py [--events 400000] [--latency-seconds 30] [--rate-per-partition 1000]
+                                         [--trigger-seconds 1] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results" / "throughput.json"
+HUB = "bench"
+PARTITIONS = ["0", "1", "2", "3"]
+CONSUMER = "bench-0"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+# --- the load ---------------------------------------------------------------------------------------------
+
+
+def load_partitions(connection_string: str, per_partition: int, size: int = 200) -> float:
+    """Send `per_partition` events to every partition as fast as the SDK goes; seconds taken."""
+    from azure.eventhub import EventData, EventHubProducerClient
+
+    from hubshift.spark_app.events import SensorEvent
+
+    started = time.monotonic()
+
+    def send(partition: str) -> None:
+        client = EventHubProducerClient.from_connection_string(connection_string, eventhub_name=HUB)
+        with client:
+            sent = 0
+            while sent < per_partition:
+                batch = client.create_batch(partition_id=partition)
+                while sent < per_partition:
+                    body = SensorEvent(
+                        f"h{partition}{sent % 97:03d}", "s", "motion", "detected", datetime.now(UTC)
+                    ).to_json()
+                    try:
+                        batch.add(EventData(body.ljust(size)))
+                    except ValueError:
+                        break
+                    sent += 1
+                client.send_batch(batch)
+
+    threads = [threading.Thread(target=send, args=(p,)) for p in PARTITIONS]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.monotonic() - started
+
+
+def steady_load(connection_string: str, rate_per_partition: float, seconds: float) -> dict[str, int]:
+    """`rate_per_partition` events/s into each partition, in rounds every 0.1 s; events sent."""
+    from azure.eventhub import EventData, EventHubProducerClient
+
+    from hubshift.spark_app.events import SensorEvent
+
+    sent: dict[str, int] = {}
+
+    def send(partition: str) -> None:
+        client = EventHubProducerClient.from_connection_string(connection_string, eventhub_name=HUB)
+        count = 0
+        with client:
+            started = time.monotonic()
+            while (elapsed := time.monotonic() - started) < seconds:
+                due = int(elapsed * rate_per_partition) + 1 - count
+                if due > 0:
+                    batch = client.create_batch(partition_id=partition)
+                    now = datetime.now(UTC)
+                    for i in range(due):
+                        event = SensorEvent(f"h{partition}{(count + i) % 97:03d}", "s", "motion", "open", now)
+                        batch.add(EventData(event.to_json()))
+                    client.send_batch(batch)
+                    count += due
+                time.sleep(max(0.0, 0.1 - (time.monotonic() - started - elapsed)))
+        sent[partition] = count
+
+    threads = [threading.Thread(target=send, args=(p,)) for p in PARTITIONS]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sent
+
+
+def tails(connection_string: str) -> dict[str, int]:
+    """Each partition's next sequence number."""
+    from azure.eventhub import EventHubConsumerClient
+
+    client = EventHubConsumerClient.from_connection_string(
+        connection_string, consumer_group="$Default", eventhub_name=HUB
+    )
+    with client:
+        found = {}
+        for partition in PARTITIONS:
+            properties = client.get_partition_properties(partition)
+            found[partition] = -1 if properties["is_empty"] else properties["last_enqueued_sequence_number"]
+    return {p: last + 1 for p, last in found.items()}
+
+
+# --- the raw SDK loop -------------------------------------------------------------------------------------
+
+
+def raw_loop(connection_string: str, start: dict[str, int], events: int) -> dict[str, float]:
+    """A plain receive loop over all four partitions (one client, `receive_batch`) from `start`."""
+    from azure.eventhub import EventHubConsumerClient
+
+    client = EventHubConsumerClient.from_connection_string(
+        connection_string, consumer_group="raw", eventhub_name=HUB
+    )
+    received = [0]
+    done = threading.Event()
+
+    def on_batch(context: Any, batch: list[Any]) -> None:
+        received[0] += len(batch)
+        if received[0] >= events:
+            done.set()
+
+    positions = {p: s - 1 if s > 0 else "-1" for p, s in start.items()}
+    worker = threading.Thread(
+        target=client.receive_batch,
+        kwargs={"on_event_batch": on_batch, "starting_position": positions, "max_batch_size": 300},
+        daemon=True,
+    )
+    cpu, started = time.process_time(), time.monotonic()
+    worker.start()
+    done.wait(600)
+    elapsed = time.monotonic() - started
+    cpu = time.process_time() - cpu
+    client.close()
+    worker.join(10)
+    return {"events": received[0], "seconds": elapsed, "rate": received[0] / elapsed, "cpuSeconds": cpu}
+
+
+# --- the consumer -----------------------------------------------------------------------------------------
+
+
+class Consumer:
+    def __init__(self, workdir: Path, connection_string: str, trigger_seconds: float) -> None:
+        self.workdir = workdir
+        self.sink = workdir / "sink"
+        self.database = workdir / "store.db"
+        manifest = workdir / "consumer.yaml"
+        import yaml
+
+        manifest.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "hubshift.dev/v1alpha1",
+                    "kind": "PartitionedConsumer",
+                    "metadata": {"name": "bench"},
+                    "spec": {
+                        "eventHubs": {"hub": HUB},
+                        "checkpointStore": {"sqlite": {"path": str(self.database)}},
+                        "consumer": {
+                            "spark": {
+                                "master": "local[2]",
+                                "triggerIntervalSeconds": trigger_seconds,
+                                "maxEventsPerTrigger": 100_000,
+                            },
+                            "checkpoint": {"everySeconds": 5, "everyEvents": 50_000},
+                            "sink": {"type": "folder", "folder": {"path": str(self.sink)}},
+                        },
+                        "rebalance": {"maxHandoffSeconds": 15, "leaseDurationSeconds": 30},
+                    },
+                }
+            )
+        )
+        from hubshift.spec import DEFAULT_EVENTHUBS_ENV
+
+        self.log_path = workdir / "consumer.log"
+        command = [sys.executable, "-m", "hubshift.cli", "consume", "-f", str(manifest), "--id", CONSUMER]
+        with self.log_path.open("w") as log:
+            self.process = subprocess.Popen(
+                [*command, "--http-port", "0", "--list-interval", "5", "--scratch", str(workdir / "scratch")],
+                env={**os.environ, DEFAULT_EVENTHUBS_ENV: connection_string},
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if "listening on" not in line:
+            raise RuntimeError(f"the consumer did not start: {self.log_path.read_text()[-2000:]}")
+        self.url = line.strip().rsplit(" ", 1)[1]
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/readyz", timeout=5) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    def nudge(self) -> None:
+        request = urllib.request.Request(self.url + "/assignment", data=b"", method="POST")
+        urllib.request.urlopen(request, timeout=5).close()
+
+    def records(self) -> list[dict[str, Any]]:
+        folder = self.sink / "_batches"
+        found = []
+        for path in sorted(folder.glob("*.json")) if folder.exists() else []:
+            record = json.loads(path.read_text())
+            record["writtenAt"] = path.stat().st_mtime
+            found.append(record)
+        return found
+
+    def committed_next(self) -> dict[str, int]:
+        """Per partition, one past the highest sequence number in the sink."""
+        top = dict.fromkeys(PARTITIONS, 0)
+        for record in self.records():
+            for part in record["partitions"]:
+                top[part["partition"]] = max(top[part["partition"]], part["lastSequenceNumber"] + 1)
+        return top
+
+    def cpu_seconds(self) -> float:
+        import psutil
+
+        try:
+            process = psutil.Process(self.process.pid)
+            tree = [process, *process.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return 0.0
+        total = 0.0
+        for member in tree:
+            try:
+                times = member.cpu_times()
+                total += times.user + times.system
+            except psutil.NoSuchProcess:
+                pass
+        return total
+
+    def stop(self) -> int:
+        self.process.terminate()
+        try:
+            return self.process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return -9
+
+
+def wait_until(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+# --- the run ----------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=400_000, help="events for the throughput phase")
+    parser.add_argument("--latency-seconds", type=float, default=30.0)
+    parser.add_argument("--rate-per-partition", type=float, default=1000.0)
+    parser.add_argument("--warmup-seconds", type=float, default=20.0)
+    parser.add_argument("--trigger-seconds", type=float, default=1.0, help="the consumer's trigger interval")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, sink)")
+    args = parser.parse_args()
+
+    from hubshift.ownership.assignment import publish_assignment, read_assignment
+    from hubshift.ownership.connect import open_store, sqlite_url
+    from hubshift.ownership.model import Assignment, Phase
+    from hubshift.ownership.scope import Scope
+    from hubshift.ownership.snapshot import take_snapshot
+    from hubshift.testing.emulator import running_emulator
+
+    workdir = Path(tempfile.mkdtemp(prefix="hubshift-bench-throughput-"))
+    results: dict[str, Any] = {"events": args.events, "triggerIntervalSeconds": args.trigger_seconds}
+    with running_emulator([f"{HUB}:4"], consumer_groups=["raw"]) as emulator:
+        cs = emulator.connection_string
+        host = cs.split("sb://", 1)[1].split(";", 1)[0].rstrip("/")
+        scope = Scope(host, HUB, "$Default")
+        consumer = Consumer(workdir, cs, args.trigger_seconds)
+        store = open_store(sqlite_url(consumer.database), create=True)
+        generation = [0]
+
+        def assign(owner: str) -> None:
+            generation[0] += 1
+            record = read_assignment(store, scope)
+            assignment = Assignment(
+                generation[0], dict.fromkeys(PARTITIONS, owner), Phase.REBALANCING, 1, datetime.now(UTC)
+            )
+            publish_assignment(store, scope, assignment, etag=record.etag if record else None)
+            consumer.nudge()
+
+        def owners() -> dict[str, str | None]:
+            return {row.partition: row.owner for row in take_snapshot(store, scope).partitions}
+
+        try:
+            wait_until(consumer.ready, 300, "the consumer to start")
+            assign(CONSUMER)
+            wait_until(lambda: owners() == dict.fromkeys(PARTITIONS, CONSUMER), 60, "the consumer to own")
+            print(
+                "warming up (the JVM compiles Spark's code over the first few dozen batches) ...", flush=True
+            )
+            steady_load(cs, 500, args.warmup_seconds)
+            wait_until(lambda: consumer.committed_next() == tails(cs), 300, "the warm-up in the sink")
+
+            assign("parked")
+            wait_until(lambda: all(o is None for o in owners().values()), 60, "the consumer to hand off")
+            start = tails(cs)
+            per_partition = args.events // len(PARTITIONS)
+            load_seconds = load_partitions(cs, per_partition)
+            target = tails(cs)
+            total = sum(target[p] - start[p] for p in PARTITIONS)
+            print(
+                f"loaded {total} events in {load_seconds:.1f} s; the raw SDK loop reads them ...", flush=True
+            )
+            raw = raw_loop(cs, start, total)
+            print(f"raw loop: {raw['rate']:.0f} events/s; the consumer reads them ...", flush=True)
+
+            cpu_before = consumer.cpu_seconds()
+            began = time.time()
+            assign(CONSUMER)
+            wait_until(lambda: consumer.committed_next() == target, 900, "the consumer to finish")
+            records = [r for r in consumer.records() if r["writtenAt"] > began]
+            finished = max(r["writtenAt"] for r in records)
+            seconds = finished - began
+            # Steady state: between the first and the last batch (without start-up and the last trigger).
+            records.sort(key=lambda r: r["writtenAt"])
+            steady_events = sum(p["events"] for r in records[1:] for p in r["partitions"])
+            steady_seconds = records[-1]["writtenAt"] - records[0]["writtenAt"]
+            ours = {
+                "events": total,
+                "seconds": seconds,
+                "rate": total / seconds,
+                "cpuSeconds": consumer.cpu_seconds() - cpu_before,
+                "batches": len(records),
+                "steadyRate": steady_events / steady_seconds if steady_seconds > 0 else float("nan"),
+            }
+            results["throughput"] = {
+                "rawSdkLoop": raw,
+                "consumer": ours,
+                "ratio": ours["rate"] / raw["rate"],
+                "target": 0.7,
+                "loadSeconds": load_seconds,
+            }
+            print(
+                f"consumer: {ours['rate']:.0f} events/s ({ours['rate'] / raw['rate']:.2f} of raw)", flush=True
+            )
+
+            print(
+                f"latency: {args.rate_per_partition:.0f} events/s per partition for "
+                f"{args.latency_seconds:.0f} s ...",
+                flush=True,
+            )
+            before = tails(cs)
+            sent = steady_load(cs, args.rate_per_partition, args.latency_seconds)
+            after = tails(cs)
+            wait_until(lambda: consumer.committed_next() == after, 300, "the steady load in the sink")
+            latencies: list[float] = []
+            for record in consumer.records():
+                for part in record["partitions"]:
+                    p = part["partition"]
+                    if part["firstSequenceNumber"] < before[p]:
+                        continue
+                    first = datetime.fromisoformat(part["firstEnqueuedTime"]).timestamp()
+                    last = datetime.fromisoformat(part["lastEnqueuedTime"]).timestamp()
+                    n = part["events"]
+                    for i in range(n):
+                        enqueued = first + (last - first) * ((i + 0.5) / n)
+                        latencies.append(record["writtenAt"] - enqueued)
+            produced = sum(sent.values())
+            results["latency"] = {
+                "ratePerPartition": args.rate_per_partition,
+                "seconds": args.latency_seconds,
+                "events": produced,
+                "achievedRate": produced / args.latency_seconds,
+                "p50": percentile(latencies, 0.50),
+                "p99": percentile(latencies, 0.99),
+                "max": max(latencies) if latencies else float("nan"),
+                "target_p99": 2 * args.trigger_seconds + 1,
+            }
+        finally:
+            results["consumerExit"] = consumer.stop()
+            store.close()
+    results["when"] = datetime.now(UTC).isoformat()
+    results["cpus"] = os.cpu_count()
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print_table(results)
+    if args.keep:
+        print(f"work folder: {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def print_table(results: dict[str, Any]) -> None:
+    t, lat = results.get("throughput"), results.get("latency")
+    print()
+    print(f"{'':38} {'events/s':>10} {'seconds':>8} {'CPU s':>7}")
+    if t:
+        for name, row in (
+            ("plain azure-eventhub receive loop", t["rawSdkLoop"]),
+            ("hubshift consume (Spark)", t["consumer"]),
+        ):
+            print(f"{name:38} {row['rate']:10.0f} {row['seconds']:8.1f} {row['cpuSeconds']:7.1f}")
+        verdict = "ok" if t["ratio"] >= t["target"] else "BELOW TARGET"
+        print(f"{'consumer / raw':38} {t['ratio']:10.2f}   (target >= {t['target']}: {verdict})")
+        steady = t["consumer"]["steadyRate"]
+        print(
+            f"{'consumer, steady state':38} {steady:10.0f}   ({steady / t['rawSdkLoop']['rate']:.2f} of raw; "
+            f"between its first and last of {t['consumer']['batches']} batches)"
+        )
+    if lat:
+        verdict = "ok" if lat["p99"] <= lat["target_p99"] else "ABOVE TARGET"
+        print(
+            f"enqueue-to-sink at {lat['achievedRate']:.0f} events/s: p50 {lat['p50']:.2f} s, "
+            f"p99 {lat['p99']:.2f} s, max {lat['max']:.2f} s "
+            f"(target p99 <= {lat['target_p99']:.0f} s: {verdict})"
+        )
+    print(f"\nwritten to {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
