@@ -248,22 +248,31 @@ class Consumer:
                 top[part["partition"]] = max(top[part["partition"]], part["lastSequenceNumber"] + 1)
         return top
 
-    def cpu_seconds(self) -> float:
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds so far of the consumer's processes: its main process (agent, receivers,
+        foreachBatch), the Spark JVM, and Spark's Python workers and source runner."""
         import psutil
 
+        split = {"main": 0.0, "jvm": 0.0, "pythonWorkers": 0.0}
         try:
             process = psutil.Process(self.process.pid)
             tree = [process, *process.children(recursive=True)]
         except psutil.NoSuchProcess:
-            return 0.0
-        total = 0.0
+            return split
         for member in tree:
             try:
                 times = member.cpu_times()
-                total += times.user + times.system
+                kind = (
+                    "main"
+                    if member.pid == process.pid
+                    else "jvm"
+                    if "java" in member.name()
+                    else "pythonWorkers"
+                )
+                split[kind] += times.user + times.system
             except psutil.NoSuchProcess:
                 pass
-        return total
+        return split
 
     def stop(self) -> int:
         self.process.terminate()
@@ -352,6 +361,8 @@ def main() -> None:
             began = time.time()
             assign(CONSUMER)
             wait_until(lambda: consumer.committed_next() == target, 900, "the consumer to finish")
+            after = consumer.cpu_seconds()
+            cpu = {kind: round(after[kind] - cpu_before[kind], 2) for kind in after}
             records = [r for r in consumer.records() if r["writtenAt"] > began]
             finished = max(r["writtenAt"] for r in records)
             seconds = finished - began
@@ -363,7 +374,8 @@ def main() -> None:
                 "events": total,
                 "seconds": seconds,
                 "rate": total / seconds,
-                "cpuSeconds": consumer.cpu_seconds() - cpu_before,
+                "cpuSeconds": sum(cpu.values()),
+                "cpuSecondsByProcess": cpu,
                 "batches": len(records),
                 "steadyRate": steady_events / steady_seconds if steady_seconds > 0 else float("nan"),
             }
@@ -441,6 +453,8 @@ def print_table(results: dict[str, Any]) -> None:
             f"{'consumer, steady state':38} {steady:10.0f}   ({steady / t['rawSdkLoop']['rate']:.2f} of raw; "
             f"between its first and last of {t['consumer']['batches']} batches)"
         )
+        split = ", ".join(f"{k} {v:.1f}" for k, v in t["consumer"]["cpuSecondsByProcess"].items())
+        print(f"{'consumer CPU seconds by process':38} {split}")
     if lat:
         verdict = "ok" if lat["p99"] <= lat["target_p99"] else "ABOVE TARGET"
         print(
