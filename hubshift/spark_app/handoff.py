@@ -102,6 +102,8 @@ def _follow(
     handoff = assignment.max_handoff_seconds if assignment.max_handoff_seconds is not None else None
     deadline_seconds = handoff if handoff is not None else max_handoff_seconds
     deadline = assignment.updated_at.timestamp() + deadline_seconds
+    # The operator saw the old owner go (pod deleted, process gone): no release will come.
+    forced = {str(p) for p in assignment.extra.get("forced", ())}
     claims: list[ClaimPlan] = []
     waiting: list[str] = []
     for partition in sorted(mine - held):
@@ -112,6 +114,8 @@ def _follow(
             claims.append(ClaimPlan(partition, False, "mine"))
         elif not row.owner_alive:
             claims.append(ClaimPlan(partition, True, "orphaned"))
+        elif partition in forced:
+            claims.append(ClaimPlan(partition, True, "forced: its owner is gone"))
         elif now.timestamp() >= deadline:
             claims.append(ClaimPlan(partition, True, "handoff deadline passed"))
         else:

@@ -49,12 +49,18 @@ def snapshot(
     *,
     dead: tuple[str, ...] = (),
     published: datetime = T0,
+    forced: tuple[str, ...] = (),
 ) -> OwnershipSnapshot:
     rows = tuple(row(p, o, alive=o not in dead) for p, o in owners.items())
     record = None
     if assignment is not None:
         record = Assignment(
-            generation=2, partitions=assignment, phase=Phase.REBALANCING, replicas=2, updated_at=published
+            generation=2,
+            partitions=assignment,
+            phase=Phase.REBALANCING,
+            replicas=2,
+            updated_at=published,
+            extra={"forced": list(forced)} if forced else {},
         )
     return OwnershipSnapshot(
         SCOPE,
@@ -104,6 +110,14 @@ def test_released_partition_is_claimed_without_force_and_late_ones_by_force() ->
     held = snapshot({"1": "a"}, ["a", "b"], {"0": "a", "1": "b", "2": "b", "3": "b"})
     late = plan("b", held, [], now=T0 + timedelta(seconds=16))
     assert ClaimPlan("1", True, "handoff deadline passed") in late.claims
+
+
+def test_a_partition_the_operator_forced_is_broken_at_once_while_others_wait() -> None:
+    # The operator saw "a" go for good; its membership lease has not run out yet, so it still looks alive.
+    snap = snapshot({"0": "a", "1": "a"}, ["a", "b"], {"0": "b", "1": "b"}, forced=("0",))
+    b = plan("b", snap, [])
+    assert b.claims == (ClaimPlan("0", True, "forced: its owner is gone"),)
+    assert b.waiting == ("1",)
 
 
 def test_an_orphan_is_taken_at_once_and_my_own_lease_without_force() -> None:
