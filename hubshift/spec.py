@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.alias_generators import to_camel
 
 from hubshift.errors import UserError
+from hubshift.ownership.defaults import DEFAULT_TIMING
 
 GROUP = "hubshift.dev"
 VERSION = "v1alpha1"
@@ -125,7 +126,9 @@ class CheckpointPolicy(Model):
     """A partition's checkpoint is written after Spark committed a batch, at most this often."""
 
     every_seconds: float = Field(
-        default=60.0, gt=0, description="Write at least this often while events flow."
+        default=DEFAULT_TIMING.checkpoint_interval_seconds,
+        gt=0,
+        description="Write at least this often while events flow.",
     )
     every_events: int = Field(default=50_000, ge=1, description="...or after this many events, if sooner.")
 

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from hubshift.ownership.checkpoints import write_checkpoint
-from hubshift.ownership.defaults import Timing
+from hubshift.ownership.defaults import DEFAULT_TIMING, Timing
 from hubshift.ownership.leases import claim_partition, release_partition
 from hubshift.ownership.membership import Membership, join, leave, renew
 from hubshift.ownership.model import EARLIEST, Checkpoint, OwnershipSnapshot, PartitionLease
@@ -58,7 +58,7 @@ class AgentSettings:
     start: Literal["earliest", "latest", "enqueuedTime"] = "earliest"
     start_time: datetime | None = None
     checkpoint_every_events: int = 50_000
-    checkpoint_every_seconds: float = 60.0
+    checkpoint_every_seconds: float = DEFAULT_TIMING.checkpoint_interval_seconds
     max_handoff_seconds: float = 15.0
     timing: Timing = field(default_factory=Timing)
     # How often a partition waiting for its old owner's release is tried again.
