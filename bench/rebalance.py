@@ -46,6 +46,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from hubshift.spark_app.engine_sdk import count_replays, read_range_logs
+
 RESULTS = Path(__file__).resolve().parent / "results" / "rebalance.json"
 PARTITIONS = 32
 SCENARIOS = ("1to8", "8to4-graceful", "8to4-crash", "0to8-cold")
@@ -203,30 +205,6 @@ def is_balanced(readers: dict[str, set[str]], consumers: int) -> bool:
     return len(counts) == consumers and max(counts.values()) - min(counts.values()) <= 1
 
 
-def replays(lines: list[dict[str, Any]]) -> tuple[int, int]:
-    """(distinct events processed, events processed more than once)."""
-    by_partition: dict[str, list[tuple[int, int]]] = {}
-    for line in lines:
-        by_partition.setdefault(str(line["partition"]), []).append((line["first"], line["last"]))
-    distinct = replayed = 0
-    for ranges in by_partition.values():
-        covered = -1
-        for first, last in sorted(ranges):
-            replayed += max(0, min(last, covered) - first + 1)
-            distinct += max(0, last - max(first, covered + 1) + 1)
-            covered = max(covered, last)
-    return distinct, replayed
-
-
-def read_jsonl(folder: Path) -> list[dict[str, Any]]:
-    lines = []
-    for path in sorted(folder.glob("*.jsonl")):
-        for line in path.read_text().splitlines():
-            with contextlib.suppress(ValueError):
-                lines.append(json.loads(line))
-    return lines
-
-
 async def until_balanced(watch: Watch, consumers: int, timeout: float, started: float) -> float | None:
     while time.monotonic() - started < timeout:
         readers = await asyncio.to_thread(watch.sample)
@@ -367,7 +345,7 @@ async def run_hubshift(
         await operator.shutdown(grace=20)
         direct.close()
     # Spark consumers write aggregates, not batch ranges: replays are not counted for them (-1).
-    distinct, replayed = replays(read_jsonl(output / "ranges")) if engine == "sdk" else (0, -1)
+    distinct, replayed = count_replays(read_range_logs(output / "ranges")) if engine == "sdk" else (0, -1)
     return Outcome(
         "hubshift" if engine == "sdk" else "hubshift (spark)",
         scenario,
@@ -471,7 +449,7 @@ class SdkPool:
         return {f"sdk-{o}" for o, w in self.workers.items() if w.poll() is None}
 
     def lines(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.folder)
+        return read_range_logs(self.folder)
 
     def readers(self) -> dict[str, set[str]]:
         alive = self.alive()
@@ -553,7 +531,7 @@ async def run_sdk(
     finally:
         pool.stop_all()
     batches = [line for line in pool.lines() if line.get("kind") == "batch"]
-    distinct, replayed = replays(batches)
+    distinct, replayed = count_replays(batches)
     return Outcome(
         "azure sdk",
         scenario,
