@@ -4,11 +4,11 @@
     for partition, done in summary.partitions.items():
         checkpoint(partition, done.last_sequence_number, done.last_offset)
 
-A `TaskPipeline` (the aggregate) costs one Spark job that reads each event once: every task parses its
-events (JVM), counts them and writes its files (Arrow, in the task's Python worker) and reports its
-partitions' sequence ranges. A `FramePipeline` (a user's function) caches the batch, reads the ranges
-(one small job), then the sink writes the function's result (a second job). The commit record goes last,
-from the driver. When `process_batch` returns, everything it reports is durable in the sink, so the
+A `TaskPipeline` (the aggregate) costs one Spark job that reads each event once: its task reads the
+batch's events, parses and counts them and writes its files (Arrow, in the task's Python worker) and
+reports the partitions' sequence ranges. A `FramePipeline` (a user's function) caches the batch, reads
+the ranges (one small job), then the sink writes the function's result (a second job). The commit record
+goes last, from the driver. When `process_batch` returns, everything it reports is durable in the sink, so the
 consumer may checkpoint exactly `summary.partitions`; if it raises, nothing of the batch counts (files
 without a commit record are ignored) and the batch can run again.
 """

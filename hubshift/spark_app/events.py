@@ -29,11 +29,7 @@ SENSOR_TYPE = "sensorType"
 EVENT_TYPE = "eventType"
 EVENT_TIME = "eventTime"
 
-# The body's columns as Spark parses them (`from_json`); `eventTime` is checked, then converted.
-BODY_SCHEMA_DDL = (
-    f"{HOME_ID} string, {SENSOR_ID} string, {SENSOR_TYPE} string, {EVENT_TYPE} string, {EVENT_TIME} string"
-)
-# The same in Java regex syntax (Spark's `rlike`) and Python's.
+# Valid in Python's `re` and in RE2 (Arrow's compute functions, `pipelines/bodies.py`).
 EVENT_TIME_PATTERN = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})?$"
 ZONED_PATTERN = r"(Z|[+-]\d{2}:\d{2})$"
 
@@ -107,7 +103,7 @@ def parse_event(body: bytes | None) -> SensorEvent:
         raise InvalidEvent(REASON_EMPTY)
     try:
         document = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # RecursionError: nested too deep
         raise InvalidEvent(REASON_NOT_JSON_OBJECT) from None
     if not isinstance(document, dict):
         raise InvalidEvent(REASON_NOT_JSON_OBJECT)
@@ -120,16 +116,16 @@ def parse_event(body: bytes | None) -> SensorEvent:
         raise InvalidEvent(REASON_EVENT_TIME)
     try:
         moment = datetime.fromisoformat(raw_time.replace("Z", "+00:00"))
-    except ValueError:
+        # An offset can take the instant out of the years 1-9999 (OverflowError).
+        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except (ValueError, OverflowError):
         raise InvalidEvent(REASON_EVENT_TIME) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
     return SensorEvent(
         home_id=str(text[HOME_ID]),
         sensor_id=text[SENSOR_ID] or "",
         sensor_type=str(text[SENSOR_TYPE]),
         event_type=str(text[EVENT_TYPE]),
-        event_time=moment.astimezone(UTC),
+        event_time=moment,
     )
 
 

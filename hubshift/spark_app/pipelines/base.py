@@ -2,8 +2,9 @@
 
 Two shapes, chosen by what the pipeline needs (`process_batch` runs either):
 
-- `TaskPipeline` (the aggregate): Spark parses the events (`prepare`, a narrow projection in the JVM), then
-  each Spark task hands its rows to `process_task` as Arrow and gets back the lines to write. One Event
+- `TaskPipeline` (the aggregate): `prepare` is a narrow projection in the JVM (the aggregate's is the event
+  rows as they are), then each Spark task hands its rows to `process_task` as Arrow and gets back the lines
+  to write. One Event
   Hubs partition is one input partition and a home's events stay in its partition, so per-task partial
   counts are complete partials: no shuffle, no cache, one Spark job per batch that reads each event once.
 - `FramePipeline` (a user's function): any DataFrame in, any DataFrame out. The batch is cached, since

@@ -8,8 +8,10 @@ commit record (`commits.py`) is written after the files, by the driver.
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hubshift.spark_app.sinks.commits import BatchRecord, WrittenFile
@@ -225,6 +227,34 @@ def dead_letter_json(types: Mapping[str, DataType], reason: Column, rest: Sequen
     if rest:
         fields.append(F.struct(*(_column(name) for name in rest)).alias("record"))
     return F.to_json(F.struct(*fields), JSON_OPTIONS)
+
+
+def dead_letter_text(event: Mapping[str, Any], reason: str) -> str:
+    """`dead_letter_json`'s line for one event row (a dict in the event schema), built in Python: the same
+    fields in the same order, nulls left out, times in UTC with milliseconds."""
+    document: dict[str, Any] = {}
+    for name, alias in _DEAD_LETTER_FIELDS.items():
+        value = event.get(name)
+        if value is None:
+            continue
+        if isinstance(value, datetime):
+            value = _json_time(value)
+        elif name == "properties":
+            value = dict(value)  # Arrow gives a map as (key, value) pairs
+        document[alias] = value
+    document["reason"] = reason
+    body = event.get("body")
+    if body is not None:
+        try:
+            document["body"] = bytes(body).decode("utf-8")
+        except UnicodeDecodeError:
+            document["bodyBase64"] = base64.b64encode(body).decode("ascii")
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+
+
+def _json_time(moment: datetime) -> str:
+    utc = moment.astimezone(UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
 
 
 class WriteTask:

@@ -187,3 +187,30 @@ def test_a_partition_spread_over_several_tasks_still_sums_exactly(
     assert {home: view.count(T0, home, "door") for home in ("h0", "h1", "h2", "h3", "h4")} == dict.fromkeys(
         ("h0", "h1", "h2", "h3", "h4"), 10
     )
+
+
+def test_dead_letter_lines_built_in_python_are_spark_s(event_frame: Callable[..., Any]) -> None:
+    """The task builds a dead letter in Python (`dead_letter_text`); the FramePipeline's sink builds it in
+    Spark's JVM (`dead_letter_json`): the same line for the same event."""
+    from pyspark.sql import functions as F
+
+    from hubshift.spark_app.sinks.base import dead_letter_json, dead_letter_text
+
+    rows = [
+        event_row("0", 1, b"not json", partition_key="k", properties={"a": "1", "b\u00e9": 'x"y\n'}),
+        event_row("0", 2, b"\xff\xfe{}"),
+        event_row("0", 3, b""),
+        event_row("0", 4, None, enqueued_time=datetime(2026, 11, 21, 10, 0, 1, 234567, tzinfo=UTC)),
+        event_row("0", 5, '{"homeId":"h\u00e9\U0001f600\\u0000\t"}'.encode()),
+    ]
+    frame = event_frame(rows)
+    types = {f.name: f.dataType for f in frame.schema.fields}
+    spark_lines = {
+        r["sequence_number"]: r["line"]
+        for r in frame.select(
+            "sequence_number", dead_letter_json(types, F.lit("why")).alias("line")
+        ).collect()
+    }
+    for row in frame.collect():
+        python_line = dead_letter_text(row.asDict(), "why")
+        assert python_line == spark_lines[row["sequence_number"]]
