@@ -10,7 +10,7 @@ import pytest
 from azure.eventhub import EventData
 from azure.eventhub._pyamqp import message as amqp
 
-from hubshift.spark_app.receiver import StartAt, events_to_batch, is_stolen
+from hubshift.spark_app.receiver import StartAt, adopt_raw_messages, events_to_batch, is_stolen, track_last
 from hubshift.spark_app.spool import EVENT_ARROW_SCHEMA
 
 ENQUEUED_MS = 1_795_000_000_123
@@ -19,7 +19,7 @@ ENQUEUED_MS = 1_795_000_000_123
 def received(sequence: int, body: bytes, *, key: bytes | None = b"h000042", props: Any = None) -> EventData:
     annotations: dict[bytes, Any] = {
         b"x-opt-sequence-number": sequence,
-        b"x-opt-offset": str(sequence * 300),
+        b"x-opt-offset": str(sequence * 300).encode(),
         b"x-opt-enqueued-time": ENQUEUED_MS + sequence,
     }
     if key is not None:
@@ -87,3 +87,36 @@ def test_stolen_is_the_link_stolen_condition() -> None:
     assert is_stolen(ConnectionLost("New receiver with higher epoch"))
     assert is_stolen(RuntimeError("... Error condition: amqp:link:stolen ..."))
     assert not is_stolen(RuntimeError("socket closed"))
+
+
+def test_raw_amqp_messages_give_the_same_rows_as_event_data() -> None:
+    events = [received(n, b"x%d" % n, props={b"k": b"v"}, key=None if n % 2 else b"h1") for n in range(5)]
+    raw = [event._message for event in events]
+    assert events_to_batch("2", raw).to_pylist() == events_to_batch("2", events).to_pylist()
+
+
+def test_a_raw_message_without_a_data_body_takes_the_public_path() -> None:
+    message = amqp.Message(
+        value="plain text", message_annotations={b"x-opt-sequence-number": 4, b"x-opt-offset": b"9"}
+    )
+    (row,) = events_to_batch("1", [message]).to_pylist()
+    assert row["sequence_number"] == 4 and row["offset"] == "9" and row["body"] == b"plain text"
+
+
+def test_an_adopted_sdk_consumer_hands_over_raw_messages_and_remembers_the_last_as_event_data() -> None:
+    from azure.eventhub import EventHubConsumerClient
+
+    client = EventHubConsumerClient.from_connection_string(
+        "Endpoint=sb://127.0.0.1:1/;SharedAccessKeyName=k;SharedAccessKey=a2V5;UseDevelopmentEmulator=true",
+        consumer_group="$Default",
+        eventhub_name="hub",
+    )
+    consumer = client._create_consumer("$Default", "0", "-1", lambda events: None, prefetch=10)
+    adopt_raw_messages(consumer)
+    messages = [received(n, b"b")._message for n in (3, 4)]
+    consumer._message_buffer.extend(messages)
+    delivered = [consumer._next_message_in_buffer(), consumer._next_message_in_buffer()]
+    assert delivered == messages
+    last = track_last(consumer, delivered)
+    assert isinstance(last, EventData) and last.sequence_number == 4
+    assert consumer._last_received_event is last and last.offset == "1200"
