@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, str] = {
     "run": "hubshift.operator.local_cli:run",
     "demo": "hubshift.operator.local_cli:demo",
     "operator": "hubshift.operator.cli:operator",
+    "views": "hubshift.spark_app.views_cli:views",
 }
 
 HELP = {
@@ -33,6 +34,7 @@ HELP = {
     "run": "Run a PartitionedConsumer manifest on this machine (local runtime).",
     "demo": "The whole system on this machine with embedded defaults.",
     "operator": "Run the Kubernetes operator.",
+    "views": "Write the aggregate's window totals as JSON files for a web page.",
 }
 
 

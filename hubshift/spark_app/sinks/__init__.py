@@ -21,9 +21,12 @@ DEFAULT_DEAD_LETTER = "dead-letter"
 __all__ = ["BlobStore", "FileSink", "FolderStore", "ObjectStore", "Sink", "build_sink", "build_store"]
 
 
-def build_store(spec: SinkSpec, environ: Mapping[str, str] | None = None) -> ObjectStore:
-    """Where the sink's results and commit records live (the reader of the output uses this too)."""
-    return _stores(spec, environ if environ is not None else os.environ, check=False)[0]
+def build_store(
+    spec: SinkSpec, environ: Mapping[str, str] | None = None, *, check: bool = False
+) -> ObjectStore:
+    """Where the sink's results and commit records live (the reader of the output uses this too). `check`
+    as in `build_sink`."""
+    return _stores(spec, environ if environ is not None else os.environ, check=check)[0]
 
 
 def build_sink(spec: SinkSpec, environ: Mapping[str, str] | None = None, *, check: bool = True) -> Sink:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from hubshift.spark_app.pipelines.aggregate_view import AggregateView
 from hubshift.spark_app.sinks import FolderStore
@@ -123,3 +124,73 @@ def test_views_for_a_web_page(tmp_path: Path) -> None:
         "file": "window=20261121T100100Z.json",
     }
     assert view.windows() == index["windows"]
+
+
+def views_manifest(path: Path, sink: Path, pipeline: dict[str, object] | None = None) -> Path:
+    import yaml
+
+    consumer: dict[str, object] = {"sink": {"type": "folder", "folder": {"path": str(sink)}}}
+    if pipeline is not None:
+        consumer["pipeline"] = pipeline
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "hubshift.dev/v1alpha1",
+                "kind": "PartitionedConsumer",
+                "metadata": {"name": "homes"},
+                "spec": {
+                    "eventHubs": {"hub": "hub"},
+                    "checkpointStore": {"sqlite": {"path": str(path.parent / "store.db")}},
+                    "consumer": consumer,
+                },
+            }
+        )
+    )
+    return path
+
+
+def run_hubshift(args: list[str], capsys: Any) -> tuple[int, str, str]:
+    from hubshift.cli import main
+
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_hubshift_views_writes_the_committed_totals_for_a_web_page(tmp_path: Path, capsys: Any) -> None:
+    sink = tmp_path / "sink"
+    store = FolderStore(sink)
+    write_batch(store, "a-1", [("0", 0, 9)], [(W0, "h1", "motion", "0", 6), (W1, "h2", "door", "0", 4)])
+    write_batch(store, "b-1", [("0", 10, 19)], [(W0, "h1", "motion", "0", 85)], commit=False)
+    manifest = views_manifest(tmp_path / "homes.yaml", sink)
+
+    code, out, err = run_hubshift(["views", "-f", str(manifest)], capsys)
+
+    assert (code, err) == (0, "")
+    assert "2 windows, 10 events (1 new batches, 1 in all)" in out
+    index = json.loads((sink / "views" / "index.json").read_text())
+    assert [(w["windowStart"], w["events"], w["homes"]) for w in index["windows"]] == [
+        (stamp(W0), 6, 1),
+        (stamp(W1), 4, 1),
+    ]
+    first = json.loads((sink / "views" / index["windows"][0]["file"]).read_text())
+    assert first["homes"] == {"h1": {"motion": 6}}
+
+
+def test_hubshift_views_refuses_what_it_cannot_project_in_one_line(tmp_path: Path, capsys: Any) -> None:
+    function = views_manifest(
+        tmp_path / "function.yaml", tmp_path / "sink", {"type": "function", "function": "mod:fn"}
+    )
+    code, _, err = run_hubshift(["views", "-f", str(function)], capsys)
+    assert code != 0 and "pipeline is 'function'" in err and len(err.strip().splitlines()) == 1
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    unwritable = views_manifest(tmp_path / "blocked.yaml", blocked / "sink")
+    code, _, err = run_hubshift(["views", "-f", str(unwritable)], capsys)
+    assert code != 0 and "cannot write there" in err and len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
