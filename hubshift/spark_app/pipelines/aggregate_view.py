@@ -12,7 +12,7 @@ For a static web page, `write_views` projects the totals into the sink:
     views/window=20261121T100000Z.json    {"windowStart", "windowEnd", "events",
                                            "homes": {"h000042": {"motion": 4, "door": 1}, ...}}
 
-Run it from one place (the demo, a cron job): a view is rewritten whole from all committed partials.
+Run it from one place (the demo, `hubshift views`): a view is rewritten whole from all committed partials.
 """
 
 from __future__ import annotations
