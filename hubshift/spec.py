@@ -40,6 +40,7 @@ FORCE_ACTIVATION_ANNOTATION = f"autoscaling.{GROUP}/force-activation"
 DEFAULT_EVENTHUBS_ENV = "HUBSHIFT_EVENTHUBS_CONNECTION_STRING"
 DEFAULT_STORAGE_ENV = "HUBSHIFT_STORAGE_CONNECTION_STRING"
 DEFAULT_SINK_STORAGE_ENV = "HUBSHIFT_SINK_CONNECTION_STRING"
+DEFAULT_REPLICATE_ENV = "HUBSHIFT_REPLICATE_CONNECTION_STRING"
 
 
 class Model(BaseModel):
@@ -156,19 +157,52 @@ class AggregatePipeline(Model):
     )
 
 
+class ReplicatePipeline(Model):
+    """Every event forwarded to another Event Hub, partition key, body and properties kept, the source's
+    enqueued time, sequence number and offset added as `repl-enqueue-time`, `repl-sequence` and
+    `repl-offset` (appended after a `;` when the event was replicated before)."""
+
+    hub: str = Field(min_length=1, description="Target Event Hub.")
+    namespace: str | None = Field(
+        default=None, description="Target namespace; taken from the connection string when omitted."
+    )
+    connection_string_secret_ref: SecretKeyRef | None = Field(
+        default=None, description="Secret holding the target's Event Hubs connection string (in a cluster)."
+    )
+    connection_string_env: str = Field(
+        default=DEFAULT_REPLICATE_ENV,
+        description="Environment variable the consumer reads the target's connection string from.",
+    )
+    keep_partition: bool = Field(
+        default=False,
+        description="Events without a partition key go to the target partition of the same id (the target "
+        "needs at least as many partitions); otherwise the service spreads them.",
+    )
+    skip_replicated: bool = Field(
+        default=False,
+        description="Do not forward events that carry repl-sequence (the merge pattern: hubs mirrored both "
+        "ways never send an event back).",
+    )
+
+
 class PipelineSpec(Model):
-    type: Literal["aggregate", "function"] = "aggregate"
+    type: Literal["aggregate", "function", "replicate"] = "aggregate"
     aggregate: AggregatePipeline = Field(default_factory=AggregatePipeline)
     function: str | None = Field(
         default=None,
         pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
         description="module:function taking and returning a DataFrame (type function).",
     )
+    replicate: ReplicatePipeline | None = Field(
+        default=None, description="The target Event Hub (type replicate)."
+    )
 
     @model_validator(mode="after")
     def _function_named(self) -> PipelineSpec:
         if self.type == "function" and not self.function:
             raise ValueError("function (module:function) is required when type is function")
+        if self.type == "replicate" and self.replicate is None:
+            raise ValueError("replicate (the target hub) is required when type is replicate")
         return self
 
 

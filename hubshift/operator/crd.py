@@ -57,6 +57,11 @@ CEL_RULES: dict[type[BaseModel], list[JSON]] = {
             "message": "function (module:function) is required when type is function",
             "fieldPath": ".function",
         },
+        {
+            "rule": "!has(self.type) || self.type != 'replicate' || has(self.replicate)",
+            "message": "replicate (the target hub) is required when type is replicate",
+            "fieldPath": ".replicate",
+        },
     ],
     spec.SinkSpec: [
         {

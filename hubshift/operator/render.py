@@ -199,6 +199,9 @@ def secret_env(consumer: PartitionedConsumer) -> list[JSON]:
     if spec.consumer.sink.blob is not None:
         sink = spec.consumer.sink.blob
         pairs.append((sink.connection_string_env, sink.connection_string_secret_ref))
+    if spec.consumer.pipeline.replicate is not None:
+        target = spec.consumer.pipeline.replicate
+        pairs.append((target.connection_string_env, target.connection_string_secret_ref))
     env: list[JSON] = []
     seen: set[str] = set()
     for name, ref in pairs:

@@ -150,6 +150,11 @@ def run_consumer(
     target = resolve_target(spec.event_hubs, env)
     management = EventHubsManagement(target, retry_total=1)
     management.probe()
+    replicate = spec.consumer.pipeline.replicate
+    if spec.consumer.pipeline.type == "replicate" and replicate is not None:
+        from hubshift.spark_app.pipelines.replicate import replicate_target
+
+        EventHubsManagement(replicate_target(replicate, env), retry_total=1).probe()
     store = open_checkpoint_store(spec.checkpoint_store, env, timing)
     scope = Scope(target.fqns, target.hub, target.consumer_group)
     start = spec.consumer.start_position

@@ -28,14 +28,20 @@ class EventHubsTarget:
     consumer_group: str
 
 
-def resolve_target(spec: EventHubsSpec, environ: Mapping[str, str]) -> EventHubsTarget:
-    """The hub to read, with its connection string from the environment variable the manifest names."""
+def resolve_target(
+    spec: EventHubsSpec,
+    environ: Mapping[str, str],
+    *,
+    secret_field: str = "spec.eventHubs.connectionStringSecretRef",
+) -> EventHubsTarget:
+    """The hub to read, with its connection string from the environment variable the manifest names
+    (`secret_field`: where the manifest's Secret reference for it goes, for the error message)."""
     variable = spec.connection_string_env
     connection_string = environ.get(variable, "").strip()
     if not connection_string:
         raise UserError(
             f"environment variable {variable} is not set: it must hold the Event Hubs connection string "
-            "(in a cluster, set spec.eventHubs.connectionStringSecretRef)"
+            f"(in a cluster, set {secret_field})"
         )
     settings = _parse(connection_string, variable)
     endpoint = settings.get("endpoint", "")

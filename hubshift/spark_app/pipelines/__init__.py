@@ -6,6 +6,8 @@ pipeline is built, so `aggregate_view` (the reader of the aggregate's output) st
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -13,7 +15,13 @@ if TYPE_CHECKING:
     from hubshift.spec import PipelineSpec
 
 
-def build_pipeline(spec: PipelineSpec) -> Pipeline:
+def build_pipeline(spec: PipelineSpec, environ: Mapping[str, str] | None = None) -> Pipeline:
+    """`environ`: where connection strings come from (default: this process's environment)."""
+    if spec.type == "replicate":
+        from hubshift.spark_app.pipelines.replicate import ReplicatePipeline
+
+        assert spec.replicate is not None  # the model requires it for type replicate
+        return ReplicatePipeline.from_spec(spec.replicate, os.environ if environ is None else environ)
     if spec.type == "function":
         from hubshift.spark_app.pipelines.function import FunctionPipeline
 
