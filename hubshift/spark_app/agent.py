@@ -33,7 +33,13 @@ from hubshift.ownership.scope import Scope, consumer_id
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import LeaseConflict, LeaseLost, LeaseStore, StoreError
 from hubshift.spark_app.engine import Committed, Drained, Engine, EngineEvent, EngineFailed, Stolen
-from hubshift.spark_app.handoff import ClaimPlan, OwnershipPlan, checkpoint_due, plan_ownership
+from hubshift.spark_app.handoff import (
+    ClaimPlan,
+    OwnershipPlan,
+    assignment_is_healthy,
+    checkpoint_due,
+    plan_ownership,
+)
 from hubshift.spark_app.receiver import StartAt
 
 if TYPE_CHECKING:
@@ -119,6 +125,8 @@ class OwnershipAgent:
         self._snapshot: OwnershipSnapshot | None = None
         self._partitions: list[str] = []
         self._plan: OwnershipPlan | None = None
+        # (generation, when first seen) of an assignment record naming a consumer that is not alive.
+        self._unhealthy: tuple[int, datetime] | None = None
         self._next_list = 0.0
         self._next_claim_retry = 0.0
         self._next_partition_refresh = 0.0
@@ -382,15 +390,17 @@ class OwnershipAgent:
         self._check_still_mine(snapshot)
         active = [p for p, o in self._owned.items() if o.state == "active"]
         draining = [p for p, o in self._owned.items() if o.state == "draining"]
+        wall_now = self.wall()
         plan = plan_ownership(
             self.me,
             self._partitions,
             snapshot,
             active,
             draining,
-            self.wall(),
+            wall_now,
             max_handoff_seconds=self.settings.max_handoff_seconds,
             stale_after_seconds=self.settings.stale_after_seconds,
+            unhealthy_since=self._unhealthy_since(snapshot, wall_now),
         )
         with self._lock:
             self._plan = plan
@@ -404,6 +414,20 @@ class OwnershipAgent:
             self._next_claim_retry = now + self.settings.claim_retry_seconds
             # Re-list at the retry: a released partition shows as free in the listing.
             self._next_list = min(self._next_list, self._next_claim_retry)
+
+    def _unhealthy_since(self, snapshot: OwnershipSnapshot, now: datetime) -> datetime | None:
+        """When this consumer first saw the record's generation assign a partition to a consumer that is
+        not alive (a pod gone, maybe coming back within the operator's holddown); None while it does not.
+        The record is followed for `stale_after_seconds` from then, not from its publication, which may
+        be long past."""
+        record = snapshot.assignment
+        live = set(snapshot.live_members) | {self.me}
+        if record is None or assignment_is_healthy(record, self._partitions, live):
+            self._unhealthy = None
+            return None
+        if self._unhealthy is None or self._unhealthy[0] != record.generation:
+            self._unhealthy = (record.generation, now)
+        return self._unhealthy[1]
 
     def _check_still_mine(self, snapshot: OwnershipSnapshot) -> None:
         """A partition whose lease is no longer ours in the listing was taken (broken): stop it now."""

@@ -35,27 +35,38 @@ class OwnershipPlan:
     handoff_deadline: datetime | None = None
 
 
+def assignment_is_healthy(assignment: Assignment, partitions: Collection[str], live: Collection[str]) -> bool:
+    """Every partition is assigned to a live consumer."""
+    alive = set(live)
+    return all(assignment.owner_of(p) in alive for p in partitions)
+
+
 def assignment_is_current(
     assignment: Assignment | None,
     partitions: Collection[str],
     live: Collection[str],
     now: datetime,
     stale_after_seconds: float,
+    unhealthy_since: datetime | None = None,
 ) -> bool:
     """Follow the operator's record unless it cannot be followed and the operator had time to fix it.
 
     A record that gives every partition to a live consumer is followed however old it is (the operator
     only republishes on a change). One that leaves a partition to nobody alive (or that misses a partition)
-    is followed for `stale_after_seconds` after it was published, the time the operator needs to see the
-    change and publish a new generation; after that the consumers balance themselves.
+    is followed for `stale_after_seconds` after the latest of: its publication, the end of the holddown it
+    announces (the operator saw the change and holds the partitions for a consumer that may come back),
+    and `unhealthy_since` (when this consumer first saw it so); that is the time the operator needs to see
+    the change and publish a new generation. After that the consumers balance themselves.
     """
     if assignment is None:
         return False
-    alive = set(live)
-    healthy = all(assignment.owner_of(p) in alive for p in partitions)
-    if healthy:
+    if assignment_is_healthy(assignment, partitions, live):
         return True
-    return (now - assignment.updated_at).total_seconds() < stale_after_seconds
+    since = assignment.updated_at
+    for later in (assignment.holddown_until, unhealthy_since):
+        if later is not None and later > since:
+            since = later
+    return (now - since).total_seconds() < stale_after_seconds
 
 
 def plan_ownership(
@@ -68,12 +79,14 @@ def plan_ownership(
     *,
     max_handoff_seconds: float,
     stale_after_seconds: float,
+    unhealthy_since: datetime | None = None,
     stopping: bool = False,
 ) -> OwnershipPlan:
     """One decision cycle of consumer `me`.
 
     `active` are the partitions it reads now, `draining` those being handed off. A partition whose lease
     this consumer still holds in the store (a restart with the same identity) is re-claimed without force.
+    `unhealthy_since`: when this consumer first saw the record's generation name a consumer not alive.
     """
     if stopping:
         return OwnershipPlan("stopping", drains=tuple(sorted(active)))
@@ -81,7 +94,7 @@ def plan_ownership(
     live = set(snapshot.live_members) | {me}
     assignment = snapshot.assignment
     if assignment is not None and assignment_is_current(
-        assignment, partitions, live, now, stale_after_seconds
+        assignment, partitions, live, now, stale_after_seconds, unhealthy_since
     ):
         return _follow(me, partitions, snapshot, assignment, set(active), held, now, max_handoff_seconds)
     return _fallback(me, partitions, snapshot, held, live)

@@ -229,3 +229,35 @@ def test_a_deposed_consumer_stops_at_once_and_cannot_move_the_checkpoint(
     clocks.advance(6)
     a.step()
     assert "1" in engine.stopped and sorted(a.owned()) == ["2", "3"]
+
+
+def test_a_consumer_lost_long_after_the_publication_keeps_its_partitions_for_a_while(
+    store_url: str, stores: list[LeaseStore], clocks: Clocks
+) -> None:
+    """A pod restarting hours after the last generation: the operator holds its partitions through the
+    holddown; the others follow the record from when they saw the loss, not from its old publication."""
+    a, engine_a = make_agent("a", store_url, stores, clocks)
+    b, engine_b = make_agent("b", store_url, stores, clocks)
+    owners = {"0": "a", "1": "a", "2": "b", "3": "b"}
+    assignment = Assignment(1, owners, Phase.READY, 2, clocks.now - timedelta(hours=2))
+    publish_assignment(stores[0], SCOPE, assignment, etag=None)
+    a.step()
+    b.step()
+    assert sorted(engine_a.started) == ["0", "1"] and sorted(engine_b.started) == ["2", "3"]
+    b.request_stop()  # SIGTERM: b drains, releases and leaves
+    b.step()
+    for partition in ("2", "3"):
+        b.notify(Drained(partition, 1, None))
+    assert b.step() == 0
+    b.leave()
+    stale_after = a.settings.stale_after_seconds
+    a.nudge()
+    a.step()
+    clocks.advance(stale_after - 1)
+    a.nudge()
+    a.step()
+    assert sorted(engine_a.started) == ["0", "1"], "took b's partitions while the operator held them"
+    clocks.advance(2)  # the operator had its time and did nothing: balance without it
+    a.nudge()
+    a.step()
+    assert sorted(engine_a.started) == PARTITIONS

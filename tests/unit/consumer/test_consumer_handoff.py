@@ -163,6 +163,35 @@ def test_a_stale_record_that_names_a_dead_consumer_falls_back() -> None:
     assert plan("a", snap, []).mode == "fallback"
 
 
+def test_a_record_naming_a_consumer_just_lost_is_followed_from_when_it_was_lost() -> None:
+    """A pod restarting long after the last publication: the operator holds its partitions for it (the
+    holddown); the others must not balance them away in the meantime, and only fall back once the
+    operator had `stale_after_seconds` to react, from when the loss was seen or the holddown ends."""
+    old = T0 - timedelta(hours=2)
+    assignment = Assignment(2, {p: "gone" for p in PARTITIONS}, Phase.READY, 1, old)
+    seen = T0
+    assert assignment_is_current(assignment, PARTITIONS, ["a"], T0 + timedelta(seconds=59), 60, seen)
+    assert not assignment_is_current(assignment, PARTITIONS, ["a"], T0 + timedelta(seconds=61), 60, seen)
+    assert not assignment_is_current(assignment, PARTITIONS, ["a"], T0, 60)  # as before: from publication
+    holding = Assignment(2, {p: "gone" for p in PARTITIONS}, Phase.HOLDDOWN, 1, old, holddown_until=T0)
+    assert assignment_is_current(holding, PARTITIONS, ["a"], T0 + timedelta(seconds=59), 60)
+    assert not assignment_is_current(holding, PARTITIONS, ["a"], T0 + timedelta(seconds=61), 60)
+    snap = snapshot({"0": None, "1": "a"}, ["a"], {"0": "gone", "1": "a"}, published=old)
+    held = plan_ownership(
+        "a",
+        ["0", "1"],
+        snap,
+        ["1"],
+        (),
+        T0,
+        max_handoff_seconds=15,
+        stale_after_seconds=60,
+        unhealthy_since=T0,
+    )
+    assert held.mode == "assignment" and held.claims == ()
+    assert plan("a", snap, ["1"], T0).mode == "fallback"
+
+
 def test_checkpoint_cadence() -> None:
     written = Checkpoint("100", 10)
     moved = Checkpoint("200", 20)

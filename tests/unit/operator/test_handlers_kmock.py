@@ -451,11 +451,13 @@ async def test_runtime_scales_lists_and_reports_without_kopf(kube: KubeAdapter, 
     runtime = KubernetesRuntime(kube, owner, consumer)  # no pod index: pods are listed from the API
     await kube.client.create(PartitionedConsumerResource.from_dict(body))
     assert await runtime.replicas() == 0  # no StatefulSet yet
+    assert not await runtime.statefulset_exists()
     from hubshift.operator.render import render_children
 
     await runtime.apply_children(render_children(consumer, owner, 2))
     await runtime.apply_children(render_children(consumer, owner, 2))  # idempotent
     assert await runtime.replicas() == 2
+    assert await runtime.statefulset_exists()
     await runtime.set_replicas(4)
     assert await runtime.replicas() == 4
     with pytest.raises(ValueError):

@@ -1,0 +1,381 @@
+"""The production path end to end on a real kube-apiserver: `hubshift operator` with its installed control
+loop (kopf daemon + `cluster_loop` + `KubernetesRuntime`), reading the connection strings from Secrets,
+drives REAL `hubshift consume` processes, one per consumer pod KWOK runs for the StatefulSet
+(`PodProcessRunner`), over the hubshift emulator and a Blob store on Azurite.
+
+KWOK's pod IPs are fake, so the operator's nudges (POST /assignment) go nowhere: the consumers find each
+new generation by listing the store (every second here), as they do when a nudge is lost.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+
+from hubshift.operator.kube import consumer_pod_labels
+from hubshift.ownership.connect import open_store
+from hubshift.ownership.model import OwnershipSnapshot
+from hubshift.ownership.scope import Scope
+from hubshift.ownership.snapshot import take_snapshot
+from hubshift.ownership.store import LeaseStore
+from hubshift.spec import DEFAULT_EVENTHUBS_ENV, DEFAULT_STORAGE_ENV
+from hubshift.testing.control_plane import ApiError, ControlPlane, PodProcessRunner
+
+pytestmark = pytest.mark.timeout(240)
+
+T = TypeVar("T")
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "homes.yaml"
+NAME = "homes"
+HUB = "telemetry"
+PARTITIONS = [str(p) for p in range(8)]
+DELAY_SECONDS = 8  # the holddown: long enough for a deleted pod to come back within it
+LEASE_SECONDS, LIST_SECONDS, HANDOFF_SECONDS = 15, 1, 5
+# A record naming a dead consumer is followed this long (AgentSettings.stale_after_seconds).
+STALE_AFTER_SECONDS = LEASE_SECONDS + LIST_SECONDS + HANDOFF_SECONDS
+CRS = "/apis/hubshift.dev/v1alpha1/namespaces/{ns}/partitionedconsumers"
+
+
+def eventually(probe: Callable[[], T | None], timeout: float, what: Callable[[], str]) -> T:
+    """`probe()` until it returns something truthy; `what()` describes the failure (with logs)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = probe()
+        except ApiError as error:
+            if error.status != 404:
+                raise
+            value = None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what()}")
+        time.sleep(0.25)
+
+
+def manifest(namespace: str, container: str, sink: Path) -> dict[str, Any]:
+    """examples/homes.yaml with small timings, the emulator's hub and the test's Blob container."""
+    document: dict[str, Any] = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
+    document["metadata"]["namespace"] = namespace
+    spec = document["spec"]
+    spec["eventHubs"].pop("namespace")  # the connection string's endpoint names the emulator
+    spec["checkpointStore"]["blob"]["container"] = container
+    spec["consumer"]["checkpoint"] = {"everySeconds": 1, "everyEvents": 1}
+    spec["consumer"]["sink"] = {"type": "folder", "folder": {"path": str(sink)}}
+    spec["scaling"].update(minReplicas=2, maxReplicas=4, pollingIntervalSeconds=1)
+    spec["rebalance"] = {
+        "delaySeconds": DELAY_SECONDS,
+        "maxHandoffSeconds": HANDOFF_SECONDS,
+        "leaseDurationSeconds": LEASE_SECONDS,
+    }
+    return document
+
+
+def secret(name: str, value: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name},
+        "stringData": {"connectionString": value},
+    }
+
+
+def owners_by_consumer(assignment: dict[str, str]) -> dict[str, list[str]]:
+    by_consumer: dict[str, list[str]] = {}
+    for partition, consumer in sorted(assignment.items(), key=lambda item: int(item[0])):
+        by_consumer.setdefault(consumer, []).append(partition)
+    return by_consumer
+
+
+class World:
+    """What the test watches: the CR's status, the store's ownership table, the pod processes."""
+
+    def __init__(
+        self, plane: ControlPlane, namespace: str, store: LeaseStore, scope: Scope, operator: Any
+    ) -> None:
+        self.plane = plane
+        self.namespace = namespace
+        self.store = store
+        self.scope = scope
+        self.operator = operator
+        self.runner: PodProcessRunner | None = None
+        self.last_snapshot: OwnershipSnapshot | None = None
+
+    def cr(self) -> dict[str, Any]:
+        return self.plane.request("GET", f"{CRS.format(ns=self.namespace)}/{NAME}")
+
+    def status(self) -> dict[str, Any]:
+        status: dict[str, Any] = self.cr().get("status") or {}
+        return status
+
+    def snapshot(self) -> OwnershipSnapshot:
+        self.last_snapshot = take_snapshot(self.store, self.scope)
+        return self.last_snapshot
+
+    def balanced(self, consumers: set[str]) -> tuple[dict[str, Any], OwnershipSnapshot] | None:
+        """Phase Ready over exactly `consumers`, the record assigning every partition to one of them (an
+        even share each), and the store's leases exactly as the record says, held by live members."""
+        status = self.status()
+        if status.get("phase") != "Ready" or status.get("readyReplicas") != len(consumers):
+            return None
+        if status.get("currentReplicas") != len(consumers):
+            return None
+        snapshot = self.snapshot()
+        record = snapshot.assignment
+        if record is None or record.generation != status.get("assignmentGeneration"):
+            return None
+        if sorted(record.partitions, key=int) != PARTITIONS or set(record.partitions.values()) != consumers:
+            return None
+        shares = [len(p) for p in owners_by_consumer(dict(record.partitions)).values()]
+        if max(shares) - min(shares) > 1:
+            return None
+        if snapshot.owners != dict(record.partitions):
+            return None
+        if any(not row.owner_alive for row in snapshot.partitions):
+            return None
+        reported = {a["consumer"]: a["partitions"] for a in status.get("assignment", [])}
+        if reported != owners_by_consumer(dict(record.partitions)):
+            return None
+        return status, snapshot
+
+    def describe(self, what: str) -> Callable[[], str]:
+        def text() -> str:
+            try:
+                status = json.dumps(self.status(), indent=1)[-2500:]
+            except ApiError as error:
+                status = str(error)
+            snapshot = self.last_snapshot
+            table = (
+                "no snapshot"
+                if snapshot is None
+                else f"owners {snapshot.owners}, members {snapshot.live_members}, "
+                f"record {None if snapshot.assignment is None else dict(snapshot.assignment.partitions)}"
+            )
+            processes = "no runner"
+            if self.runner is not None:
+                processes = f"pod processes {self.runner.pids()}, errors {self.runner.errors}"
+                logs = sorted(self.runner.log_dir.glob("*.log"))
+                processes += "".join(f"\n--- {p.name}\n{p.read_text(errors='replace')[-1500:]}" for p in logs)
+            return (
+                f"{what}\nstatus: {status}\n{table}\n{processes}\n--- operator\n{self.operator.log()[-4000:]}"
+            )
+
+        return text
+
+
+def produce(connection_string: str, per_partition: int, first: int) -> None:
+    """`per_partition` events to every partition, numbered from `first` in their bodies."""
+    from azure.eventhub import EventData, EventHubProducerClient
+
+    producer = EventHubProducerClient.from_connection_string(connection_string, eventhub_name=HUB)
+    with producer:
+        for partition in PARTITIONS:
+            batch = producer.create_batch(partition_id=partition)
+            for number in range(first, first + per_partition):
+                batch.add(EventData(json.dumps({"partition": partition, "n": number})))
+            producer.send_batch(batch)
+
+
+def ranges_read(folder: Path) -> dict[str, list[tuple[int, int]]]:
+    """Per partition, the (first, last) sequence ranges the consumers' handlers finished (sdk engine)."""
+    found: dict[str, list[tuple[int, int]]] = {}
+    for path in folder.glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                record = json.loads(line)
+                found.setdefault(str(record["partition"]), []).append((record["first"], record["last"]))
+    return found
+
+
+def cordon(plane: ControlPlane, unschedulable: bool) -> None:
+    for node in plane.nodes:
+        plane.request("PATCH", f"/api/v1/nodes/{node}", {"spec": {"unschedulable": unschedulable}})
+
+
+def event_reasons(plane: ControlPlane, namespace: str) -> list[str]:
+    """The reasons of the Events on the PartitionedConsumer, oldest first."""
+    items = plane.request("GET", f"/api/v1/namespaces/{namespace}/events")["items"]
+    mine = [e for e in items if e["involvedObject"]["kind"] == "PartitionedConsumer"]
+    return [e["reason"] for e in sorted(mine, key=lambda e: e["metadata"]["name"])]
+
+
+def checkpoints_at(snapshot: OwnershipSnapshot, sequence_number: int) -> bool:
+    rows = {row.partition: row for row in snapshot.partitions}
+    return all(p in rows and rows[p].checkpoint.sequence_number == sequence_number for p in PARTITIONS)
+
+
+def test_the_operator_drives_real_consumer_processes_through_scale_out(
+    control_plane: ControlPlane,
+    kube_namespace: str,
+    start_operator: Any,
+    emulator_factory: Any,
+    azurite: Any,
+    blob_container: str,
+    tmp_path: Path,
+) -> None:
+    ns = kube_namespace
+    started = time.monotonic()
+    hub = emulator_factory([f"{HUB}:{len(PARTITIONS)}"])
+    for name, value in (
+        ("telemetry-eventhubs", hub.connection_string),
+        ("telemetry-storage", azurite.connection_string),
+    ):
+        control_plane.request("POST", f"/api/v1/namespaces/{ns}/secrets", secret(name, value))
+
+    # The operator as in production: the installed control loop, the chart's RBAC, Secrets read by it.
+    operator = start_operator(control_loop=None)
+    document = manifest(ns, blob_container, tmp_path / "sink")
+    control_plane.request("POST", CRS.format(ns=ns), document)
+
+    store = open_store(azurite.connection_string, blob_container)
+    fqns = hub.connection_string.split(";")[0].split("://", 1)[1].rstrip("/").lower()
+    world = World(control_plane, ns, store, Scope(fqns, HUB, "$Default"), operator)
+    try:
+        # The manifest the pods mount, as the operator wrote it; the Secrets as the pods' environment.
+        config_map = eventually(
+            lambda: control_plane.request("GET", f"/api/v1/namespaces/{ns}/configmaps/{NAME}-manifest"),
+            timeout=60,
+            what=world.describe("the manifest ConfigMap"),
+        )
+        manifest_file = tmp_path / "manifest.yaml"
+        manifest_file.write_text(config_map["data"]["manifest.yaml"])
+        ranges = tmp_path / "ranges"
+        ranges.mkdir()
+        command = [
+            sys.executable,
+            "-m",
+            "hubshift.cli",
+            "consume",
+            *("-f", str(manifest_file), "--id", "{pod}", "--engine", "sdk", "--http-port", "0"),
+            *("--scratch", str(tmp_path / "scratch" / "{pod}"), "--list-interval", str(LIST_SECONDS)),
+            *("--ranges", str(ranges / "{pod}.jsonl"), "--grace-seconds", "10"),
+        ]
+        selector = ",".join(f"{k}={v}" for k, v in consumer_pod_labels(NAME).items())
+        environment = {
+            DEFAULT_EVENTHUBS_ENV: hub.connection_string,
+            DEFAULT_STORAGE_ENV: azurite.connection_string,
+        }
+        with PodProcessRunner(
+            control_plane, ns, selector, command, env=environment, log_dir=tmp_path / "pods"
+        ) as runner:
+            world.runner = runner
+            first = {f"{NAME}-0", f"{NAME}-1"}
+            runner.wait_for_pods(first, timeout=60)
+
+            # 1. Two consumers (minReplicas), every partition owned by exactly one, as the record says.
+            status, snapshot = eventually(
+                lambda: world.balanced(first), timeout=60, what=world.describe("two balanced consumers")
+            )
+            assert status["partitionCount"] == len(PARTITIONS)
+            assert status["observedGeneration"] == world.cr()["metadata"]["generation"]
+            generation = status["assignmentGeneration"]
+            ready_at = time.monotonic() - started
+
+            # 2. Events are read and checkpointed by their owners.
+            produce(hub.connection_string, per_partition=10, first=0)
+            eventually(
+                lambda: checkpoints_at(world.snapshot(), 9),
+                timeout=30,
+                what=world.describe("checkpoints at sequence number 9"),
+            )
+
+            # 3. Scale out: the control loop scales the StatefulSet, KWOK runs the new pods, and after the
+            #    holddown a new generation spreads the partitions over four consumers.
+            control_plane.request(
+                "PATCH", f"{CRS.format(ns=ns)}/{NAME}", {"spec": {"scaling": {"minReplicas": 4}}}
+            )
+            four = {f"{NAME}-{i}" for i in range(4)}
+            runner.wait_for_pods(four, timeout=60)
+            status, snapshot = eventually(
+                lambda: world.balanced(four), timeout=60, what=world.describe("four balanced consumers")
+            )
+            assert status["assignmentGeneration"] > generation
+            assert status["desiredReplicas"] == 4
+            statefulset = control_plane.request("GET", f"/apis/apps/v1/namespaces/{ns}/statefulsets/{NAME}")
+            assert statefulset["spec"]["replicas"] == 4
+            assert snapshot.assignment is not None
+            after_scale_out = dict(snapshot.assignment.partitions)
+            generation = status["assignmentGeneration"]
+            scaled_at = time.monotonic() - started
+
+            # The new owners carry on from the handed-off checkpoints: nothing lost, nothing read twice.
+            produce(hub.connection_string, per_partition=10, first=10)
+            eventually(
+                lambda: checkpoints_at(world.snapshot(), 19),
+                timeout=30,
+                what=world.describe("checkpoints at sequence number 19"),
+            )
+            read = ranges_read(ranges)
+            for partition in PARTITIONS:
+                numbers = [n for first_, last in read.get(partition, []) for n in range(first_, last + 1)]
+                assert sorted(numbers) == list(range(20)), (partition, read.get(partition))
+
+            # 4. A consumer pod deleted comes back (same name, new pod) within the holddown: the operator
+            #    holds its partitions for it (nobody else takes them, however old the record), publishes no
+            #    new generation, and it owns the same partitions again. The nodes are cordoned meanwhile,
+            #    so the new pod stays Pending until the operator has seen the consumer gone. The record is
+            #    older than STALE_AFTER_SECONDS first, as it is when a pod restarts in production: consumers
+            #    that counted its staleness from its publication took the partitions of the consumer the
+            #    operator was holding them for (and gave them back when it returned: two needless moves).
+            victim = f"{NAME}-3"
+            held = sorted(p for p, c in after_scale_out.items() if c == victim)
+            published = snapshot.assignment.updated_at.timestamp()
+            time.sleep(max(0.0, published + STALE_AFTER_SECONDS + 1 - time.time()))
+            old_pid = runner.pids()[victim]
+            cordon(control_plane, True)
+            try:
+                control_plane.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{victim}")
+
+                def holding() -> dict[str, Any] | None:
+                    status = world.status()
+                    return status if status.get("phase") == "Holddown" else None
+
+                eventually(holding, timeout=20, what=world.describe("Holddown with the pod gone"))
+                held_at = time.monotonic()
+                eventually(
+                    lambda: old_pid not in runner.pids().values() and set(runner.pids()) == four - {victim},
+                    timeout=20,
+                    what=world.describe(f"{victim}'s process stopped"),
+                )
+                watch_until = time.monotonic() + 2
+                while time.monotonic() < watch_until:
+                    owners = world.snapshot().owners
+                    taken = {p: owners[p] for p in held if owners.get(p) not in (None, victim)}
+                    assert not taken, f"taken from {victim} during the holddown: {taken}"
+                    assert world.status().get("phase") == "Holddown", world.describe("still Holddown")()
+                    time.sleep(0.25)
+            finally:
+                cordon(control_plane, False)
+            eventually(
+                lambda: world.status().get("phase") != "Holddown",
+                timeout=DELAY_SECONDS + 10,
+                what=world.describe("the holddown over"),
+            )
+            away = time.monotonic() - held_at
+            runner.wait_for_pods(four, timeout=30)
+            status, snapshot = eventually(
+                lambda: world.balanced(four), timeout=60, what=world.describe("balanced after the restart")
+            )
+            assert status["assignmentGeneration"] == generation, "a pod back within the holddown moved work"
+            assert snapshot.assignment is not None
+            assert dict(snapshot.assignment.partitions) == after_scale_out
+            assert [e.kind for e in runner.events if e.pod == victim].count("started") == 2
+            assert not [e for e in runner.events if e.kind == "exited"], runner.events
+            reasons = event_reasons(control_plane, ns)
+            assert "ScalingOut" in reasons, reasons
+            assert reasons[-2:] == ["Holddown", "HolddownCancelled"], reasons
+        print(
+            f"balanced over 2 after {ready_at:.1f} s, over 4 after {scaled_at:.1f} s; "
+            f"holddown {away:.1f} s of {DELAY_SECONDS}"
+        )
+        assert operator.process.poll() is None, operator.log()
+        assert "control-loop cycle failed" not in operator.log()
+    finally:
+        store.close()
