@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from azure.eventhub import EventData, EventHubConsumerClient
 from azure.eventhub._pyamqp.message import Message as _RawMessage
+from azure.eventhub._utils import get_last_enqueued_event_properties
 
 from hubshift.spark_app.spool import EVENT_ARROW_SCHEMA
 
@@ -35,11 +37,9 @@ _OFFSET = b"x-opt-offset"
 _ENQUEUED = b"x-opt-enqueued-time"
 _PARTITION_KEY = b"x-opt-partition-key"
 
-# How a receiver reads: events per delivered batch, AMQP credit, and how long it waits to fill a batch
-# (the spool's segment cadence, so a part of the enqueue-to-sink latency).
+# How a receiver reads: events per delivered batch (a spool segment) and AMQP credit.
 MAX_BATCH = 1000
 PREFETCH = 1000
-MAX_WAIT_SECONDS = 0.1
 RETRY_SECONDS = 1.0
 # How long one turn may wait on an idle partition's socket (the SDK's default is 0.2 s).
 SOCKET_TIMEOUT_SECONDS = 0.05
@@ -92,22 +92,20 @@ def events_to_batch(partition: str, events: Sequence[Any]) -> pa.RecordBatch:
     bodies: list[bytes] = []
     properties: list[list[tuple[str, str | None]] | None] = []
     for event in events:
-        if not isinstance(event, _RawMessage):
-            event = _raw_message(event) or event
-        if isinstance(event, _RawMessage) and event.data is not None:
-            annotations = event.message_annotations or {}
-            if _SEQUENCE in annotations:
-                sequence.append(annotations[_SEQUENCE])
-                offsets.append(_text(annotations.get(_OFFSET)))
-                millis = annotations.get(_ENQUEUED)
-                enqueued.append(None if millis is None else int(millis) * 1000)
-                keys.append(_text(annotations.get(_PARTITION_KEY)))
-                data = event.data
-                bodies.append(data if isinstance(data, bytes) else b"".join(data))
-                properties.append(_properties(event.application_properties))
-                continue
+        raw = _readable_message(event)
+        if raw is not None:
+            annotations = raw.message_annotations or {}
+            sequence.append(annotations[_SEQUENCE])
+            offsets.append(_text(annotations.get(_OFFSET)))
+            millis = annotations.get(_ENQUEUED)
+            enqueued.append(None if millis is None else int(millis) * 1000)
+            keys.append(_text(annotations.get(_PARTITION_KEY)))
+            data = raw.data or b""
+            bodies.append(data if isinstance(data, bytes) else b"".join(data))
+            properties.append(_properties(raw.application_properties))
+            continue
         if isinstance(event, _RawMessage):
-            event = _event_data(event)
+            event = EventData._from_message(event)
         sequence.append(event.sequence_number)
         offsets.append(_text(event.offset))
         moment = event.enqueued_time
@@ -130,16 +128,13 @@ def events_to_batch(partition: str, events: Sequence[Any]) -> pa.RecordBatch:
     )
 
 
-def _raw_message(event: Any) -> Any:
-    """The AMQP message an `EventData` was received as, if it has one."""
-    message = getattr(event, "_message", None)
-    return message if isinstance(message, _RawMessage) else None
-
-
-def _event_data(message: Any) -> Any:
-    from azure.eventhub import EventData
-
-    return EventData._from_message(message)
+def _readable_message(event: Any) -> _RawMessage | None:
+    """The raw AMQP message behind `event` (itself, or an `EventData`'s) when its annotations and data body
+    can be read directly; None for anything else, which takes the public properties."""
+    raw = event if isinstance(event, _RawMessage) else getattr(event, "_message", None)
+    if isinstance(raw, _RawMessage) and raw.data is not None and _SEQUENCE in (raw.message_annotations or {}):
+        return raw
+    return None
 
 
 def adopt_raw_messages(consumer: Any) -> None:
@@ -158,9 +153,7 @@ def track_last(consumer: Any, events: Sequence[Any]) -> Any:
     """The batch's last event as an `EventData`, recorded where the SDK looks when it reconnects."""
     last = events[-1]
     if isinstance(last, _RawMessage):
-        last = _event_data(last)
-        if consumer is not None:
-            consumer._last_received_event = last
+        last = consumer._last_received_event = EventData._from_message(last)
     return last
 
 
@@ -245,8 +238,6 @@ class PartitionReceiver:
         self.received += batch.num_rows
         last_event = track_last(self.consumer, events)
         try:
-            from azure.eventhub._utils import get_last_enqueued_event_properties
-
             last = (get_last_enqueued_event_properties(last_event) or {}).get("sequence_number")
         except Exception:  # only a metric depends on it
             last = None
@@ -262,13 +253,10 @@ class ReceiverPool:
         connection_string: str,
         hub: str,
         consumer_group: str,
-        *,
-        client_factory: Callable[[], Any] | None = None,
     ) -> None:
         self._connection_string = connection_string
         self._hub = hub
         self._consumer_group = consumer_group
-        self._client_factory = client_factory
         self._lock = threading.Lock()
         self._receivers: list[PartitionReceiver] = []
         self._wake = threading.Event()
@@ -357,17 +345,12 @@ class ReceiverPool:
         return True
 
     def _open(self, receiver: PartitionReceiver) -> None:
-        if self._client_factory is not None:
-            client = self._client_factory()
-        else:
-            from azure.eventhub import EventHubConsumerClient
-
-            client = EventHubConsumerClient.from_connection_string(
-                self._connection_string,
-                consumer_group=self._consumer_group,
-                eventhub_name=self._hub,
-                socket_timeout=SOCKET_TIMEOUT_SECONDS,
-            )
+        client: Any = EventHubConsumerClient.from_connection_string(
+            self._connection_string,
+            consumer_group=self._consumer_group,
+            eventhub_name=self._hub,
+            socket_timeout=SOCKET_TIMEOUT_SECONDS,
+        )
         position, inclusive = receiver.position()
         receiver.client = client
         # The SDK's processor creates its partition consumers the same way (azure-eventhub 5.15.1).
