@@ -13,30 +13,16 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from hubshift.testing.control_plane import ControlPlane, PodProcessRunner, start_control_plane
+from tests.fixtures.cluster import eventually
 
 pytestmark = pytest.mark.timeout(180)
-
-T = TypeVar("T")
-
-
-def eventually(probe: Callable[[], T | None], timeout: float = 60, what: str = "condition") -> T:
-    """Poll `probe` until it returns something truthy; that value. Raise after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.2)
 
 
 def statefulset(name: str, replicas: int, labels: dict[str, str]) -> dict[str, Any]:

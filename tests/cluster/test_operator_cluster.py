@@ -8,10 +8,8 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
@@ -19,28 +17,12 @@ import yaml
 from hubshift.operator.render import consumer_from_body
 from hubshift.spec import PartitionedConsumerSpec
 from hubshift.testing.control_plane import ApiError
+from tests.fixtures.cluster import eventually
 
 pytestmark = pytest.mark.timeout(240)
 
-T = TypeVar("T")
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "homes.yaml"
 CRS = "/apis/hubshift.dev/v1alpha1/namespaces/{ns}/partitionedconsumers"
-
-
-def eventually(probe: Callable[[], T | None], timeout: float = 60, what: str = "condition") -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = probe()
-        except ApiError as error:
-            if error.status != 404:
-                raise
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.25)
 
 
 def manifest(namespace: str) -> dict[str, Any]:

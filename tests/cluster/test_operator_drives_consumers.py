@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
@@ -28,10 +28,10 @@ from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import LeaseStore
 from hubshift.spec import DEFAULT_EVENTHUBS_ENV, DEFAULT_STORAGE_ENV
 from hubshift.testing.control_plane import ApiError, ControlPlane, PodProcessRunner
+from tests.fixtures.cluster import eventually
 
 pytestmark = pytest.mark.timeout(240)
 
-T = TypeVar("T")
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "homes.yaml"
 NAME = "homes"
 HUB = "telemetry"
@@ -41,23 +41,6 @@ LEASE_SECONDS, LIST_SECONDS, HANDOFF_SECONDS = 15, 1, 5
 # A record naming a dead consumer is followed this long (AgentSettings.stale_after_seconds).
 STALE_AFTER_SECONDS = LEASE_SECONDS + LIST_SECONDS + HANDOFF_SECONDS
 CRS = "/apis/hubshift.dev/v1alpha1/namespaces/{ns}/partitionedconsumers"
-
-
-def eventually(probe: Callable[[], T | None], timeout: float, what: Callable[[], str]) -> T:
-    """`probe()` until it returns something truthy; `what()` describes the failure (with logs)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = probe()
-        except ApiError as error:
-            if error.status != 404:
-                raise
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what()}")
-        time.sleep(0.25)
 
 
 def manifest(namespace: str, container: str, sink: Path) -> dict[str, Any]:
