@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from hubshift.spark_app.events import format_time
 from hubshift.spark_app.sinks.base import ObjectStore
 from hubshift.spark_app.sinks.commits import BatchRecord, select_counted
 from hubshift.spark_app.sinks.layout import COMMITS, VIEWS
@@ -139,7 +140,7 @@ class AggregateView:
             name = f"{VIEWS}/{window_file(start)}"
             self.store.put(name, json.dumps(window_document(rows), separators=(",", ":")).encode())
             written.append(name)
-        index = {"updatedAt": _format(now()), "windows": _index(counts)}
+        index = {"updatedAt": format_time(now()), "windows": _index(counts)}
         self.store.put(f"{VIEWS}/index.json", json.dumps(index, indent=1).encode())
         written.append(f"{VIEWS}/index.json")
         return written
@@ -155,8 +156,8 @@ def window_document(rows: Iterable[WindowCount]) -> dict[str, Any]:
     for row in rows:
         homes[row.home_id][row.sensor_type] = row.count
     return {
-        "windowStart": _format(rows[0].window_start),
-        "windowEnd": _format(rows[0].window_end),
+        "windowStart": format_time(rows[0].window_start),
+        "windowEnd": format_time(rows[0].window_end),
         "events": sum(r.count for r in rows),
         "homes": dict(sorted(homes.items())),
     }
@@ -172,8 +173,8 @@ def _index(counts: Iterable[WindowCount]) -> list[dict[str, Any]]:
         ends[count.window_start] = count.window_end
     return [
         {
-            "windowStart": _format(start),
-            "windowEnd": _format(ends[start]),
+            "windowStart": format_time(start),
+            "windowEnd": format_time(ends[start]),
             "events": events[start],
             "homes": len(homes[start]),
             "file": window_file(start),
@@ -184,10 +185,6 @@ def _index(counts: Iterable[WindowCount]) -> list[dict[str, Any]]:
 
 def _time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def _format(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
 def _latest(a: datetime | None, b: datetime | None) -> datetime | None:

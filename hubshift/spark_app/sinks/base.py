@@ -11,9 +11,10 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from hubshift.spark_app.events import format_time
 from hubshift.spark_app.sinks.commits import BatchRecord, WrittenFile
 from hubshift.spark_app.sinks.layout import data_file, dead_letter_file, new_run
 
@@ -238,7 +239,7 @@ def dead_letter_text(event: Mapping[str, Any], reason: str) -> str:
         if value is None:
             continue
         if isinstance(value, datetime):
-            value = _json_time(value)
+            value = format_time(value)
         elif name == "properties":
             value = dict(value)  # Arrow gives a map as (key, value) pairs
         document[alias] = value
@@ -250,11 +251,6 @@ def dead_letter_text(event: Mapping[str, Any], reason: str) -> str:
         except UnicodeDecodeError:
             document["bodyBase64"] = base64.b64encode(body).decode("ascii")
     return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
-
-
-def _json_time(moment: datetime) -> str:
-    utc = moment.astimezone(UTC)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
 
 
 class WriteTask:
