@@ -101,27 +101,29 @@ class AggregatePipeline:
         )
 
     def process_task(self, rows: pa.Table) -> TaskResult:
-        """Partial counts of this task's rows, one group of lines per window. `rows`: event rows, or rows
-        already prepared (`prepare_rows`)."""
-        import pyarrow.compute as pc
+        """Partial counts of this task's event rows, one group of lines per window."""
+        return count_prepared(self.prepare_rows(rows), self.window_seconds)
 
-        if _WINDOW not in rows.column_names:
-            rows = self.prepare_rows(rows)
 
-        result = TaskResult(dead_letters=rows.column(DEAD_LETTER_LINE).drop_null().to_pylist())
-        good = rows.filter(pc.is_valid(rows.column(_WINDOW)))
-        if good.num_rows == 0:
-            return result
-        counts = good.group_by([_WINDOW, ev.HOME_ID, ev.SENSOR_TYPE, "partition"]).aggregate(
-            [(_EVENT_TIME_US, "count"), (_EVENT_TIME_US, "max")]
-        )
-        lines = _count_lines(counts, self.window_seconds)
-        starts = counts.column(_WINDOW)
-        windows = pc.unique(starts).to_pylist()
-        for start in windows:
-            chosen = lines if len(windows) == 1 else lines.filter(pc.equal(starts, start))
-            result.outputs[(OUTPUT, f"{WINDOW_DIRECTORY}={_stamp(start)}")] = chosen.to_pylist()
+def count_prepared(rows: pa.Table, width: int) -> TaskResult:
+    """The lines of `prepare_rows`'s rows: their dead letters, and per window the counts per home, sensor
+    type and partition."""
+    import pyarrow.compute as pc
+
+    result = TaskResult(dead_letters=rows.column(DEAD_LETTER_LINE).drop_null().to_pylist())
+    good = rows.filter(pc.is_valid(rows.column(_WINDOW)))
+    if good.num_rows == 0:
         return result
+    counts = good.group_by([_WINDOW, ev.HOME_ID, ev.SENSOR_TYPE, "partition"]).aggregate(
+        [(_EVENT_TIME_US, "count"), (_EVENT_TIME_US, "max")]
+    )
+    lines = _count_lines(counts, width)
+    starts = counts.column(_WINDOW)
+    windows = pc.unique(starts).to_pylist()
+    for start in windows:
+        chosen = lines if len(windows) == 1 else lines.filter(pc.equal(starts, start))
+        result.outputs[(OUTPUT, f"{WINDOW_DIRECTORY}={_stamp(start)}")] = chosen.to_pylist()
+    return result
 
 
 def _dead_letter_lines(rows: pa.Table, reasons: pa.Array | pa.ChunkedArray) -> pa.Array:

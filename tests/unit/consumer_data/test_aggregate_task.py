@@ -1,4 +1,5 @@
-"""The aggregate's per-task counting on Arrow rows (what each Spark task runs), without Spark."""
+"""The aggregate's per-task counting on prepared Arrow rows (what each Spark task runs after reading the
+bodies), without Spark."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 import pytest
 
-from hubshift.spark_app.pipelines.aggregate import AggregatePipeline
+from hubshift.spark_app.pipelines.aggregate import count_prepared
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -52,7 +53,7 @@ def test_counts_per_window_home_and_sensor_type(home: str) -> None:
             ("", "", None, '{"reason":"body is empty"}'),
         ]
     )
-    result = AggregatePipeline(60).process_task(rows)
+    result = count_prepared(rows, 60)
     assert result.dead_letters == ['{"reason":"body is empty"}']
     assert set(result.outputs) == {
         ("aggregates", "window=20261121T100000Z"),
@@ -87,5 +88,5 @@ def test_counts_per_window_home_and_sensor_type(home: str) -> None:
 
 
 def test_nothing_counted() -> None:
-    result = AggregatePipeline(60).process_task(prepared([("h", "door", None, None)]))
+    result = count_prepared(prepared([("h", "door", None, None)]), 60)
     assert result.outputs == {} and result.dead_letters == []
