@@ -47,6 +47,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hubshift.spark_app.engine_sdk import count_replays, read_range_logs
+from hubshift.testing.azurite import connection_string as azurite_connection_string
 
 RESULTS = Path(__file__).resolve().parent / "results" / "rebalance.json"
 PARTITIONS = 32
@@ -128,12 +129,6 @@ class CountingProxy(threading.Thread):
             pass
         finally:
             writer.close()
-
-
-def azurite_via(port: int) -> str:
-    from hubshift.testing.azurite import connection_string
-
-    return connection_string(port)
 
 
 # --- observing who reads what ------------------------------------------------------------------------------
@@ -268,7 +263,6 @@ async def run_hubshift(
     hub: str,
     engine: str,
     timeout: float,
-    console: Console,
 ) -> Outcome:
     from hubshift.operator.local_runtime import LocalOperator
     from hubshift.ownership.connect import open_store
@@ -298,8 +292,8 @@ async def run_hubshift(
         result: dict[str, set[str]] = {}
         for partition in (str(p) for p in range(PARTITIONS)):
             row = rows.get(partition)
-            held = row is not None and not row.free and row.owner in alive
-            result[partition] = {row.owner} if held and row is not None and row.owner else set()
+            owner = None if row is None or row.free else row.owner
+            result[partition] = {owner} if owner is not None and owner in alive else set()
         return result
 
     stop = asyncio.Event()
@@ -499,7 +493,7 @@ async def run_sdk(
         service.create_container(container)
     folder = workdir / f"sdk-{scenario}"
     folder.mkdir(parents=True, exist_ok=True)
-    pool = SdkPool(hub, container, eventhubs, azurite_via(proxy.port), folder)
+    pool = SdkPool(hub, container, eventhubs, azurite_connection_string(proxy.port), folder)
     try:
         for ordinal in range(before):
             pool.start(ordinal)
@@ -566,7 +560,7 @@ async def bench(args: argparse.Namespace, console: Console) -> list[Outcome]:
             os.environ,
             **{
                 DEFAULT_EVENTHUBS_ENV: emulator.connection_string,
-                DEFAULT_STORAGE_ENV: azurite_via(hubshift_proxy.port),
+                DEFAULT_STORAGE_ENV: azurite_connection_string(hubshift_proxy.port),
             },
         )
         for index, scenario in enumerate(scenarios):
@@ -586,7 +580,6 @@ async def bench(args: argparse.Namespace, console: Console) -> list[Outcome]:
                             hub,
                             args.engine,
                             args.hubshift_timeout,
-                            console,
                         )
                     else:
                         outcome = await run_sdk(
