@@ -18,6 +18,7 @@ from hubshift.operator.control_loop import (
     BUSY_CYCLE_SECONDS,
     ControlLoop,
     CycleInputs,
+    CycleReport,
     backlog_per_partition,
     build_status,
     holders_to_expel,
@@ -40,7 +41,7 @@ from hubshift.ownership.assignment import (
 )
 from hubshift.ownership.leases import claim_partition
 from hubshift.ownership.membership import join
-from hubshift.ownership.model import Checkpoint
+from hubshift.ownership.model import Checkpoint, OwnershipSnapshot
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.sqlite import SqliteLeaseStore
@@ -112,7 +113,9 @@ def test_rebalance_config() -> None:
     assert (config.delay_seconds, config.max_handoff_seconds) == (3, 7)
 
 
-def snapshot_with(store: SqliteLeaseStore, checkpoints: dict[str, int], owner: str = "homes-0") -> object:
+def snapshot_with(
+    store: SqliteLeaseStore, checkpoints: dict[str, int], owner: str = "homes-0"
+) -> OwnershipSnapshot:
     join(store, SCOPE, owner, clock=lambda: 0.0)
     for partition, sequence in checkpoints.items():
         lease = claim_partition(store, SCOPE, partition, owner)
@@ -132,11 +135,11 @@ def test_backlog_and_holders_from_one_listing(tmp_path: Path) -> None:
         "2": PartitionInfo("2", 0, 19, False),  # no checkpoint blob: from the start position
         "3": PartitionInfo("3", 0, -1, True),
     }
-    earliest = backlog_per_partition(infos, snapshot, StartPosition(type="earliest"))  # type: ignore[arg-type]
+    earliest = backlog_per_partition(infos, snapshot, StartPosition(type="earliest"))
     assert earliest == {"0": 59, "1": 10, "2": 20, "3": 0}
-    latest = backlog_per_partition(infos, snapshot, StartPosition(type="latest"))  # type: ignore[arg-type]
+    latest = backlog_per_partition(infos, snapshot, StartPosition(type="latest"))
     assert latest == {"0": 59, "1": 0, "2": 0, "3": 0}
-    assert lease_holders(snapshot, ["0", "1", "2"]) == {"0": "homes-0", "1": "homes-0", "2": None}  # type: ignore[arg-type]
+    assert lease_holders(snapshot, ["0", "1", "2"]) == {"0": "homes-0", "1": "homes-0", "2": None}
 
 
 def test_present_consumers_are_ready_and_not_stopping_in_natural_order() -> None:
@@ -331,7 +334,7 @@ class Harness:
     store: SqliteLeaseStore
     nudges: list[tuple[str, int]]
 
-    def cycle(self) -> object:
+    def cycle(self) -> CycleReport:
         return asyncio.run(self.loop.cycle(CycleInputs()))
 
     def restart(self) -> Harness:
@@ -374,20 +377,20 @@ def test_cold_start_scales_out_publishes_after_the_holddown_and_nudges(harness: 
     harness.runtime.ready(0, 1)
     harness.clock.now += 1
     report = harness.cycle()
-    assert report.state.phase is Phase.HOLDDOWN  # type: ignore[attr-defined]
+    assert report.state.phase is Phase.HOLDDOWN
     harness.clock.now += 5
     report = harness.cycle()
-    assert report.state.generation == 2 and report.state.phase is Phase.REBALANCING  # type: ignore[attr-defined]
+    assert report.state.generation == 2 and report.state.phase is Phase.REBALANCING
     assert sorted(harness.nudges) == [("127.0.0.1:9000", 2), ("127.0.0.1:9001", 2)]
     stored = read_assignment(harness.store, SCOPE)
     assert stored is not None and stored.assignment.generation == 2
     assert sorted(set(stored.assignment.partitions.values())) == ["homes-0", "homes-1"]
 
-    hold(harness.store, dict(report.state.assignment))  # type: ignore[attr-defined]
+    hold(harness.store, dict(report.state.assignment))
     harness.clock.now += 1
     report = harness.cycle()
-    assert report.state.phase is Phase.READY  # type: ignore[attr-defined]
-    assert report.status.to_body()["phase"] == "Ready"  # type: ignore[attr-defined]
+    assert report.state.phase is Phase.READY
+    assert report.status.to_body()["phase"] == "Ready"
     reasons = [reason for reason, _ in harness.runtime.events]
     assert reasons.count("Rebalanced") == 2 and "ScalingOut" in reasons and "Holddown" in reasons
 
@@ -398,7 +401,7 @@ def test_a_settled_pool_costs_one_listing_per_cycle_and_writes_nothing(harness: 
     harness.cycle()
     harness.clock.now += 6
     report = harness.cycle()
-    hold(harness.store, dict(report.state.assignment))  # type: ignore[attr-defined]
+    hold(harness.store, dict(report.state.assignment))
     harness.clock.now += 1
     harness.cycle()
     harness.clock.now += 1  # inside the polling interval: no Event Hubs probe, no autoscaler
@@ -406,7 +409,7 @@ def test_a_settled_pool_costs_one_listing_per_cycle_and_writes_nothing(harness: 
     report = harness.cycle()
     assert harness.probe.calls == calls
     assert harness.loop.store.counts  # counted
-    assert report.store_requests == 1  # type: ignore[attr-defined]  # one list, nothing written
+    assert report.store_requests == 1  # one list, nothing written
 
 
 def test_a_lost_compare_and_swap_reads_again_and_still_publishes(harness: Harness) -> None:
@@ -419,7 +422,7 @@ def test_a_lost_compare_and_swap_reads_again_and_still_publishes(harness: Harnes
     publish_assignment(harness.store, SCOPE, record.assignment, etag=record.etag)
     harness.clock.now += 6
     report = harness.cycle()
-    assert report.state.generation == 2  # type: ignore[attr-defined]
+    assert report.state.generation == 2
     stored = read_assignment(harness.store, SCOPE)
     assert stored is not None and stored.assignment.generation == 2
 
@@ -431,14 +434,14 @@ def test_an_operator_restart_keeps_the_holddown_and_publishes_once(harness: Harn
     restarted = harness.restart()
     restarted.clock.now += 2
     report = restarted.cycle()
-    assert report.state.phase is Phase.HOLDDOWN and report.state.generation == 1  # type: ignore[attr-defined]
+    assert report.state.phase is Phase.HOLDDOWN and report.state.generation == 1
     restarted.clock.now += 4
     report = restarted.cycle()
-    assert report.state.generation == 2  # type: ignore[attr-defined]
+    assert report.state.generation == 2
     again = restarted.restart()
     again.clock.now += 1
     report = again.cycle()
-    assert report.state.generation == 2  # type: ignore[attr-defined]  # not published twice
+    assert report.state.generation == 2  # not published twice
 
 
 def test_the_autoscalers_history_survives_a_restart(harness: Harness) -> None:
@@ -460,7 +463,7 @@ def test_an_unreadable_hub_keeps_the_pool_and_says_why(harness: Harness) -> None
     harness.probe.fail = True
     harness.clock.now += 5
     report = harness.cycle()
-    body = report.status.to_body()  # type: ignore[attr-defined]
+    body = report.status.to_body()
     assert harness.runtime.target == 2
     assert "cannot connect" in body["message"]
 
@@ -473,7 +476,7 @@ def test_a_consumer_that_is_gone_loses_its_membership_so_its_partitions_move_at_
     harness.cycle()
     harness.clock.now += 6
     report = harness.cycle()
-    hold(harness.store, dict(report.state.assignment))  # type: ignore[attr-defined]
+    hold(harness.store, dict(report.state.assignment))
     harness.clock.now += 1
     harness.cycle()
     # homes-1 crashes and does not come back: its membership lease would last another 30 s.
@@ -483,7 +486,7 @@ def test_a_consumer_that_is_gone_loses_its_membership_so_its_partitions_move_at_
     assert "homes-1" in take_snapshot(harness.store, SCOPE).live_members
     harness.clock.now += 5
     report = harness.cycle()
-    assert report.state.generation == 3 and report.state.forced  # type: ignore[attr-defined]
+    assert report.state.generation == 3 and report.state.forced
     snapshot = take_snapshot(harness.store, SCOPE)
     assert "homes-1" not in snapshot.live_members
     assert all(row.owner != "homes-1" or row.orphaned for row in snapshot.partitions)
