@@ -337,6 +337,18 @@ class Harness:
     def cycle(self) -> CycleReport:
         return asyncio.run(self.loop.cycle(CycleInputs()))
 
+    def settle(self) -> None:
+        """From a cold start to Ready: homes-0 and homes-1 up, generation 2 published after the holddown
+        and followed by them."""
+        self.cycle()
+        self.runtime.ready(0, 1)
+        self.cycle()
+        self.clock.now += 6
+        report = self.cycle()
+        hold(self.store, dict(report.state.assignment))
+        self.clock.now += 1
+        self.cycle()
+
     def restart(self) -> Harness:
         """A new operator process: nothing in memory, the same store."""
         return make_harness(self.store, self.runtime, self.probe, self.clock)
@@ -396,14 +408,7 @@ def test_cold_start_scales_out_publishes_after_the_holddown_and_nudges(harness: 
 
 
 def test_a_settled_pool_costs_one_listing_per_cycle_and_writes_nothing(harness: Harness) -> None:
-    harness.cycle()
-    harness.runtime.ready(0, 1)
-    harness.cycle()
-    harness.clock.now += 6
-    report = harness.cycle()
-    hold(harness.store, dict(report.state.assignment))
-    harness.clock.now += 1
-    harness.cycle()
+    harness.settle()
     harness.clock.now += 1  # inside the polling interval: no Event Hubs probe, no autoscaler
     calls = harness.probe.calls
     report = harness.cycle()
@@ -471,14 +476,7 @@ def test_an_unreadable_hub_keeps_the_pool_and_says_why(harness: Harness) -> None
 def test_a_consumer_that_is_gone_loses_its_membership_so_its_partitions_move_at_once(
     harness: Harness,
 ) -> None:
-    harness.cycle()
-    harness.runtime.ready(0, 1)
-    harness.cycle()
-    harness.clock.now += 6
-    report = harness.cycle()
-    hold(harness.store, dict(report.state.assignment))
-    harness.clock.now += 1
-    harness.cycle()
+    harness.settle()
     # homes-1 crashes and does not come back: its membership lease would last another 30 s.
     harness.runtime.ready(0)
     harness.clock.now += 1
