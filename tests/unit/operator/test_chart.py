@@ -223,14 +223,18 @@ def helm() -> str:
     return binary
 
 
-def render(helm: str, tmp_path: Path, overrides: dict[str, Any]) -> list[dict[str, Any]]:
-    values_file = tmp_path / "values.yaml"
-    values_file.write_text(yaml.safe_dump(overrides))
-    env = {
+def helm_env(tmp_path: Path) -> dict[str, str]:
+    """os.environ with helm's cache and configuration under `tmp_path` (none of the user's repositories)."""
+    return {
         **os.environ,
         "HELM_CACHE_HOME": str(tmp_path / "cache"),
         "HELM_CONFIG_HOME": str(tmp_path / "config"),
     }
+
+
+def render(helm: str, tmp_path: Path, overrides: dict[str, Any]) -> list[dict[str, Any]]:
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text(yaml.safe_dump(overrides))
     result = subprocess.run(
         [
             helm,
@@ -247,7 +251,7 @@ def render(helm: str, tmp_path: Path, overrides: dict[str, Any]) -> list[dict[st
         capture_output=True,
         text=True,
         timeout=120,
-        env=env,
+        env=helm_env(tmp_path),
         check=False,
     )
     assert result.returncode == 0, result.stderr
@@ -255,17 +259,12 @@ def render(helm: str, tmp_path: Path, overrides: dict[str, Any]) -> list[dict[st
 
 
 def test_helm_lint(helm: str, tmp_path: Path) -> None:
-    env = {
-        **os.environ,
-        "HELM_CACHE_HOME": str(tmp_path / "cache"),
-        "HELM_CONFIG_HOME": str(tmp_path / "config"),
-    }
     result = subprocess.run(
         [helm, "lint", str(CHART), "--strict", *KUBE],
         capture_output=True,
         text=True,
         timeout=120,
-        env=env,
+        env=helm_env(tmp_path),
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -320,6 +319,6 @@ def test_helm_refuses_two_replicas_without_peering(helm: str, tmp_path: Path) ->
         text=True,
         timeout=120,
         check=False,
-        env={**os.environ, "HELM_CACHE_HOME": str(tmp_path / "c"), "HELM_CONFIG_HOME": str(tmp_path / "g")},
+        env=helm_env(tmp_path),
     )
     assert result.returncode != 0
