@@ -322,3 +322,5 @@ def test_helm_refuses_two_replicas_without_peering(helm: str, tmp_path: Path) ->
         env=helm_env(tmp_path),
     )
     assert result.returncode != 0
+    # The schema refuses it first (maximum 1 without peering); the template's own `fail` is the fallback.
+    assert "/operator/replicas" in result.stderr, result.stderr
