@@ -177,26 +177,21 @@ class _Load(threading.Thread):
         from hubshift.spark_app.produce import LoadSpec, RateProfile
 
         self.connection_string = connection_string
-        self.settings = settings
         self.profile = RateProfile("rise-fall", settings.rate, period=settings.duration)
-        self.spec = LoadSpec(homes=settings.homes, rate=settings.rate, profile=self.profile, seed=7)
+        self.spec = LoadSpec(
+            homes=settings.homes,
+            rate=settings.rate,
+            duration=settings.duration,
+            profile=self.profile,
+            seed=7,
+        )
         self.stop = threading.Event()
         self.sent = 0
         self.error: str | None = None
         self.started_at: float | None = None
         self.done = False
 
-    def begin(self, duration: float) -> None:
-        from hubshift.spark_app.produce import LoadSpec, RateProfile
-
-        self.profile = RateProfile("rise-fall", self.settings.rate, period=duration)
-        self.spec = LoadSpec(
-            homes=self.settings.homes,
-            rate=self.settings.rate,
-            duration=duration,
-            profile=self.profile,
-            seed=7,
-        )
+    def begin(self) -> None:
         self.started_at = time.monotonic()
         self.start()
 
@@ -298,7 +293,7 @@ async def _demo(
             stop.set()
         # The run's clock and the load start once the first consumer reads (a Spark driver takes a while).
         if load.started_at is None and (report.status.ready_replicas or 0) > 0:
-            load.begin(settings.duration)
+            load.begin()
             loop.call_later(settings.duration, stop.set)
             if not settings.live:
                 console.print(
