@@ -183,8 +183,12 @@ class KubeAdapter:
         )
 
     async def list_pods(self, namespace: str, labels: Mapping[str, str]) -> list[JSON]:
+        """The pods carrying all of `labels` (checked here too: some emulators ignore the selector)."""
         pods = self.client.list(Pod, namespace=namespace, labels=dict(labels))
-        return [_as_dict(pod) async for pod in pods]
+        listed = [_as_dict(pod) async for pod in pods]
+        return [
+            pod for pod in listed if labels.items() <= (pod.get("metadata", {}).get("labels") or {}).items()
+        ]
 
     # the operator's own credentials
 
@@ -285,13 +289,8 @@ class KubernetesRuntime:
         if self._pods is not None:
             instances: Sequence[ConsumerInstance] = list(self._pods())
         else:
-            labels = consumer_pod_labels(self.owner.name)
-            pods = await self.kube.list_pods(self.owner.namespace, labels)
-            instances = [
-                consumer_instance(pod)
-                for pod in pods
-                if labels.items() <= (pod.get("metadata", {}).get("labels") or {}).items()
-            ]
+            pods = await self.kube.list_pods(self.owner.namespace, consumer_pod_labels(self.owner.name))
+            instances = [consumer_instance(pod) for pod in pods]
         return sorted(instances, key=lambda instance: (instance.ordinal, instance.name))
 
     async def replicas(self) -> int:
