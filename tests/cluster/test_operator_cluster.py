@@ -5,7 +5,6 @@ spec change, and leaving garbage collection to delete the children with the CR."
 
 from __future__ import annotations
 
-import copy
 import json
 import subprocess
 from pathlib import Path
@@ -18,17 +17,9 @@ from hubshift.operator.render import consumer_from_body
 from hubshift.spec import PartitionedConsumerSpec
 from hubshift.testing.control_plane import ApiError
 from tests.fixtures.cluster import eventually
+from tests.fixtures.operator import CRS, example_manifest
 
 pytestmark = pytest.mark.timeout(240)
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "homes.yaml"
-CRS = "/apis/hubshift.dev/v1alpha1/namespaces/{ns}/partitionedconsumers"
-
-
-def manifest(namespace: str) -> dict[str, Any]:
-    document: dict[str, Any] = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
-    document["metadata"]["namespace"] = namespace
-    return document
 
 
 def create(plane: Any, namespace: str, document: dict[str, Any], strict: bool = True) -> dict[str, Any]:
@@ -67,7 +58,7 @@ def create(plane: Any, namespace: str, document: dict[str, Any], strict: bool = 
 def test_a_bad_resource_is_refused_naming_the_field(
     control_plane: Any, kube_namespace: str, hubshift_crd: str, mutate: Any, expected: list[str]
 ) -> None:
-    document = manifest(kube_namespace)
+    document = example_manifest(kube_namespace)
     mutate(document)
     with pytest.raises(ApiError) as refused:
         create(control_plane, kube_namespace, document)
@@ -105,7 +96,7 @@ def test_the_operator_creates_owned_children_reports_status_and_lets_gc_delete_t
     control_plane: Any, kube_namespace: str, hubshift_operator: Any
 ) -> None:
     ns = kube_namespace
-    created = create(control_plane, ns, manifest(ns))
+    created = create(control_plane, ns, example_manifest(ns))
     uid = created["metadata"]["uid"]
     children = {
         f"/apis/apps/v1/namespaces/{ns}/statefulsets/homes": "StatefulSet",
@@ -178,7 +169,7 @@ def test_two_operators_with_peering_one_works_the_other_stands_by(
     standby = start_operator(priority=10)
     eventually(lambda: "Resuming operations" in primary.log(), what=f"the primary resuming\n{primary.log()}")
 
-    create(control_plane, ns, manifest(ns))
+    create(control_plane, ns, example_manifest(ns))
     statefulset = f"/apis/apps/v1/namespaces/{ns}/statefulsets/homes"
     eventually(lambda: control_plane.request("GET", statefulset), what="the children, from the primary")
     assert "created the consumer StatefulSet" in primary.log()

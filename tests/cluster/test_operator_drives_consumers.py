@@ -9,7 +9,6 @@ new generation by listing the store (every second here), as they do when a nudge
 
 from __future__ import annotations
 
-import copy
 import json
 import sys
 import time
@@ -18,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from hubshift.operator.kube import consumer_pod_labels
 from hubshift.ownership.connect import open_store
@@ -29,10 +27,10 @@ from hubshift.ownership.store import LeaseStore
 from hubshift.spec import DEFAULT_EVENTHUBS_ENV, DEFAULT_STORAGE_ENV
 from hubshift.testing.control_plane import ApiError, ControlPlane, PodProcessRunner
 from tests.fixtures.cluster import eventually
+from tests.fixtures.operator import CRS, example_manifest
 
 pytestmark = pytest.mark.timeout(240)
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "homes.yaml"
 NAME = "homes"
 HUB = "telemetry"
 PARTITIONS = [str(p) for p in range(8)]
@@ -40,13 +38,11 @@ DELAY_SECONDS = 8  # the holddown: long enough for a deleted pod to come back wi
 LEASE_SECONDS, LIST_SECONDS, HANDOFF_SECONDS = 15, 1, 5
 # A record naming a dead consumer is followed this long (AgentSettings.stale_after_seconds).
 STALE_AFTER_SECONDS = LEASE_SECONDS + LIST_SECONDS + HANDOFF_SECONDS
-CRS = "/apis/hubshift.dev/v1alpha1/namespaces/{ns}/partitionedconsumers"
 
 
 def manifest(namespace: str, container: str, sink: Path) -> dict[str, Any]:
     """examples/homes.yaml with small timings, the emulator's hub and the test's Blob container."""
-    document: dict[str, Any] = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
-    document["metadata"]["namespace"] = namespace
+    document = example_manifest(namespace)
     spec = document["spec"]
     spec["eventHubs"].pop("namespace")  # the connection string's endpoint names the emulator
     spec["checkpointStore"]["blob"]["container"] = container
