@@ -20,10 +20,13 @@ batch was acknowledged.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+
+from azure.eventhub import EventData, EventDataBatch, EventHubProducerClient
 
 from hubshift.spark_app.pipelines.base import TaskResult
 from hubshift.spec import ReplicatePipeline as ReplicateSpec
@@ -42,8 +45,9 @@ REASON_TOO_LARGE = "larger than the target Event Hub accepts"
 
 @dataclass(frozen=True)
 class Outgoing:
-    """One event as it is sent to the target."""
+    """One event as it is sent to the target; `row`: its index among the task's rows."""
 
+    row: int
     body: bytes
     properties: dict[str, str]
 
@@ -55,7 +59,12 @@ class SendGroup:
     partition_key: str | None = None
     partition_id: str | None = None
     events: list[Outgoing] = field(default_factory=list)
-    rows: list[int] = field(default_factory=list)  # each event's index among the task's rows
+
+    @property
+    def batch_options(self) -> dict[str, str]:
+        """`create_batch`'s arguments: the key or the partition, whichever is set."""
+        options = {"partition_key": self.partition_key, "partition_id": self.partition_id}
+        return {name: value for name, value in options.items() if value is not None}
 
 
 def replicated_properties(
@@ -97,13 +106,13 @@ def plan_sends(
             groups[(partition, key)] = group
         group.events.append(
             Outgoing(
+                index,
                 bytes(row.get("body") or b""),
                 replicated_properties(
                     properties, row.get("enqueued_time"), row["sequence_number"], row.get("offset")
                 ),
             )
         )
-        group.rows.append(index)
     keyed = [g for g in groups.values() if g.partition_key is not None]
     return keyed + [g for g in groups.values() if g.partition_key is None]
 
@@ -130,8 +139,6 @@ class ReplicatePipeline:
         return events
 
     def process_task(self, rows: pa.Table) -> TaskResult:
-        from azure.eventhub import EventHubProducerClient
-
         from hubshift.spark_app.sinks.base import dead_letter_text
 
         events = rows.to_pylist()
@@ -139,44 +146,41 @@ class ReplicatePipeline:
         result = TaskResult()
         if not groups:
             return result
-        producer = EventHubProducerClient.from_connection_string(
-            self.target.connection_string, eventhub_name=self.target.hub
-        )
-        with producer:
-            for group in groups:
-                for index in send_group(producer, group):
-                    result.dead_letters.append(dead_letter_text(events[index], REASON_TOO_LARGE))
+        producer = _producer(self.target)
+        for group in groups:
+            for index in send_group(producer, group):
+                result.dead_letters.append(dead_letter_text(events[index], REASON_TOO_LARGE))
         return result
 
 
 def send_group(producer: Any, group: SendGroup) -> list[int]:
     """Send the group's events in order, as few batches as fit; the rows of events too large to send."""
-    from azure.eventhub import EventData
-
     too_large: list[int] = []
-    options = {"partition_key": group.partition_key, "partition_id": group.partition_id}
-    batch = producer.create_batch(**{k: v for k, v in options.items() if v is not None})
-    for outgoing, row in zip(group.events, group.rows, strict=True):
+    batch = producer.create_batch(**group.batch_options)
+    for outgoing in group.events:
         event = EventData(outgoing.body)
         properties: dict[str | bytes, Any] = {key: value for key, value in outgoing.properties.items()}
         event.properties = properties
-        try:
-            batch.add(event)
+        if _added(batch, event):
             continue
-        except ValueError:
-            pass
         if len(batch):
             producer.send_batch(batch)
-            batch = producer.create_batch(**{k: v for k, v in options.items() if v is not None})
-            try:
-                batch.add(event)
+            batch = producer.create_batch(**group.batch_options)
+            if _added(batch, event):
                 continue
-            except ValueError:
-                pass
-        too_large.append(row)
+        too_large.append(outgoing.row)
     if len(batch):
         producer.send_batch(batch)
     return too_large
+
+
+def _added(batch: EventDataBatch, event: EventData) -> bool:
+    """Whether `event` fit into `batch` (and was added)."""
+    try:
+        batch.add(event)
+    except ValueError:
+        return False
+    return True
 
 
 def replicate_target(spec: ReplicateSpec, environ: Mapping[str, str]) -> EventHubsTarget:
@@ -190,6 +194,23 @@ def replicate_target(spec: ReplicateSpec, environ: Mapping[str, str]) -> EventHu
     return resolve_target(
         as_source, environ, secret_field="spec.consumer.pipeline.replicate.connectionStringSecretRef"
     )
+
+
+# One producer per target in each Python worker, kept across micro-batches: Spark reuses its workers, and a
+# new producer per batch would be a new connection and token every trigger. The SDK reconnects it as needed.
+_PRODUCERS: dict[tuple[str, str], EventHubProducerClient] = {}
+_PRODUCERS_LOCK = threading.Lock()
+
+
+def _producer(target: EventHubsTarget) -> EventHubProducerClient:
+    key = (target.connection_string, target.hub)
+    with _PRODUCERS_LOCK:
+        producer = _PRODUCERS.get(key)
+        if producer is None:
+            producer = _PRODUCERS[key] = EventHubProducerClient.from_connection_string(
+                target.connection_string, eventhub_name=target.hub
+            )
+        return producer
 
 
 def _iso(moment: datetime) -> str:
