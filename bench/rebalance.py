@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "rebalance.json"
 PARTITIONS = 32
 SCENARIOS = ("1to8", "8to4-graceful", "8to4-crash", "0to8-cold")
 COUNTS = {"1to8": (1, 8), "8to4-graceful": (8, 4), "8to4-crash": (8, 4), "0to8-cold": (0, 8)}  # before, after
+SCALE_OUTS = ("1to8", "0to8-cold")
 MINIMUM_MOVES = {"1to8": 28, "8to4-graceful": 16, "8to4-crash": 16, "0to8-cold": 32}
 DELAY_SECONDS = 5.0
 SAMPLE_SECONDS = 0.25
@@ -209,6 +210,54 @@ async def until_balanced(watch: Watch, consumers: int, timeout: float, started: 
     return None
 
 
+async def run_scenario(
+    side: str,
+    scenario: str,
+    readers: Readers,
+    ready: Callable[[], int],
+    change: Callable[[], None],
+    proxy: CountingProxy,
+    timeout: float,
+    settle_seconds: float,
+) -> Outcome:
+    """One scenario, measured the same way for both sides: the starting pool balanced (within
+    `settle_seconds`) and reading for WARM_SECONDS, then `change()` (start the new consumers, or stop or kill
+    the leaving ones) and the time until `readers()` is balanced over the consumers that remain. Replays are
+    left at 0: the caller counts them once its consumers have stopped."""
+    before, after = COUNTS[scenario]
+    if before:
+        settle = Watch(readers, count_first=True)
+        if await until_balanced(settle, before, settle_seconds, time.monotonic()) is None:
+            raise RuntimeError(f"{side} {scenario}: the starting pool of {before} did not balance")
+        await asyncio.sleep(WARM_SECONDS)
+    watch = Watch(readers, count_first=scenario == "0to8-cold")
+    watch.sample()
+    requests_before = proxy.count
+    change()
+    if scenario in SCALE_OUTS:  # timed from the moment the new consumers are registered
+        while ready() < after:
+            watch.sample()
+            await asyncio.sleep(SAMPLE_SECONDS)
+        requests_before = proxy.count
+        watch.from_now()
+    started = time.monotonic()
+    seconds = await until_balanced(watch, after, timeout, started)
+    requests = proxy.count - requests_before
+    await asyncio.sleep(CHECKPOINT_SECONDS + 1)  # the new owners re-read what they re-read
+    return Outcome(
+        side,
+        scenario,
+        seconds,
+        timeout,
+        watch.moves,
+        MINIMUM_MOVES[scenario],
+        replayed=0,
+        processed=0,
+        unowned_partition_seconds=round(watch.unowned, 1),
+        storage_requests=requests,
+    )
+
+
 class Load(threading.Thread):
     """`rate` events/s to a hub, spread over its partitions, until stopped."""
 
@@ -305,34 +354,21 @@ async def run_hubshift(
             if type(action).__name__ == "PublishAssignment":
                 planned[0] += len(action.moves)
 
-    try:
-        if before:
-            settle = Watch(readers, count_first=True)
-            settle_limit = 120 if engine == "sdk" else SDK_SETTLE_SECONDS  # eight JVMs start slowly
-            if await until_balanced(settle, before, settle_limit, time.monotonic()) is None:
-                raise RuntimeError(f"hubshift {scenario}: the starting pool of {before} did not balance")
-            await asyncio.sleep(WARM_SECONDS)
+    def change() -> None:
         operator.on_report = count_moves
-        watch = Watch(readers, count_first=scenario == "0to8-cold")
-        watch.sample()
-        requests_before = proxy.count
-        if scenario in ("1to8", "0to8-cold"):
-            operator.apply(manifest_for(after))
-            ready = lambda: sum(1 for p in runtime.processes.values() if p.ready) >= after  # noqa: E731
-            while not ready():
-                watch.sample()
-                await asyncio.sleep(SAMPLE_SECONDS)
-            requests_before = proxy.count
-            watch.from_now()
-        elif scenario == "8to4-graceful":
-            operator.apply(manifest_for(after))
-        else:  # crash: kill -9 the four highest ordinals; they do not come back
+        if scenario == "8to4-crash":  # kill -9 the four highest ordinals; they do not come back
             for ordinal in range(after, before):
                 runtime.kill(ordinal, restart=False)
-        started = time.monotonic()
-        seconds = await until_balanced(watch, after, timeout, started)
-        requests = proxy.count - requests_before
-        await asyncio.sleep(CHECKPOINT_SECONDS + 1)
+        else:
+            operator.apply(manifest_for(after))
+
+    def ready() -> int:
+        return sum(1 for p in runtime.processes.values() if p.ready)
+
+    side = "hubshift" if engine == "sdk" else "hubshift (spark)"
+    settle_seconds = 120 if engine == "sdk" else SDK_SETTLE_SECONDS  # eight JVMs start slowly
+    try:
+        outcome = await run_scenario(side, scenario, readers, ready, change, proxy, timeout, settle_seconds)
     finally:
         stop.set()
         await task
@@ -340,19 +376,7 @@ async def run_hubshift(
         direct.close()
     # Spark consumers write aggregates, not batch ranges: replays are not counted for them (-1).
     distinct, replayed = count_replays(read_range_logs(output / "ranges")) if engine == "sdk" else (0, -1)
-    return Outcome(
-        "hubshift" if engine == "sdk" else "hubshift (spark)",
-        scenario,
-        seconds,
-        timeout,
-        watch.moves,
-        MINIMUM_MOVES[scenario],
-        replayed,
-        distinct,
-        round(watch.unowned, 1),
-        requests,
-        planned_moves=planned[0],
-    )
+    return replace(outcome, replayed=replayed, processed=distinct, planned_moves=planned[0])
 
 
 # --- the Azure SDK's side ----------------------------------------------------------------------------------
@@ -494,50 +518,28 @@ async def run_sdk(
     folder = workdir / f"sdk-{scenario}"
     folder.mkdir(parents=True, exist_ok=True)
     pool = SdkPool(hub, container, eventhubs, azurite_connection_string(proxy.port), folder)
-    try:
-        for ordinal in range(before):
-            pool.start(ordinal)
-        if before:
-            settle = Watch(pool.readers, count_first=True)
-            # The SDK's own start: one pod claims all 32 in its first cycle.
-            if await until_balanced(settle, before, SDK_SETTLE_SECONDS, time.monotonic()) is None:
-                raise RuntimeError(f"sdk {scenario}: the starting pool of {before} did not balance")
-            await asyncio.sleep(WARM_SECONDS)
-        watch = Watch(pool.readers, count_first=scenario == "0to8-cold")
-        watch.sample()
-        requests_before = proxy.count
-        if scenario in ("1to8", "0to8-cold"):
+
+    def change() -> None:
+        if scenario in SCALE_OUTS:
             for ordinal in range(before, after):
                 pool.start(ordinal)
-            while pool.ready() < after:
-                watch.sample()
-                await asyncio.sleep(SAMPLE_SECONDS)
-            requests_before = proxy.count
-            watch.from_now()
         else:
             sig = signal.SIGTERM if scenario == "8to4-graceful" else signal.SIGKILL
             for ordinal in range(after, before):
                 pool.stop(ordinal, sig)
-        started = time.monotonic()
-        seconds = await until_balanced(watch, after, timeout, started)
-        requests = proxy.count - requests_before
-        await asyncio.sleep(CHECKPOINT_SECONDS + 1)  # the new owners re-read what they re-read
+
+    try:
+        for ordinal in range(before):
+            pool.start(ordinal)
+        # The SDK's own start: one pod claims all 32 in its first cycle.
+        outcome = await run_scenario(
+            "azure sdk", scenario, pool.readers, pool.ready, change, proxy, timeout, SDK_SETTLE_SECONDS
+        )
     finally:
         pool.stop_all()
     batches = [line for line in pool.lines() if line.get("kind") == "batch"]
     distinct, replayed = count_replays(batches)
-    return Outcome(
-        "azure sdk",
-        scenario,
-        seconds,
-        timeout,
-        watch.moves,
-        MINIMUM_MOVES[scenario],
-        replayed,
-        distinct,
-        round(watch.unowned, 1),
-        requests,
-    )
+    return replace(outcome, replayed=replayed, processed=distinct)
 
 
 # --- the run -----------------------------------------------------------------------------------------------
