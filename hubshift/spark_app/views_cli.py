@@ -9,7 +9,6 @@ seen and rewrites the views whole, so a window is exact after handoffs and repla
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import TYPE_CHECKING
 
@@ -20,8 +19,6 @@ from hubshift.spec import load_manifest
 
 if TYPE_CHECKING:
     from hubshift.spark_app.pipelines.aggregate_view import AggregateView
-
-log = logging.getLogger("hubshift.views")
 
 
 @click.command(name="views")

@@ -62,6 +62,7 @@ class AggregateView:
         # stem -> partition -> key -> partial
         self._partials: dict[str, dict[str, dict[WindowKey, _Partial]]] = {}
         self._counted: dict[str, frozenset[str]] = {}
+        self._totals: dict[WindowKey, WindowCount] | None = None  # counts(), until new records come
 
     def refresh(self) -> int:
         """Read new commit records; how many."""
@@ -75,6 +76,7 @@ class AggregateView:
             fresh += 1
         if fresh:
             self._counted = select_counted(self._records.values())
+            self._totals = None
         return fresh
 
     @property
@@ -100,6 +102,12 @@ class AggregateView:
         return partials
 
     def counts(self) -> dict[WindowKey, WindowCount]:
+        """Every window's total per home and sensor type (summed once per refresh that found records)."""
+        if self._totals is None:
+            self._totals = self._sum()
+        return self._totals
+
+    def _sum(self) -> dict[WindowKey, WindowCount]:
         totals: dict[WindowKey, _Partial] = {}
         for stem, partitions in self._partials.items():
             counted = self._counted.get(stem, frozenset())
