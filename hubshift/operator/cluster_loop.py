@@ -38,11 +38,6 @@ def install() -> None:
 async def cycle(cr_body: Mapping[str, Any], runtime: KubernetesRuntime, memo: kopf.Memo) -> None:
     context = operator_context(memo)
     loop = memo.get(MEMO_KEY)
-    if not isinstance(loop, ControlLoop) and not await runtime.statefulset_exists():
-        # kopf starts this daemon and the children handler together for a new CR. Until the StatefulSet
-        # exists there is nothing to scale (its /scale answers 404: a failed cycle, an ERROR and a
-        # cycle error counted on every new CR); the children handler nudges this loop once it exists.
-        return
     if not isinstance(loop, ControlLoop) or loop.consumer.spec != runtime.consumer.spec:
         if isinstance(loop, ControlLoop):
             await loop.close()

@@ -297,11 +297,6 @@ class KubernetesRuntime:
         current = await self.kube.statefulset_replicas(self.owner.namespace, self.names.statefulset)
         return current or 0
 
-    async def statefulset_exists(self) -> bool:
-        """Whether the consumer StatefulSet exists yet (the children handler creates it)."""
-        current = await self.kube.statefulset_replicas(self.owner.namespace, self.names.statefulset)
-        return current is not None
-
     async def set_replicas(self, count: int) -> None:
         if count < 0:
             raise ValueError(f"replica count must be >= 0, not {count}")

@@ -67,9 +67,11 @@ class OperatorContext:
 
 @dataclass
 class ConsumerState:
-    """Per PartitionedConsumer: cycles and child reconciliation never overlap."""
+    """Per PartitionedConsumer: cycles and child reconciliation never overlap, and no cycle runs before the
+    children handler has seen the StatefulSet (kopf starts the control-loop daemon together with it)."""
 
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    statefulset_seen: bool = False
 
 
 def operator_context(memo: kopf.Memo) -> OperatorContext:
@@ -109,10 +111,14 @@ async def reconcile_children(body: Mapping[str, Any], memo: kopf.Memo, logger: L
         await report_invalid(context, owner, body, str(error))
         raise kopf.PermanentError(str(error)) from None
     names = ChildNames.of(owner.name)
-    async with consumer_state(memo).lock:
+    state = consumer_state(memo)
+    async with state.lock:
         current = await context.kube.statefulset_replicas(owner.namespace, names.statefulset)
         replicas = current if current is not None else initial_replicas(consumer)
+        if current is not None:
+            state.statefulset_seen = True  # cycles may scale it even if applying fails below
         await context.kube.apply_all(render_children(consumer, owner, replicas))
+        state.statefulset_seen = True
     if current is None:
         logger.info("created the consumer StatefulSet %s with %d replicas", names.statefulset, replicas)
         await context.kube.post_event(
@@ -223,7 +229,9 @@ async def run_control_loop(
             consumer = consumer_from_body(body)
         except UserError:
             consumer = None  # reported as phase Invalid by the children handler; nothing to control
-        if consumer is not None:
+        # Until the children handler has seen the StatefulSet there is nothing to scale (its /scale answers
+        # 404: a failed cycle on every new CR); that handler nudges this loop when it is done.
+        if consumer is not None and state.statefulset_seen:
             owner = Owner.from_body(body)
             runtime = KubernetesRuntime(context.kube, owner, consumer, pods=lambda: pods_of(pods, key))
             async with state.lock:
