@@ -6,9 +6,6 @@ neighbours still go), and the merge pattern forwards nothing twice."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +20,13 @@ from hubshift.spark_app.pipelines.replicate import ReplicatePipeline
 from hubshift.spark_app.sinks import FileSink, FolderStore
 from hubshift.spec import DEFAULT_REPLICATE_ENV
 from hubshift.testing.emulator import RunningEmulator
-from tests.fixtures.consumer import ConsumerPool, consumer_environ, consumer_manifest
+from tests.fixtures.consumer import (
+    ConsumerPool,
+    consume_to_exit,
+    consumer_environ,
+    consumer_manifest,
+    error_line,
+)
 from tests.fixtures.spark import event_row
 
 pytestmark = pytest.mark.timeout(300)
@@ -207,22 +210,7 @@ def test_a_missing_target_hub_stops_the_consumer_at_start_up_in_one_line(
         **consumer_environ(emulator.connection_string),
         DEFAULT_REPLICATE_ENV: emulator.connection_string,
     }
-    command = [
-        sys.executable,
-        "-m",
-        "hubshift.cli",
-        "consume",
-        "-f",
-        str(mirror_manifest(tmp_path, "nowhere")),
-    ]
-    result = subprocess.run(
-        [*command, "--id", "c0", "--http-port", "0", "--scratch", str(tmp_path / "scratch")],
-        env={**os.environ, **environ},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    errors = [line for line in result.stderr.splitlines() if line.startswith("hubshift: error:")]
-    assert result.returncode != 0 and len(errors) == 1, result.stderr
-    assert "nowhere" in errors[0] and "does not exist" in errors[0]
-    assert "Traceback" not in result.stderr
+    code, stderr = consume_to_exit(mirror_manifest(tmp_path, "nowhere"), environ, tmp_path)
+    line = error_line(stderr)
+    assert code != 0
+    assert "nowhere" in line and "does not exist" in line
