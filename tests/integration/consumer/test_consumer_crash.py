@@ -12,7 +12,7 @@ import pytest
 from hubshift.ownership.connect import open_store, sqlite_url
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
-from hubshift.spark_app.produce import HubSender, LoadSpec, produce_load
+from hubshift.spark_app.produce import LoadSpec, send_load
 from hubshift.testing.emulator import RunningEmulator
 from tests.fixtures.consumer import (
     SLOW_BATCH_DIR,
@@ -69,12 +69,8 @@ def test_kill_9_mid_batch_loses_nothing_and_resumes_at_the_checkpoints(
     stop = threading.Event()
 
     def load() -> None:
-        sender = HubSender.connect(emulator.connection_string, "hub")
-        try:
-            summary = produce_load(LoadSpec(homes=50, rate=150, seed=7), sender, hub="hub", stop=stop)
-        finally:
-            sender.close()
-        produced.update(summary.partitions)
+        spec = LoadSpec(homes=50, rate=150, seed=7)
+        produced.update(send_load(emulator.connection_string, "hub", spec, stop=stop).partitions)
 
     producer = threading.Thread(target=load)
     producer.start()

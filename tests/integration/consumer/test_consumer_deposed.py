@@ -19,7 +19,7 @@ from hubshift.ownership.membership import join
 from hubshift.ownership.model import EARLIEST
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
-from hubshift.spark_app.produce import HubSender, LoadSpec, produce_load
+from hubshift.spark_app.produce import LoadSpec, send_load
 from hubshift.spark_app.receiver import ReceiverPool, StartAt
 from hubshift.testing.emulator import RunningEmulator
 from tests.fixtures.consumer import (
@@ -51,14 +51,10 @@ def test_a_deposed_consumer_stops_at_once_and_cannot_move_the_checkpoint(
 
     stop = threading.Event()
 
-    def load() -> None:
-        sender = HubSender.connect(emulator.connection_string, "hub")
-        try:
-            produce_load(LoadSpec(homes=40, rate=100, seed=3), sender, hub="hub", stop=stop)
-        finally:
-            sender.close()
-
-    producer = threading.Thread(target=load)
+    spec = LoadSpec(homes=40, rate=100, seed=3)
+    producer = threading.Thread(
+        target=send_load, args=(emulator.connection_string, "hub", spec), kwargs={"stop": stop}
+    )
     producer.start()
     try:
         # A long listing interval: the consumer notices only through its receivers and its checkpoints.

@@ -16,7 +16,7 @@ from hubshift.ownership.model import Assignment, Phase
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.spark_app.pipelines.aggregate_view import AggregateView
-from hubshift.spark_app.produce import HubSender, LoadSpec, produce_load
+from hubshift.spark_app.produce import LoadSpec, send_load
 from hubshift.spark_app.sinks.folder import FolderStore
 from hubshift.testing.azurite import Azurite
 from hubshift.testing.emulator import RunningEmulator
@@ -41,12 +41,8 @@ def assign(owners: dict[str, list[str]]) -> dict[str, str]:
 
 
 def produce(emulator: RunningEmulator, count: int, rate: float, seed: int) -> dict[str, int]:
-    sender = HubSender.connect(emulator.connection_string, "hub")
-    try:
-        summary = produce_load(LoadSpec(homes=200, rate=rate, count=count, seed=seed), sender, hub="hub")
-    finally:
-        sender.close()
-    return summary.partitions
+    spec = LoadSpec(homes=200, rate=rate, count=count, seed=seed)
+    return send_load(emulator.connection_string, "hub", spec).partitions
 
 
 def add(total: dict[str, int], more: dict[str, int]) -> None:

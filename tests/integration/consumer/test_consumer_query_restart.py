@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hubshift.spark_app.produce import HubSender, LoadSpec, produce_load
+from hubshift.spark_app.produce import LoadSpec, send_load
 from hubshift.testing.emulator import RunningEmulator
 from tests.fixtures.consumer import (
     FAIL_ONCE_DIR,
@@ -39,11 +39,7 @@ def test_a_failed_batch_is_read_again_by_a_new_query(
     consumer = consumer_pool.start(manifest, "c0")
     consumer.wait_ready()
     wait_for(lambda: consumer.metric("hubshift_consumer_owned_partitions") == 2, 60, "both partitions")
-    sender = HubSender.connect(emulator.connection_string, "hub")
-    try:
-        summary = produce_load(LoadSpec(homes=20, rate=1000, count=400, seed=5), sender, hub="hub")
-    finally:
-        sender.close()
+    summary = send_load(emulator.connection_string, "hub", LoadSpec(homes=20, rate=1000, count=400, seed=5))
     wait_for(
         lambda: all_in_sink(sink, summary.partitions), 240, "every event in the sink", on_timeout=consumer.log
     )

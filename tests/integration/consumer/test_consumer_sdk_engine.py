@@ -15,7 +15,7 @@ from hubshift.ownership.connect import open_store, sqlite_url
 from hubshift.ownership.model import Assignment, Phase
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
-from hubshift.spark_app.produce import HubSender, LoadSpec, produce_load
+from hubshift.spark_app.produce import LoadSpec, send_load
 from hubshift.testing.emulator import RunningEmulator
 from tests.fixtures.consumer import ConsumerPool, consumer_environ, consumer_manifest, wait_for
 
@@ -64,11 +64,8 @@ def test_sdk_consumers_follow_the_assignment_and_take_over_orphans(
     produced: dict[str, int] = {}
 
     def produce(count: int, seed: int) -> None:
-        sender = HubSender.connect(emulator.connection_string, "hub")
-        try:
-            summary = produce_load(LoadSpec(homes=300, rate=5000, count=count, seed=seed), sender, hub="hub")
-        finally:
-            sender.close()
+        spec = LoadSpec(homes=300, rate=5000, count=count, seed=seed)
+        summary = send_load(emulator.connection_string, "hub", spec)
         for partition, n in summary.partitions.items():
             produced[partition] = produced.get(partition, 0) + n
 
