@@ -1,11 +1,12 @@
 """The control loop in the Kubernetes operator: `cycle(cr_body, runtime, memo)`, plugged into the kopf
-timer with `install()` (`handlers.set_control_loop`) before the operator starts.
+control-loop daemon with `install()` (`handlers.set_control_loop`) before the operator starts.
 
 Per PartitionedConsumer a `ControlLoop` lives in the CR's kopf memo with its Event Hubs client and store;
 it is rebuilt when the spec changes. Connection strings come from the Secrets the spec names (read
 through the runtime, masked until the client is built) or, without a Secret reference, from the
 operator's own environment variable of the same name. While a holddown or handoffs are pending the loop
-asks for its next cycle at the timer's next tick instead of waiting a polling interval.
+nudges itself (the next cycle starts as soon as `OperatorContext.min_cycle_seconds` allow) instead of
+waiting a polling interval.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ MEMO_KEY = "hubshift_control_loop"
 
 
 def install() -> None:
-    """Make the kopf timer run this control loop (call before `kopf.run`)."""
+    """Make the kopf control-loop daemon run this control loop (call before `kopf.run`)."""
     handlers.set_control_loop(cycle)
 
 
@@ -43,7 +44,7 @@ async def cycle(cr_body: Mapping[str, Any], runtime: KubernetesRuntime, memo: ko
             await loop.close()
         loop = await open_loop(runtime, context.metrics)
         memo[MEMO_KEY] = loop
-    loop.runtime = runtime  # a fresh view of the pods each tick
+    loop.runtime = runtime  # a fresh view of the pods each cycle
     report = await loop.cycle(CycleInputs.from_body(cr_body))
     if report.next_cycle_in < runtime.consumer.spec.scaling.polling_interval_seconds:
         context.nudge(consumer_key(cr_body))

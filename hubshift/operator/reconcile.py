@@ -1,4 +1,4 @@
-"""What the kopf handlers do, by concern: children, consumer pods, the control-loop timer, deletion.
+"""What the kopf handlers do, by concern: children, consumer pods, the control-loop daemon, deletion.
 
 `handlers.py` only registers these. Shared state lives in kopf's memo: the operator-wide
 `OperatorContext` (put in the global memo at startup, so every per-object memo shares it) and a

@@ -23,9 +23,6 @@ class OperatorConfig:
     metrics_port: int | None = 9100
     #: kopf's `/healthz` port; None serves none.
     liveness_port: int | None = 8080
-    #: How often each PartitionedConsumer's timer checks whether a cycle is due (a pod event or its
-    #: polling interval). The cycle itself runs at most every `scaling.pollingIntervalSeconds`.
-    tick_seconds: float = 1.0
     #: Kubernetes Events for kopf's own handler failures (ours are posted by the runtime).
     post_events_from_level: int = logging.WARNING
 
