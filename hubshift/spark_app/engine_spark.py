@@ -83,6 +83,7 @@ class _Partition:
     draining_since: int | None = None  # the ownership generation that stopped planning it
     committed: Checkpoint | None = None
     committed_next: int | None = None  # first sequence number not yet committed (spool trimming)
+    spooled_next: int | None = None  # one past the last sequence number spooled
 
 
 class SparkEngine:
@@ -271,6 +272,8 @@ class SparkEngine:
                 if state is None or state.owner_level != owner_level or state.draining_since is not None:
                     return
             spool.write_segment(self.spool_root, partition, owner_level, batch)
+            with self._lock:
+                state.spooled_next = int(batch.column("sequence_number")[-1].as_py()) + 1
 
         def stolen(partition_id: str, level: int) -> None:
             self.notify(Stolen(partition_id, level))
@@ -343,16 +346,15 @@ class SparkEngine:
         write_ownership(self.scratch, view)
 
     def _has_room(self, partition: str, owner_level: int) -> bool:
-        """Back-pressure: a partition is not read while its spool is `max_ahead` beyond what was committed."""
+        """Back-pressure: a partition is not read while its spool is `max_ahead` beyond what was committed
+        (asked by the receiving thread before every turn: from memory, not the spool folder)."""
         with self._lock:
             state = self._partitions.get(partition)
             if state is None or state.owner_level != owner_level:
                 return True
             base = state.committed_next if state.committed_next is not None else state.next_sequence
-        if base is None:
-            return True
-        extent = spool.extent(self.spool_root, partition, owner_level)
-        return extent is None or extent.next - base < self.max_ahead
+            spooled = state.spooled_next
+        return base is None or spooled is None or spooled - base < self.max_ahead
 
     # --- batches (py4j callback thread) -----------------------------------------------------------
 
