@@ -2,11 +2,11 @@
 
 Two shapes, chosen by what the pipeline needs (`process_batch` runs either):
 
-- `TaskPipeline` (the aggregate): `prepare` is a narrow projection in the JVM (the aggregate's is the event
-  rows as they are), then each Spark task hands its rows to `process_task` as Arrow and gets back the lines
-  to write. One Event
-  Hubs partition is one input partition and a home's events stay in its partition, so per-task partial
-  counts are complete partials: no shuffle, no cache, one Spark job per batch that reads each event once.
+- `TaskPipeline` (the aggregate, replicate): `prepare` is a narrow projection in the JVM (theirs are the
+  event rows as they are), then each Spark task hands its rows to `process_task` as Arrow and gets back the
+  lines to write. One Event Hubs partition is one input partition and a home's events stay in its
+  partition, so per-task partial counts are complete partials: no shuffle, no cache, one Spark job per
+  batch that reads each event once.
 - `FramePipeline` (a user's function): any DataFrame in, any DataFrame out. The batch is cached, since
   both the pipeline and the sequence ranges read it, and the sink writes the result in a second job.
 
@@ -58,7 +58,7 @@ class TaskResult:
 
 
 class Pipeline(Protocol):
-    """One module per pipeline (aggregate.py, function.py), built from the manifest by `build_pipeline`."""
+    """One module per pipeline (aggregate.py, function.py, replicate.py), built from the manifest by `build_pipeline`."""
 
     @property
     def name(self) -> str: ...
