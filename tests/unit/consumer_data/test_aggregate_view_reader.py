@@ -127,26 +127,14 @@ def test_views_for_a_web_page(tmp_path: Path) -> None:
 
 
 def views_manifest(path: Path, sink: Path, pipeline: dict[str, object] | None = None) -> Path:
-    import yaml
+    from tests.fixtures.consumer import consumer_manifest
 
-    consumer: dict[str, object] = {"sink": {"type": "folder", "folder": {"path": str(sink)}}}
-    if pipeline is not None:
-        consumer["pipeline"] = pipeline
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "hubshift.dev/v1alpha1",
-                "kind": "PartitionedConsumer",
-                "metadata": {"name": "homes"},
-                "spec": {
-                    "eventHubs": {"hub": "hub"},
-                    "checkpointStore": {"sqlite": {"path": str(path.parent / "store.db")}},
-                    "consumer": consumer,
-                },
-            }
-        )
+    return consumer_manifest(
+        path,
+        store={"sqlite": {"path": str(path.parent / "store.db")}},
+        sink=sink,
+        consumer={"pipeline": pipeline} if pipeline is not None else None,
     )
-    return path
 
 
 def run_hubshift(args: list[str], capsys: Any) -> tuple[int, str, str]:
