@@ -35,7 +35,7 @@ from hubshift.errors import UserError
 from hubshift.operator.control_loop import ControlLoop, CycleInputs, CycleReport
 from hubshift.operator.eventhubs_probe import EventHubsProbe
 from hubshift.operator.metrics import OperatorMetrics
-from hubshift.operator.runtime import ConsumerInstance
+from hubshift.operator.runtime import ConsumerInstance, first_of
 from hubshift.ownership.connect import open_store, sqlite_url
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import LeaseStore, StoreError
@@ -463,22 +463,13 @@ class LocalOperator:
                 what = str(exc) if isinstance(exc, StoreError) else f"{type(exc).__name__}: {exc}"
                 log.warning("%s: control-loop cycle failed (retrying): %s", self.consumer.metadata.name, what)
                 log.debug("control-loop cycle failed", exc_info=True)
-            await _first_of(stop, self.wake, timeout=wait)
+            await first_of(stop, self.wake, timeout=wait)
 
     async def shutdown(self, grace: float | None = None) -> None:
         rebalance = self.consumer.spec.rebalance
         await self.runtime.stop_all(grace if grace is not None else rebalance.max_handoff_seconds + 20)
         if self.loop is not None:
             await self.loop.close()
-
-
-async def _first_of(stop: asyncio.Event, wake: asyncio.Event, timeout: float) -> None:
-    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
-    try:
-        await asyncio.wait(waiters, timeout=max(0.0, timeout), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
 
 
 def _iso(timestamp: float) -> str:

@@ -28,7 +28,7 @@ from hubshift.operator.render import (
     initial_replicas,
     render_children,
 )
-from hubshift.operator.runtime import ConsumerInstance
+from hubshift.operator.runtime import ConsumerInstance, first_of
 from hubshift.operator.status import READY, Condition, PartitionedConsumerStatus, carry_transition_time
 
 ConsumerKey = tuple[str, str]  # (namespace, PartitionedConsumer name)
@@ -196,19 +196,6 @@ def pods_of(index: PodIndex, key: ConsumerKey) -> list[ConsumerInstance]:
 # --- the control-loop daemon ----------------------------------------------------------------------------
 
 
-async def wait_for_wakeup(wakeup: asyncio.Event, stopped: kopf.DaemonStopped, timeout: float) -> None:
-    """Until a nudge, the daemon's stop, or `timeout` seconds, whichever comes first."""
-    waiters = {
-        asyncio.ensure_future(wakeup.wait()),
-        asyncio.ensure_future(stopped.wait(timeout)),
-    }
-    try:
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
-
-
 async def run_control_loop(
     body: Mapping[str, Any],
     memo: kopf.Memo,
@@ -245,7 +232,7 @@ async def run_control_loop(
                 finally:
                     context.metrics.cycle_duration.labels(*key).observe(time.perf_counter() - started)
         interval = consumer.spec.scaling.polling_interval_seconds if consumer is not None else 60.0
-        await wait_for_wakeup(wakeup, stopped, interval)
+        await first_of(wakeup, stopped, timeout=interval)  # a nudge, the daemon's stop, or the interval
         too_soon = context.min_cycle_seconds - (time.monotonic() - cycle_started)
         if too_soon > 0 and not stopped:
             await asyncio.sleep(too_soon)
