@@ -216,6 +216,16 @@ def test_the_operator_drives_real_consumer_processes_through_scale_out(
     store = open_store(azurite.connection_string, blob_container)
     fqns = hub.connection_string.split(";")[0].split("://", 1)[1].rstrip("/").lower()
     world = World(control_plane, ns, store, Scope(fqns, HUB, "$Default"), operator)
+
+    def produce_and_wait_for_checkpoints(first: int) -> None:
+        """Ten more events to every partition; wait until their owners checkpoint the last of them."""
+        produce(hub.connection_string, per_partition=10, first=first)
+        eventually(
+            lambda: checkpoints_at(world.snapshot(), first + 9),
+            timeout=30,
+            what=world.describe(f"checkpoints at sequence number {first + 9}"),
+        )
+
     try:
         # The manifest the pods mount, as the operator wrote it; the Secrets as the pods' environment.
         config_map = eventually(
@@ -258,12 +268,7 @@ def test_the_operator_drives_real_consumer_processes_through_scale_out(
             ready_at = time.monotonic() - started
 
             # 2. Events are read and checkpointed by their owners.
-            produce(hub.connection_string, per_partition=10, first=0)
-            eventually(
-                lambda: checkpoints_at(world.snapshot(), 9),
-                timeout=30,
-                what=world.describe("checkpoints at sequence number 9"),
-            )
+            produce_and_wait_for_checkpoints(first=0)
 
             # 3. Scale out: the control loop scales the StatefulSet, KWOK runs the new pods, and after the
             #    holddown a new generation spreads the partitions over four consumers.
@@ -285,12 +290,7 @@ def test_the_operator_drives_real_consumer_processes_through_scale_out(
             scaled_at = time.monotonic() - started
 
             # The new owners carry on from the handed-off checkpoints: nothing lost, nothing read twice.
-            produce(hub.connection_string, per_partition=10, first=10)
-            eventually(
-                lambda: checkpoints_at(world.snapshot(), 19),
-                timeout=30,
-                what=world.describe("checkpoints at sequence number 19"),
-            )
+            produce_and_wait_for_checkpoints(first=10)
             read = ranges_read(ranges)
             for partition in PARTITIONS:
                 numbers = [n for first_, last in read.get(partition, []) for n in range(first_, last + 1)]
