@@ -303,11 +303,11 @@ async def _demo(
             print_line(report)
 
     operator.on_report = on_report
-    aggregates = asyncio.get_running_loop().create_task(refresh_aggregates())
+    aggregates = loop.create_task(refresh_aggregates())
     try:
         if settings.live:
             with Live(frame(), console=console, refresh_per_second=2, transient=False) as live:
-                running = asyncio.get_running_loop().create_task(operator.run(stop))
+                running = loop.create_task(operator.run(stop))
                 while not running.done():
                     live.update(frame())
                     await asyncio.wait({running}, timeout=0.5)
@@ -337,10 +337,10 @@ async def _demo(
             f"{workdir / 'logs'}[/red]"
         )
         return 1
-    return _summary(console, view, output, load, settings)
+    return _summary(console, view, output, load)
 
 
-def _summary(console: Console, view: Any, output: Path, load: _Load, settings: DemoSettings) -> int:
+def _summary(console: Console, view: Any, output: Path, load: _Load) -> int:
     if load.error and load.sent == 0:
         console.print(f"[red]the load could not be sent: {load.error}[/red]")
         return 1
