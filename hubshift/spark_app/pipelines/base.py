@@ -58,7 +58,8 @@ class TaskResult:
 
 
 class Pipeline(Protocol):
-    """One module per pipeline (aggregate.py, function.py, replicate.py), built from the manifest by `build_pipeline`."""
+    """One module per pipeline (aggregate.py, function.py, replicate.py), built from the manifest by
+    `build_pipeline`."""
 
     @property
     def name(self) -> str: ...
