@@ -499,32 +499,3 @@ def test_install_plugs_the_loop_into_the_kopf_operator() -> None:
         assert handlers.control_loop() is cluster_loop.cycle
     finally:
         handlers.set_control_loop(previous)
-
-
-async def test_the_cluster_loop_waits_for_the_statefulset_before_its_first_cycle() -> None:
-    """kopf starts the control-loop daemon together with the children handler: a cycle before the
-    StatefulSet exists would scale a missing StatefulSet (404) and count a failed cycle."""
-    import kopf
-
-    from hubshift.operator import cluster_loop
-    from hubshift.operator.metrics import OperatorMetrics
-    from hubshift.operator.reconcile import CONTEXT_KEY, OperatorContext
-
-    @dataclass
-    class NoStatefulSetYet:
-        consumer: PartitionedConsumer
-        asked: int = 0
-
-        async def statefulset_exists(self) -> bool:
-            self.asked += 1
-            return False
-
-        async def event_hubs_connection_string(self) -> None:
-            raise AssertionError("the loop was opened before the StatefulSet existed")
-
-    runtime = NoStatefulSetYet(manifest())
-    memo = kopf.Memo()
-    memo[CONTEXT_KEY] = OperatorContext(kube=None, metrics=OperatorMetrics(), control_loop=cluster_loop.cycle)  # type: ignore[arg-type]
-    await cluster_loop.cycle({"metadata": {"name": "homes"}}, runtime, memo)  # type: ignore[arg-type]
-    assert runtime.asked == 1
-    assert cluster_loop.MEMO_KEY not in memo
