@@ -267,15 +267,11 @@ class Load(threading.Thread):
         self.halt = threading.Event()
 
     def run(self) -> None:
-        from hubshift.spark_app.produce import HubSender, LoadSpec, produce_load
+        from hubshift.spark_app.produce import LoadSpec, send_load
 
-        sender = HubSender.connect(self.connection_string, self.hub)
-        try:
-            produce_load(LoadSpec(homes=1000, rate=self.rate, seed=3, interval=0.25), sender, stop=self.halt)
-        except Exception:  # the emulator stops at the end of the run
-            pass
-        finally:
-            sender.close()
+        spec = LoadSpec(homes=1000, rate=self.rate, seed=3, interval=0.25)
+        with contextlib.suppress(Exception):  # the emulator stops at the end of the run
+            send_load(self.connection_string, self.hub, spec, stop=self.halt)
 
 
 # --- hubshift's side ---------------------------------------------------------------------------------------
