@@ -39,9 +39,6 @@ class PodRuntime:
     async def replicas(self) -> int:
         return self.target
 
-    async def statefulset_exists(self) -> bool:
-        return True
-
     async def set_replicas(self, count: int) -> None:
         self.target = count
 
