@@ -9,9 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from hubshift.ownership.connect import open_store, sqlite_url
-from hubshift.ownership.scope import Scope
-from hubshift.ownership.snapshot import take_snapshot
 from hubshift.spark_app.produce import LoadSpec, send_load
 from hubshift.testing.emulator import RunningEmulator
 from tests.fixtures.consumer import (
@@ -36,10 +33,9 @@ def test_kill_9_mid_batch_loses_nothing_and_resumes_at_the_checkpoints(
     emulator: RunningEmulator = emulator_factory(["hub:4"])  # type: ignore[operator]
     sink, markers = tmp_path / "sink", tmp_path / "markers"
     markers.mkdir()
-    database = tmp_path / "store.db"
     manifest = consumer_manifest(
         tmp_path / "consumer.yaml",
-        store={"sqlite": {"path": str(database)}},
+        store={"sqlite": {"path": str(tmp_path / "store.db")}},
         sink=sink,
         consumer={
             "spark": {
@@ -53,17 +49,15 @@ def test_kill_9_mid_batch_loses_nothing_and_resumes_at_the_checkpoints(
     )
     consumer_pool.environ.update(consumer_environ(emulator.connection_string))
     consumer_pool.environ[SLOW_BATCH_DIR] = str(markers)
-    store = open_store(sqlite_url(database), create=True)
-    host = emulator.connection_string.split("sb://", 1)[1].split(";", 1)[0].rstrip("/")
-    scope = Scope(host, "hub", "$Default")
+    ownership = consumer_pool.ownership(manifest)
 
     victim = consumer_pool.start(manifest, "c0")
     victim.wait_ready()
-    wait_for(lambda: len(take_snapshot(store, scope).owned_by("c0")) == 4, 60, "c0 to own the hub")
+    wait_for(lambda: len(ownership.snapshot().owned_by("c0")) == 4, 60, "c0 to own the hub")
     survivor = consumer_pool.start(manifest, "c1")
     survivor.wait_ready()
     # Fallback balancing (no operator): c1 steals one partition per cycle until each holds two.
-    wait_for(lambda: len(take_snapshot(store, scope).owned_by("c1")) == 2, 90, "c1 to take its share")
+    wait_for(lambda: len(ownership.snapshot().owned_by("c1")) == 2, 90, "c1 to take its share")
 
     produced: dict[str, int] = {}
     stop = threading.Event()
@@ -74,7 +68,7 @@ def test_kill_9_mid_batch_loses_nothing_and_resumes_at_the_checkpoints(
 
     producer = threading.Thread(target=load)
     producer.start()
-    victims = take_snapshot(store, scope).owned_by("c0")
+    victims = ownership.snapshot().owned_by("c0")
 
     def victim_committed() -> int:
         return sum(r.events for p in victims for r in committed_ranges(sink).get(p, []) if r.consumer == "c0")
@@ -86,13 +80,11 @@ def test_kill_9_mid_batch_loses_nothing_and_resumes_at_the_checkpoints(
     victim.kill()
     killed_at = time.time()
     checkpoints = {
-        p: row.checkpoint.sequence_number
-        for p in victims
-        if (row := take_snapshot(store, scope).partition(p))
+        p: row.checkpoint.sequence_number for p in victims if (row := ownership.snapshot().partition(p))
     }
 
     # Its membership lapses (15 s lease); the survivor takes the orphans from their checkpoints.
-    wait_for(lambda: len(take_snapshot(store, scope).owned_by("c1")) == 4, 90, "c1 to take the orphans")
+    wait_for(lambda: len(ownership.snapshot().owned_by("c1")) == 4, 90, "c1 to take the orphans")
     time.sleep(3)
     stop.set()
     producer.join(timeout=30)
@@ -111,4 +103,3 @@ def test_kill_9_mid_batch_loses_nothing_and_resumes_at_the_checkpoints(
         else:
             assert duplicates == 0, (partition, duplicates)
     assert time.time() - killed_at < 600
-    store.close()

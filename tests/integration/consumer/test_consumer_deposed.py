@@ -12,13 +12,10 @@ from pathlib import Path
 import pytest
 
 from hubshift.ownership.checkpoints import read_checkpoint
-from hubshift.ownership.connect import open_store, sqlite_url
 from hubshift.ownership.defaults import Timing
 from hubshift.ownership.leases import claim_partition
 from hubshift.ownership.membership import join
 from hubshift.ownership.model import EARLIEST
-from hubshift.ownership.scope import Scope
-from hubshift.ownership.snapshot import take_snapshot
 from hubshift.spark_app.produce import LoadSpec, send_load
 from hubshift.spark_app.receiver import ReceiverPool, StartAt
 from hubshift.testing.emulator import RunningEmulator
@@ -37,17 +34,16 @@ def test_a_deposed_consumer_stops_at_once_and_cannot_move_the_checkpoint(
     tmp_path: Path, emulator_factory: object, consumer_pool: ConsumerPool
 ) -> None:
     emulator: RunningEmulator = emulator_factory(["hub:2"])  # type: ignore[operator]
-    sink, database = tmp_path / "sink", tmp_path / "store.db"
+    sink = tmp_path / "sink"
     manifest = consumer_manifest(
         tmp_path / "consumer.yaml",
-        store={"sqlite": {"path": str(database)}},
+        store={"sqlite": {"path": str(tmp_path / "store.db")}},
         sink=sink,
         consumer={"checkpoint": {"everySeconds": 1, "everyEvents": 50}},
     )
     consumer_pool.environ.update(consumer_environ(emulator.connection_string))
-    store = open_store(sqlite_url(database), create=True)
-    host = emulator.connection_string.split("sb://", 1)[1].split(";", 1)[0].rstrip("/")
-    scope = Scope(host, "hub", "$Default")
+    ownership = consumer_pool.ownership(manifest)
+    store, scope = ownership.store, ownership.scope
 
     stop = threading.Event()
 
@@ -60,7 +56,7 @@ def test_a_deposed_consumer_stops_at_once_and_cannot_move_the_checkpoint(
         # A long listing interval: the consumer notices only through its receivers and its checkpoints.
         consumer = consumer_pool.start(manifest, "c0", args=("--list-interval", "300"))
         consumer.wait_ready()
-        wait_for(lambda: len(take_snapshot(store, scope).owned_by("c0")) == 2, 60, "c0 to own both")
+        wait_for(lambda: len(ownership.snapshot().owned_by("c0")) == 2, 60, "c0 to own both")
         wait_for(
             lambda: all((read_checkpoint(store, scope, p) or EARLIEST).sequence_number > 0 for p in "01"),
             180,
@@ -119,4 +115,3 @@ def test_a_deposed_consumer_stops_at_once_and_cannot_move_the_checkpoint(
         producer.join(timeout=30)
     consumer.terminate()
     assert consumer.wait(timeout=60) == 0
-    store.close()

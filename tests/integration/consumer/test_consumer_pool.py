@@ -5,16 +5,10 @@ events produced, and SIGTERM hands everything off."""
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from hubshift.ownership.assignment import publish_assignment, read_assignment
-from hubshift.ownership.connect import open_store
-from hubshift.ownership.model import Assignment, Phase
-from hubshift.ownership.scope import Scope
-from hubshift.ownership.snapshot import take_snapshot
 from hubshift.spark_app.pipelines.aggregate_view import AggregateView
 from hubshift.spark_app.produce import LoadSpec, send_load
 from hubshift.spark_app.sinks.folder import FolderStore
@@ -65,26 +59,13 @@ def test_three_consumers_share_sixteen_partitions_and_move_them_gracefully(
         sink=sink,
     )
     consumer_pool.environ.update(consumer_environ(emulator.connection_string, azurite.connection_string))
-    store = open_store(azurite.connection_string, blob_container)
-    host = emulator.connection_string.split("sb://", 1)[1].split(";", 1)[0].rstrip("/")
-    scope = Scope(host, "hub", "$Default")
-
-    def publish(owners: dict[str, str], generation: int) -> None:
-        record = read_assignment(store, scope)
-        assignment = Assignment(
-            generation, owners, Phase.REBALANCING, 3, datetime.now(UTC), max_handoff_seconds=30
-        )
-        publish_assignment(store, scope, assignment, etag=record.etag if record else None)
-
-    def owners_now() -> dict[str, str | None]:
-        return {row.partition: row.owner for row in take_snapshot(store, scope).partitions}
-
+    ownership = consumer_pool.ownership(manifest)
     first = assign({"c0": PARTITIONS[0:6], "c1": PARTITIONS[6:11], "c2": PARTITIONS[11:16]})
-    publish(first, 1)
+    ownership.publish(first, 1, 3, max_handoff_seconds=30)
     consumers = [consumer_pool.start(manifest, name) for name in CONSUMERS]
     for consumer in consumers:
         consumer.wait_ready()
-    wait_for(lambda: owners_now() == first, 60, "the first assignment to be owned")
+    wait_for(lambda: ownership.owners() == first, 60, "the first assignment to be owned")
 
     produced: dict[str, int] = {}
     add(produced, produce(emulator, 1600, 2000, seed=1))
@@ -101,10 +82,10 @@ def test_three_consumers_share_sixteen_partitions_and_move_them_gracefully(
     during: dict[str, int] = {}
     load = threading.Thread(target=lambda: add(during, produce(emulator, 1600, 200, seed=2)))
     load.start()
-    publish(second, 2)
+    ownership.publish(second, 2, 3, max_handoff_seconds=30)
     for consumer in consumers:
         consumer.nudge(2)
-    wait_for(lambda: owners_now() == second, 90, "the second assignment to be owned")
+    wait_for(lambda: ownership.owners() == second, 90, "the second assignment to be owned")
     load.join(timeout=60)
     add(produced, during)
     add(produced, produce(emulator, 800, 2000, seed=3))
@@ -127,8 +108,7 @@ def test_three_consumers_share_sixteen_partitions_and_move_them_gracefully(
         consumer.terminate()
     for consumer in consumers:
         assert consumer.wait(timeout=90) == 0, consumer.log()[-3000:]
-    table = take_snapshot(store, scope)
+    table = ownership.snapshot()
     assert all(row.free for row in table.partitions)
     final = {row.partition: row.checkpoint.sequence_number for row in table.partitions}
     assert {p: final.get(p, -1) for p in PARTITIONS} == {p: produced.get(p, 0) - 1 for p in PARTITIONS}
-    store.close()

@@ -5,16 +5,10 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from hubshift.ownership.assignment import publish_assignment, read_assignment
-from hubshift.ownership.connect import open_store, sqlite_url
-from hubshift.ownership.model import Assignment, Phase
-from hubshift.ownership.scope import Scope
-from hubshift.ownership.snapshot import take_snapshot
 from hubshift.spark_app.produce import LoadSpec, send_load
 from hubshift.testing.emulator import RunningEmulator
 from tests.fixtures.consumer import ConsumerPool, consumer_environ, consumer_manifest, wait_for
@@ -50,17 +44,15 @@ def test_sdk_consumers_follow_the_assignment_and_take_over_orphans(
     tmp_path: Path, emulator_factory: object, consumer_pool: ConsumerPool
 ) -> None:
     emulator: RunningEmulator = emulator_factory(["hub:16"])  # type: ignore[operator]
-    database, ranges = tmp_path / "store.db", tmp_path / "ranges"
+    ranges = tmp_path / "ranges"
     manifest = consumer_manifest(
         tmp_path / "consumer.yaml",
-        store={"sqlite": {"path": str(database)}},
+        store={"sqlite": {"path": str(tmp_path / "store.db")}},
         sink=tmp_path / "sink",
         consumer={"checkpoint": {"everySeconds": 1, "everyEvents": 20}},
     )
     consumer_pool.environ.update(consumer_environ(emulator.connection_string))
-    store = open_store(sqlite_url(database), create=True)
-    host = emulator.connection_string.split("sb://", 1)[1].split(";", 1)[0].rstrip("/")
-    scope = Scope(host, "hub", "$Default")
+    ownership = consumer_pool.ownership(manifest)
     produced: dict[str, int] = {}
 
     def produce(count: int, seed: int) -> None:
@@ -69,20 +61,12 @@ def test_sdk_consumers_follow_the_assignment_and_take_over_orphans(
         for partition, n in summary.partitions.items():
             produced[partition] = produced.get(partition, 0) + n
 
-    def publish(owners: dict[str, str], generation: int) -> None:
-        record = read_assignment(store, scope)
-        assignment = Assignment(generation, owners, Phase.REBALANCING, 3, datetime.now(UTC))
-        publish_assignment(store, scope, assignment, etag=record.etag if record else None)
-
-    def owners_now() -> dict[str, str | None]:
-        return {row.partition: row.owner for row in take_snapshot(store, scope).partitions}
-
     def all_read() -> bool:
         seen, _ = counts(ranges)
         return all(seen.get(p, set()) == set(range(n)) for p, n in produced.items())
 
     first = {p: f"s{int(p) % 3}" for p in PARTITIONS}
-    publish(first, 1)
+    ownership.publish(first, 1, 3)
     consumers = {
         name: consumer_pool.start(
             manifest, name, engine="sdk", args=("--ranges", str(ranges / f"{name}.jsonl"))
@@ -91,15 +75,15 @@ def test_sdk_consumers_follow_the_assignment_and_take_over_orphans(
     }
     for consumer in consumers.values():
         consumer.wait_ready()
-    wait_for(lambda: owners_now() == first, 30, "the first assignment")
+    wait_for(lambda: ownership.owners() == first, 30, "the first assignment")
     produce(2000, seed=1)
     wait_for(all_read, 60, "the first load")
 
     second = {p: "s0" if int(p) < 6 else "s1" if int(p) < 11 else "s2" for p in PARTITIONS}
-    publish(second, 2)
+    ownership.publish(second, 2, 3)
     for consumer in consumers.values():
         consumer.nudge(2)
-    wait_for(lambda: owners_now() == second, 30, "the graceful move")
+    wait_for(lambda: ownership.owners() == second, 30, "the graceful move")
     produce(2000, seed=2)
     wait_for(all_read, 60, "every event after the move")
     assert set(counts(ranges)[1].values()) == {0}, "a graceful move replayed events"
@@ -108,12 +92,12 @@ def test_sdk_consumers_follow_the_assignment_and_take_over_orphans(
     consumers["s2"].kill()
     killed_at = time.time()
     orphans = [p for p in PARTITIONS if second[p] == "s2"]
-    table = take_snapshot(store, scope)
+    table = ownership.snapshot()
     checkpoints = {row.partition: row.checkpoint.sequence_number for row in table.partitions}
     third = {p: "s0" if owner == "s2" else owner for p, owner in second.items()}
-    publish(third, 3)
+    ownership.publish(third, 3, 3)
     consumers["s0"].nudge(3)
-    wait_for(lambda: owners_now() == third, 60, "the orphans taken over")
+    wait_for(lambda: ownership.owners() == third, 60, "the orphans taken over")
     produce(1000, seed=3)
     wait_for(all_read, 60, "every event after the crash")
     for partition in orphans:
@@ -122,4 +106,3 @@ def test_sdk_consumers_follow_the_assignment_and_take_over_orphans(
     for name in ("s0", "s1"):
         consumers[name].terminate()
         assert consumers[name].wait(timeout=60) == 0
-    store.close()
