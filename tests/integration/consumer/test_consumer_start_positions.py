@@ -3,7 +3,6 @@ the first claim, an enqueued time skips what came before it; once a checkpoint e
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 from azure.eventhub import EventData, EventHubProducerClient
 
+from hubshift.spark_app.engine_sdk import read_range_logs
 from hubshift.testing.emulator import RunningEmulator
 from tests.fixtures.consumer import ConsumerPool, consumer_environ, consumer_manifest, wait_for
 
@@ -28,11 +28,10 @@ def send(connection_string: str, count: int) -> None:
 
 
 def first_read(ranges: Path) -> dict[str, int]:
+    """Per partition, the first sequence number in the range logs under `ranges`."""
     found: dict[str, int] = {}
-    if ranges.exists():
-        for line in ranges.read_text().splitlines():
-            entry = json.loads(line)
-            found[entry["partition"]] = min(found.get(entry["partition"], entry["first"]), entry["first"])
+    for entry in read_range_logs(ranges):
+        found[entry["partition"]] = min(found.get(entry["partition"], entry["first"]), entry["first"])
     return found
 
 
@@ -55,8 +54,8 @@ def test_start_position_without_a_checkpoint(
         consumer={"startPosition": start},
     )
     consumer_pool.environ.update(consumer_environ(emulator.connection_string))
-    ranges = tmp_path / "ranges.jsonl"
-    consumer = consumer_pool.start(manifest, "c0", engine="sdk", args=("--ranges", str(ranges)))
+    ranges, again_ranges = tmp_path / "ranges", tmp_path / "again"
+    consumer = consumer_pool.start(manifest, "c0", engine="sdk", args=("--ranges", str(ranges / "c0.jsonl")))
     consumer.wait_ready()
     if position == "latest":
         wait_for(lambda: consumer.metric("hubshift_consumer_owned_partitions") == 2, 30, "both partitions")
@@ -69,8 +68,8 @@ def test_start_position_without_a_checkpoint(
     # Restarted: the checkpoint (49) wins over the start position.
     send(emulator.connection_string, 5)  # 50-54
     again = consumer_pool.start(
-        manifest, "c0", engine="sdk", args=("--ranges", str(tmp_path / "again.jsonl"))
+        manifest, "c0", engine="sdk", args=("--ranges", str(again_ranges / "c0.jsonl"))
     )
     again.wait_ready()
-    wait_for(lambda: first_read(tmp_path / "again.jsonl").keys() == {"0", "1"}, 60, "the restart reading")
-    assert first_read(tmp_path / "again.jsonl") == {"0": 50, "1": 50}
+    wait_for(lambda: first_read(again_ranges).keys() == {"0", "1"}, 60, "the restart reading")
+    assert first_read(again_ranges) == {"0": 50, "1": 50}
