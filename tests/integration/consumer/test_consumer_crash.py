@@ -78,7 +78,6 @@ def test_kill_9_mid_batch_loses_nothing_and_resumes_at_the_checkpoints(
     seen = {m.name for m in markers.iterdir()}
     wait_for(lambda: {m.name for m in markers.iterdir()} - seen, 60, "c0 in a batch", interval=0.05)
     victim.kill()
-    killed_at = time.time()
     checkpoints = {
         p: row.checkpoint.sequence_number for p in victims if (row := ownership.snapshot().partition(p))
     }
@@ -102,4 +101,3 @@ def test_kill_9_mid_batch_loses_nothing_and_resumes_at_the_checkpoints(
             assert min(r.first for r in after) == checkpoints[partition] + 1, partition
         else:
             assert duplicates == 0, (partition, duplicates)
-    assert time.time() - killed_at < 600

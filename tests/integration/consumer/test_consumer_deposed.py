@@ -88,7 +88,6 @@ def test_a_deposed_consumer_stops_at_once_and_cannot_move_the_checkpoint(
             "c0 to stop partition 0",
             on_timeout=consumer.log,
         )
-        assert time.time() - stolen_at.timestamp() < 10
 
         # Partition 1: the lease broken, no new receiver. The next checkpoint write is refused.
         taken_1 = claim_partition(store, scope, "1", "x", force=True)
