@@ -52,6 +52,7 @@ def test_a_deposed_consumer_stops_at_once_and_cannot_move_the_checkpoint(
         target=send_load, args=(emulator.connection_string, "hub", spec), kwargs={"stop": stop}
     )
     producer.start()
+    thieves: ReceiverPool | None = None
     try:
         # A long listing interval: the consumer notices only through its receivers and its checkpoints.
         consumer = consumer_pool.start(manifest, "c0", args=("--list-interval", "300"))
@@ -108,8 +109,9 @@ def test_a_deposed_consumer_stops_at_once_and_cannot_move_the_checkpoint(
         assert mine
         last = max(r.last_enqueued for r in mine if r.last_enqueued is not None)
         assert last <= stolen_at + timedelta(seconds=1), (last, stolen_at)
-        thieves.close()
     finally:
+        if thieves is not None:
+            thieves.close()
         stop.set()
         producer.join(timeout=30)
     consumer.terminate()
