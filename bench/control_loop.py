@@ -3,7 +3,7 @@ storage requests per cycle, not per partition).
 
 Real servers on 127.0.0.1: the hubshift emulator with one 1,024-partition hub (events in every partition),
 and a store holding 1,024 checkpoints leased by 100 registered consumers (SQLite by default, Azurite with
-`--store azurite`). The cycle is `hubshift.operator.control_loop.ControlLoop.cycle` as the operator runs
+`--store azurite`). The cycle is `hubshift.operator.loop.ControlLoop.cycle` as the operator runs
 it, with a stand-in runtime that reports the 100 consumers ready (so no pods or processes are measured).
 Every storage request is counted by kind; Event Hubs management requests are counted by the probe.
 
@@ -30,19 +30,22 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from hubshift.operator.control_loop import ControlLoop, CycleReport
-from hubshift.operator.eventhubs_probe import EventHubsProbe, PartitionInfo
+# The shared harness (Azurite, the emulator's helpers) lives in the repository's tests/harness.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hubshift.emulator.launch import running_emulator
+from hubshift.eventhubs.probe import EventHubsProbe, PartitionInfo
+from hubshift.eventhubs.target import resolve_target
+from hubshift.operator.loop import ControlLoop, CycleReport
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.ownership.checkpoints import write_checkpoint
-from hubshift.ownership.connect import open_store, sqlite_url
 from hubshift.ownership.leases import claim_partition
 from hubshift.ownership.membership import join
 from hubshift.ownership.model import Checkpoint
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import LeaseStore
-from hubshift.spark_app.eventhubs import resolve_target
+from hubshift.ownership.stores.connect import open_store, sqlite_url
 from hubshift.spec import parse_manifest
-from hubshift.testing.emulator import running_emulator
 
 RESULTS = Path(__file__).resolve().parent / "results" / "control_loop.json"
 HUB = "big"
@@ -165,7 +168,7 @@ async def measure(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         await asyncio.to_thread(send_events, emulator.connection_string, partitions)
         azurite = None
         if args.store == "azurite":
-            from hubshift.testing.azurite import start_azurite
+            from tests.harness.azurite import start_azurite
 
             azurite = start_azurite()
             store = open_store(azurite.connection_string, "bench-control-loop", create=True)

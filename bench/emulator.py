@@ -173,7 +173,7 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from hubshift.testing.emulator import running_emulator
+    from hubshift.emulator.launch import running_emulator
 
     sizes = [int(size) for size in options.sizes.split(",")]
     results = []

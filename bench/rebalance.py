@@ -46,8 +46,11 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from hubshift.spark_app.engine_sdk import count_replays, read_range_logs
-from hubshift.testing.azurite import connection_string as azurite_connection_string
+# The shared harness (Azurite, the emulator's helpers) lives in the repository's tests/harness.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hubshift.consumer.sdk_engine import count_replays, read_range_logs
+from tests.harness.azurite import connection_string as azurite_connection_string
 
 RESULTS = Path(__file__).resolve().parent / "results" / "rebalance.json"
 PARTITIONS = 32
@@ -267,7 +270,7 @@ class Load(threading.Thread):
         self.halt = threading.Event()
 
     def run(self) -> None:
-        from hubshift.spark_app.produce import LoadSpec, send_load
+        from hubshift.apps.produce import LoadSpec, send_load
 
         spec = LoadSpec(homes=1000, rate=self.rate, seed=3, interval=0.25)
         with contextlib.suppress(Exception):  # the emulator stops at the end of the run
@@ -309,9 +312,9 @@ async def run_hubshift(
     engine: str,
     timeout: float,
 ) -> Outcome:
-    from hubshift.operator.local_runtime import LocalOperator
-    from hubshift.ownership.connect import open_store
+    from hubshift.operator.local.processes import LocalOperator
     from hubshift.ownership.snapshot import take_snapshot
+    from hubshift.ownership.stores.connect import open_store
     from hubshift.spec import parse_manifest
 
     before, after = COUNTS[scenario]
@@ -542,9 +545,9 @@ async def run_sdk(
 
 
 async def bench(args: argparse.Namespace, console: Console) -> list[Outcome]:
+    from hubshift.emulator.launch import running_emulator
     from hubshift.spec import DEFAULT_EVENTHUBS_ENV, DEFAULT_STORAGE_ENV
-    from hubshift.testing.azurite import running_azurite
-    from hubshift.testing.emulator import running_emulator
+    from tests.harness.azurite import running_azurite
 
     scenarios = [s for s in args.scenarios.split(",") if s]
     sides = [s for s in args.sides.split(",") if s]

@@ -3,7 +3,7 @@
 Both sides run for real against one Azurite, in the same run, and every HTTP request they send is counted
 (azure-core `raw_response_hook`, so retries count too):
 
-- hubshift: 8 ownership agents (threads) with `hubshift.ownership.defaults.DEFAULT_TIMING`: join, renew
+- hubshift: 8 ownership agents (threads) with `hubshift.ownership.timing.DEFAULT_TIMING`: join, renew
   the membership lease, list the scope and run the fallback balancer, checkpoint every owned partition
   each checkpoint interval. After the counting window one agent crashes (stops without releasing) and
   the bench measures how long until its partitions are owned again.
@@ -39,17 +39,20 @@ from urllib.parse import parse_qs, unquote, urlparse
 from rich.console import Console
 from rich.table import Table
 
+# The shared harness (Azurite, the emulator's helpers) lives in the repository's tests/harness.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from hubshift.ownership.balancer import balance
-from hubshift.ownership.blob import BlobLeaseStore
 from hubshift.ownership.checkpoints import write_checkpoint
-from hubshift.ownership.defaults import DEFAULT_TIMING, Timing
 from hubshift.ownership.leases import claim_partition, release_partition
 from hubshift.ownership.membership import Membership, join, leave, renew
 from hubshift.ownership.model import Checkpoint, OwnershipSnapshot, PartitionLease
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import LeaseConflict, LeaseLost, StoreError
-from hubshift.testing.azurite import running_azurite
+from hubshift.ownership.stores.blob import BlobLeaseStore
+from hubshift.ownership.timing import DEFAULT_TIMING, Timing
+from tests.harness.azurite import running_azurite
 
 DAY = 86_400
 CONSUMERS = 8
@@ -332,7 +335,7 @@ def run_sdk_processor(
     from azure.eventhub.extensions.checkpointstoreblob import BlobCheckpointStore
     from azure.storage.blob import ContainerClient
 
-    from hubshift.testing.emulator import start_emulator
+    from hubshift.emulator.launch import start_emulator
 
     emulator = start_emulator([f"{HUB}:{len(PARTITIONS)}"])
     container = "sdk-bench"

@@ -56,7 +56,7 @@ def load_partitions(connection_string: str, per_partition: int, size: int = 200)
     """Send `per_partition` events to every partition as fast as the SDK goes; seconds taken."""
     from azure.eventhub import EventData, EventHubProducerClient
 
-    from hubshift.spark_app.events import SensorEvent
+    from hubshift.consumer.pipelines.sensor_events import SensorEvent
 
     started = time.monotonic()
 
@@ -89,7 +89,7 @@ def steady_load(connection_string: str, rate_per_partition: float, seconds: floa
     """`rate_per_partition` events/s into each partition, in rounds every 0.1 s; events sent."""
     from azure.eventhub import EventData, EventHubProducerClient
 
-    from hubshift.spark_app.events import SensorEvent
+    from hubshift.consumer.pipelines.sensor_events import SensorEvent
 
     sent: dict[str, int] = {}
 
@@ -310,12 +310,12 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, sink)")
     args = parser.parse_args()
 
+    from hubshift.emulator.launch import running_emulator
     from hubshift.ownership.assignment import publish_assignment, read_assignment
-    from hubshift.ownership.connect import open_store, sqlite_url
     from hubshift.ownership.model import Assignment, Phase
     from hubshift.ownership.scope import Scope
     from hubshift.ownership.snapshot import take_snapshot
-    from hubshift.testing.emulator import running_emulator
+    from hubshift.ownership.stores.connect import open_store, sqlite_url
 
     workdir = Path(tempfile.mkdtemp(prefix="hubshift-bench-throughput-"))
     results: dict[str, Any] = {"events": args.events, "triggerIntervalSeconds": args.trigger_seconds}

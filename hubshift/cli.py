@@ -17,13 +17,13 @@ from hubshift.errors import UserError
 # name -> "module:attribute" of a click command
 SUBCOMMANDS: dict[str, str] = {
     "emulator": "hubshift.emulator.cli:emulator",
-    "status": "hubshift.ownership.cli:status",
-    "consume": "hubshift.spark_app.cli:consume",
-    "produce": "hubshift.spark_app.produce:produce",
-    "run": "hubshift.operator.local_cli:run",
-    "demo": "hubshift.operator.local_cli:demo",
+    "status": "hubshift.apps.status:status",
+    "consume": "hubshift.consumer.cli:consume",
+    "produce": "hubshift.apps.produce:produce",
+    "run": "hubshift.operator.local.cli:run",
+    "demo": "hubshift.operator.local.cli:demo",
     "operator": "hubshift.operator.cli:operator",
-    "views": "hubshift.spark_app.views_cli:views",
+    "views": "hubshift.apps.views:views",
 }
 
 HELP = {

@@ -1,7 +1,8 @@
 """The `PartitionedConsumer` manifest: one typed model that the CLI, the consumer and the operator all read.
 
 The same YAML a user `kubectl apply`s runs on this machine with `hubshift run -f`. The CRD schema in
-`crds/` is generated from this model (`hubshift.operator.crd`), and a test proves they do not drift.
+`crds/` is generated from this model (`hubshift.operator.kubernetes.crd`), and a test proves they do not
+drift.
 
 Secrets never appear in the manifest. In a cluster the operator maps each `...SecretRef` into the pod's
 environment under the variable named by the matching `...Env` field; outside a cluster the consumer reads
@@ -21,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.alias_generators import to_camel
 
 from hubshift.errors import UserError
-from hubshift.ownership.defaults import DEFAULT_TIMING
+from hubshift.ownership.timing import DEFAULT_TIMING
 
 GROUP = "hubshift.dev"
 VERSION = "v1alpha1"

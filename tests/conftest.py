@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hubshift.testing.azurite import Azurite, start_azurite
+from tests.harness.azurite import Azurite, start_azurite
 
 # Each part keeps its fixtures in tests/fixtures/<part>.py; all of them are loaded here.
 pytest_plugins = sorted(

@@ -52,7 +52,7 @@ from hubshift.errors import UserError
     "control_loop",
     metavar="MODULE:FUNCTION",
     hidden=True,
-    help="Run this cycle instead of the installed one (e.g. hubshift.operator.reconcile:report_only).",
+    help="Run this cycle instead of the installed one (tests: a report-only loop).",
 )
 def operator(
     namespaces: tuple[str, ...],
@@ -69,9 +69,9 @@ def operator(
     """Run the Kubernetes operator for PartitionedConsumers."""
     import kopf
 
-    from hubshift.operator import cluster_loop, handlers
+    from hubshift.operator.kubernetes import cluster_loop, handlers
+    from hubshift.operator.kubernetes.settings import OperatorConfig
     from hubshift.operator.metrics import METRICS
-    from hubshift.operator.settings import OperatorConfig
 
     if namespaces and all_namespaces:
         raise UserError("give either --namespace or --all-namespaces, not both")

@@ -1,6 +1,6 @@
 """The `PartitionedConsumer` status: what the control loop reports, typed once.
 
-The CRD's status schema is generated from these models (`hubshift.operator.crd`), so a field the
+The CRD's status schema is generated from these models (`hubshift.operator.kubernetes.crd`), so a field the
 control loop writes is never pruned by the API server. Build one `PartitionedConsumerStatus`, then
 `runtime.publish_status(status.to_body())`. No field here may ever carry a secret.
 """

@@ -7,7 +7,7 @@ Pods as local processes: no kubelet and no container runtime run here, so a pod 
 KWOK reports it Running. A test that needs the pod's program starts `PodProcessRunner(plane, namespace,
 selector, ["hubshift", "consume", "--identity", "{pod}", ...])`, which keeps one local process per Running
 pod (the pod name is the identity) and terminates it when the pod goes. See
-hubshift/testing/control_plane.py."""
+tests/harness/control_plane.py."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from hubshift.testing.control_plane import ControlPlane, PodProcessRunner, start_control_plane
 from tests.fixtures.cluster import eventually
+from tests.harness.control_plane import ControlPlane, PodProcessRunner, start_control_plane
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -102,7 +102,7 @@ CRD = {
 
 @pytest.fixture(scope="module")
 def widget_crd(control_plane: ControlPlane) -> str:
-    from hubshift.testing.control_plane import ApiError
+    from tests.harness.control_plane import ApiError
 
     try:
         control_plane.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", CRD)

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
-from hubshift.operator.render import consumer_from_body
+from hubshift.operator.kubernetes.render import consumer_from_body
 from hubshift.spec import PartitionedConsumerSpec
-from hubshift.testing.control_plane import ApiError
 from tests.fixtures.cluster import eventually
 from tests.fixtures.operator import CRS, example_manifest
+from tests.harness.control_plane import ApiError
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -18,16 +18,16 @@ from typing import Any
 
 import pytest
 
-from hubshift.operator.kube import consumer_pod_labels
-from hubshift.ownership.connect import open_store
+from hubshift.operator.kubernetes.api import consumer_pod_labels
 from hubshift.ownership.model import OwnershipSnapshot
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import LeaseStore
+from hubshift.ownership.stores.connect import open_store
 from hubshift.spec import DEFAULT_EVENTHUBS_ENV, DEFAULT_STORAGE_ENV
-from hubshift.testing.control_plane import ApiError, ControlPlane, PodProcessRunner
 from tests.fixtures.cluster import eventually
 from tests.fixtures.operator import CRS, example_manifest
+from tests.harness.control_plane import ApiError, ControlPlane, PodProcessRunner
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -14,14 +14,14 @@ import pytest
 
 from hubshift.ownership.assignment import publish_assignment
 from hubshift.ownership.checkpoints import write_checkpoint
-from hubshift.ownership.connect import sqlite_url
 from hubshift.ownership.leases import claim_partition, release_partition
 from hubshift.ownership.membership import join
 from hubshift.ownership.model import Assignment, Checkpoint, Phase
 from hubshift.ownership.scope import Scope
-from hubshift.testing.azurite import ACCOUNT_KEY, connection_string
-from hubshift.testing.ports import free_port
+from hubshift.ownership.stores.connect import sqlite_url
 from tests.fixtures.ownership import StoreUnderTest
+from tests.harness.azurite import ACCOUNT_KEY, connection_string
+from tests.harness.ports import free_port
 
 SCOPE = Scope("shop.servicebus.windows.net", "orders", "$Default")
 SCOPE_ARGS = ["--namespace", "shop.servicebus.windows.net", "--hub", "orders", "--consumer-group", "$Default"]

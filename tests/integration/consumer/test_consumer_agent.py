@@ -11,19 +11,19 @@ from pathlib import Path
 
 import pytest
 
+from hubshift.consumer.agent import AgentSettings, OwnershipAgent
+from hubshift.consumer.engine import Committed, Drained, Stolen
+from hubshift.eventhubs.receiver import StartAt
 from hubshift.ownership.assignment import publish_assignment, read_assignment
 from hubshift.ownership.checkpoints import read_checkpoint
-from hubshift.ownership.connect import open_store, sqlite_url
-from hubshift.ownership.defaults import Timing
 from hubshift.ownership.leases import claim_partition
 from hubshift.ownership.membership import join
 from hubshift.ownership.model import Assignment, Checkpoint, Phase
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import LeaseStore
-from hubshift.spark_app.agent import AgentSettings, OwnershipAgent
-from hubshift.spark_app.engine import Committed, Drained, Stolen
-from hubshift.spark_app.receiver import StartAt
+from hubshift.ownership.stores.connect import open_store, sqlite_url
+from hubshift.ownership.timing import Timing
 
 SCOPE = Scope("ns.example", "hub", "$default")
 PARTITIONS = ["0", "1", "2", "3"]

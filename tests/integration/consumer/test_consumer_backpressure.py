@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from azure.eventhub import EventData, EventHubProducerClient
 
-from hubshift.spark_app import spool
-from hubshift.spark_app.engine_spark import SparkEngine
-from hubshift.spark_app.eventhubs import EventHubsTarget
-from hubshift.spark_app.receiver import StartAt
+from hubshift.consumer.spark import spool
+from hubshift.consumer.spark.engine import SparkEngine
+from hubshift.emulator.launch import RunningEmulator
+from hubshift.eventhubs.receiver import StartAt
+from hubshift.eventhubs.target import EventHubsTarget
 from hubshift.spec import ConsumerSpec
-from hubshift.testing.emulator import RunningEmulator
 
 pytestmark = pytest.mark.timeout(180)
 

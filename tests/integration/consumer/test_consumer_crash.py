@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hubshift.spark_app.produce import LoadSpec, send_load
-from hubshift.testing.emulator import RunningEmulator
+from hubshift.apps.produce import LoadSpec, send_load
+from hubshift.emulator.launch import RunningEmulator
 from tests.fixtures.consumer import (
     SLOW_BATCH_DIR,
     ConsumerPool,

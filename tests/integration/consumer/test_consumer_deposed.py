@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from hubshift.apps.produce import LoadSpec, send_load
+from hubshift.emulator.launch import RunningEmulator
+from hubshift.eventhubs.receiver import ReceiverPool, StartAt
 from hubshift.ownership.checkpoints import read_checkpoint
-from hubshift.ownership.defaults import Timing
 from hubshift.ownership.leases import claim_partition
 from hubshift.ownership.membership import join
 from hubshift.ownership.model import EARLIEST
-from hubshift.spark_app.produce import LoadSpec, send_load
-from hubshift.spark_app.receiver import ReceiverPool, StartAt
-from hubshift.testing.emulator import RunningEmulator
+from hubshift.ownership.timing import Timing
 from tests.fixtures.consumer import (
     ConsumerPool,
     committed_ranges,

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from hubshift.testing.azurite import Azurite
-from hubshift.testing.emulator import RunningEmulator
-from hubshift.testing.ports import free_port
+from hubshift.emulator.launch import RunningEmulator
 from tests.fixtures.consumer import consume_to_exit, consumer_environ, consumer_manifest, error_line
+from tests.harness.azurite import Azurite
+from tests.harness.ports import free_port
 
 pytestmark = pytest.mark.timeout(300)
 KEY = "c2VjcmV0LWtleS1mb3ItdGhlLXRlc3Q="

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from hubshift.spark_app.pipelines.aggregate_view import AggregateView
-from hubshift.spark_app.produce import LoadSpec, send_load
-from hubshift.spark_app.sinks.folder import FolderStore
-from hubshift.testing.azurite import Azurite
-from hubshift.testing.emulator import RunningEmulator
+from hubshift.apps.produce import LoadSpec, send_load
+from hubshift.consumer.pipelines.aggregate_view import AggregateView
+from hubshift.consumer.sinks.folder import FolderStore
+from hubshift.emulator.launch import RunningEmulator
 from tests.fixtures.consumer import (
     ConsumerPool,
     all_in_sink,
@@ -23,6 +22,7 @@ from tests.fixtures.consumer import (
     coverage,
     wait_for,
 )
+from tests.harness.azurite import Azurite
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hubshift.spark_app.produce import LoadSpec, send_load
-from hubshift.testing.emulator import RunningEmulator
+from hubshift.apps.produce import LoadSpec, send_load
+from hubshift.emulator.launch import RunningEmulator
 from tests.fixtures.consumer import (
     FAIL_ONCE_DIR,
     ConsumerPool,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from hubshift.spark_app.engine_sdk import count_replays, read_range_logs
-from hubshift.spark_app.produce import LoadSpec, send_load
-from hubshift.testing.emulator import RunningEmulator
+from hubshift.apps.produce import LoadSpec, send_load
+from hubshift.consumer.sdk_engine import count_replays, read_range_logs
+from hubshift.emulator.launch import RunningEmulator
 from tests.fixtures.consumer import ConsumerPool, consumer_environ, consumer_manifest, wait_for
 
 pytestmark = pytest.mark.timeout(300)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from azure.eventhub import EventData, EventHubProducerClient
 
-from hubshift.spark_app.engine_sdk import read_range_logs
-from hubshift.testing.emulator import RunningEmulator
+from hubshift.consumer.sdk_engine import read_range_logs
+from hubshift.emulator.launch import RunningEmulator
 from tests.fixtures.consumer import ConsumerPool, consumer_environ, consumer_manifest, wait_for
 
 pytestmark = pytest.mark.timeout(300)

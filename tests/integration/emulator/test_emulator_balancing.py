@@ -13,8 +13,8 @@ from azure.eventhub import EventData
 from azure.eventhub.extensions.checkpointstoreblob import BlobCheckpointStore
 from emulator_clients import producer, wait_until
 
-from hubshift.testing.azurite import Azurite
-from hubshift.testing.emulator import RunningEmulator
+from hubshift.emulator.launch import RunningEmulator
+from tests.harness.azurite import Azurite
 
 pytestmark = pytest.mark.timeout(150)
 

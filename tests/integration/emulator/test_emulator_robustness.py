@@ -17,7 +17,7 @@ from azure.eventhub import EventData
 from emulator_clients import BackgroundConsumer, producer, receive, wait_until
 
 from hubshift.emulator import frames
-from hubshift.testing.emulator import RunningEmulator
+from hubshift.emulator.launch import RunningEmulator
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -210,7 +210,7 @@ def test_the_connection_string_is_printed_once_it_accepts(tmp_path: Path) -> Non
 
 
 def test_in_process_emulator_serves_the_sdk() -> None:
-    from hubshift.testing.emulator import running_emulator
+    from hubshift.emulator.launch import running_emulator
 
     with running_emulator(["inproc:2"], in_process=True) as server:
         assert server.pid == os.getpid()

@@ -14,7 +14,7 @@ from azure.eventhub.aio import EventHubProducerClient as AsyncProducerClient
 from azure.eventhub.exceptions import AuthenticationError, EventDataSendError
 from emulator_clients import HUB, BackgroundConsumer, producer, receive, receive_async, wait_until
 
-from hubshift.testing.emulator import RunningEmulator
+from hubshift.emulator.launch import RunningEmulator
 
 pytestmark = pytest.mark.timeout(120)
 

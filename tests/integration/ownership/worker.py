@@ -15,13 +15,13 @@ from typing import Any
 
 from hubshift.ownership.assignment import publish_assignment, read_assignment
 from hubshift.ownership.checkpoints import write_checkpoint
-from hubshift.ownership.connect import open_store
-from hubshift.ownership.defaults import Timing
 from hubshift.ownership.leases import claim_partition, release_partition
 from hubshift.ownership.membership import Membership, join, renew
 from hubshift.ownership.model import Assignment, Checkpoint, PartitionLease, Phase
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import StoreError
+from hubshift.ownership.stores.connect import open_store
+from hubshift.ownership.timing import Timing
 
 SCOPE = Scope("test.servicebus.windows.net", "hub", "$default")
 

@@ -9,9 +9,9 @@ import urllib.request
 
 import pytest
 
+from hubshift.consumer.http import ConsumerHTTPServer
+from hubshift.consumer.metrics import ConsumerMetrics
 from hubshift.errors import UserError
-from hubshift.spark_app.http import ConsumerHTTPServer
-from hubshift.spark_app.metrics import ConsumerMetrics
 
 
 def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str, str]:

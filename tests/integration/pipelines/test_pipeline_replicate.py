@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from hubshift.spark_app.batch import process_batch
-from hubshift.spark_app.eventhubs import EventHubsTarget
-from hubshift.spark_app.pipelines.replicate import ReplicatePipeline
-from hubshift.spark_app.sinks import FileSink, FolderStore
+from hubshift.consumer.pipelines.replicate import ReplicatePipeline
+from hubshift.consumer.sinks import FileSink, FolderStore
+from hubshift.consumer.spark.batch import process_batch
+from hubshift.emulator.launch import RunningEmulator
+from hubshift.eventhubs.target import EventHubsTarget
 from hubshift.spec import DEFAULT_REPLICATE_ENV
-from hubshift.testing.emulator import RunningEmulator
 from tests.fixtures.consumer import (
     ConsumerPool,
     consume_to_exit,

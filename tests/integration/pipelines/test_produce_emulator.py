@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
 
-from hubshift.spark_app import events as ev
-from hubshift.spark_app.produce import HubSender, LoadSpec, send_load
-from hubshift.testing.emulator import RunningEmulator
+from hubshift.apps.produce import HubSender, LoadSpec, send_load
+from hubshift.consumer.pipelines import sensor_events as ev
+from hubshift.emulator.launch import RunningEmulator
 
 
 def hubshift(

@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from azure.storage.blob import ContainerClient
 
+from hubshift.consumer.pipelines.aggregate import AggregatePipeline
+from hubshift.consumer.pipelines.aggregate_view import AggregateView
+from hubshift.consumer.pipelines.sensor_events import SensorEvent
+from hubshift.consumer.sinks import BlobStore, build_sink, build_store
+from hubshift.consumer.spark.batch import process_batch
 from hubshift.errors import UserError
-from hubshift.spark_app.batch import process_batch
-from hubshift.spark_app.events import SensorEvent
-from hubshift.spark_app.pipelines.aggregate import AggregatePipeline
-from hubshift.spark_app.pipelines.aggregate_view import AggregateView
-from hubshift.spark_app.sinks import BlobStore, build_sink, build_store
 from hubshift.spec import SinkSpec
-from hubshift.testing.azurite import Azurite
 from tests.fixtures.spark import event_row
+from tests.harness.azurite import Azurite
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
@@ -86,8 +86,8 @@ def test_bad_credentials_fail_at_start_up_in_one_line(azurite: Azurite, blob_con
 
 
 def test_an_unreachable_account_fails_in_one_line() -> None:
-    from hubshift.testing.azurite import connection_string
-    from hubshift.testing.ports import free_port
+    from tests.harness.azurite import connection_string
+    from tests.harness.ports import free_port
 
     with pytest.raises(UserError, match="cannot reach the storage account"):
         build_sink(spec("homes"), {"SINK": connection_string(free_port())})

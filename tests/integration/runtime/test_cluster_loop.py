@@ -13,13 +13,13 @@ import kopf
 import pytest
 from pydantic import SecretStr
 
-from hubshift.operator import cluster_loop
-from hubshift.operator.control_loop import ControlLoop
+from hubshift.emulator.launch import RunningEmulator
+from hubshift.operator.kubernetes import cluster_loop
+from hubshift.operator.kubernetes.reconcile import CONTEXT_KEY, OperatorContext
+from hubshift.operator.loop import ControlLoop
 from hubshift.operator.metrics import OperatorMetrics
-from hubshift.operator.reconcile import CONTEXT_KEY, OperatorContext
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.spec import parse_manifest
-from hubshift.testing.emulator import RunningEmulator
 
 
 @dataclass

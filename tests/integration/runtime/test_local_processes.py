@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hubshift.operator.local_runtime import LocalRuntime
+from hubshift.operator.local.processes import LocalRuntime
 from hubshift.spec import parse_manifest
 
 STAND_IN = """

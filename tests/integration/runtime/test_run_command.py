@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hubshift.emulator.launch import RunningEmulator
 from hubshift.spec import DEFAULT_EVENTHUBS_ENV
-from hubshift.testing.emulator import RunningEmulator
 
 HUBSHIFT = [sys.executable, "-m", "hubshift.cli"]
 

@@ -5,6 +5,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from hubshift.consumer.plan import (
+    ClaimPlan,
+    OwnershipPlan,
+    assignment_is_current,
+    checkpoint_due,
+    plan_ownership,
+)
 from hubshift.ownership.model import (
     EARLIEST,
     Assignment,
@@ -16,13 +23,6 @@ from hubshift.ownership.model import (
 )
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import LeaseState
-from hubshift.spark_app.handoff import (
-    ClaimPlan,
-    OwnershipPlan,
-    assignment_is_current,
-    checkpoint_due,
-    plan_ownership,
-)
 
 SCOPE = Scope("ns.servicebus.windows.net", "hub", "$default")
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hubshift.spark_app.offsets import (
+from hubshift.consumer.spark.offsets import (
     OffsetError,
     OwnedPartition,
     PartitionPosition,

@@ -10,8 +10,8 @@ import pytest
 from azure.eventhub import EventData
 from azure.eventhub._pyamqp import message as amqp
 
-from hubshift.spark_app.receiver import StartAt, adopt_raw_messages, events_to_batch, is_stolen, track_last
-from hubshift.spark_app.spool import EVENT_ARROW_SCHEMA
+from hubshift.consumer.spark.spool import EVENT_ARROW_SCHEMA
+from hubshift.eventhubs.receiver import StartAt, adopt_raw_messages, events_to_batch, is_stolen, track_last
 
 ENQUEUED_MS = 1_795_000_000_123
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from hubshift.spark_app import spool
-from hubshift.spark_app.offsets import OwnedPartition
-from hubshift.spark_app.ownership_file import OwnershipView, write_ownership
-from hubshift.spark_app.source import EventHubsStreamReader, EventRange
+from hubshift.consumer.spark import spool
+from hubshift.consumer.spark.offsets import OwnedPartition
+from hubshift.consumer.spark.ownership_file import OwnershipView, write_ownership
+from hubshift.consumer.spark.source import EventHubsStreamReader, EventRange
 
 
 def fill(scratch: Path, partition: str, level: int, first: int, count: int) -> None:

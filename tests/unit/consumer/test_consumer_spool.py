@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from hubshift.spark_app import spool
-from hubshift.spark_app.offsets import OwnedPartition, SpoolExtent
-from hubshift.spark_app.ownership_file import EMPTY, OwnershipView, read_ownership, write_ownership
+from hubshift.consumer.spark import spool
+from hubshift.consumer.spark.offsets import OwnedPartition, SpoolExtent
+from hubshift.consumer.spark.ownership_file import EMPTY, OwnershipView, read_ownership, write_ownership
 
 
 def events(partition: str, first: int, count: int) -> pa.RecordBatch:
@@ -47,7 +47,7 @@ def test_arrow_schema_is_the_one_spark_expects() -> None:
         "binary": BinaryType(),
         "map<string,string>": MapType(StringType(), StringType()),
     }
-    from hubshift.spark_app.schema import EVENT_COLUMNS
+    from hubshift.eventhubs.rows import EVENT_COLUMNS
 
     spark_schema = StructType([StructField(name, kinds[kind]) for name, kind in EVENT_COLUMNS])
     assert to_arrow_schema(spark_schema, timezone="UTC").equals(spool.EVENT_ARROW_SCHEMA)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hubshift.spark_app.engine_sdk import count_replays, read_range_logs
+from hubshift.consumer.sdk_engine import count_replays, read_range_logs
 
 
 def test_overlaps_count_as_replays_per_partition() -> None:

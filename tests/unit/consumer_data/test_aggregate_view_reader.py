@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from hubshift.spark_app.pipelines.aggregate_view import AggregateView
-from hubshift.spark_app.sinks import FolderStore
-from hubshift.spark_app.sinks.commits import BatchRecord, PartitionRange, WrittenFile
+from hubshift.consumer.pipelines.aggregate_view import AggregateView
+from hubshift.consumer.sinks import FolderStore
+from hubshift.consumer.sinks.commits import BatchRecord, PartitionRange, WrittenFile
 
 W0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 W1 = W0 + timedelta(minutes=1)

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hubshift.spark_app.batch import BatchSummary
-from hubshift.spark_app.metrics import ConsumerMetrics
-from hubshift.spark_app.sinks.commits import PartitionRange
+from hubshift.consumer.metrics import ConsumerMetrics
+from hubshift.consumer.sinks.commits import PartitionRange
+from hubshift.consumer.spark.batch import BatchSummary
 
 
 class Clock:

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from hubshift.spark_app import events as ev
-from hubshift.spark_app.events import InvalidEvent, SensorEvent, format_time, parse_event
+from hubshift.consumer.pipelines import sensor_events as ev
+from hubshift.consumer.pipelines.sensor_events import InvalidEvent, SensorEvent, format_time, parse_event
 
 MOMENT = datetime(2026, 11, 21, 10, 0, 1, 123456, tzinfo=UTC)
 

@@ -8,9 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from hubshift.errors import UserError
-from hubshift.spark_app import events as ev
-from hubshift.spark_app.produce import (
+from hubshift.apps.produce import (
     EventGenerator,
     GeneratedEvent,
     LoadSpec,
@@ -20,6 +18,8 @@ from hubshift.spark_app.produce import (
     parse_profile,
     produce_load,
 )
+from hubshift.consumer.pipelines import sensor_events as ev
+from hubshift.errors import UserError
 
 
 class FakeClock:

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hubshift.eventhubs.probe import PartitionInfo, ProbeError
 from hubshift.operator import autoscaler
-from hubshift.operator.control_loop import (
+from hubshift.operator.loop import (
     AUTOSCALER_RECORD,
     BUSY_CYCLE_SECONDS,
     ControlLoop,
@@ -30,7 +31,6 @@ from hubshift.operator.control_loop import (
     record_changed,
     scaling_config,
 )
-from hubshift.operator.eventhubs_probe import PartitionInfo, ProbeError
 from hubshift.operator.rebalance import Phase, PublishAssignment, RebalanceState
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.ownership.assignment import (
@@ -44,7 +44,7 @@ from hubshift.ownership.membership import join
 from hubshift.ownership.model import Checkpoint, OwnershipSnapshot
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
-from hubshift.ownership.sqlite import SqliteLeaseStore
+from hubshift.ownership.stores.sqlite import SqliteLeaseStore
 from hubshift.spec import PartitionedConsumer, RebalanceSpec, ScalingSpec, StartPosition, parse_manifest
 
 SCOPE = Scope("ns.example.net", "hub", "$default")
@@ -491,7 +491,7 @@ def test_a_consumer_that_is_gone_loses_its_membership_so_its_partitions_move_at_
 
 
 def test_install_plugs_the_loop_into_the_kopf_operator() -> None:
-    from hubshift.operator import cluster_loop, handlers
+    from hubshift.operator.kubernetes import cluster_loop, handlers
 
     previous = handlers.control_loop()
     try:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from hubshift import spec
-from hubshift.operator import crd
+from hubshift.operator.kubernetes import crd
 from hubshift.operator.status import (
     Condition,
     ConsumerAssignment,
@@ -135,7 +135,7 @@ def test_every_cross_field_validator_has_a_cel_rule() -> None:
     }
     assert with_validators == set(crd.CEL_RULES), (
         "a @model_validator in hubshift/spec.py needs the same rule, in CEL, in "
-        "hubshift.operator.crd.CEL_RULES"
+        "hubshift.operator.kubernetes.crd.CEL_RULES"
     )
     # Each CEL rule carries the model's own message, so both refusals read the same.
     for rules in crd.CEL_RULES.values():

@@ -26,20 +26,20 @@ from click.testing import CliRunner
 from lightkube.resources.core_v1 import Pod, Secret
 from lightkube.types import PatchType
 
-from hubshift.operator import crd, handlers, reconcile
 from hubshift.operator.cli import operator as operator_command
-from hubshift.operator.kube import (
+from hubshift.operator.kubernetes import crd, handlers, reconcile
+from hubshift.operator.kubernetes.api import (
     KubeAdapter,
     KubernetesRuntime,
     PartitionedConsumerResource,
     SecretUnavailable,
     consumer_instance,
 )
+from hubshift.operator.kubernetes.reconcile import CONTEXT_KEY, OperatorContext
+from hubshift.operator.kubernetes.render import CONSUMER_LABEL, Owner, consumer_from_body, pod_labels
+from hubshift.operator.kubernetes.settings import OperatorConfig, apply_settings
 from hubshift.operator.metrics import OperatorMetrics
-from hubshift.operator.reconcile import CONTEXT_KEY, OperatorContext
-from hubshift.operator.render import CONSUMER_LABEL, Owner, consumer_from_body, pod_labels
 from hubshift.operator.runtime import ConsumerInstance
-from hubshift.operator.settings import OperatorConfig, apply_settings
 from hubshift.spec import SecretKeyRef
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "homes.yaml"
@@ -471,7 +471,7 @@ async def test_runtime_scales_lists_and_reports_without_kopf(kube: KubeAdapter, 
     runtime = KubernetesRuntime(kube, owner, consumer)  # no pod index: pods are listed from the API
     await kube.client.create(PartitionedConsumerResource.from_dict(body))
     assert await runtime.replicas() == 0  # no StatefulSet yet
-    from hubshift.operator.render import render_children
+    from hubshift.operator.kubernetes.render import render_children
 
     await runtime.apply_children(render_children(consumer, owner, 2))
     await runtime.apply_children(render_children(consumer, owner, 2))  # idempotent

@@ -11,7 +11,7 @@ import yaml
 from lightkube import codecs
 
 from hubshift.errors import UserError
-from hubshift.operator import render
+from hubshift.operator.kubernetes import render
 from hubshift.spec import PartitionedConsumer, parse_manifest
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "homes.yaml"

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from hubshift.ownership.defaults import Timing
 from hubshift.ownership.membership import join, renew
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import BlobNotFound, LeaseLost
+from hubshift.ownership.timing import Timing
 
 SCOPE = Scope("ns", "hub", "cg")
 

@@ -10,11 +10,11 @@ from hypothesis import strategies as st
 
 from hubshift.ownership.assignment import decode_assignment, encode_assignment
 from hubshift.ownership.checkpoints import checkpoint_metadata, parse_checkpoint, parse_owner_level
-from hubshift.ownership.defaults import DEFAULT_TIMING, Timing
 from hubshift.ownership.model import Assignment, Checkpoint, Phase, partition_sort_key
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import snapshot_from_entries
 from hubshift.ownership.store import BlobEntry, LeaseState
+from hubshift.ownership.timing import DEFAULT_TIMING, Timing
 
 T0 = datetime(2026, 11, 21, 8, 0, tzinfo=UTC)
 aware_times = st.datetimes(

@@ -1,0 +1,78 @@
+"""`hubshift views -f MANIFEST`: project the aggregate pipeline's committed counts into the sink's `views/`
+folder, the files a static web page reads (`pipelines/aggregate_view.py` describes them).
+
+The consumers write partial counts per batch; any number of them may write into one sink, so the views are
+projected from one place: this command, once (`--every 0`, the default: a Kubernetes CronJob or a cron
+line), or every N seconds until Ctrl-C or `--duration`. Each pass reads only the commit records it has not
+seen and rewrites the views whole, so a window is exact after handoffs and replays.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import click
+
+from hubshift.errors import UserError
+from hubshift.spec import load_manifest
+
+if TYPE_CHECKING:
+    from hubshift.consumer.pipelines.aggregate_view import AggregateView
+
+
+@click.command(name="views")
+@click.option("-f", "--file", "manifest_path", required=True, help="The PartitionedConsumer manifest (YAML).")
+@click.option(
+    "--every",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Seconds between passes; 0 writes the views once and exits.",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="With --every: stop after this many seconds (default: until Ctrl-C).",
+)
+def views(manifest_path: str, every: float, duration: float | None) -> None:
+    """Write the aggregate's window totals as JSON for a web page (views/index.json, one file per window)."""
+    from hubshift.consumer.pipelines.aggregate_view import AggregateView
+    from hubshift.consumer.sinks import build_store
+
+    consumer = load_manifest(manifest_path)
+    pipeline = consumer.spec.consumer.pipeline
+    if pipeline.type != "aggregate":
+        raise UserError(
+            f"{manifest_path}: views are projected from the aggregate pipeline's counts; this manifest's "
+            f"pipeline is {pipeline.type!r}"
+        )
+    # As the consumer opens it: a bad folder, connection string or credentials fail here, in one line.
+    view = AggregateView(build_store(consumer.spec.consumer.sink, check=True))
+    ends = None if duration is None else time.monotonic() + duration
+    try:
+        while True:
+            fresh = _project(view)
+            click.echo(
+                f"views: {len(view.windows())} windows, {view.total()} events "
+                f"({fresh} new batches, {len(view.records)} in all)"
+            )
+            if every <= 0 or (ends is not None and time.monotonic() + every > ends):
+                return
+            time.sleep(every)
+    except KeyboardInterrupt:
+        return
+
+
+def _project(view: AggregateView) -> int:
+    """One pass: new commit records in, every view rewritten; how many records were new."""
+    from azure.core.exceptions import AzureError
+
+    try:
+        fresh = view.refresh()
+        view.write_views()
+    except (OSError, AzureError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise UserError(f"views: cannot read or write {view.store.describe()}: {reason}") from None
+    return fresh

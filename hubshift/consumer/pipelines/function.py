@@ -1,0 +1,93 @@
+"""The `function` pipeline: a user's own `module:function(DataFrame) -> DataFrame`.
+
+The function receives the micro-batch's event rows (hubshift/eventhubs/rows.py: partition,
+sequence_number, offset, enqueued_time, partition_key, body, properties) and returns any DataFrame; its rows
+are written as JSON lines under `results/`. A returned column named `dead_letter_reason` routes the rows
+where it is set to the dead-letter location instead (with whichever event coordinates and body they keep).
+
+The module must be importable by the consumer (installed in the image, or on PYTHONPATH). A reference that
+cannot be imported fails when the consumer starts, with one line naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from hubshift.consumer.pipelines.base import DEAD_LETTER_REASON, Output, PipelineResult
+from hubshift.errors import UserError
+
+OUTPUT = "results"
+
+UserFunction = Callable[[DataFrame], DataFrame]
+
+
+class PipelineFunctionError(UserError):
+    """The user's function failed or returned something other than a DataFrame (the cause is chained)."""
+
+
+def load_function(reference: str) -> UserFunction:
+    """Import `module:function`; `UserError` (one line) when it cannot be."""
+    where = f"pipeline function {reference!r}"
+    module_name, _, attribute = reference.partition(":")
+    if not module_name or not attribute or ":" in attribute:
+        raise UserError(f"{where}: expected module:function, e.g. mypackage.jobs:enrich")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or module_name
+        if module_name == missing or module_name.startswith(f"{missing}."):
+            raise UserError(
+                f"{where}: no module named {missing!r} (install it in the consumer's image or add it to "
+                "PYTHONPATH)"
+            ) from None
+        raise UserError(f"{where}: importing {module_name} failed: no module named {missing!r}") from None
+    except Exception as exc:
+        raise UserError(f"{where}: importing {module_name} failed: {_one_line(exc)}") from None
+    function = getattr(module, attribute, None)
+    if function is None:
+        raise UserError(f"{where}: module {module_name} has no attribute {attribute!r}")
+    if not callable(function):
+        raise UserError(f"{where}: {attribute} is a {type(function).__name__}, not a function")
+    user_function: UserFunction = function
+    return user_function
+
+
+class FunctionPipeline:
+    name = "function"
+
+    def __init__(self, reference: str, function: UserFunction | None = None) -> None:
+        self.reference = reference
+        self.function = function if function is not None else load_function(reference)
+
+    def prepare(self, events: DataFrame) -> DataFrame:
+        return events
+
+    def transform(self, prepared: DataFrame) -> PipelineResult:
+        try:
+            result = self.function(prepared)
+        except Exception as exc:
+            raise PipelineFunctionError(
+                f"pipeline function {self.reference} failed: {_one_line(exc)}"
+            ) from exc
+        if not isinstance(result, DataFrame):
+            raise PipelineFunctionError(
+                f"pipeline function {self.reference} returned {type(result).__name__}, expected a DataFrame"
+            )
+        if DEAD_LETTER_REASON not in result.columns:
+            return PipelineResult(outputs={OUTPUT: Output(result)})
+        reason = F.col(DEAD_LETTER_REASON)
+        return PipelineResult(
+            outputs={OUTPUT: Output(result.where(reason.isNull()).drop(DEAD_LETTER_REASON))},
+            dead_letters=result.where(reason.isNotNull()),
+        )
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    if len(text) > 300:
+        text = text[:297] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,218 @@
+"""The `replicate` pipeline: every event forwarded to another Event Hub (the replication task pattern of the
+Event Hubs documentation), with the merge pattern's guard against sending an event back.
+
+- A source partition's events with the same partition key go to the target as batches with that key, in
+  their original order; the target keeps each stream together and in order whatever its partition count.
+  Events without a key are spread by the service, or with `keepPartition` go to the target partition of
+  the same id.
+- Body and application properties are kept. The source's enqueued time (ISO 8601), sequence number and
+  offset are added as `repl-enqueue-time`, `repl-sequence` and `repl-offset`; when the event already
+  carries them (it was replicated before), the new value is appended after a `;`.
+- `skipReplicated`: events that carry `repl-sequence` are not forwarded (hubs mirrored both ways).
+- An event the target refuses as too large becomes a dead letter with the reason; any other send failure
+  fails the micro-batch, which runs again from the last commit: delivery to the target is at least once,
+  and `repl-sequence` with the source partition identifies a repeat.
+
+Each Spark task sends its own events with one producer (`process_task`), so nothing but configuration is
+pickled to the Python workers; the commit record and the checkpoint follow only after every send of the
+batch was acknowledged.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from azure.eventhub import EventData, EventDataBatch, EventHubProducerClient
+
+from hubshift.consumer.pipelines.base import TaskResult
+from hubshift.spec import ReplicatePipeline as ReplicateSpec
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+    from hubshift.eventhubs.target import EventHubsTarget
+
+REPL_ENQUEUE_TIME = "repl-enqueue-time"
+REPL_SEQUENCE = "repl-sequence"
+REPL_OFFSET = "repl-offset"
+REASON_TOO_LARGE = "larger than the target Event Hub accepts"
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One event as it is sent to the target; `row`: its index among the task's rows."""
+
+    row: int
+    body: bytes
+    properties: dict[str, str]
+
+
+@dataclass
+class SendGroup:
+    """Events sent in order as batches with one partition key, or to one partition, or anywhere."""
+
+    partition_key: str | None = None
+    partition_id: str | None = None
+    events: list[Outgoing] = field(default_factory=list)
+
+    @property
+    def batch_options(self) -> dict[str, str]:
+        """`create_batch`'s arguments: the key or the partition, whichever is set."""
+        options = {"partition_key": self.partition_key, "partition_id": self.partition_id}
+        return {name: value for name, value in options.items() if value is not None}
+
+
+def replicated_properties(
+    properties: Iterable[tuple[str, str | None]] | None,
+    enqueued_time: datetime | None,
+    sequence: int,
+    offset: str | None,
+) -> dict[str, str]:
+    """The event's application properties with the source's metadata added (appended after `;`)."""
+    found = {key: "" if value is None else value for key, value in properties or ()}
+    stamp = "" if enqueued_time is None else _iso(enqueued_time)
+    for key, value in (
+        (REPL_ENQUEUE_TIME, stamp),
+        (REPL_SEQUENCE, str(sequence)),
+        (REPL_OFFSET, offset or ""),
+    ):
+        found[key] = f"{found[key]};{value}" if found.get(key) else value
+    return found
+
+
+def plan_sends(
+    rows: Sequence[Mapping[str, Any]], *, keep_partition: bool, skip_replicated: bool
+) -> list[SendGroup]:
+    """The groups to send, per source partition: one per partition key in the order the keys first
+    appear, then the events without a key. Rows in the event row schema."""
+    groups: dict[tuple[str, str | None], SendGroup] = {}
+    for index, row in enumerate(rows):
+        properties = row.get("properties")
+        if skip_replicated and any(key == REPL_SEQUENCE for key, _ in properties or ()):
+            continue
+        partition = str(row["partition"])
+        key = row.get("partition_key")
+        group = groups.get((partition, key))
+        if group is None:
+            if key is not None:
+                group = SendGroup(partition_key=key)
+            else:
+                group = SendGroup(partition_id=partition if keep_partition else None)
+            groups[(partition, key)] = group
+        group.events.append(
+            Outgoing(
+                index,
+                bytes(row.get("body") or b""),
+                replicated_properties(
+                    properties, row.get("enqueued_time"), row["sequence_number"], row.get("offset")
+                ),
+            )
+        )
+    keyed = [g for g in groups.values() if g.partition_key is not None]
+    return keyed + [g for g in groups.values() if g.partition_key is None]
+
+
+class ReplicatePipeline:
+    name = "replicate"
+
+    def __init__(
+        self, target: EventHubsTarget, *, keep_partition: bool = False, skip_replicated: bool = False
+    ) -> None:
+        self.target = target
+        self.keep_partition = keep_partition
+        self.skip_replicated = skip_replicated
+
+    @classmethod
+    def from_spec(cls, spec: ReplicateSpec, environ: Mapping[str, str]) -> ReplicatePipeline:
+        return cls(
+            replicate_target(spec, environ),
+            keep_partition=spec.keep_partition,
+            skip_replicated=spec.skip_replicated,
+        )
+
+    def prepare(self, events: DataFrame) -> DataFrame:
+        return events
+
+    def process_task(self, rows: pa.Table) -> TaskResult:
+        from hubshift.consumer.sinks.base import dead_letter_text
+
+        events = rows.to_pylist()
+        groups = plan_sends(events, keep_partition=self.keep_partition, skip_replicated=self.skip_replicated)
+        result = TaskResult()
+        if not groups:
+            return result
+        producer = _producer(self.target)
+        for group in groups:
+            for index in send_group(producer, group):
+                result.dead_letters.append(dead_letter_text(events[index], REASON_TOO_LARGE))
+        return result
+
+
+def send_group(producer: Any, group: SendGroup) -> list[int]:
+    """Send the group's events in order, as few batches as fit; the rows of events too large to send."""
+    too_large: list[int] = []
+    batch = producer.create_batch(**group.batch_options)
+    for outgoing in group.events:
+        event = EventData(outgoing.body)
+        properties: dict[str | bytes, Any] = {key: value for key, value in outgoing.properties.items()}
+        event.properties = properties
+        if _added(batch, event):
+            continue
+        if len(batch):
+            producer.send_batch(batch)
+            batch = producer.create_batch(**group.batch_options)
+            if _added(batch, event):
+                continue
+        too_large.append(outgoing.row)
+    if len(batch):
+        producer.send_batch(batch)
+    return too_large
+
+
+def _added(batch: EventDataBatch, event: EventData) -> bool:
+    """Whether `event` fit into `batch` (and was added)."""
+    try:
+        batch.add(event)
+    except ValueError:
+        return False
+    return True
+
+
+def replicate_target(spec: ReplicateSpec, environ: Mapping[str, str]) -> EventHubsTarget:
+    """The target hub, with its connection string from the environment variable the manifest names."""
+    from hubshift.eventhubs.target import resolve_target
+    from hubshift.spec import EventHubsSpec
+
+    as_source = EventHubsSpec(
+        hub=spec.hub, namespace=spec.namespace, connection_string_env=spec.connection_string_env
+    )
+    return resolve_target(
+        as_source, environ, secret_field="spec.consumer.pipeline.replicate.connectionStringSecretRef"
+    )
+
+
+# One producer per target in each Python worker, kept across micro-batches: Spark reuses its workers, and a
+# new producer per batch would be a new connection and token every trigger. The SDK reconnects it as needed.
+_PRODUCERS: dict[tuple[str, str], EventHubProducerClient] = {}
+_PRODUCERS_LOCK = threading.Lock()
+
+
+def _producer(target: EventHubsTarget) -> EventHubProducerClient:
+    key = (target.connection_string, target.hub)
+    with _PRODUCERS_LOCK:
+        producer = _PRODUCERS.get(key)
+        if producer is None:
+            producer = _PRODUCERS[key] = EventHubProducerClient.from_connection_string(
+                target.connection_string, eventhub_name=target.hub
+            )
+        return producer
+
+
+def _iso(moment: datetime) -> str:
+    utc = moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond:06d}Z"

@@ -1,0 +1,177 @@
+"""The consumer without Spark: the same ownership agent over plain `azure-eventhub` receivers, each batch
+handed to a handler on the receiver's thread (`hubshift consume --engine sdk`).
+
+It exists for the rebalance benchmark, which compares ownership protocols and must not measure JVM
+start-up, and for consumers that need no Spark. A batch counts as processed once the handler returned; a
+drained partition's final position is the last batch its handler finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from hubshift.consumer.engine import Committed, Drained, Notify, Stolen
+from hubshift.eventhubs.receiver import PartitionReceiver, ReceiverPool, StartAt
+from hubshift.eventhubs.target import EventHubsTarget
+from hubshift.ownership.model import Checkpoint
+
+log = logging.getLogger(__name__)
+
+
+class BatchHandler(Protocol):
+    def __call__(self, partition: str, owner_level: int, batch: pa.RecordBatch) -> None: ...
+
+
+class RangeLog:
+    """The default handler: one JSON line per batch with the partition, owner level and sequence range, so
+    a benchmark can count what was processed and what was processed twice."""
+
+    def __init__(self, path: Path, consumer: str) -> None:
+        self.path = path
+        self.consumer = consumer
+        self._lock = threading.Lock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, partition: str, owner_level: int, batch: pa.RecordBatch) -> None:
+        sequence = batch.column("sequence_number")
+        line = json.dumps(
+            {
+                "consumer": self.consumer,
+                "partition": partition,
+                "ownerLevel": owner_level,
+                "first": sequence[0].as_py(),
+                "last": sequence[batch.num_rows - 1].as_py(),
+                "events": batch.num_rows,
+                "at": time.time(),
+            }
+        )
+        with self._lock, self.path.open("a") as handle:
+            handle.write(line + "\n")
+
+
+def read_range_logs(folder: Path) -> list[dict[str, Any]]:
+    """Every line the consumers' `RangeLog`s wrote under `folder` (a line cut short by a crash is skipped)."""
+    lines: list[dict[str, Any]] = []
+    for path in sorted(folder.glob("*.jsonl")):
+        for text in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                lines.append(json.loads(text))
+    return lines
+
+
+def count_replays(lines: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
+    """(distinct events processed, events processed more than once) over range-log lines."""
+    by_partition: dict[str, list[tuple[int, int]]] = {}
+    for line in lines:
+        by_partition.setdefault(str(line["partition"]), []).append((int(line["first"]), int(line["last"])))
+    distinct = replayed = 0
+    for ranges in by_partition.values():
+        covered = -1
+        for first, last in sorted(ranges):
+            replayed += max(0, min(last, covered) - first + 1)
+            distinct += max(0, last - max(first, covered + 1) + 1)
+            covered = max(covered, last)
+    return distinct, replayed
+
+
+@dataclass
+class _Reading:
+    receiver: PartitionReceiver
+    owner_level: int
+    last: Checkpoint | None = None
+
+
+class SdkEngine:
+    name = "sdk"
+
+    def __init__(
+        self,
+        target: EventHubsTarget,
+        notify: Notify,
+        handler: BatchHandler,
+        *,
+        pool: ReceiverPool | None = None,
+    ) -> None:
+        self.target = target
+        self.notify = notify
+        self.handler = handler
+        self._pool = pool or ReceiverPool(target.connection_string, target.hub, target.consumer_group)
+        self._lock = threading.Lock()
+        self._reading: dict[str, _Reading] = {}
+
+    def start(self) -> None:
+        pass
+
+    def start_partition(
+        self, partition: str, owner_level: int, start: StartAt, next_sequence: int | None
+    ) -> None:
+        def deliver(batch: pa.RecordBatch) -> None:
+            self.handler(partition, owner_level, batch)
+            last = batch.num_rows - 1
+            position = Checkpoint(
+                offset=str(batch.column("offset")[last].as_py()),
+                sequence_number=int(batch.column("sequence_number")[last].as_py()),
+            )
+            with self._lock:
+                reading = self._reading.get(partition)
+                if reading is not None and reading.owner_level == owner_level:
+                    reading.last = position
+            self.notify(Committed(partition, owner_level, position, batch.num_rows))
+
+        def stolen(partition_id: str, level: int) -> None:
+            self.notify(Stolen(partition_id, level))
+
+        with self._lock:
+            previous = self._reading.pop(partition, None)
+        if previous is not None:
+            previous.receiver.close(wait=None)
+        receiver = self._pool.open(partition, owner_level, start, deliver, stolen)
+        with self._lock:
+            self._reading[partition] = _Reading(receiver, owner_level)
+
+    def drain_partition(self, partition: str) -> None:
+        with self._lock:
+            reading = self._reading.get(partition)
+        if reading is None:
+            return
+
+        def finish() -> None:
+            reading.receiver.close(wait=30)
+            with self._lock:
+                if self._reading.get(partition) is reading:
+                    del self._reading[partition]
+            self.notify(Drained(partition, reading.owner_level, reading.last))
+
+        threading.Thread(target=finish, name=f"drain-{partition}", daemon=True).start()
+
+    def stop_partition(self, partition: str) -> None:
+        with self._lock:
+            reading = self._reading.pop(partition, None)
+        if reading is not None:
+            reading.receiver.close(wait=None)
+
+    def backlog(self) -> dict[str, int]:
+        with self._lock:
+            readings = dict(self._reading)
+        backlog = {}
+        for partition, reading in readings.items():
+            last_enqueued = reading.receiver.last_enqueued_sequence
+            if last_enqueued is not None:
+                done = reading.last.sequence_number if reading.last is not None else -1
+                backlog[partition] = max(0, last_enqueued - done)
+        return backlog
+
+    def close(self) -> None:
+        with self._lock:
+            self._reading.clear()
+        self._pool.close()

@@ -1,0 +1,319 @@
+"""What a sink is, and the one way every file-based sink writes a batch.
+
+A sink stores files in an `ObjectStore` (a local folder, a Blob container). Files are written inside Spark
+tasks (Python workers) by a `TaskWriter`: each task writes its own share of a batch's lines as one file per
+output and folder, atomically, and reports the names back; nothing but those names reaches the driver. The
+commit record (`commits.py`) is written after the files, by the driver.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from hubshift.consumer.pipelines.sensor_events import format_time
+from hubshift.consumer.sinks.commits import BatchRecord, WrittenFile
+from hubshift.consumer.sinks.layout import data_file, dead_letter_file, new_run
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType
+
+    from hubshift.consumer.pipelines.base import LineGroups, PipelineResult
+
+# Timestamps in every JSON line: UTC, milliseconds, `Z`.
+JSON_OPTIONS = {"timeZone": "UTC", "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"}
+DEAD_LETTER_OUTPUT = "dead-letter"
+
+# Event columns (schema.py) as they appear in a dead letter.
+_DEAD_LETTER_FIELDS = {
+    "partition": "partition",
+    "sequence_number": "sequenceNumber",
+    "offset": "offset",
+    "enqueued_time": "enqueuedTime",
+    "partition_key": "partitionKey",
+    "properties": "properties",
+}
+
+
+class ObjectStore(Protocol):
+    """Named byte blobs under a root: a folder, or a Blob container and prefix. Instances are pickled to
+    Spark's Python workers, so they hold configuration only and open clients lazily."""
+
+    def put(self, name: str, data: bytes) -> None:
+        """Write `name` whole, replacing it; readers see the old or the new content, never a part."""
+        ...
+
+    def get(self, name: str) -> bytes:
+        """The content of `name`; `FileNotFoundError` when there is none."""
+        ...
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Names starting with `prefix` (at any depth), sorted."""
+        ...
+
+    def describe(self) -> str:
+        """Where this is, for messages (never a secret)."""
+        ...
+
+
+class TaskWriter(Protocol):
+    """Writes one Spark task's lines of one batch; pickled to the Python workers."""
+
+    def write(self, outputs: LineGroups, dead_letters: list[str], task: int) -> list[WrittenFile]: ...
+
+
+class Sink(Protocol):
+    """One module per sink (folder.py, blob.py), built from the manifest by `build_sink`."""
+
+    run: str
+
+    def task_writer(self, stem: str, when: datetime) -> TaskWriter:
+        """What Spark tasks use to write batch `stem` (processed at `when`)."""
+        ...
+
+    def write(self, result: PipelineResult, stem: str, when: datetime) -> list[WrittenFile]:
+        """Write a FramePipeline's outputs and dead letters (one Spark job); the files written."""
+        ...
+
+    def commit(self, record: BatchRecord) -> None:
+        """Record the batch as complete; only committed batches are part of the output."""
+        ...
+
+    def describe(self) -> str: ...
+
+
+class FileTaskWriter:
+    def __init__(self, store: ObjectStore, dead_letter_store: ObjectStore, stem: str, when: datetime) -> None:
+        self.store = store
+        self.dead_letter_store = dead_letter_store
+        self.stem = stem
+        self.when = when
+
+    def write(self, outputs: LineGroups, dead_letters: list[str], task: int) -> list[WrittenFile]:
+        written: list[WrittenFile] = []
+        for (output, directory), lines in outputs.items():
+            if lines:
+                name = data_file(output, directory, self.stem, task)
+                self.store.put(name, _encode(lines))
+                written.append(WrittenFile("output", output, name, len(lines)))
+        if dead_letters:
+            name = dead_letter_file(self.when, self.stem, task)
+            self.dead_letter_store.put(name, _encode(dead_letters))
+            written.append(WrittenFile("dead-letter", DEAD_LETTER_OUTPUT, name, len(dead_letters)))
+        return written
+
+
+class FileSink:
+    """A `Sink` over object stores: results in `store`, dead letters in `dead_letter_store`."""
+
+    def __init__(self, store: ObjectStore, dead_letter_store: ObjectStore, run: str | None = None) -> None:
+        self.store = store
+        self.dead_letter_store = dead_letter_store
+        self.run = run or new_run()
+
+    def describe(self) -> str:
+        return self.store.describe()
+
+    def task_writer(self, stem: str, when: datetime) -> FileTaskWriter:
+        return FileTaskWriter(self.store, self.dead_letter_store, stem, when)
+
+    def write(self, result: PipelineResult, stem: str, when: datetime) -> list[WrittenFile]:
+        from pyspark.sql import functions as F
+
+        frames: list[DataFrame] = []
+        for output, spec in result.outputs.items():
+            directory = spec.directory if spec.directory is not None else F.lit(None).cast("string")
+            line = F.to_json(F.struct(*(_column(c) for c in spec.frame.columns)), JSON_OPTIONS)
+            frames.append(
+                spec.frame.select(
+                    F.lit(False).alias("dead"),
+                    F.lit(output).alias("output"),
+                    directory.alias("directory"),
+                    line.alias("line"),
+                )
+            )
+        if result.dead_letters is not None:
+            frames.append(
+                result.dead_letters.select(
+                    F.lit(True).alias("dead"),
+                    F.lit(DEAD_LETTER_OUTPUT).alias("output"),
+                    F.lit(None).cast("string").alias("directory"),
+                    dead_letter_line(result.dead_letters).alias("line"),
+                )
+            )
+        if not frames:
+            return []
+        union = frames[0]
+        for frame in frames[1:]:
+            union = union.unionByName(frame)
+        task = WriteTask(self.task_writer(stem, when))
+        return sorted(files_from_rows(union.mapInArrow(task, WRITTEN_SCHEMA).collect()), key=_file_order)
+
+    def commit(self, record: BatchRecord) -> None:
+        self.store.put(record.name, record.to_json())
+
+
+WRITTEN_SCHEMA = "destination string, output string, name string, rows long"
+
+
+def written_batch(files: list[WrittenFile]) -> pa.RecordBatch:
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_pydict(
+        {
+            "destination": [f.destination for f in files],
+            "output": [f.output for f in files],
+            "name": [f.name for f in files],
+            "rows": [f.rows for f in files],
+        },
+        schema=pa.schema(
+            [
+                ("destination", pa.string()),
+                ("output", pa.string()),
+                ("name", pa.string()),
+                ("rows", pa.int64()),
+            ]
+        ),
+    )
+
+
+def files_from_rows(rows: Iterable[Any]) -> list[WrittenFile]:
+    return [WrittenFile(r["destination"], r["output"], r["name"], int(r["rows"])) for r in rows]
+
+
+def _file_order(file: WrittenFile) -> tuple[str, str, str]:
+    return (file.destination, file.output, file.name)
+
+
+def _column(name: str) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def dead_letter_line(frame: DataFrame) -> Column:
+    """The dead-letter line of each row of a frame with `dead_letter_reason`; its columns other than the
+    event's go under `record`."""
+    from pyspark.sql import functions as F
+
+    from hubshift.consumer.pipelines.base import DEAD_LETTER_REASON
+
+    types = {field.name: field.dataType for field in frame.schema.fields if field.name != DEAD_LETTER_REASON}
+    rest = [name for name in types if name not in _DEAD_LETTER_FIELDS and name != "body"]
+    return dead_letter_json(types, F.col(DEAD_LETTER_REASON), rest)
+
+
+def dead_letter_json(types: Mapping[str, DataType], reason: Column, rest: Sequence[str] = ()) -> Column:
+    """One JSON dead letter: the event's coordinates (those of `types` present), the reason, the body (as
+    text when it is UTF-8, else base64) and the `rest` columns under `record`."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType
+
+    fields: list[Column] = [
+        _column(name).alias(alias) for name, alias in _DEAD_LETTER_FIELDS.items() if name in types
+    ]
+    fields.append(reason.alias("reason"))
+    if "body" in types:
+        if isinstance(types["body"], BinaryType):
+            text = F.try_validate_utf8(F.col("body").cast("string"))
+            fields.append(text.alias("body"))
+            fields.append(F.when(text.isNull(), F.base64("body")).alias("bodyBase64"))
+        else:
+            fields.append(F.col("body").alias("body"))
+    if rest:
+        fields.append(F.struct(*(_column(name) for name in rest)).alias("record"))
+    return F.to_json(F.struct(*fields), JSON_OPTIONS)
+
+
+def dead_letter_text(event: Mapping[str, Any], reason: str) -> str:
+    """`dead_letter_json`'s line for one event row (a dict in the event schema), built in Python: the same
+    fields in the same order, nulls left out, times in UTC with milliseconds."""
+    document: dict[str, Any] = {}
+    for name, alias in _DEAD_LETTER_FIELDS.items():
+        value = event.get(name)
+        if value is None:
+            continue
+        if isinstance(value, datetime):
+            value = format_time(value)
+        elif name == "properties":
+            value = dict(value)  # Arrow gives a map as (key, value) pairs
+        document[alias] = value
+    document["reason"] = reason
+    body = event.get("body")
+    if body is not None:
+        try:
+            document["body"] = bytes(body).decode("utf-8")
+        except UnicodeDecodeError:
+            document["bodyBase64"] = base64.b64encode(body).decode("ascii")
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+
+
+class WriteTask:
+    """Runs in each Spark task of `FileSink.write`: groups the task's lines and writes them."""
+
+    def __init__(self, writer: TaskWriter) -> None:
+        self.writer = writer
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        task = context.partitionId() if context is not None else 0
+        lines: dict[tuple[bool, str, str | None], list[str]] = {}
+        for batch in batches:
+            _group_lines(batch, lines)
+        outputs: LineGroups = {}
+        dead: list[str] = []
+        for (is_dead, output, directory), group in lines.items():
+            if is_dead:
+                dead.extend(group)
+            else:
+                outputs[(output, directory)] = group
+        yield written_batch(self.writer.write(outputs, dead, task))
+
+
+def _group_lines(batch: pa.RecordBatch, into: dict[tuple[bool, str, str | None], list[str]]) -> None:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if batch.num_rows == 0:
+        return
+    keys = ["dead", "output", "directory"]
+    distinct = pa.Table.from_batches([batch.select(keys)]).group_by(keys).aggregate([]).to_pylist()
+    for key in distinct:
+        dead, output, directory = bool(key["dead"]), str(key["output"]), key["directory"]
+        if len(distinct) == 1:
+            selected = batch.column("line")
+        else:
+            same_directory = (
+                pc.is_null(batch.column("directory"))
+                if directory is None
+                else pc.fill_null(pc.equal(batch.column("directory"), directory), False)
+            )
+            mask = pc.and_(
+                pc.and_(pc.equal(batch.column("dead"), dead), pc.equal(batch.column("output"), output)),
+                same_directory,
+            )
+            selected = pc.filter(batch.column("line"), mask)
+        into.setdefault((dead, output, directory), []).extend(selected.to_pylist())
+
+
+def _encode(lines: list[str]) -> bytes:
+    return ("\n".join(lines) + "\n").encode()
+
+
+def sink_summary(files: list[WrittenFile]) -> tuple[Mapping[str, int], int]:
+    """Rows written per output, and dead letters written."""
+    outputs: dict[str, int] = {}
+    dead = 0
+    for file in files:
+        if file.destination == "dead-letter":
+            dead += file.rows
+        else:
+            outputs[file.output] = outputs.get(file.output, 0) + file.rows
+    return outputs, dead

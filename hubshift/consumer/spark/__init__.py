@@ -1,0 +1,1 @@
+"""hubshift/consumer/spark"""

@@ -1,0 +1,413 @@
+"""The Spark engine: receivers fill the spool, a Structured Streaming query over the `hubshift_eventhubs`
+source reads it, and `foreachBatch` runs the pipeline and the sink (`batch.process_batch`).
+
+Across processes:
+- this (main) process runs the receivers, writes the ownership file, and gets each batch in
+  `foreachBatch` (a py4j callback thread);
+- Spark's source runner plans batches from the ownership file and the spool (`source.py`);
+- executor Python workers slice the spool.
+
+A batch's end offset (Spark's offset log, `<checkpoint>/offsets/<batch id>`, written before the batch runs)
+says under which owner level each partition was read and which ownership generation planned it. Once
+`process_batch` returned, the batch is in the sink: each partition's last event is reported `Committed`,
+and a partition drained at generation G is `Drained` after the first batch planned at G or later (no later
+batch reads it). Spark's checkpoint folder is scratch, new for every query start; if the query fails it is
+started again from what was committed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from hubshift.consumer.engine import Committed, Drained, EngineFailed, Notify, Stolen
+from hubshift.consumer.spark import spool
+from hubshift.consumer.spark.offsets import OwnedPartition, SourceOffset
+from hubshift.consumer.spark.ownership_file import OwnershipView, write_ownership
+from hubshift.consumer.spark.source import FORMAT, OPTION_MAX_EVENTS, OPTION_SCRATCH, OPTION_SPOOL
+from hubshift.eventhubs.receiver import PartitionReceiver, ReceiverPool, StartAt
+from hubshift.eventhubs.target import EventHubsTarget
+from hubshift.ownership.model import Checkpoint
+from hubshift.spec import ConsumerSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from hubshift.consumer.metrics import ConsumerMetrics
+    from hubshift.consumer.pipelines.base import Pipeline
+    from hubshift.consumer.sinks.base import Sink
+
+log = logging.getLogger(__name__)
+
+# A failed query is started again this many times in a row before the consumer gives up.
+MAX_RESTARTS = 5
+LOG4J_PROPERTIES = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = spark %p %c{1}: %m%n%ex
+"""
+
+
+def offset_of_batch(checkpoint_dir: Path, batch_id: int) -> SourceOffset | None:
+    """The source's end offset of a batch from Spark's offset log (`v1`, metadata, one line per source)."""
+    try:
+        lines = (checkpoint_dir / "offsets" / str(batch_id)).read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    if len(lines) < 3 or not lines[0].startswith("v"):
+        return None
+    return SourceOffset.from_json(json.loads(lines[2]))
+
+
+@dataclass
+class _Partition:
+    owner_level: int
+    next_sequence: int | None
+    receiver: PartitionReceiver | None
+    draining_since: int | None = None  # the ownership generation that stopped planning it
+    committed: Checkpoint | None = None
+    committed_next: int | None = None  # first sequence number not yet committed (spool trimming)
+    spooled_next: int | None = None  # one past the last sequence number spooled
+
+
+class SparkEngine:
+    name = "spark"
+
+    def __init__(
+        self,
+        target: EventHubsTarget,
+        notify: Notify,
+        consumer_id: str,
+        spec: ConsumerSpec,
+        scratch: Path,
+        *,
+        pipeline: Pipeline | None = None,
+        sink: Sink | None = None,
+        metrics: ConsumerMetrics | None = None,
+        pool: ReceiverPool | None = None,
+        session_builder: Callable[[], SparkSession] | None = None,
+    ) -> None:
+        self.target = target
+        self.notify = notify
+        self.consumer_id = consumer_id
+        self.spec = spec
+        self.scratch = scratch
+        self.spool_root = scratch / "spool"
+        self.pipeline = pipeline
+        self.sink = sink
+        self.metrics = metrics
+        self._pool = pool or ReceiverPool(target.connection_string, target.hub, target.consumer_group)
+        self._session_builder = session_builder
+        self._lock = threading.RLock()
+        self._partitions: dict[str, _Partition] = {}
+        self._generation = 0
+        self._spark: SparkSession | None = None
+        self._query: StreamingQuery | None = None
+        self._checkpoint_dir: Path | None = None
+        self._monitor: threading.Thread | None = None
+        self._closing = threading.Event()
+        self._restarts = 0
+        # Receivers stay at most this far ahead of what was committed (per partition).
+        self.max_ahead = max(2 * spec.spark.max_events_per_trigger, 20_000)
+
+    # --- life cycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        self.spool_root.mkdir(parents=True, exist_ok=True)
+        self._write_ownership()
+        self._spark = self._session_builder() if self._session_builder else self._build_session()
+        from hubshift.consumer.spark.source import EventHubsDataSource
+
+        self._spark.dataSource.register(EventHubsDataSource)
+        if self.pipeline is None:
+            from hubshift.consumer.pipelines import build_pipeline
+
+            self.pipeline = build_pipeline(self.spec.pipeline)
+        if self.sink is None:
+            from hubshift.consumer.sinks import build_sink
+
+            self.sink = build_sink(self.spec.sink)
+        self._start_query()
+        self._monitor = threading.Thread(target=self._watch_query, name="spark-query-monitor", daemon=True)
+        self._monitor.start()
+
+    def _build_session(self) -> SparkSession:
+        # Spark's Python workers must run this interpreter: it has pyarrow and hubshift.
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        log4j = self.scratch / "log4j2.properties"
+        log4j.write_text(LOG4J_PROPERTIES)
+        from pyspark.sql import SparkSession
+
+        spark_spec = self.spec.spark
+        builder = (
+            SparkSession.builder.appName(f"hubshift-{self.consumer_id}")
+            .master(spark_spec.master)
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", str(spark_spec.shuffle_partitions))
+            .config("spark.driver.memory", spark_spec.driver_memory)
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.local.dir", str(self.scratch / "spark-local"))
+            .config("spark.sql.warehouse.dir", str(self.scratch / "spark-warehouse"))
+            .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
+            .config("spark.sql.streaming.stopTimeout", "10s")
+            # Each micro-batch is planned anew; adaptive execution costs ~15% of that fixed per-batch CPU and
+            # has nothing to coalesce with a couple of shuffle partitions.
+            .config("spark.sql.adaptive.enabled", "false")
+        )
+        for key, value in spark_spec.conf.items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+        return spark
+
+    def _start_query(self) -> None:
+        assert self._spark is not None
+        self._checkpoint_dir = self.scratch / f"spark-checkpoint-{time.time_ns()}"
+        events = (
+            self._spark.readStream.format(FORMAT)
+            .option(OPTION_SCRATCH, str(self.scratch))
+            .option(OPTION_SPOOL, str(self.spool_root))
+            .option(OPTION_MAX_EVENTS, str(self.spec.spark.max_events_per_trigger))
+            .load()
+        )
+        interval = self.spec.spark.trigger_interval_seconds
+        self._query = (
+            events.writeStream.foreachBatch(self._on_batch)
+            .option("checkpointLocation", str(self._checkpoint_dir))
+            .trigger(processingTime=f"{interval} seconds")
+            .queryName(f"hubshift_{self.consumer_id.replace('-', '_').replace('.', '_')}")
+            .start()
+        )
+
+    def _watch_query(self) -> None:
+        while not self._closing.is_set():
+            query = self._query
+            if query is None:
+                return
+            try:
+                finished = query.awaitTermination(1)
+            except Exception as exc:  # the query failed: its exception surfaces here
+                finished = True
+                reason = _one_line(exc)
+            else:
+                reason = "the streaming query stopped"
+            if not finished or self._closing.is_set():
+                continue
+            self._restarts += 1
+            if self._restarts > MAX_RESTARTS:
+                self.notify(EngineFailed(f"the streaming query failed {MAX_RESTARTS} times: {reason}"))
+                return
+            log.warning("the streaming query failed (%s); starting it again from what was committed", reason)
+            self._restart_from_committed()
+            time.sleep(min(10.0, 1.0 * self._restarts))
+            try:
+                self._start_query()
+            except Exception as exc:
+                self.notify(EngineFailed(f"the streaming query could not start: {_one_line(exc)}"))
+                return
+
+    def _restart_from_committed(self) -> None:
+        """A new query reads each partition from its first uncommitted event; drains are complete."""
+        drained = []
+        with self._lock:
+            for partition, state in list(self._partitions.items()):
+                if state.draining_since is not None:
+                    drained.append((partition, state))
+                    del self._partitions[partition]
+                elif state.committed_next is not None:
+                    state.next_sequence = state.committed_next
+            self._generation += 1
+            self._write_ownership()
+        for partition, state in drained:
+            spool.remove_epoch(self.spool_root, partition, state.owner_level)
+            self.notify(Drained(partition, state.owner_level, state.committed))
+        if self._checkpoint_dir is not None:
+            shutil.rmtree(self._checkpoint_dir, ignore_errors=True)
+
+    def close(self) -> None:
+        self._closing.set()
+        with self._lock:
+            self._partitions.clear()
+        self._pool.close()
+        # A batch cut short by the stop (after a grace period ran out) is not news: keep py4j quiet.
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
+        if self._query is not None:
+            try:
+                self._query.stop()
+            except Exception as exc:
+                log.debug("stopping the query: %r", exc)
+        if self._spark is not None and self._session_builder is None:
+            self._spark.stop()
+        if self._monitor is not None:
+            self._monitor.join(timeout=5)
+
+    # --- partitions --------------------------------------------------------------------------------
+
+    def start_partition(
+        self, partition: str, owner_level: int, start: StartAt, next_sequence: int | None
+    ) -> None:
+        def deliver(batch: pa.RecordBatch) -> None:
+            with self._lock:
+                state = self._partitions.get(partition)
+                if state is None or state.owner_level != owner_level or state.draining_since is not None:
+                    return
+            spool.write_segment(self.spool_root, partition, owner_level, batch)
+            with self._lock:
+                state.spooled_next = int(batch.column("sequence_number")[-1].as_py()) + 1
+
+        def stolen(partition_id: str, level: int) -> None:
+            self.notify(Stolen(partition_id, level))
+
+        with self._lock:
+            previous = self._partitions.get(partition)
+            self._partitions[partition] = _Partition(owner_level, next_sequence, None)
+            # No new generation: the partition changes the offsets once its first events are spooled.
+            self._write_ownership()
+        if previous is not None:
+            self._forget(partition, previous)
+        receiver = self._pool.open(
+            partition, owner_level, start, deliver, stolen, lambda: self._has_room(partition, owner_level)
+        )
+        with self._lock:
+            state = self._partitions.get(partition)
+            if state is not None and state.owner_level == owner_level:
+                state.receiver = receiver
+                return
+        receiver.close(wait=None)  # stopped or drained meanwhile
+
+    def drain_partition(self, partition: str) -> None:
+        with self._lock:
+            state = self._partitions.get(partition)
+            if state is None or state.draining_since is not None:
+                return
+            self._generation += 1
+            state.draining_since = self._generation
+            self._write_ownership()
+            receiver, state.receiver = state.receiver, None
+        # What is spooled stays for the batch in flight; nothing more needs receiving.
+        if receiver is not None:
+            receiver.close(wait=None)
+
+    def stop_partition(self, partition: str) -> None:
+        with self._lock:
+            state = self._partitions.pop(partition, None)
+            if state is None:
+                return
+            self._generation += 1
+            self._write_ownership()
+        self._forget(partition, state)
+
+    def _forget(self, partition: str, state: _Partition) -> None:
+        if state.receiver is not None:
+            state.receiver.close(wait=None)
+        # A batch reading it now finds fewer segments: read() skips what is gone.
+        spool.remove_epoch(self.spool_root, partition, state.owner_level)
+
+    def backlog(self) -> dict[str, int]:
+        with self._lock:
+            states = dict(self._partitions)
+        backlog = {}
+        for partition, state in states.items():
+            receiver = state.receiver
+            if receiver is None or receiver.last_enqueued_sequence is None:
+                continue
+            done = state.committed.sequence_number if state.committed else (state.next_sequence or 0) - 1
+            backlog[partition] = max(0, receiver.last_enqueued_sequence - done)
+        return backlog
+
+    def _write_ownership(self) -> None:
+        view = OwnershipView(
+            self._generation,
+            {
+                p: OwnedPartition(s.owner_level, s.next_sequence, draining=s.draining_since is not None)
+                for p, s in self._partitions.items()
+            },
+        )
+        write_ownership(self.scratch, view)
+
+    def _has_room(self, partition: str, owner_level: int) -> bool:
+        """Back-pressure: a partition is not read while its spool is `max_ahead` beyond what was committed
+        (asked by the receiving thread before every turn: from memory, not the spool folder)."""
+        with self._lock:
+            state = self._partitions.get(partition)
+            if state is None or state.owner_level != owner_level:
+                return True
+            base = state.committed_next if state.committed_next is not None else state.next_sequence
+            spooled = state.spooled_next
+        return base is None or spooled is None or spooled - base < self.max_ahead
+
+    # --- batches (py4j callback thread) -----------------------------------------------------------
+
+    def _on_batch(self, events: DataFrame, batch_id: int) -> None:
+        from hubshift.consumer.spark.batch import process_batch
+
+        assert self.pipeline is not None and self.sink is not None and self._checkpoint_dir is not None
+        end = offset_of_batch(self._checkpoint_dir, batch_id)
+        started = time.monotonic()
+        try:
+            summary = process_batch(
+                events, batch_id, self.consumer_id, self.pipeline, self.sink, metrics=self.metrics
+            )
+        except Exception:
+            if self.metrics is not None:
+                self.metrics.batch_failed(time.monotonic() - started)
+            raise
+        if end is None:
+            log.warning("batch %d: no offset log entry; its progress is not checkpointed", batch_id)
+            return
+        self._restarts = 0
+        committed = []
+        drained = []
+        with self._lock:
+            for partition, done in summary.partitions.items():
+                position = end.partitions.get(partition)
+                state = self._partitions.get(partition)
+                if position is None or state is None or state.owner_level != position.owner_level:
+                    continue
+                checkpoint = Checkpoint(offset=done.last_offset, sequence_number=done.last_sequence_number)
+                state.committed = checkpoint
+                committed.append(Committed(partition, position.owner_level, checkpoint, done.events))
+            for partition, position in end.partitions.items():
+                state = self._partitions.get(partition)
+                if state is not None and state.owner_level == position.owner_level:
+                    state.committed_next = position.next_sequence
+                    spool.trim(self.spool_root, partition, position.owner_level, position.next_sequence)
+            for partition, state in list(self._partitions.items()):
+                if state.draining_since is not None and end.generation >= state.draining_since:
+                    del self._partitions[partition]
+                    drained.append((partition, state))
+        for event in committed:
+            self.notify(event)
+        for partition, state in drained:
+            spool.remove_epoch(self.spool_root, partition, state.owner_level)
+            self.notify(Drained(partition, state.owner_level, state.committed))
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return (text[0] if text else type(error).__name__)[:300]
+
+
+def clean_scratch(scratch: Path) -> None:
+    """Scratch is never a source of truth: a consumer starts with an empty one."""
+    shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,84 @@
+"""The ownership file: how the agent (main process) tells the streaming source (Spark's source runner, a
+different process) which partitions to plan, under which owner level, from where.
+
+One small JSON file in the consumer's scratch folder, replaced atomically (write, fsync, rename), so a
+reader sees either the old or the new content, never half of one. Every write carries a higher generation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hubshift.consumer.spark.offsets import OwnedPartition
+
+FILE_NAME = "ownership.json"
+
+
+@dataclass(frozen=True)
+class OwnershipView:
+    generation: int
+    partitions: Mapping[str, OwnedPartition] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "generation": self.generation,
+            "partitions": {
+                p: {
+                    "ownerLevel": self.partitions[p].owner_level,
+                    "nextSequence": self.partitions[p].next_sequence,
+                    "draining": self.partitions[p].draining,
+                }
+                for p in sorted(self.partitions)
+            },
+        }
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any]) -> OwnershipView:
+        return cls(
+            generation=int(document["generation"]),
+            partitions={
+                str(p): OwnedPartition(
+                    owner_level=int(entry["ownerLevel"]),
+                    next_sequence=None if entry.get("nextSequence") is None else int(entry["nextSequence"]),
+                    draining=bool(entry.get("draining", False)),
+                )
+                for p, entry in document.get("partitions", {}).items()
+            },
+        )
+
+
+EMPTY = OwnershipView(generation=0)
+
+
+def ownership_path(scratch: str | os.PathLike[str]) -> Path:
+    return Path(scratch) / FILE_NAME
+
+
+def write_ownership(scratch: str | os.PathLike[str], view: OwnershipView) -> None:
+    target = ownership_path(scratch)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=".ownership-", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(view.to_json(), handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        Path(temporary).replace(target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def read_ownership(scratch: str | os.PathLike[str]) -> OwnershipView:
+    """The current view; nothing owned when the agent has not written one yet."""
+    try:
+        document = json.loads(ownership_path(scratch).read_text())
+    except FileNotFoundError:
+        return EMPTY
+    return OwnershipView.from_json(document)

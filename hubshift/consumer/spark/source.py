@@ -1,0 +1,110 @@
+"""The PySpark 4 streaming data source that reads the partitions this consumer owns.
+
+Where each method runs (reference: spark-operator-ecosystem.md §1.3):
+- `initialOffset`, `latestOffset`, `partitions`, `commit`: Spark's long-lived source runner, a Python
+  process of its own. It cannot see the agent's memory: it reads the ownership file (`ownership_file`) and
+  lists the spool (`spool`), both in the consumer's scratch folder.
+- `read`: executor Python workers, a fresh unpickled copy per task, given one pickled `EventRange`.
+So `__init__` keeps plain options only (the reader is pickled and built more than once) and has no side
+effects; `stop()` is never relied on (Spark does not reliably call it).
+
+The Event Hubs receivers (with the owner level of each ownership) run in the consumer's main process and
+fill the spool; `read()` slices segments of it as Arrow batches. docs/consumer.md says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+
+from hubshift.consumer.spark import spool
+from hubshift.consumer.spark.offsets import ReadRange, SourceOffset, SpoolExtent, plan_latest, plan_ranges
+from hubshift.consumer.spark.ownership_file import read_ownership
+from hubshift.eventhubs.rows import EVENT_SCHEMA_DDL
+
+FORMAT = "hubshift_eventhubs"
+OPTION_SCRATCH = "scratch"
+OPTION_SPOOL = "spool"
+OPTION_MAX_EVENTS = "maxEventsPerTrigger"
+
+
+class EventRange(InputPartition):
+    """One Spark task: read `[start, end)` of one partition epoch from the spool (pickled to a worker)."""
+
+    def __init__(self, spool_root: str, partition: str, owner_level: int, start: int, end: int) -> None:
+        super().__init__((partition, owner_level, start, end))
+        self.spool_root = spool_root
+        self.partition = partition
+        self.owner_level = owner_level
+        self.start = start
+        self.end = end
+
+
+class EventHubsStreamReader(DataSourceStreamReader):
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.scratch = str(options[OPTION_SCRATCH])
+        self.spool_root = str(options.get(OPTION_SPOOL) or f"{self.scratch}/spool")
+        limit = int(options.get(OPTION_MAX_EVENTS) or 0)
+        self.max_events = limit if limit > 0 else None
+
+    # --- source runner (driver side) ---------------------------------------------------------------
+
+    def _plan(self, start: SourceOffset | None, max_rows: int | None) -> SourceOffset:
+        view = read_ownership(self.scratch)
+        spooled: dict[str, SpoolExtent] = {}
+        for partition, entry in view.partitions.items():
+            if not entry.draining:
+                found = spool.extent(self.spool_root, partition, entry.owner_level)
+                if found is not None:
+                    spooled[partition] = found
+        return plan_latest(start, view.generation, view.partitions, spooled, max_rows)
+
+    def initialOffset(self) -> dict[str, Any]:
+        # Where reading begins: Spark never reads what lies before the initial offset, so nothing advances.
+        return self._plan(None, 0).to_json()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_events) if self.max_events else ReadAllAvailable()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        # Obey the limit Spark passes: ReadAllAvailable (Trigger.AvailableNow) overrides our own option.
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return self._plan(SourceOffset.from_json(start), max_rows).to_json()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        ranges = plan_ranges(SourceOffset.from_json(start), SourceOffset.from_json(end))
+        return [self._input(r) for r in ranges]
+
+    def _input(self, r: ReadRange) -> EventRange:
+        return EventRange(self.spool_root, r.partition, r.owner_level, r.start, r.end)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        # Checkpoints go to the store from the consumer's main process once the batch is written
+        # (foreachBatch returned): commit() lags one trigger and is repeated on restart.
+        return None
+
+    # --- executor workers --------------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, EventRange)
+        yield from spool.read_range(
+            partition.spool_root, partition.partition, partition.owner_level, partition.start, partition.end
+        )
+
+
+class EventHubsDataSource(DataSource):
+    """`spark.readStream.format("hubshift_eventhubs").option("scratch", DIR)`: the owned partitions."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> str:
+        return EVENT_SCHEMA_DDL
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return EventHubsStreamReader(self.options)

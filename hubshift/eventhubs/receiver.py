@@ -1,0 +1,389 @@
+"""The consumer's Event Hubs receivers: one AMQP link per owned partition at that ownership's owner level,
+all driven by one thread, delivering Arrow batches in the event row schema.
+
+One thread takes the partitions in turn, as the SDK's own EventProcessor does (`EventHubConsumer.receive`,
+one round of AMQP work per partition and turn); one thread per partition costs about twice the CPU per
+event for the GIL's sake (measured: docs/consumer.md). Each partition has its own client and connection,
+so closing one never disturbs the others. A short socket timeout keeps an idle partition from holding the
+turn long, and a partition that had nothing is asked again only a little later.
+
+- A link detached for a higher owner level (`amqp:link:stolen`) raises `ConnectionLostError` from the
+  SDK at once: the partition is reported *stolen* and never retried.
+- Any other failure after the SDK's own retries: the client is closed and a new one opened right after
+  the last delivered event (the SDK's processor would restart from its original position instead).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from azure.eventhub import EventData, EventHubConsumerClient
+from azure.eventhub._pyamqp.message import Message as _RawMessage
+from azure.eventhub._utils import get_last_enqueued_event_properties
+
+from hubshift.consumer.spark.spool import EVENT_ARROW_SCHEMA
+
+log = logging.getLogger(__name__)
+
+_SEQUENCE = b"x-opt-sequence-number"
+_OFFSET = b"x-opt-offset"
+_ENQUEUED = b"x-opt-enqueued-time"
+_PARTITION_KEY = b"x-opt-partition-key"
+
+# How a receiver reads: events per delivered batch (a spool segment) and AMQP credit.
+MAX_BATCH = 1000
+PREFETCH = 1000
+RETRY_SECONDS = 1.0
+# How long one turn may wait on an idle partition's socket (the SDK's default is 0.2 s).
+SOCKET_TIMEOUT_SECONDS = 0.05
+# A partition that had nothing is asked again after this long.
+IDLE_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class StartAt:
+    """Where a receiver starts: after `sequence_number`, else at `enqueued_time`, else the beginning
+    (`latest` is resolved to a sequence number by the agent before the receiver starts)."""
+
+    sequence_number: int | None = None
+    enqueued_time: dt.datetime | None = None
+
+    def sdk_position(self) -> tuple[str | int | dt.datetime, bool]:
+        """The SDK's `starting_position` and `starting_position_inclusive`."""
+        if self.sequence_number is not None and self.sequence_number >= 0:
+            return self.sequence_number, False
+        if self.enqueued_time is not None:
+            return self.enqueued_time, True
+        return "-1", False
+
+
+def _text(value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _properties(values: dict[Any, Any] | None) -> list[tuple[str, str | None]] | None:
+    if not values:
+        return None
+    return [(_text(k) or "", _text(v)) for k, v in values.items()]
+
+
+def events_to_batch(partition: str, events: Sequence[Any]) -> pa.RecordBatch:
+    """Received messages as one record batch in the event row schema.
+
+    `events` are the SDK's raw AMQP messages (what `adopt_raw_messages` makes a consumer deliver) or its
+    `EventData`: the annotations are read directly (ten times cheaper per event than the public
+    properties), with the public properties as the fallback.
+    """
+    sequence: list[int] = []
+    offsets: list[str | None] = []
+    enqueued: list[int | None] = []
+    keys: list[str | None] = []
+    bodies: list[bytes] = []
+    properties: list[list[tuple[str, str | None]] | None] = []
+    for event in events:
+        raw = _readable_message(event)
+        if raw is not None:
+            annotations = raw.message_annotations or {}
+            sequence.append(annotations[_SEQUENCE])
+            offsets.append(_text(annotations.get(_OFFSET)))
+            millis = annotations.get(_ENQUEUED)
+            enqueued.append(None if millis is None else int(millis) * 1000)
+            keys.append(_text(annotations.get(_PARTITION_KEY)))
+            data = raw.data or b""
+            bodies.append(data if isinstance(data, bytes) else b"".join(data))
+            properties.append(_properties(raw.application_properties))
+            continue
+        if isinstance(event, _RawMessage):
+            event = EventData._from_message(event)
+        sequence.append(event.sequence_number)
+        offsets.append(_text(event.offset))
+        moment = event.enqueued_time
+        enqueued.append(None if moment is None else int(moment.timestamp() * 1_000_000))
+        keys.append(_text(event.partition_key))
+        bodies.append(_body(event))
+        properties.append(_properties(event.properties))
+    count = len(sequence)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([partition] * count, pa.string()),
+            pa.array(sequence, pa.int64()),
+            pa.array(offsets, pa.string()),
+            pa.array(enqueued, pa.timestamp("us", tz="UTC")),
+            pa.array(keys, pa.string()),
+            pa.array(bodies, pa.binary()),
+            pa.array(properties, EVENT_ARROW_SCHEMA.field("properties").type),
+        ],
+        schema=EVENT_ARROW_SCHEMA,
+    )
+
+
+def _readable_message(event: Any) -> _RawMessage | None:
+    """The raw AMQP message behind `event` (itself, or an `EventData`'s) when its annotations and data body
+    can be read directly; None for anything else, which takes the public properties."""
+    raw = event if isinstance(event, _RawMessage) else getattr(event, "_message", None)
+    if isinstance(raw, _RawMessage) and raw.data is not None and _SEQUENCE in (raw.message_annotations or {}):
+        return raw
+    return None
+
+
+def adopt_raw_messages(consumer: Any) -> None:
+    """Make an SDK partition consumer deliver its raw AMQP messages instead of wrapping each in an
+    `EventData` (its message, properties and annotation views: about a third of the receiving thread's
+    CPU, measured with py-spy in bench/throughput.py). The last message of each batch is still wrapped
+    (`track_last`): the SDK resumes from it after a retried link failure, and it carries the
+    last-enqueued-event properties."""
+    buffer = getattr(consumer, "_message_buffer", None)
+    if buffer is None or not hasattr(consumer, "_next_message_in_buffer"):
+        return  # another SDK version: it keeps delivering EventData, which events_to_batch also reads
+    consumer._next_message_in_buffer = buffer.popleft
+
+
+def track_last(consumer: Any, events: Sequence[Any]) -> Any:
+    """The batch's last event as an `EventData`, recorded where the SDK looks when it reconnects."""
+    last = events[-1]
+    if isinstance(last, _RawMessage):
+        last = consumer._last_received_event = EventData._from_message(last)
+    return last
+
+
+def _body(event: Any) -> bytes:
+    try:
+        body = event.body
+    except ValueError:
+        return b""
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        return body.encode()
+    try:
+        return b"".join(part if isinstance(part, bytes) else str(part).encode() for part in body)
+    except TypeError:
+        return str(body).encode()
+
+
+def is_stolen(error: BaseException) -> bool:
+    """A receiver disconnected because another one opened with a higher (or equal) owner level."""
+    condition = getattr(error, "error", None)
+    return condition == "link:stolen" or "link:stolen" in str(error)
+
+
+class PartitionReceiver:
+    """One partition read under one owner level (a `ReceiverPool` drives it).
+
+    `deliver(batch)` runs on the pool's thread and must not block: `has_room()` False pauses the partition
+    instead (back-pressure: its AMQP credit runs out and the service holds the events). `on_stolen` runs
+    once if a higher owner level took the partition; then the receiver has stopped for good.
+    """
+
+    def __init__(
+        self,
+        pool: ReceiverPool,
+        partition: str,
+        owner_level: int,
+        start: StartAt,
+        deliver: Callable[[pa.RecordBatch], None],
+        on_stolen: Callable[[str, int], None],
+        has_room: Callable[[], bool],
+    ) -> None:
+        self.pool = pool
+        self.partition = partition
+        self.owner_level = owner_level
+        self.start = start
+        self.deliver = deliver
+        self.on_stolen = on_stolen
+        self.has_room = has_room
+        self.stolen = False
+        self.last_enqueued_sequence: int | None = None
+        self.received = 0
+        self.last_sequence: int | None = None
+        self.closing = threading.Event()
+        self.closed = threading.Event()
+        self.client: Any = None
+        self.consumer: Any = None
+        self.not_before = 0.0
+
+    @property
+    def running(self) -> bool:
+        return not self.closed.is_set()
+
+    def close(self, wait: float | None = 10.0) -> None:
+        """Stop delivering at once; the link is closed by the pool's thread (`wait`: until it is)."""
+        self.closing.set()
+        self.pool.wake()
+        if wait:
+            self.closed.wait(wait)
+
+    def position(self) -> tuple[str | int | dt.datetime, bool]:
+        if self.last_sequence is not None:
+            return self.last_sequence, False
+        return self.start.sdk_position()
+
+    def on_events(self, events: list[Any]) -> None:
+        if not events or self.closing.is_set():
+            return
+        batch = events_to_batch(self.partition, events)
+        self.deliver(batch)
+        self.last_sequence = int(batch.column("sequence_number")[-1].as_py())
+        self.received += batch.num_rows
+        last_event = track_last(self.consumer, events)
+        try:
+            last = (get_last_enqueued_event_properties(last_event) or {}).get("sequence_number")
+        except Exception:  # only a metric depends on it
+            last = None
+        if last is not None:
+            self.last_enqueued_sequence = int(last)
+
+
+class ReceiverPool:
+    """The consumer's receivers, on one thread (started with the first partition)."""
+
+    def __init__(
+        self,
+        connection_string: str,
+        hub: str,
+        consumer_group: str,
+    ) -> None:
+        self._connection_string = connection_string
+        self._hub = hub
+        self._consumer_group = consumer_group
+        self._lock = threading.Lock()
+        self._receivers: list[PartitionReceiver] = []
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def open(
+        self,
+        partition: str,
+        owner_level: int,
+        start: StartAt,
+        deliver: Callable[[pa.RecordBatch], None],
+        on_stolen: Callable[[str, int], None],
+        has_room: Callable[[], bool] = lambda: True,
+    ) -> PartitionReceiver:
+        receiver = PartitionReceiver(self, partition, owner_level, start, deliver, on_stolen, has_room)
+        with self._lock:
+            self._receivers.append(receiver)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="receivers", daemon=True)
+                self._thread.start()
+        self.wake()
+        return receiver
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def close(self, wait: float = 10.0) -> None:
+        with self._lock:
+            receivers = list(self._receivers)
+        for receiver in receivers:
+            receiver.closing.set()
+        self._stopping.set()
+        self.wake()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(wait)
+
+    # --- the receiving thread ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                receivers = list(self._receivers)
+            for receiver in receivers:
+                if receiver.closing.is_set():
+                    self._shut(receiver)
+            if self._stopping.is_set():
+                return
+            worked = False
+            now = time.monotonic()
+            for receiver in receivers:
+                if receiver.closing.is_set() or now < receiver.not_before or not receiver.has_room():
+                    continue
+                worked = self._turn(receiver) or worked
+            if not worked:
+                self._wake.wait(IDLE_SECONDS / 2)
+                self._wake.clear()
+
+    def _turn(self, receiver: PartitionReceiver) -> bool:
+        """One round of AMQP work for one partition; True when it delivered events."""
+        before = receiver.received
+        try:
+            if receiver.consumer is None:
+                self._open(receiver)
+            receiver.consumer.receive(True, MAX_BATCH, None)
+        except Exception as exc:
+            if is_stolen(exc):
+                receiver.stolen = True
+                log.warning(
+                    "partition %s: a receiver with a higher owner level took over (ours: %d); stopped",
+                    receiver.partition,
+                    receiver.owner_level,
+                )
+                self._shut(receiver)
+                receiver.on_stolen(receiver.partition, receiver.owner_level)
+                return False
+            log.warning(
+                "partition %s: receiving failed, reconnecting: %s", receiver.partition, _first_line(exc)
+            )
+            self._release(receiver)
+            receiver.not_before = time.monotonic() + RETRY_SECONDS
+            return False
+        if receiver.received == before:
+            receiver.not_before = time.monotonic() + IDLE_SECONDS
+            return False
+        return True
+
+    def _open(self, receiver: PartitionReceiver) -> None:
+        client: Any = EventHubConsumerClient.from_connection_string(
+            self._connection_string,
+            consumer_group=self._consumer_group,
+            eventhub_name=self._hub,
+            socket_timeout=SOCKET_TIMEOUT_SECONDS,
+        )
+        position, inclusive = receiver.position()
+        receiver.client = client
+        # The SDK's processor creates its partition consumers the same way (azure-eventhub 5.15.1).
+        receiver.consumer = client._create_consumer(
+            self._consumer_group,
+            receiver.partition,
+            position,
+            receiver.on_events,
+            event_position_inclusive=inclusive,
+            owner_level=receiver.owner_level,
+            prefetch=PREFETCH,
+            track_last_enqueued_event_properties=True,
+        )
+        adopt_raw_messages(receiver.consumer)
+
+    def _release(self, receiver: PartitionReceiver) -> None:
+        consumer, client = receiver.consumer, receiver.client
+        receiver.consumer = receiver.client = None
+        for closable in (consumer, client):
+            if closable is not None:
+                try:
+                    closable.close()
+                except Exception as exc:  # closing a broken link may fail; it is gone either way
+                    log.debug("partition %s: closing failed: %r", receiver.partition, exc)
+
+    def _shut(self, receiver: PartitionReceiver) -> None:
+        self._release(receiver)
+        with self._lock:
+            if receiver in self._receivers:
+                self._receivers.remove(receiver)
+        receiver.closed.set()
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0][:200] if lines else type(error).__name__

@@ -1,0 +1,332 @@
+"""The operator's thin Kubernetes adapter (lightkube) and `KubernetesRuntime`, the control loop's pod runtime.
+
+Everything here is I/O against the API server; what to send is decided elsewhere (`render`, the control
+loop). Children and the CR status are written with server-side apply under one field manager, so applying
+the same thing twice changes nothing and a field we stop setting is removed.
+
+Secrets: `read_secret` returns a `pydantic.SecretStr` whose repr and str are masked; no function here logs
+a Secret's value, puts it in an error message, an Event or a status.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from httpx2 import HTTPStatusError  # lightkube's HTTP client; its ApiError subclasses this
+from lightkube import AsyncClient, KubeConfig
+from lightkube.core.resource_registry import resource_registry
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.apps_v1 import StatefulSet
+from lightkube.resources.core_v1 import Event, Pod, Secret
+from lightkube.types import PatchType
+from pydantic import SecretStr
+
+from hubshift.errors import UserError
+from hubshift.operator.kubernetes.render import (
+    CONSUMER_LABEL,
+    MANAGER,
+    METRICS_PORT_NAME,
+    ChildNames,
+    Owner,
+    selector_labels,
+)
+from hubshift.operator.runtime import ConsumerInstance
+from hubshift.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION, PartitionedConsumer, SecretKeyRef
+
+JSON = dict[str, Any]
+logger = logging.getLogger(__name__)
+
+PartitionedConsumerResource = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
+
+EVENT_MESSAGE_LIMIT = 1024  # the API server refuses longer Event messages
+
+
+class SecretUnavailable(UserError):
+    """A Secret or key the spec names cannot be read; the message names it, never its content."""
+
+
+def consumer_pod_labels(consumer_name: str) -> dict[str, str]:
+    """The labels that select one PartitionedConsumer's consumer pods."""
+    return {**selector_labels(consumer_name), CONSUMER_LABEL: consumer_name}
+
+
+# --- pods as the control loop sees them ------------------------------------------------------------
+
+
+def consumer_instance(pod: Mapping[str, Any]) -> ConsumerInstance:
+    """A consumer pod as the runtime interface describes it (pure: reads the pod dict only)."""
+    metadata = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    name: str = metadata.get("name", "")
+    labels = metadata.get("labels") or {}
+    index = labels.get("apps.kubernetes.io/pod-index")
+    suffix = name.rsplit("-", 1)[-1]
+    ordinal = int(index) if index is not None and index.isdigit() else int(suffix) if suffix.isdigit() else -1
+    ready = any(
+        condition.get("type") == "Ready" and condition.get("status") == "True"
+        for condition in status.get("conditions") or []
+    )
+    port = None
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for container_port in container.get("ports") or []:
+            if container_port.get("name") == METRICS_PORT_NAME:
+                port = container_port.get("containerPort")
+    ip = status.get("podIP")
+    address = f"{ip}:{port}" if ip and port else None
+    terminating = bool(metadata.get("deletionTimestamp")) or status.get("phase") in ("Succeeded", "Failed")
+    return ConsumerInstance(
+        name=name, ordinal=ordinal, ready=ready and not terminating, address=address, terminating=terminating
+    )
+
+
+def status_code(error: HTTPStatusError) -> int:
+    """The HTTP status of a failed API call (lightkube raises `ApiError`, a subclass, for JSON bodies)."""
+    return error.response.status_code
+
+
+def _as_dict(obj: Any) -> JSON:
+    if obj is None:
+        return {}
+    if isinstance(obj, dict):
+        return obj
+    return cast(JSON, obj.to_dict())
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --- the adapter -----------------------------------------------------------------------------------
+
+
+class KubeAdapter:
+    """The few API calls the operator makes, over one lightkube client."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+        self.instance = os.environ.get("POD_NAME") or socket.gethostname()
+
+    @classmethod
+    def from_environment(cls) -> KubeAdapter:
+        """In a pod: its service account; elsewhere `$KUBECONFIG` or `~/.kube/config` (as kopf does)."""
+        return cls(AsyncClient(field_manager=MANAGER))
+
+    @classmethod
+    def from_server(cls, url: str) -> KubeAdapter:
+        """An API server without authentication (tests: kmock)."""
+        config = KubeConfig.from_dict(
+            {
+                "clusters": [{"name": "server", "cluster": {"server": url}}],
+                "users": [{"name": "anonymous", "user": {}}],
+                "contexts": [{"name": "server", "context": {"cluster": "server", "user": "anonymous"}}],
+                "current-context": "server",
+            }
+        )
+        return cls(AsyncClient(config=config, field_manager=MANAGER))
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    # children
+
+    async def apply(self, document: Mapping[str, Any]) -> JSON:
+        """Create or update one object by server-side apply (we own what we set; nobody else's fields)."""
+        resource: Any = resource_registry.load(document["apiVersion"], document["kind"])
+        metadata = document["metadata"]
+        try:
+            result = await self.client.patch(
+                resource,
+                metadata["name"],
+                dict(document),
+                namespace=metadata.get("namespace"),
+                patch_type=PatchType.APPLY,
+                field_manager=MANAGER,
+                force=True,
+            )
+        except HTTPStatusError as error:
+            # A real API server creates on apply; some emulators answer 404 instead. Creating is equivalent.
+            if status_code(error) != 404:
+                raise
+            result = await self.client.create(resource.from_dict(dict(document)), field_manager=MANAGER)
+        return _as_dict(result)
+
+    async def apply_all(self, documents: Iterable[Mapping[str, Any]]) -> None:
+        for document in documents:
+            await self.apply(document)
+
+    async def statefulset_replicas(self, namespace: str, name: str) -> int | None:
+        """`spec.replicas` of the StatefulSet, or None when it does not exist."""
+        try:
+            statefulset = await self.client.get(StatefulSet, name, namespace=namespace)
+        except HTTPStatusError as error:
+            if status_code(error) == 404:
+                return None
+            raise
+        spec = statefulset.spec
+        return int(spec.replicas) if spec is not None and spec.replicas is not None else 1
+
+    async def scale_statefulset(self, namespace: str, name: str, replicas: int) -> None:
+        await self.client.patch(
+            StatefulSet.Scale,
+            name,
+            {"spec": {"replicas": replicas}},
+            namespace=namespace,
+            patch_type=PatchType.MERGE,
+        )
+
+    async def list_pods(self, namespace: str, labels: Mapping[str, str]) -> list[JSON]:
+        """The pods carrying all of `labels` (checked here too: some emulators ignore the selector)."""
+        pods = self.client.list(Pod, namespace=namespace, labels=dict(labels))
+        listed = [_as_dict(pod) async for pod in pods]
+        return [
+            pod for pod in listed if labels.items() <= (pod.get("metadata", {}).get("labels") or {}).items()
+        ]
+
+    # the operator's own credentials
+
+    async def read_secret(self, namespace: str, ref: SecretKeyRef) -> SecretStr:
+        where = f"Secret {namespace}/{ref.name}"
+        try:
+            secret = await self.client.get(Secret, ref.name, namespace=namespace)
+        except HTTPStatusError as error:
+            code = status_code(error)
+            reason = "not found" if code == 404 else "forbidden" if code == 403 else f"HTTP {code}"
+            raise SecretUnavailable(f"{where}: {reason}") from None
+        data = secret.data or {}
+        if ref.key not in data:
+            raise SecretUnavailable(f"{where} has no key {ref.key!r}")
+        try:
+            return SecretStr(base64.b64decode(data[ref.key]).decode())
+        except (binascii.Error, UnicodeDecodeError):
+            raise SecretUnavailable(f"{where}: key {ref.key!r} is not valid base64 text") from None
+
+    # reporting
+
+    async def post_event(
+        self, owner: Owner, reason: str, message: str, *, warning: bool = False, action: str = ""
+    ) -> None:
+        """A core/v1 Event on the PartitionedConsumer (`kubectl describe pcon NAME` shows it)."""
+        now = _now()
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            # Named like client-go does (`<object>.<unix nanoseconds in hex>`), so no generateName is needed.
+            "metadata": {"name": f"{owner.name}.{time.time_ns():x}", "namespace": owner.namespace},
+            "involvedObject": {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "name": owner.name,
+                "namespace": owner.namespace,
+                "uid": owner.uid,
+            },
+            "reason": reason,
+            "message": message[:EVENT_MESSAGE_LIMIT],
+            "type": "Warning" if warning else "Normal",
+            "action": action or reason,
+            "source": {"component": MANAGER},
+            "reportingComponent": MANAGER,
+            "reportingInstance": self.instance,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        await self.client.create(cast(Event, Event.from_dict(event)))
+
+    async def apply_status(self, owner: Owner, status: Mapping[str, Any]) -> None:
+        """Replace the status fields this operator owns with `status` (server-side apply on /status)."""
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": owner.name, "namespace": owner.namespace},
+            "status": dict(status),
+        }
+        await self.client.patch(
+            PartitionedConsumerResource.Status,
+            owner.name,
+            body,
+            namespace=owner.namespace,
+            patch_type=PatchType.APPLY,
+            field_manager=MANAGER,
+            force=True,
+        )
+
+
+# --- the runtime the control loop drives -------------------------------------------------------------
+
+# Pods from the operator's watch (kopf index), so a cycle sees a lost pod at once without listing.
+PodSource = Callable[[], Iterable[ConsumerInstance]]
+
+
+class KubernetesRuntime:
+    """`ConsumerRuntime` for one PartitionedConsumer: a StatefulSet of consumer pods.
+
+    `consumer` is the parsed spec, `owner` the CR's identity. `pods` is the operator's in-memory view of
+    the consumer pods (a kopf index); without it the pods are listed from the API server.
+    """
+
+    def __init__(
+        self,
+        kube: KubeAdapter,
+        owner: Owner,
+        consumer: PartitionedConsumer,
+        pods: PodSource | None = None,
+    ) -> None:
+        self.kube = kube
+        self.owner = owner
+        self.consumer = consumer
+        self.names = ChildNames.of(owner.name)
+        self._pods = pods
+
+    async def consumers(self) -> list[ConsumerInstance]:
+        if self._pods is not None:
+            instances: Sequence[ConsumerInstance] = list(self._pods())
+        else:
+            pods = await self.kube.list_pods(self.owner.namespace, consumer_pod_labels(self.owner.name))
+            instances = [consumer_instance(pod) for pod in pods]
+        return sorted(instances, key=lambda instance: (instance.ordinal, instance.name))
+
+    async def replicas(self) -> int:
+        current = await self.kube.statefulset_replicas(self.owner.namespace, self.names.statefulset)
+        return current or 0
+
+    async def set_replicas(self, count: int) -> None:
+        if count < 0:
+            raise ValueError(f"replica count must be >= 0, not {count}")
+        await self.kube.scale_statefulset(self.owner.namespace, self.names.statefulset, count)
+
+    async def record_event(self, reason: str, message: str, *, warning: bool = False) -> None:
+        try:
+            await self.kube.post_event(self.owner, reason, message, warning=warning)
+        except HTTPStatusError as error:  # an Event lost is no reason to stop the loop
+            code = status_code(error)
+            logger.warning("could not post event %s on %s: HTTP %d", reason, self.owner.name, code)
+
+    async def publish_status(self, status: dict[str, object]) -> None:
+        await self.kube.apply_status(self.owner, status)
+
+    # beyond the protocol: the operator's own access to Event Hubs and the store
+
+    async def read_secret(self, ref: SecretKeyRef) -> SecretStr:
+        """A key of a Secret in the CR's namespace (masked; call `.get_secret_value()` at the last moment)."""
+        return await self.kube.read_secret(self.owner.namespace, ref)
+
+    async def event_hubs_connection_string(self) -> SecretStr | None:
+        ref = self.consumer.spec.event_hubs.connection_string_secret_ref
+        return None if ref is None else await self.read_secret(ref)
+
+    async def storage_connection_string(self) -> SecretStr | None:
+        blob = self.consumer.spec.checkpoint_store.blob
+        if blob is None or blob.connection_string_secret_ref is None:
+            return None
+        return await self.read_secret(blob.connection_string_secret_ref)
+
+    async def apply_children(self, documents: Iterable[Mapping[str, Any]]) -> None:
+        await self.kube.apply_all(documents)

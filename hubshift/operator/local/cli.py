@@ -1,0 +1,194 @@
+"""`hubshift run -f MANIFEST` (the control loop with local consumer processes) and `hubshift demo`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from hubshift.errors import UserError
+from hubshift.spec import load_manifest
+
+log = logging.getLogger("hubshift.run")
+
+
+def configure_logging(level: str, stream: object = None) -> None:
+    logging.basicConfig(
+        level=logging.WARNING,
+        stream=stream or sys.stderr,  # type: ignore[arg-type]
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        force=True,
+    )
+    logging.getLogger("hubshift").setLevel(level.upper())
+    for noisy in ("azure", "uamqp"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+
+
+def install_stop_signals(stop: asyncio.Event) -> None:
+    """Ctrl-C and SIGTERM end the run after the current cycle; a second Ctrl-C does too (no traceback)."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+
+@click.command(name="run")
+@click.option("-f", "--file", "manifest_path", required=True, help="The PartitionedConsumer manifest (YAML).")
+@click.option(
+    "--engine",
+    type=click.Choice(["spark", "sdk"]),
+    default="spark",
+    show_default=True,
+    help="The consumers' engine: spark (the pipeline) or sdk (plain SDK receivers, no Spark).",
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False),
+    help="Status, events, consumer logs and scratch (default: .hubshift/<name>).",
+)
+@click.option("--duration", type=float, help="Stop after this many seconds (default: until Ctrl-C).")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    help="Serve the operator's /metrics on 127.0.0.1:PORT (0: none).",
+)
+@click.option("--log-level", default="info", show_default=True, help="hubshift's log level.")
+def run(
+    manifest_path: str,
+    engine: str,
+    workdir: str | None,
+    duration: float | None,
+    metrics_port: int,
+    log_level: str,
+) -> None:
+    """Run a PartitionedConsumer manifest on this machine: the control loop and one `hubshift consume`
+    process per replica. Connection strings come from the environment variables the manifest names."""
+    configure_logging(log_level)
+    consumer = load_manifest(manifest_path)
+    folder = Path(workdir) if workdir else Path(".hubshift") / consumer.metadata.name
+    folder.mkdir(parents=True, exist_ok=True)
+    code = asyncio.run(_run(Path(manifest_path), consumer, folder, engine, duration, metrics_port))
+    if code:
+        raise SystemExit(code)
+
+
+async def _run(
+    manifest_path: Path,
+    consumer: object,
+    workdir: Path,
+    engine: str,
+    duration: float | None,
+    metrics_port: int = 0,
+) -> int:
+    from hubshift.operator.local.processes import LocalOperator
+    from hubshift.operator.metrics import OperatorMetrics
+    from hubshift.spec import PartitionedConsumer
+
+    assert isinstance(consumer, PartitionedConsumer)
+    metrics = OperatorMetrics()
+    if metrics_port:
+        try:
+            metrics.serve(metrics_port, address="127.0.0.1")
+        except OSError as exc:
+            raise UserError(f"--metrics-port {metrics_port}: {exc.strerror}") from None
+    operator = LocalOperator(manifest_path, consumer, workdir, engine=engine, metrics=metrics)
+    await operator.open()
+    stop = asyncio.Event()
+    install_stop_signals(stop)
+    if duration is not None:
+        asyncio.get_running_loop().call_later(duration, stop.set)
+    click.echo(
+        f"hubshift run {consumer.metadata.name}: {engine} consumers; status in {workdir / 'status.json'}, "
+        f"consumer logs in {workdir / 'logs'}; Ctrl-C stops them gracefully",
+        err=True,
+    )
+    watcher = asyncio.get_running_loop().create_task(_watch_manifest(manifest_path, operator, stop))
+    try:
+        await operator.run(stop)
+    finally:
+        watcher.cancel()
+        click.echo("stopping the consumers (each hands its partitions off)...", err=True)
+        await operator.shutdown()
+    return 0
+
+
+async def _watch_manifest(path: Path, operator: object, stop: asyncio.Event) -> None:
+    """Apply the manifest again when the file changes, as `kubectl apply` would."""
+    from hubshift.operator.local.processes import LocalOperator
+
+    assert isinstance(operator, LocalOperator)
+    seen = path.stat().st_mtime_ns
+    while not stop.is_set():
+        await asyncio.sleep(1.0)
+        try:
+            changed = path.stat().st_mtime_ns
+        except OSError:
+            continue
+        if changed == seen:
+            continue
+        seen = changed
+        try:
+            operator.apply(load_manifest(path))
+            log.info("%s changed: applied", path)
+        except UserError as exc:
+            log.warning("%s changed but was not applied: %s", path, exc)
+
+
+@click.command(name="demo")
+@click.option("--duration", type=float, default=120.0, show_default=True, help="Seconds to run.")
+@click.option(
+    "--engine",
+    type=click.Choice(["spark", "sdk"]),
+    default="spark",
+    show_default=True,
+    help="spark runs the aggregate pipeline; sdk reads without Spark (no aggregates, lighter).",
+)
+@click.option(
+    "--output",
+    type=click.Path(file_okay=False),
+    default="demo-output",
+    show_default=True,
+    help="Where the aggregates are written.",
+)
+@click.option(
+    "--workdir", type=click.Path(file_okay=False), help="Store, logs, manifest (default: a temp folder)."
+)
+@click.option("--rate", type=float, default=400.0, show_default=True, help="Peak events per second.")
+@click.option("--max-consumers", type=int, default=3, show_default=True, help="The pool's maxReplicas.")
+@click.option("--partitions", type=int, default=8, show_default=True, help="Partitions of the demo hub.")
+@click.option("--no-live", is_flag=True, help="Print a line per change instead of the live view.")
+def demo(
+    duration: float,
+    engine: str,
+    output: str,
+    workdir: str | None,
+    rate: float,
+    max_consumers: int,
+    partitions: int,
+    no_live: bool,
+) -> None:
+    """The whole system on this machine: the emulator, a SQLite store, the local runtime, a home-security
+    load that rises and falls, a live view, and aggregates in a folder."""
+    from hubshift.apps.demo import DemoSettings, run_demo
+
+    if duration <= 0:
+        raise UserError("--duration must be positive")
+    if not 1 <= max_consumers <= partitions:
+        raise UserError("--max-consumers must be between 1 and --partitions")
+    settings = DemoSettings(
+        duration=duration,
+        engine=engine,
+        output=Path(output),
+        workdir=Path(workdir) if workdir else None,
+        rate=rate,
+        max_consumers=max_consumers,
+        partitions=partitions,
+        live=not no_live,
+    )
+    code = run_demo(settings)
+    if code:
+        raise SystemExit(code)

@@ -1,0 +1,491 @@
+"""The local runtime: the control loop's consumers as processes on this machine (`hubshift run`, the demo).
+
+`LocalRuntime` is a `ConsumerRuntime` in which replica `i` is the process
+`hubshift consume -f MANIFEST --id <name>-<i> --http-port P` (the StatefulSet's pod naming, so the
+rebalance machine's ordinals work unchanged), with its own HTTP port on 127.0.0.1 for `/readyz`,
+`/metrics` and the nudge. Like a StatefulSet it starts the missing ordinals below the replica count,
+restarts a process that died (after a short back-off), and on scale-in sends SIGTERM to the highest
+ordinals, which hand their partitions off and exit. Each process runs in its own session, so a Ctrl-C in
+the terminal reaches only `hubshift run`, which then stops them in order.
+
+`LocalOperator` runs the `ControlLoop` over it until stopped: a cycle at the loop's requested interval,
+and at once when a consumer exits or changes readiness. Status goes to `<workdir>/status.json`, Events to
+`<workdir>/events.log`; `hubshift status` reads the assignment record from the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from hubshift.errors import UserError
+from hubshift.eventhubs.probe import EventHubsProbe
+from hubshift.eventhubs.target import resolve_target
+from hubshift.operator.loop import ControlLoop, CycleInputs, CycleReport
+from hubshift.operator.metrics import OperatorMetrics
+from hubshift.operator.runtime import ConsumerInstance, first_of
+from hubshift.ownership.scope import Scope
+from hubshift.ownership.store import LeaseStore, StoreError
+from hubshift.ownership.stores.connect import open_store, sqlite_url
+from hubshift.spec import PartitionedConsumer
+
+log = logging.getLogger(__name__)
+
+READINESS_POLL_SECONDS = 0.25
+RESTART_BACKOFF_SECONDS = (1.0, 2.0, 5.0, 10.0)
+EVENTS_KEPT = 50
+
+
+@dataclass
+class ConsumerProcess:
+    """One consumer process (a pod's counterpart)."""
+
+    name: str
+    ordinal: int
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    started_at: float
+    ready: bool = False
+    terminating: bool = False
+    log_file: IO[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def instance(self) -> ConsumerInstance:
+        return ConsumerInstance(self.name, self.ordinal, self.ready, self.address, self.terminating)
+
+
+@dataclass(frozen=True)
+class RecordedEvent:
+    at: float
+    reason: str
+    message: str
+    warning: bool
+
+
+class LocalRuntime:
+    """`ConsumerRuntime` over local `hubshift consume` processes."""
+
+    def __init__(
+        self,
+        manifest_path: Path,
+        consumer: PartitionedConsumer,
+        workdir: Path,
+        *,
+        engine: str = "spark",
+        environ: Mapping[str, str] | None = None,
+        extra_args: tuple[str, ...] = (),
+        on_change: Callable[[], None] = lambda: None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.manifest_path = manifest_path.resolve()
+        self.consumer = consumer
+        self.name = consumer.metadata.name
+        self.workdir = workdir
+        self.engine = engine
+        self.environ = dict(environ if environ is not None else os.environ)
+        self.extra_args = extra_args
+        self.on_change = on_change
+        self.clock = clock
+        self.target = 0
+        self.processes: dict[int, ConsumerProcess] = {}
+        self.events: deque[RecordedEvent] = deque(maxlen=EVENTS_KEPT)
+        self.status: dict[str, object] = {}
+        self.held: set[int] = set()  # ordinals not restarted (a consumer that does not come back)
+        self.exits: list[tuple[str, int | None]] = []  # (name, exit code) of every process that ended
+        self._restarts: dict[int, tuple[int, float]] = {}  # ordinal -> (failures in a row, not before)
+        self._stopping = False
+        self._supervisor: asyncio.Task[None] | None = None
+        (workdir / "logs").mkdir(parents=True, exist_ok=True)
+
+    # --- ConsumerRuntime -------------------------------------------------------------------------
+
+    async def consumers(self) -> list[ConsumerInstance]:
+        return [p.instance() for _, p in sorted(self.processes.items())]
+
+    async def replicas(self) -> int:
+        return self.target
+
+    async def set_replicas(self, count: int) -> None:
+        if count < 0:
+            raise ValueError(f"replica count must be >= 0, not {count}")
+        if count != self.target:
+            log.info("%s: replicas %d -> %d", self.name, self.target, count)
+        self.target = count
+        self._reconcile()
+
+    async def record_event(self, reason: str, message: str, *, warning: bool = False) -> None:
+        event = RecordedEvent(self.clock(), reason, message, warning)
+        self.events.append(event)
+        (log.warning if warning else log.info)("%s: %s: %s", self.name, reason, message)
+        line = json.dumps({"at": _iso(event.at), "reason": reason, "message": message, "warning": warning})
+        with (self.workdir / "events.log").open("a") as handle:
+            handle.write(line + "\n")
+
+    async def publish_status(self, status: dict[str, object]) -> None:
+        self.status = status
+        document = {
+            "name": self.name,
+            "updatedAt": _iso(self.clock()),
+            "status": status,
+            "consumers": [
+                {
+                    "name": p.name,
+                    "pid": p.pid,
+                    "address": p.address,
+                    "ready": p.ready,
+                    "stopping": p.terminating,
+                }
+                for _, p in sorted(self.processes.items())
+            ],
+        }
+        path = self.workdir / "status.json"
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(document, indent=1))
+        temporary.replace(path)
+
+    # --- processes -------------------------------------------------------------------------------
+
+    def start_supervising(self) -> None:
+        if self._supervisor is None:
+            self._supervisor = asyncio.get_running_loop().create_task(self._supervise(), name="supervisor")
+
+    def command(self, name: str, port: int) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "hubshift.cli",
+            "consume",
+            "-f",
+            str(self.manifest_path),
+            "--id",
+            name,
+            "--engine",
+            self.engine,
+            "--http-host",
+            "127.0.0.1",
+            "--http-port",
+            str(port),
+            "--scratch",
+            str(self.workdir / "scratch" / name),
+            *self.extra_args,
+        ]
+
+    def _start(self, ordinal: int) -> ConsumerProcess:
+        name = f"{self.name}-{ordinal}"
+        port = _free_port()
+        log_path = self.workdir / "logs" / f"{name}.log"
+        log_file = log_path.open("ab")
+        process = subprocess.Popen(
+            self.command(name, port),
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=self.environ,
+            start_new_session=True,  # a terminal's Ctrl-C goes to `hubshift run` only
+        )
+        started = ConsumerProcess(name, ordinal, port, process, log_path, self.clock(), log_file=log_file)
+        self.processes[ordinal] = started
+        log.info("%s: started %s (pid %d, port %d)", self.name, name, process.pid, port)
+        return started
+
+    def _reconcile(self) -> None:
+        """Start missing ordinals below the target; ask the ones at or above it to stop."""
+        if self._stopping:
+            return
+        now = self.clock()
+        for ordinal in range(self.target):
+            if ordinal in self.processes or ordinal in self.held:
+                continue
+            _, not_before = self._restarts.get(ordinal, (0, 0.0))
+            if now >= not_before:
+                self._start(ordinal)
+        for ordinal, running in self.processes.items():
+            if ordinal >= self.target and not running.terminating:
+                self.terminate(running)
+
+    def terminate(self, running: ConsumerProcess) -> None:
+        """SIGTERM: the consumer hands its partitions off and exits."""
+        running.terminating = True
+        running.ready = False
+        with contextlib.suppress(ProcessLookupError):
+            running.process.send_signal(signal.SIGTERM)
+        self.on_change()
+
+    def kill(self, ordinal: int, *, restart: bool = True) -> int:
+        """SIGKILL (a crash). With `restart=False` the ordinal is not started again until `release`."""
+        running = self.processes[ordinal]
+        if not restart:
+            self.held.add(ordinal)
+        running.process.kill()
+        return running.pid
+
+    def release(self, ordinal: int) -> None:
+        """Let a held ordinal start again."""
+        self.held.discard(ordinal)
+        self._restarts.pop(ordinal, None)
+        self._reconcile()
+
+    async def _supervise(self) -> None:
+        while True:
+            changed = self._reap()
+            changed |= await self._poll_readiness()
+            self._reconcile()
+            if changed:
+                self.on_change()
+            await asyncio.sleep(READINESS_POLL_SECONDS)
+
+    def _reap(self) -> bool:
+        changed = False
+        for ordinal, running in list(self.processes.items()):
+            code = running.process.poll()
+            if code is None:
+                continue
+            changed = True
+            del self.processes[ordinal]
+            if running.log_file is not None:
+                running.log_file.close()
+            self.exits.append((running.name, code))
+            if running.terminating and code == 0:
+                log.info("%s: %s stopped after handing off", self.name, running.name)
+                self._restarts.pop(ordinal, None)
+                continue
+            failures, _ = self._restarts.get(ordinal, (0, 0.0))
+            delay = RESTART_BACKOFF_SECONDS[min(failures, len(RESTART_BACKOFF_SECONDS) - 1)]
+            if self.clock() - running.started_at > 60:
+                failures, delay = 0, RESTART_BACKOFF_SECONDS[0]
+            self._restarts[ordinal] = (failures + 1, self.clock() + delay)
+            log.warning(
+                "%s: %s exited with %s%s (log: %s)",
+                self.name,
+                running.name,
+                code,
+                "" if ordinal in self.held or ordinal >= self.target else f"; restarting in {delay:g}s",
+                running.log_path,
+            )
+        return changed
+
+    async def _poll_readiness(self) -> bool:
+        running = [p for p in self.processes.values() if not p.terminating]
+        results = await asyncio.gather(*(http_ok(p.address, "/readyz") for p in running))
+        changed = False
+        for process, ready in zip(running, results, strict=True):
+            if process.ready != ready and not process.terminating:
+                process.ready = ready
+                changed = True
+        return changed
+
+    async def stop_all(self, grace: float) -> None:
+        """Stop every consumer: SIGTERM (graceful handoff), then SIGKILL whatever outlives `grace`."""
+        self._stopping = True
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
+            self._supervisor = None
+        for running in self.processes.values():
+            if running.process.poll() is None and not running.terminating:
+                running.terminating = True
+                with contextlib.suppress(ProcessLookupError):
+                    running.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while any(p.process.poll() is None for p in self.processes.values()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        for running in self.processes.values():
+            if running.process.poll() is None:
+                log.warning("%s: %s did not stop within %gs: killing it", self.name, running.name, grace)
+                running.process.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                running.process.wait(timeout=10)
+            if running.log_file is not None:
+                running.log_file.close()
+        self.processes.clear()
+
+    def kill_all(self) -> None:
+        """Last resort (the runner itself is being torn down): SIGKILL every process still running."""
+        for running in self.processes.values():
+            if running.process.poll() is None:
+                running.process.kill()
+
+
+async def http_ok(address: str, path: str, timeout: float = 0.5) -> bool:
+    """GET `http://<address><path>` answered 200."""
+    host, _, port = address.rpartition(":")
+    writer = None
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), timeout)
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n".encode())
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), timeout)
+        parts = line.split()
+        return len(parts) >= 2 and parts[1] == b"200"
+    except (OSError, TimeoutError, ValueError):
+        return False
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+# --- the operator on this machine -----------------------------------------------------------------------
+
+
+def open_local_store(consumer: PartitionedConsumer, environ: Mapping[str, str]) -> LeaseStore:
+    """The checkpoint store the manifest names; its connection string from the environment."""
+    spec = consumer.spec.checkpoint_store
+    if spec.sqlite is not None:
+        return open_store(sqlite_url(spec.sqlite.path), create=True)
+    assert spec.blob is not None  # the model requires exactly one
+    variable = spec.blob.connection_string_env
+    connection = environ.get(variable, "").strip()
+    if not connection:
+        raise UserError(
+            f"environment variable {variable} is not set: it must hold the Azure Storage connection string "
+            "of the checkpoint store (spec.checkpointStore.blob)"
+        )
+    return open_store(connection, spec.blob.container, create=True)
+
+
+class LocalOperator:
+    """The control loop over a `LocalRuntime`, until stopped."""
+
+    def __init__(
+        self,
+        manifest_path: Path,
+        consumer: PartitionedConsumer,
+        workdir: Path,
+        *,
+        engine: str = "spark",
+        environ: Mapping[str, str] | None = None,
+        extra_args: tuple[str, ...] = (),
+        metrics: OperatorMetrics | None = None,
+        on_report: Callable[[CycleReport], None] | None = None,
+    ) -> None:
+        self.consumer = consumer
+        self.environ = dict(environ if environ is not None else os.environ)
+        self.workdir = workdir
+        self.wake = asyncio.Event()
+        self.runtime = LocalRuntime(
+            manifest_path,
+            consumer,
+            workdir,
+            engine=engine,
+            environ=self.environ,
+            extra_args=extra_args,
+            on_change=self.wake.set,
+        )
+        self.metrics = metrics
+        self.on_report = on_report
+        self.loop: ControlLoop | None = None
+        self.report: CycleReport | None = None
+        self.created_at = time.time()
+        self.cycles = 0
+        self.errors = 0
+
+    async def open(self) -> ControlLoop:
+        """Check the hub and the store (`UserError`, one line, when either is wrong), build the loop."""
+        target = resolve_target(self.consumer.spec.event_hubs, self.environ)
+        store = await asyncio.to_thread(open_local_store, self.consumer, self.environ)
+        probe = EventHubsProbe(target)
+        try:
+            await probe.partition_ids()
+        except Exception as exc:
+            await probe.close()
+            store.close()
+            raise UserError(str(exc)) from None
+        scope = Scope(target.fqns, target.hub, target.consumer_group)
+        self.loop = ControlLoop(self.consumer, scope, store, probe, self.runtime, metrics=self.metrics)
+        return self.loop
+
+    def apply(self, consumer: PartitionedConsumer) -> None:
+        """A changed manifest (`kubectl apply` of the same resource): scaling and rebalance settings take
+        effect from the next cycle; the hub and the store must stay the same."""
+        before = self.consumer.spec
+        if (consumer.spec.event_hubs, consumer.spec.checkpoint_store) != (
+            before.event_hubs,
+            before.checkpoint_store,
+        ):
+            raise UserError(
+                "the hub and the checkpoint store of a running consumer cannot change: restart it"
+            )
+        self.consumer = consumer
+        self.runtime.consumer = consumer
+        if self.loop is not None:
+            self.loop.apply(consumer)
+        self.wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Cycles until `stop` is set (the caller then calls `shutdown`)."""
+        loop = self.loop or await self.open()
+        self.runtime.start_supervising()
+        while not stop.is_set():
+            self.wake.clear()
+            previous = self.runtime.status.get("conditions")
+            inputs = CycleInputs(
+                annotations=dict(self.consumer.metadata.annotations),
+                created_at=self.created_at,
+                generation=1,
+                previous_conditions=previous if isinstance(previous, list) else (),
+            )
+            wait = 1.0
+            try:
+                self.report = await loop.cycle(inputs)
+                self.cycles += 1
+                wait = self.report.next_cycle_in
+                if self.metrics is not None:
+                    self.metrics.cycle_duration.labels(*loop.labels).observe(self.report.duration)
+                if self.on_report is not None:
+                    self.on_report(self.report)
+            except Exception as exc:  # the loop outlives a failed cycle (the store or hub away); it retries
+                self.errors += 1
+                if self.metrics is not None:
+                    self.metrics.cycle_errors.labels(*loop.labels).inc()
+                what = str(exc) if isinstance(exc, StoreError) else f"{type(exc).__name__}: {exc}"
+                log.warning("%s: control-loop cycle failed (retrying): %s", self.consumer.metadata.name, what)
+                log.debug("control-loop cycle failed", exc_info=True)
+            await first_of(stop, self.wake, timeout=wait)
+
+    async def shutdown(self, grace: float | None = None) -> None:
+        rebalance = self.consumer.spec.rebalance
+        await self.runtime.stop_all(grace if grace is not None else rebalance.max_handoff_seconds + 20)
+        if self.loop is not None:
+            await self.loop.close()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _iso(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, tz=UTC).isoformat(timespec="seconds")
+
+
+def read_status_file(workdir: Path) -> dict[str, Any] | None:
+    try:
+        document: dict[str, Any] = json.loads((workdir / "status.json").read_text())
+        return document
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,123 @@
+"""Azurite, Microsoft's open-source Blob storage emulator, from npm: installed once into a cache outside
+the repository (keyed by version) and started on a free 127.0.0.1 port with a fresh data folder."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.harness.ports import free_port, wait_for_port
+
+AZURITE_VERSION = "3.37.0"
+ACCOUNT = "devstoreaccount1"
+# Azurite's well-known development key (public, the same on every machine).
+ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("HUBSHIFT_CACHE", Path.home() / ".cache" / "hubshift"))
+
+
+def azurite_binary() -> Path:
+    """The `azurite-blob` launcher, installing Azurite from npm on first use."""
+    prefix = cache_root() / f"azurite-{AZURITE_VERSION}"
+    binary = prefix / "node_modules" / ".bin" / "azurite-blob"
+    if binary.exists():
+        return binary
+    prefix.mkdir(parents=True, exist_ok=True)
+    with (prefix / ".install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not binary.exists():
+            npm = shutil.which("npm")
+            if npm is None:
+                raise RuntimeError("npm is needed to install Azurite (the Blob storage emulator)")
+            subprocess.run(
+                [
+                    npm,
+                    "install",
+                    "--prefix",
+                    str(prefix),
+                    f"azurite@{AZURITE_VERSION}",
+                    "--no-audit",
+                    "--no-fund",
+                    "--loglevel=error",
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+    return binary
+
+
+def connection_string(port: int) -> str:
+    return (
+        "DefaultEndpointsProtocol=http;"
+        f"AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
+        f"BlobEndpoint=http://127.0.0.1:{port}/{ACCOUNT};"
+    )
+
+
+@dataclass
+class Azurite:
+    port: int
+    process: subprocess.Popen[bytes]
+    data_dir: Path
+
+    @property
+    def connection_string(self) -> str:
+        return connection_string(self.port)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+def start_azurite(data_dir: Path | None = None, attempts: int = 3) -> Azurite:
+    binary = azurite_binary()
+    data = data_dir or Path(tempfile.mkdtemp(prefix="hubshift-azurite-"))
+    last_error = ""
+    for _ in range(attempts):
+        port = free_port()
+        process = subprocess.Popen(
+            [
+                str(binary),
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                str(port),
+                "--location",
+                str(data),
+                "--silent",
+                "--skipApiVersionCheck",
+                "--loose",
+                "--disableProductStyleUrl",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        if wait_for_port(port, timeout=30):
+            return Azurite(port=port, process=process, data_dir=data)
+        process.kill()
+        _, err = process.communicate(timeout=10)
+        last_error = err.decode(errors="replace")[-500:]
+    raise RuntimeError(f"Azurite did not start: {last_error}")
+
+
+@contextmanager
+def running_azurite(data_dir: Path | None = None) -> Iterator[Azurite]:
+    server = start_azurite(data_dir)
+    try:
+        yield server
+    finally:
+        server.stop()
