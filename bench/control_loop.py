@@ -34,8 +34,9 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hubshift.emulator.launch import running_emulator
-from hubshift.eventhubs.probe import EventHubsProbe, PartitionInfo
+from hubshift.eventhubs.management import EventHubsProbe, PartitionInfo
 from hubshift.eventhubs.target import resolve_target
+from hubshift.manifest import parse_manifest
 from hubshift.operator.loop import ControlLoop, CycleReport
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.ownership.checkpoints import write_checkpoint
@@ -45,7 +46,6 @@ from hubshift.ownership.model import Checkpoint
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import LeaseStore
 from hubshift.ownership.stores.connect import open_store, sqlite_url
-from hubshift.spec import parse_manifest
 
 RESULTS = Path(__file__).resolve().parent / "results" / "control_loop.json"
 HUB = "big"

@@ -312,10 +312,10 @@ async def run_hubshift(
     engine: str,
     timeout: float,
 ) -> Outcome:
+    from hubshift.manifest import parse_manifest
     from hubshift.operator.local.processes import LocalOperator
     from hubshift.ownership.snapshot import take_snapshot
     from hubshift.ownership.stores.connect import open_store
-    from hubshift.spec import parse_manifest
 
     before, after = COUNTS[scenario]
     container = f"hs-{scenario.replace('to', '-')}-{int(time.time()) % 100000}"

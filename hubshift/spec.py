@@ -11,18 +11,14 @@ that environment variable directly. So the consumer always reads credentials fro
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from datetime import datetime
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from hubshift.errors import UserError
-from hubshift.ownership.timing import DEFAULT_TIMING
+from hubshift.ownership.store import MAX_LEASE_SECONDS, MIN_LEASE_SECONDS
+from hubshift.ownership.timing import DEFAULT_TIMING, Timing
 
 GROUP = "hubshift.dev"
 VERSION = "v1alpha1"
@@ -339,6 +335,10 @@ class ScalingSpec(Model):
         "1,2,3,4,5,6,7,8,11,16,32).",
     )
 
+    @property
+    def may_scale_to_zero(self) -> bool:
+        return self.min_replicas == 0 or self.idle_replicas == 0
+
     @model_validator(mode="after")
     def _bounds(self) -> ScalingSpec:
         if self.max_replicas < self.min_replicas:
@@ -362,8 +362,22 @@ class RebalanceSpec(Model):
         description="After this long, a partition not released by its old owner is taken by force.",
     )
     lease_duration_seconds: int = Field(
-        default=30, ge=15, le=60, description="Membership lease (Azure's bounds: 15-60 s)."
+        default=DEFAULT_TIMING.membership_lease_seconds,
+        ge=MIN_LEASE_SECONDS,
+        le=MAX_LEASE_SECONDS,
+        description="Membership lease (Azure's bounds: 15-60 s).",
     )
+
+    def timing(self, list_interval_seconds: float | None = None) -> Timing:
+        """The consumer's ownership timings for this lease: renewed at half of it, stopped a safety margin
+        before it could expire; the rest are the protocol's defaults."""
+        lease = self.lease_duration_seconds
+        return Timing(
+            membership_lease_seconds=lease,
+            renew_interval_seconds=lease / 2,
+            safety_margin_seconds=min(DEFAULT_TIMING.safety_margin_seconds, lease / 2 - 1),
+            list_interval_seconds=list_interval_seconds or DEFAULT_TIMING.list_interval_seconds,
+        )
 
 
 class PartitionedConsumerSpec(Model):
@@ -387,46 +401,3 @@ class PartitionedConsumer(Model):
     kind: Literal["PartitionedConsumer"]
     metadata: ObjectMeta
     spec: PartitionedConsumerSpec
-
-
-# --- reading a manifest ---------------------------------------------------------------------------
-
-
-def parse_manifest(document: Mapping[str, Any], source: str = "manifest") -> PartitionedConsumer:
-    """Validate a manifest; a bad one raises `UserError` naming the first field at fault."""
-    try:
-        return PartitionedConsumer.model_validate(document)
-    except ValidationError as exc:
-        raise UserError(f"{source}: {describe_validation_error(exc)}") from None
-
-
-def load_manifest(path: str | os.PathLike[str]) -> PartitionedConsumer:
-    file = Path(path)
-    try:
-        text = file.read_text()
-    except OSError as exc:
-        raise UserError(f"cannot read manifest {file}: {exc.strerror}") from None
-    try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise UserError(f"{file}: not valid YAML{where}") from None
-    consumers = [d for d in documents if isinstance(d, dict) and d.get("kind") == KIND]
-    if len(consumers) != 1:
-        raise UserError(f"{file}: expected exactly one {KIND} document, found {len(consumers)}")
-    return parse_manifest(consumers[0], source=str(file))
-
-
-def describe_validation_error(exc: ValidationError) -> str:
-    """One line: the first error's field path in manifest spelling, and what is wrong with it."""
-    error = exc.errors()[0]
-    path = ".".join(str(part) for part in error["loc"] if not str(part).startswith("function-after"))
-    message = error["msg"].removeprefix("Value error, ")
-    if error["type"] == "extra_forbidden":
-        message = "unknown field"
-    elif error["type"] == "missing":
-        message = "required field is missing"
-    count = exc.error_count()
-    more = f" (and {count - 1} more problem{'s' if count > 2 else ''})" if count > 1 else ""
-    return f"{path or 'document'}: {message}{more}"

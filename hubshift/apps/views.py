@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 from hubshift.errors import UserError
-from hubshift.spec import load_manifest
+from hubshift.manifest import load_manifest
 
 if TYPE_CHECKING:
     from hubshift.consumer.pipelines.aggregate_view import AggregateView

@@ -47,9 +47,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# How a claim got its partition, in the metrics' terms.
-_HOW = {"free": "released", "mine": "own", "orphaned": "expired"}
-
 
 class Hub(Protocol):
     """What the agent asks Event Hubs (`eventhubs.EventHubsManagement`)."""
@@ -488,7 +485,7 @@ class OwnershipAgent:
         log.info(
             "partition %s: claimed (%s%s) at owner level %d, from sequence number %s",
             partition,
-            plan.reason,
+            plan.describe(),
             ", forced" if plan.force else "",
             lease.owner_level,
             checkpoint.sequence_number,
@@ -497,9 +494,7 @@ class OwnershipAgent:
             self._owned[partition] = _Owned(lease=lease, last_written=self.clock())
         self.engine.start_partition(partition, lease.owner_level, start, next_sequence)
         if self.metrics:
-            self.metrics.partition_acquired(
-                partition, _HOW.get(plan.reason, "broken" if plan.force else "released")
-            )
+            self.metrics.partition_acquired(partition, plan.reason.metric_label)
         return True
 
     def _report_backlog(self) -> None:

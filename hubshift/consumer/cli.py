@@ -22,10 +22,11 @@ from typing import Any
 import click
 
 from hubshift.errors import UserError
+from hubshift.manifest import load_manifest
 from hubshift.ownership.scope import Scope, consumer_id
 from hubshift.ownership.store import LeaseStore
 from hubshift.ownership.timing import Timing
-from hubshift.spec import CheckpointStoreSpec, PartitionedConsumer, load_manifest
+from hubshift.spec import CheckpointStoreSpec, PartitionedConsumer
 
 log = logging.getLogger("hubshift.consume")
 
@@ -136,7 +137,8 @@ def run_consumer(
     from hubshift.consumer.agent import AgentSettings, OwnershipAgent
     from hubshift.consumer.http import ConsumerHTTPServer
     from hubshift.consumer.metrics import ConsumerMetrics
-    from hubshift.eventhubs.target import EventHubsManagement, resolve_target
+    from hubshift.eventhubs.management import EventHubsManagement
+    from hubshift.eventhubs.target import resolve_target
 
     env = environ if environ is not None else os.environ
     spec = manifest.spec

@@ -9,6 +9,7 @@ The agent (`agent.py`) does the I/O these decide.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,11 +19,34 @@ from hubshift.ownership.balancer import balance
 from hubshift.ownership.model import Assignment, Checkpoint, OwnershipSnapshot
 
 
+class ClaimReason(enum.StrEnum):
+    """Why a partition is claimed."""
+
+    FREE = "free"  # nobody holds it (never claimed, released, broken or expired)
+    MINE = "mine"  # its lease is still ours (a restart with the same identity)
+    ORPHANED = "orphaned"  # its holder is no longer alive
+    OWNER_GONE = "owner gone"  # the operator saw its holder go (the record's `forced`)
+    HANDOFF_DEADLINE = "handoff deadline passed"  # its holder did not release it in time
+    STEAL = "steal"  # fallback balancing: from the biggest owner
+
+    @property
+    def metric_label(self) -> str:
+        """`how` in `hubshift_consumer_partitions_acquired_total`: released, own, expired or broken."""
+        return {ClaimReason.FREE: "released", ClaimReason.MINE: "own", ClaimReason.ORPHANED: "expired"}.get(
+            self, "broken"
+        )
+
+
 @dataclass(frozen=True)
 class ClaimPlan:
     partition: str
     force: bool
-    reason: str
+    reason: ClaimReason
+    holder: str | None = None  # who holds it now, when it is taken from someone
+
+    def describe(self) -> str:
+        """For a log line: the reason, and from whom."""
+        return self.reason.value if self.holder is None else f"{self.reason.value} from {self.holder}"
 
 
 @dataclass(frozen=True)
@@ -116,21 +140,21 @@ def _follow(
     deadline_seconds = handoff if handoff is not None else max_handoff_seconds
     deadline = assignment.updated_at.timestamp() + deadline_seconds
     # The operator saw the old owner go (pod deleted, process gone): no release will come.
-    forced = {str(p) for p in assignment.extra.get("forced", ())}
+    forced = assignment.forced
     claims: list[ClaimPlan] = []
     waiting: list[str] = []
     for partition in sorted(mine - held):
         row = snapshot.partition(partition)
         if row is None or row.free:
-            claims.append(ClaimPlan(partition, False, "free"))
+            claims.append(ClaimPlan(partition, False, ClaimReason.FREE))
         elif row.owner == me:
-            claims.append(ClaimPlan(partition, False, "mine"))
+            claims.append(ClaimPlan(partition, False, ClaimReason.MINE))
         elif not row.owner_alive:
-            claims.append(ClaimPlan(partition, True, "orphaned"))
+            claims.append(ClaimPlan(partition, True, ClaimReason.ORPHANED, row.owner))
         elif partition in forced:
-            claims.append(ClaimPlan(partition, True, "forced: its owner is gone"))
+            claims.append(ClaimPlan(partition, True, ClaimReason.OWNER_GONE, row.owner))
         elif now.timestamp() >= deadline:
-            claims.append(ClaimPlan(partition, True, "handoff deadline passed"))
+            claims.append(ClaimPlan(partition, True, ClaimReason.HANDOFF_DEADLINE, row.owner))
         else:
             waiting.append(partition)
     return OwnershipPlan(
@@ -153,18 +177,18 @@ def _fallback(
         if row.partition in owners and not row.free:
             owners[row.partition] = row.owner
         if row.owner == me and row.partition not in held and row.partition in owners:
-            claims.append(ClaimPlan(row.partition, False, "mine"))
+            claims.append(ClaimPlan(row.partition, False, ClaimReason.MINE))
     for partition in held:
         owners[partition] = me
     for partition in (c.partition for c in claims):
         owners[partition] = me
     for claim in balance(me, partitions, owners, live):
         if claim.steal:
-            claims.append(ClaimPlan(claim.partition, True, f"steal from {claim.previous_owner}"))
+            claims.append(ClaimPlan(claim.partition, True, ClaimReason.STEAL, claim.previous_owner))
         elif claim.previous_owner is not None and claim.previous_owner != me:
-            claims.append(ClaimPlan(claim.partition, True, "orphaned"))
+            claims.append(ClaimPlan(claim.partition, True, ClaimReason.ORPHANED, claim.previous_owner))
         else:
-            claims.append(ClaimPlan(claim.partition, False, "free"))
+            claims.append(ClaimPlan(claim.partition, False, ClaimReason.FREE))
     return OwnershipPlan("fallback", claims=tuple(claims))
 
 

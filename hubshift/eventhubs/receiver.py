@@ -19,23 +19,18 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from azure.eventhub import EventData, EventHubConsumerClient
-from azure.eventhub._pyamqp.message import Message as _RawMessage
+from azure.eventhub import EventHubConsumerClient
 from azure.eventhub._utils import get_last_enqueued_event_properties
 
-from hubshift.consumer.spark.spool import EVENT_ARROW_SCHEMA
+from hubshift.eventhubs.rows import events_to_batch
+from hubshift.eventhubs.sdk_internals import create_partition_consumer, track_last
 
 log = logging.getLogger(__name__)
-
-_SEQUENCE = b"x-opt-sequence-number"
-_OFFSET = b"x-opt-offset"
-_ENQUEUED = b"x-opt-enqueued-time"
-_PARTITION_KEY = b"x-opt-partition-key"
 
 # How a receiver reads: events per delivered batch (a spool segment) and AMQP credit.
 MAX_BATCH = 1000
@@ -62,114 +57,6 @@ class StartAt:
         if self.enqueued_time is not None:
             return self.enqueued_time, True
         return "-1", False
-
-
-def _text(value: object) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return str(value)
-
-
-def _properties(values: dict[Any, Any] | None) -> list[tuple[str, str | None]] | None:
-    if not values:
-        return None
-    return [(_text(k) or "", _text(v)) for k, v in values.items()]
-
-
-def events_to_batch(partition: str, events: Sequence[Any]) -> pa.RecordBatch:
-    """Received messages as one record batch in the event row schema.
-
-    `events` are the SDK's raw AMQP messages (what `adopt_raw_messages` makes a consumer deliver) or its
-    `EventData`: the annotations are read directly (ten times cheaper per event than the public
-    properties), with the public properties as the fallback.
-    """
-    sequence: list[int] = []
-    offsets: list[str | None] = []
-    enqueued: list[int | None] = []
-    keys: list[str | None] = []
-    bodies: list[bytes] = []
-    properties: list[list[tuple[str, str | None]] | None] = []
-    for event in events:
-        raw = _readable_message(event)
-        if raw is not None:
-            annotations = raw.message_annotations or {}
-            sequence.append(annotations[_SEQUENCE])
-            offsets.append(_text(annotations.get(_OFFSET)))
-            millis = annotations.get(_ENQUEUED)
-            enqueued.append(None if millis is None else int(millis) * 1000)
-            keys.append(_text(annotations.get(_PARTITION_KEY)))
-            data = raw.data or b""
-            bodies.append(data if isinstance(data, bytes) else b"".join(data))
-            properties.append(_properties(raw.application_properties))
-            continue
-        if isinstance(event, _RawMessage):
-            event = EventData._from_message(event)
-        sequence.append(event.sequence_number)
-        offsets.append(_text(event.offset))
-        moment = event.enqueued_time
-        enqueued.append(None if moment is None else int(moment.timestamp() * 1_000_000))
-        keys.append(_text(event.partition_key))
-        bodies.append(_body(event))
-        properties.append(_properties(event.properties))
-    count = len(sequence)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([partition] * count, pa.string()),
-            pa.array(sequence, pa.int64()),
-            pa.array(offsets, pa.string()),
-            pa.array(enqueued, pa.timestamp("us", tz="UTC")),
-            pa.array(keys, pa.string()),
-            pa.array(bodies, pa.binary()),
-            pa.array(properties, EVENT_ARROW_SCHEMA.field("properties").type),
-        ],
-        schema=EVENT_ARROW_SCHEMA,
-    )
-
-
-def _readable_message(event: Any) -> _RawMessage | None:
-    """The raw AMQP message behind `event` (itself, or an `EventData`'s) when its annotations and data body
-    can be read directly; None for anything else, which takes the public properties."""
-    raw = event if isinstance(event, _RawMessage) else getattr(event, "_message", None)
-    if isinstance(raw, _RawMessage) and raw.data is not None and _SEQUENCE in (raw.message_annotations or {}):
-        return raw
-    return None
-
-
-def adopt_raw_messages(consumer: Any) -> None:
-    """Make an SDK partition consumer deliver its raw AMQP messages instead of wrapping each in an
-    `EventData` (its message, properties and annotation views: about a third of the receiving thread's
-    CPU, measured with py-spy in bench/throughput.py). The last message of each batch is still wrapped
-    (`track_last`): the SDK resumes from it after a retried link failure, and it carries the
-    last-enqueued-event properties."""
-    buffer = getattr(consumer, "_message_buffer", None)
-    if buffer is None or not hasattr(consumer, "_next_message_in_buffer"):
-        return  # another SDK version: it keeps delivering EventData, which events_to_batch also reads
-    consumer._next_message_in_buffer = buffer.popleft
-
-
-def track_last(consumer: Any, events: Sequence[Any]) -> Any:
-    """The batch's last event as an `EventData`, recorded where the SDK looks when it reconnects."""
-    last = events[-1]
-    if isinstance(last, _RawMessage):
-        last = consumer._last_received_event = EventData._from_message(last)
-    return last
-
-
-def _body(event: Any) -> bytes:
-    try:
-        body = event.body
-    except ValueError:
-        return b""
-    if isinstance(body, bytes):
-        return body
-    if isinstance(body, str):
-        return body.encode()
-    try:
-        return b"".join(part if isinstance(part, bytes) else str(part).encode() for part in body)
-    except TypeError:
-        return str(body).encode()
 
 
 def is_stolen(error: BaseException) -> bool:
@@ -353,18 +240,16 @@ class ReceiverPool:
         )
         position, inclusive = receiver.position()
         receiver.client = client
-        # The SDK's processor creates its partition consumers the same way (azure-eventhub 5.15.1).
-        receiver.consumer = client._create_consumer(
+        receiver.consumer = create_partition_consumer(
+            client,
             self._consumer_group,
             receiver.partition,
             position,
             receiver.on_events,
-            event_position_inclusive=inclusive,
+            inclusive=inclusive,
             owner_level=receiver.owner_level,
             prefetch=PREFETCH,
-            track_last_enqueued_event_properties=True,
         )
-        adopt_raw_messages(receiver.consumer)
 
     def _release(self, receiver: PartitionReceiver) -> None:
         consumer, client = receiver.consumer, receiver.client

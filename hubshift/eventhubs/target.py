@@ -1,8 +1,7 @@
-"""The consumer's Event Hubs connection: the connection string from the environment, the namespace it
-names, and the management questions the agent asks (partition ids, last enqueued event).
+"""Which Event Hub to read, and with what: the connection string from the environment variable the manifest
+names, the namespace it points at, and SDK errors turned into lines a person can act on.
 
-The one place the consumer turns SDK errors into lines a person can act on. A connection string is
-never part of a message, a log line or a metric (it holds a key).
+A connection string is never part of a message, a log line or a metric (it holds a key).
 """
 
 from __future__ import annotations
@@ -10,11 +9,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import urlparse
 
 from hubshift.errors import UserError
-from hubshift.ownership.model import Checkpoint, partition_sort_key
 from hubshift.spec import EventHubsSpec
 
 log = logging.getLogger(__name__)
@@ -89,54 +86,3 @@ def describe_error(error: BaseException, target: EventHubsTarget) -> str:
         return f"{where}: cannot connect (is the namespace reachable from here?)"
     first_line = text.splitlines()[0] if text else kind
     return f"{where}: {first_line[:200]}"
-
-
-class EventHubsManagement:
-    """Partition ids and last enqueued events, for the agent (one client, reused)."""
-
-    def __init__(self, target: EventHubsTarget, *, retry_total: int = 3) -> None:
-        self.target = target
-        self._retry_total = retry_total
-        self._client: Any = None
-
-    def _connect(self) -> Any:
-        if self._client is None:
-            from azure.eventhub import EventHubConsumerClient
-
-            self._client = EventHubConsumerClient.from_connection_string(
-                self.target.connection_string,
-                consumer_group=self.target.consumer_group,
-                eventhub_name=self.target.hub,
-                retry_total=self._retry_total,
-            )
-        return self._client
-
-    def probe(self) -> list[str]:
-        """Check the hub at start-up: reachable, credentials accepted, hub exists. `UserError` if not."""
-        try:
-            return self.partition_ids()
-        except UserError:
-            raise
-        except Exception as exc:
-            raise UserError(describe_error(exc, self.target)) from None
-
-    def partition_ids(self) -> list[str]:
-        ids = [str(p) for p in self._connect().get_partition_ids()]
-        return sorted(ids, key=partition_sort_key)
-
-    def last_enqueued(self, partition: str) -> Checkpoint | None:
-        """The partition's last event as a checkpoint (where `latest` starts); None when it is empty."""
-        properties = self._connect().get_partition_properties(partition)
-        if properties.get("is_empty"):
-            return None
-        return Checkpoint(
-            offset=str(properties["last_enqueued_offset"]),
-            sequence_number=int(properties["last_enqueued_sequence_number"]),
-        )
-
-    def close(self) -> None:
-        if self._client is not None:
-            try:
-                self._client.close()
-            finally:
-                self._client = None

@@ -35,60 +35,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-PolicyType = Literal["Pods", "Percent"]
-SelectPolicy = Literal["Max", "Min", "Disabled"]
-FallbackBehavior = Literal["static", "currentReplicas", "currentReplicasIfHigher", "currentReplicasIfLower"]
-StartPosition = Literal["earliest", "latest"]
+from hubshift.spec import ScalingRules, ScalingSpec
 
-
-# --- configuration (mirrors hubshift.spec.ScalingSpec; the operator maps one to the other) -------------
-
-
-@dataclass(frozen=True)
-class ScalingPolicy:
-    """At most `value` pods (or percent of the pods at the period's start) per `period_seconds`."""
-
-    type: PolicyType
-    value: int
-    period_seconds: float
-
-
-@dataclass(frozen=True)
-class ScalingRules:
-    stabilization_window_seconds: float = 0.0
-    select_policy: SelectPolicy = "Max"
-    policies: tuple[ScalingPolicy, ...] = ()  # empty: no rate limit
-
-
-# HPA's own defaults (and hubshift.spec's).
-DEFAULT_SCALE_UP = ScalingRules(0, "Max", (ScalingPolicy("Pods", 4, 60), ScalingPolicy("Percent", 100, 60)))
-DEFAULT_SCALE_DOWN = ScalingRules(300, "Max", (ScalingPolicy("Percent", 100, 15),))
-
-
-@dataclass(frozen=True)
-class Fallback:
-    failure_threshold: int = 3
-    replicas: int = 1
-    behavior: FallbackBehavior = "static"
-
-
-@dataclass(frozen=True)
-class ScalingConfig:
-    min_replicas: int = 1
-    max_replicas: int = 32
-    idle_replicas: int | None = None  # KEDA idleReplicaCount: only 0, allows zero with min >= 1
-    target_backlog_per_replica: int = 1000
-    activation_backlog: int = 0
-    cooldown_period_seconds: float = 300.0
-    initial_cooldown_period_seconds: float = 0.0
-    scale_up: ScalingRules = DEFAULT_SCALE_UP
-    scale_down: ScalingRules = DEFAULT_SCALE_DOWN
-    fallback: Fallback | None = None
-    align_to_partitions: bool = True
-
-    @property
-    def may_scale_to_zero(self) -> bool:
-        return self.min_replicas == 0 or self.idle_replicas == 0
+# The configuration is the manifest's own `spec.scaling` (`hubshift.spec.ScalingSpec`): its defaults and
+# its validation live there, once.
+BacklogStart = Literal["earliest", "latest"]
 
 
 @dataclass(frozen=True)
@@ -141,7 +92,7 @@ def partition_backlog(
     checkpoint: int | None,
     beginning: int = 0,
     empty: bool = False,
-    start: StartPosition = "earliest",
+    start: BacklogStart = "earliest",
     start_sequence_number: int | None = None,
 ) -> int:
     """Events of one partition not yet consumed: last enqueued sequence number - checkpoint.
@@ -194,16 +145,16 @@ def align_replicas(replicas: int, partition_count: int, low: int, high: int) -> 
     return next((c for c in candidates if c >= replicas), candidates[-1])
 
 
-def replica_bounds(config: ScalingConfig, partition_count: int) -> tuple[int, int]:
+def replica_bounds(config: ScalingSpec, partition_count: int) -> tuple[int, int]:
     """[low, high] for a running pool: at least max(min, 1), never above max or the partition count."""
     high = max(0, min(config.max_replicas, partition_count))
     return min(max(config.min_replicas, 1), high), high
 
 
-def recommend_replicas(backlog: int, partition_count: int, config: ScalingConfig) -> int:
+def recommend_replicas(backlog: int, partition_count: int, config: ScalingSpec) -> int:
     """What the backlog alone asks of a running pool, before any behaviour: monotone in `backlog`."""
     low, high = replica_bounds(config, partition_count)
-    wanted = math.ceil(max(backlog, 0) / config.target_backlog_per_replica)
+    wanted = math.ceil(max(backlog, 0) / config.target.unprocessed_events_per_replica)
     clamped = min(max(wanted, low), high)
     if config.align_to_partitions and clamped > 0:
         return align_replicas(clamped, partition_count, low, high)
@@ -283,7 +234,7 @@ class ScalingDecision:
 
 
 def decide_replicas(
-    config: ScalingConfig,
+    config: ScalingSpec,
     state: ScalingState,
     observation: ScalingObservation,
     now: float,
@@ -293,7 +244,9 @@ def decide_replicas(
     partitions = observation.partition_count
     current = state.replicas if state.replicas is not None else observation.current_replicas
     backlog = observation.backlog
-    active = pause.force_activation or (backlog is not None and backlog > config.activation_backlog)
+    active = pause.force_activation or (
+        backlog is not None and backlog > config.activation.unprocessed_events
+    )
     booked = replace(
         state,
         created_at=_first(state.created_at, observation.created_at, now),
@@ -319,7 +272,9 @@ def decide_replicas(
     recommendation = recommend_replicas(backlog, partitions, config) if high > 0 else 0
     if current == 0:
         if high == 0 or (config.may_scale_to_zero and not active):
-            return decided(0, f"idle at zero: backlog {backlog} <= activation {config.activation_backlog}")
+            return decided(
+                0, f"idle at zero: backlog {backlog} <= activation {config.activation.unprocessed_events}"
+            )
         if pause.scale_out:
             return decided(0, "start from zero blocked by paused-scale-out")
         return decided(
@@ -336,7 +291,7 @@ def decide_replicas(
 
 
 def _unreadable(
-    config: ScalingConfig, booked: ScalingState, current: int, partitions: int, now: float, pause: Pause
+    config: ScalingSpec, booked: ScalingState, current: int, partitions: int, now: float, pause: Pause
 ) -> ScalingDecision:
     fallback = config.fallback
     failures = booked.failures
@@ -372,7 +327,7 @@ def _unreadable(
 
 
 def _behave(
-    config: ScalingConfig,
+    config: ScalingSpec,
     state: ScalingState,
     current: int,
     recommendation: int,
@@ -382,7 +337,7 @@ def _behave(
     now: float,
 ) -> tuple[int, str]:
     """HPA behaviour: stabilisation, then the policies' rate limit, then alignment inside the limit."""
-    up, down = config.scale_up, config.scale_down
+    up, down = config.behavior.scale_up, config.behavior.scale_down
     stabilized = current
     up_floor = down_ceiling = recommendation
     for past in state.recommendations:
@@ -464,7 +419,7 @@ def _directional_pause(current: int, desired: int, pause: Pause) -> tuple[int, s
     return desired, ""
 
 
-def _cooled_down(config: ScalingConfig, state: ScalingState, now: float) -> bool:
+def _cooled_down(config: ScalingSpec, state: ScalingState, now: float) -> bool:
     created = state.created_at if state.created_at is not None else now
     idle_since = state.last_active_at if state.last_active_at is not None else created
     return (
@@ -474,7 +429,7 @@ def _cooled_down(config: ScalingConfig, state: ScalingState, now: float) -> bool
 
 
 def _finish(
-    config: ScalingConfig,
+    config: ScalingSpec,
     state: ScalingState,
     current: int,
     replicas: int,
@@ -501,9 +456,9 @@ def _finish(
     return ScalingDecision(replicas, reason, active, fallback, paused, rec, new_state)
 
 
-def _horizon(config: ScalingConfig) -> float:
+def _horizon(config: ScalingSpec) -> float:
     """How far back any window or policy period looks: older history can be dropped."""
-    rules = (config.scale_up, config.scale_down)
+    rules = (config.behavior.scale_up, config.behavior.scale_down)
     periods = [p.period_seconds for r in rules for p in r.policies]
     return max([r.stabilization_window_seconds for r in rules] + periods)
 

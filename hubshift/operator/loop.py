@@ -31,24 +31,14 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from hubshift.eventhubs.probe import EventHubsProbe, PartitionInfo, ProbeError
+from hubshift.eventhubs.management import EventHubsProbe, PartitionInfo, ProbeError
 from hubshift.operator import autoscaler, rebalance
-from hubshift.operator.autoscaler import (
-    Fallback,
-    Pause,
-    ScalingConfig,
-    ScalingDecision,
-    ScalingObservation,
-    ScalingPolicy,
-    ScalingRules,
-    ScalingState,
-)
+from hubshift.operator.autoscaler import Pause, ScalingDecision, ScalingObservation, ScalingState
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.operator.rebalance import (
     BreakLeases,
     Observation,
     PublishAssignment,
-    RebalanceConfig,
     RebalanceState,
     RecordEvent,
     SetReplicas,
@@ -74,7 +64,7 @@ from hubshift.ownership.planner import consumer_sort_key
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import BlobNotFound, LeaseStore, StoreError, WriteConflict
-from hubshift.spec import PartitionedConsumer, RebalanceSpec, ScalingSpec, StartPosition
+from hubshift.spec import PartitionedConsumer, StartPosition
 
 log = logging.getLogger(__name__)
 
@@ -86,38 +76,6 @@ BUSY_CYCLE_SECONDS = 1.0
 
 
 # --- pure helpers ---------------------------------------------------------------------------------------
-
-
-def scaling_config(spec: ScalingSpec) -> ScalingConfig:
-    """The manifest's scaling block as the autoscaler's configuration."""
-
-    def rules(source: Any) -> ScalingRules:
-        return ScalingRules(
-            stabilization_window_seconds=float(source.stabilization_window_seconds),
-            select_policy=source.select_policy,
-            policies=tuple(ScalingPolicy(p.type, p.value, float(p.period_seconds)) for p in source.policies),
-        )
-
-    fallback = spec.fallback
-    return ScalingConfig(
-        min_replicas=spec.min_replicas,
-        max_replicas=spec.max_replicas,
-        idle_replicas=spec.idle_replicas,
-        target_backlog_per_replica=spec.target.unprocessed_events_per_replica,
-        activation_backlog=spec.activation.unprocessed_events,
-        cooldown_period_seconds=float(spec.cooldown_period_seconds),
-        initial_cooldown_period_seconds=float(spec.initial_cooldown_period_seconds),
-        scale_up=rules(spec.behavior.scale_up),
-        scale_down=rules(spec.behavior.scale_down),
-        fallback=None
-        if fallback is None
-        else Fallback(fallback.failure_threshold, fallback.replicas, fallback.behavior),
-        align_to_partitions=spec.align_to_partitions,
-    )
-
-
-def rebalance_config(spec: RebalanceSpec) -> RebalanceConfig:
-    return RebalanceConfig(delay_seconds=spec.delay_seconds, max_handoff_seconds=spec.max_handoff_seconds)
 
 
 def lease_holders(snapshot: OwnershipSnapshot, partitions: Iterable[str]) -> dict[str, str | None]:
@@ -168,19 +126,6 @@ def holders_to_expel(
     keep = set(spared)
     gone = {holders.get(p) for p in published.forced}
     return sorted((c for c in gone if c is not None and c not in keep and c != "?"), key=consumer_sort_key)
-
-
-def rebalance_reason(reason: str) -> str:
-    """A bounded metric label for a publication's reason."""
-    if reason.startswith("partitions changed"):
-        return "partitions-changed"
-    if reason.startswith("holddown"):
-        return "holddown-over"
-    if "orphans" in reason:
-        return "orphans"
-    if "draining" in reason:
-        return "drain"
-    return "other"
 
 
 def next_cycle_in(state: RebalanceState, now: float, polling_interval: float) -> float:
@@ -432,16 +377,16 @@ class ControlLoop:
         self.metrics = metrics
         self.nudge = nudge
         self.clock = clock
-        self.scaling = scaling_config(consumer.spec.scaling)
-        self.config = rebalance_config(consumer.spec.rebalance)
+        self.scaling = consumer.spec.scaling
+        self.config = consumer.spec.rebalance
         self.memory = _Memory()
         self.labels = (consumer.metadata.namespace, consumer.metadata.name)
 
     def apply(self, consumer: PartitionedConsumer) -> None:
         """A changed spec: scaling and rebalance settings from the next cycle on."""
         self.consumer = consumer
-        self.scaling = scaling_config(consumer.spec.scaling)
-        self.config = rebalance_config(consumer.spec.rebalance)
+        self.scaling = consumer.spec.scaling
+        self.config = consumer.spec.rebalance
         self.memory.probed_at = None  # decide replicas again at once
 
     async def close(self) -> None:
@@ -555,7 +500,7 @@ class ControlLoop:
             )
             backlog = sum(per_partition.values())
         partition_count = len(memory.partition_ids) or len(
-            snapshot.assignment.extra.get("partitionIds", []) if snapshot.assignment else []
+            snapshot.assignment.partition_ids if snapshot.assignment else ()
         )
         if partition_count == 0:
             return memory.decision
@@ -620,9 +565,7 @@ class ControlLoop:
             if snapshot is None:
                 snapshot = await self._snapshot()
             record = snapshot.assignment
-            partitions = memory.partition_ids or tuple(
-                str(p) for p in (record.extra.get("partitionIds", ()) if record else ())
-            )
+            partitions = memory.partition_ids or (record.partition_ids if record else ())
             holders = lease_holders(snapshot, partitions)
             if not partitions:  # nothing known about the hub yet: nothing to decide
                 state = memory.rebalance or RebalanceState()
@@ -678,7 +621,7 @@ class ControlLoop:
                     await self._expel(gone)
                 if self.metrics is not None:
                     self.metrics.moves.labels(namespace, name).inc(len(action.moves))
-                    self.metrics.rebalances.labels(namespace, name, rebalance_reason(action.reason)).inc()
+                    self.metrics.rebalances.labels(namespace, name, action.reason.value).inc()
             elif isinstance(action, BreakLeases):
                 nudge_generation = action.generation
             elif isinstance(action, SetReplicas):

@@ -38,6 +38,7 @@ writer), the record wins. Deadlines are absolute wall-clock times, so they survi
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -52,14 +53,16 @@ from hubshift.ownership.planner import (
     plan_moves,
     sorted_partitions,
 )
+from hubshift.spec import RebalanceSpec
 
 __all__ = [
     "Action",
     "BreakLeases",
+    "EventReason",
     "Observation",
     "Phase",
     "PublishAssignment",
-    "RebalanceConfig",
+    "PublishReason",
     "RebalanceState",
     "RecordEvent",
     "SetReplicas",
@@ -68,14 +71,6 @@ __all__ = [
     "pending_handoffs",
     "step",
 ]
-
-
-@dataclass(frozen=True)
-class RebalanceConfig:
-    """Mirrors `hubshift.spec.RebalanceSpec`."""
-
-    delay_seconds: float = 10.0
-    max_handoff_seconds: float = 15.0
 
 
 @dataclass(frozen=True)
@@ -91,7 +86,7 @@ class RebalanceState:
     holddown_until: float | None = None
     replicas: int = 0  # the replica count last asked of the StatefulSet
 
-    def handoff_deadline(self, config: RebalanceConfig) -> float | None:
+    def handoff_deadline(self, config: RebalanceSpec) -> float | None:
         return None if self.published_at is None else self.published_at + config.max_handoff_seconds
 
     def partitions_of(self, consumer: str) -> list[str]:
@@ -123,7 +118,7 @@ class RebalanceState:
             replicas=int(data.get("replicas", 0)),
         )
 
-    def to_record(self, config: RebalanceConfig) -> AssignmentRecord:
+    def to_record(self, config: RebalanceSpec) -> AssignmentRecord:
         """The assignment record the consumers read (`hubshift.ownership.model.Assignment`)."""
         return AssignmentRecord(
             generation=self.generation,
@@ -133,25 +128,21 @@ class RebalanceState:
             updated_at=_datetime(self.published_at or 0.0),
             holddown_until=None if self.holddown_until is None else _datetime(self.holddown_until),
             max_handoff_seconds=config.max_handoff_seconds,
-            extra={
-                "partitionIds": sorted_partitions(self.assignment),
-                "consumers": list(self.consumers),
-                "forced": sorted_partitions(self.forced),
-            },
+            partition_ids=tuple(sorted_partitions(self.assignment)),
+            consumers=self.consumers,
+            forced=self.forced,
         )
 
     @classmethod
     def from_record(cls, record: AssignmentRecord) -> RebalanceState:
-        ids = [str(p) for p in record.extra.get("partitionIds", record.partitions)]
-        consumers = record.extra.get("consumers")
-        if consumers is None:
-            consumers = sorted(set(record.partitions.values()), key=consumer_sort_key)
+        ids = record.covered
+        consumers = record.consumers or sorted(set(record.partitions.values()), key=consumer_sort_key)
         return cls(
             generation=record.generation,
             phase=record.phase,
             assignment={p: record.partitions.get(p) for p in sorted_partitions(ids)},
             consumers=tuple(str(c) for c in consumers),
-            forced=frozenset(str(p) for p in record.extra.get("forced", ())),
+            forced=record.forced,
             published_at=record.updated_at.timestamp() if record.generation else None,
             holddown_until=None if record.holddown_until is None else record.holddown_until.timestamp(),
             replicas=record.replicas,
@@ -174,6 +165,27 @@ class Observation:
 # --- actions --------------------------------------------------------------------------------------------
 
 
+class PublishReason(enum.StrEnum):
+    """Why a generation is published; the value is its metric label."""
+
+    PARTITIONS_CHANGED = "partitions-changed"  # the hub's partition set changed (or the first cycle)
+    HOLDDOWN_OVER = "holddown-over"  # the consumer set changed and the holddown ran out
+    ORPHANS = "orphans"  # partitions of consumers gone for good move at once
+    DRAIN = "drain"  # partitions of consumers about to be scaled in move before the StatefulSet shrinks
+
+
+class EventReason(enum.StrEnum):
+    """The `reason` of the Kubernetes Events the machine records (one CamelCase word each)."""
+
+    REBALANCING = "Rebalancing"
+    REBALANCED = "Rebalanced"
+    HOLDDOWN = "Holddown"
+    HOLDDOWN_CANCELLED = "HolddownCancelled"
+    HANDOFF_FORCED = "HandoffForced"
+    SCALING_OUT = "ScalingOut"
+    SCALING_IN = "ScalingIn"
+
+
 @dataclass(frozen=True)
 class PublishAssignment:
     """Write this generation to the assignment record (compare-and-swap) before anything else."""
@@ -182,7 +194,8 @@ class PublishAssignment:
     assignment: Mapping[str, str | None]
     forced: frozenset[str]
     moves: tuple[Move, ...]
-    reason: str
+    reason: PublishReason
+    detail: str  # for people: which consumers, which change
 
 
 @dataclass(frozen=True)
@@ -203,7 +216,7 @@ class BreakLeases:
 class RecordEvent:
     """A Kubernetes Event on the PartitionedConsumer."""
 
-    reason: str
+    reason: EventReason
     message: str
     warning: bool = False
 
@@ -235,7 +248,7 @@ def pending_handoffs(state: RebalanceState, owners: Mapping[str, str | None]) ->
     return [p for p, target in state.assignment.items() if owners.get(p) != target]
 
 
-def step(state: RebalanceState | None, observation: Observation, now: float, config: RebalanceConfig) -> Step:
+def step(state: RebalanceState | None, observation: Observation, now: float, config: RebalanceSpec) -> Step:
     """One control-loop cycle of the rebalance state machine."""
     cycle = _Cycle(_View.of(observation), now, config)
     current = _starting_point(state, observation.record)
@@ -278,10 +291,10 @@ class _View:
 class _Cycle:
     view: _View
     now: float
-    config: RebalanceConfig
+    config: RebalanceSpec
     actions: list[Action] = field(default_factory=list)
 
-    def event(self, reason: str, message: str, *, warning: bool = False) -> None:
+    def event(self, reason: EventReason, message: str, *, warning: bool = False) -> None:
         self.actions.append(RecordEvent(reason, message, warning))
 
     def publish(
@@ -290,7 +303,8 @@ class _Cycle:
         assignment: Mapping[str, str | None],
         consumers: Iterable[str],
         previous: Mapping[str, str | None],
-        reason: str,
+        reason: PublishReason,
+        detail: str,
     ) -> RebalanceState:
         """Generation + 1 with `assignment`, planned for `consumers`, moving from `previous`."""
         if state.generation and dict(assignment) == dict(state.assignment):
@@ -299,11 +313,11 @@ class _Cycle:
         moves = plan_moves(previous, assignment)
         forced = _forced(assignment, previous, self.view)
         planned_for = tuple(sorted(set(consumers), key=consumer_sort_key))
-        self.actions.append(PublishAssignment(generation, dict(assignment), forced, moves, reason))
+        self.actions.append(PublishAssignment(generation, dict(assignment), forced, moves, reason, detail))
         self.event(
-            "Rebalancing",
+            EventReason.REBALANCING,
             f"generation {generation}: {len(moves)} moves ({len(forced)} forced) "
-            f"over {len(planned_for)} consumers: {reason}",
+            f"over {len(planned_for)} consumers: {detail}",
         )
         return replace(
             state,
@@ -333,8 +347,15 @@ def _rebalance(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
         # Without any record yet, plan from who really holds what, so the first plan is sticky too.
         base = published if state.generation else {p: view.observation.owners.get(p) for p in parts}
         plan = plan_assignment(parts, candidates, base)
-        reason = f"partitions changed ({len(published)} -> {len(parts)})"
-        return cycle.publish(replace(state, holddown_until=None), plan.assignment, candidates, base, reason)
+        detail = f"partitions changed ({len(published)} -> {len(parts)})"
+        return cycle.publish(
+            replace(state, holddown_until=None),
+            plan.assignment,
+            candidates,
+            base,
+            PublishReason.PARTITIONS_CHANGED,
+            detail,
+        )
 
     urgent = sorted(
         {o for o in published.values() if o is not None and view.leaving(o)}, key=consumer_sort_key
@@ -348,10 +369,15 @@ def _rebalance(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
     if state.holddown_until is not None and cycle.now >= state.holddown_until:
         plan = plan_assignment(parts, candidates, published)
         return cycle.publish(
-            replace(state, holddown_until=None), plan.assignment, candidates, published, "holddown over"
+            replace(state, holddown_until=None),
+            plan.assignment,
+            candidates,
+            published,
+            PublishReason.HOLDDOWN_OVER,
+            "holddown over",
         )
     if urgent:
-        return cycle.publish(state, interim, survivors, published, _urgent_reason(urgent, view))
+        return cycle.publish(state, interim, survivors, published, *_urgent_reason(urgent, view))
     return state
 
 
@@ -360,18 +386,18 @@ def _holddown(state: RebalanceState, cycle: _Cycle, *, needed: bool) -> Rebalanc
     if needed and state.holddown_until is None:
         until = cycle.now + cycle.config.delay_seconds
         cycle.event(
-            "Holddown",
+            EventReason.HOLDDOWN,
             f"consumers changed ({_change(state.consumers, cycle.view)}); "
             f"rebalancing in {cycle.config.delay_seconds:g}s unless they settle back",
         )
         return replace(state, holddown_until=until)
     if not needed and state.holddown_until is not None:
-        cycle.event("HolddownCancelled", "the consumers settled back: no handoff")
+        cycle.event(EventReason.HOLDDOWN_CANCELLED, "the consumers settled back: no handoff")
         return replace(state, holddown_until=None)
     return state
 
 
-def _urgent_reason(urgent: list[str], view: _View) -> str:
+def _urgent_reason(urgent: list[str], view: _View) -> tuple[PublishReason, str]:
     gone = [c for c in urgent if view.gone(c)]
     draining = [c for c in urgent if not view.gone(c)]
     reasons = []
@@ -379,7 +405,7 @@ def _urgent_reason(urgent: list[str], view: _View) -> str:
         reasons.append(f"orphans of {_names(gone)}")
     if draining:
         reasons.append(f"draining {_names(draining)} before scale-in to {view.limit}")
-    return "; ".join(reasons)
+    return (PublishReason.ORPHANS if gone else PublishReason.DRAIN), "; ".join(reasons)
 
 
 def _forced(
@@ -403,7 +429,7 @@ def _settle(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
         return replace(state, phase=idle)
     pending = pending_handoffs(state, cycle.view.observation.owners)
     if not pending:
-        cycle.event("Rebalanced", f"generation {state.generation}: every handoff done")
+        cycle.event(EventReason.REBALANCED, f"generation {state.generation}: every handoff done")
         return replace(state, phase=idle)
     deadline = state.handoff_deadline(cycle.config)
     if deadline is None or cycle.now < deadline:
@@ -412,7 +438,7 @@ def _settle(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
     if breakable:
         cycle.actions.append(BreakLeases(state.generation, breakable))
     cycle.event(
-        "HandoffForced",
+        EventReason.HANDOFF_FORCED,
         f"generation {state.generation}: {len(pending)} partitions not released within "
         f"{cycle.config.max_handoff_seconds:g}s; their new owners may break the leases",
         warning=True,
@@ -429,7 +455,8 @@ def _replicas(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
         # Level-triggered: asked again every cycle until the StatefulSet shows it; one Event per change.
         cycle.actions.append(SetReplicas(target, "scale out" if target > current else "scale in after drain"))
         if state.replicas != target:
-            cycle.event("ScalingOut" if target > current else "ScalingIn", f"replicas {current} -> {target}")
+            reason = EventReason.SCALING_OUT if target > current else EventReason.SCALING_IN
+            cycle.event(reason, f"replicas {current} -> {target}")
     return replace(state, replicas=target)
 
 

@@ -15,7 +15,18 @@ from hubshift.ownership.model import Assignment, AssignmentRecord, Phase, partit
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import BlobNotFound, LeaseStore, StoreError
 
-_KNOWN = {"generation", "partitions", "phase", "replicas", "updatedAt", "holddownUntil", "maxHandoffSeconds"}
+_KNOWN = {
+    "generation",
+    "partitions",
+    "phase",
+    "replicas",
+    "updatedAt",
+    "holddownUntil",
+    "maxHandoffSeconds",
+    "partitionIds",
+    "consumers",
+    "forced",
+}
 
 
 def encode_assignment(assignment: Assignment) -> bytes:
@@ -30,6 +41,13 @@ def encode_assignment(assignment: Assignment) -> bytes:
         "holddownUntil": None if assignment.holddown_until is None else assignment.holddown_until.isoformat(),
         "maxHandoffSeconds": assignment.max_handoff_seconds,
     }
+    # Written only when set, so a record without them reads back equal.
+    if assignment.partition_ids:
+        document["partitionIds"] = list(assignment.partition_ids)
+    if assignment.consumers:
+        document["consumers"] = list(assignment.consumers)
+    if assignment.forced:
+        document["forced"] = sorted(assignment.forced, key=partition_sort_key)
     return json.dumps(document, indent=1).encode()
 
 
@@ -52,6 +70,9 @@ def decode_assignment(data: bytes) -> Assignment:
             updated_at=datetime.fromisoformat(document["updatedAt"]),
             holddown_until=None if holddown is None else datetime.fromisoformat(holddown),
             max_handoff_seconds=None if handoff is None else float(handoff),
+            partition_ids=tuple(str(p) for p in document.get("partitionIds") or ()),
+            consumers=tuple(str(c) for c in document.get("consumers") or ()),
+            forced=frozenset(str(p) for p in document.get("forced") or ()),
             extra={k: v for k, v in document.items() if k not in _KNOWN},
         )
     except (KeyError, TypeError) as exc:

@@ -90,9 +90,12 @@ class Phase(enum.StrEnum):
 class Assignment:
     """The operator's decision, published with compare-and-swap: which consumer owns which partition.
 
-    `partitions` maps partition id -> consumer identity. `updated_at` is when this generation was
-    published: a new owner may break the old owner's lease `max_handoff_seconds` after it.
-    `extra` keeps fields this version does not know, so a round trip never drops them.
+    `partitions` maps partition id -> consumer identity (a partition nobody can own is left out).
+    `partition_ids` are every partition the decision covers, `consumers` the consumers it was planned for
+    (standbys too), `forced` the partitions whose new owner may break the old owner's lease at once (that
+    owner is gone). `updated_at` is when this generation was published: a new owner may break the old
+    owner's lease `max_handoff_seconds` after it. `extra` keeps fields this version does not know, so a
+    round trip never drops them.
     """
 
     generation: int
@@ -102,10 +105,19 @@ class Assignment:
     updated_at: datetime
     holddown_until: datetime | None = None
     max_handoff_seconds: float | None = None
+    partition_ids: tuple[str, ...] = ()
+    consumers: tuple[str, ...] = ()
+    forced: frozenset[str] = frozenset()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def owner_of(self, partition: str) -> str | None:
         return self.partitions.get(partition)
+
+    @property
+    def covered(self) -> tuple[str, ...]:
+        """Every partition this generation decides about: `partition_ids`, or (a record written without
+        them) the assigned ones."""
+        return self.partition_ids or tuple(sorted(self.partitions, key=partition_sort_key))
 
     def partitions_of(self, consumer: str) -> list[str]:
         return sorted((p for p, c in self.partitions.items() if c == consumer), key=partition_sort_key)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from hubshift.errors import UserError
-from hubshift.spec import load_manifest, parse_manifest
+from hubshift.manifest import load_manifest, parse_manifest
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "homes.yaml"
 

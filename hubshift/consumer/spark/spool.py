@@ -20,19 +20,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from hubshift.consumer.spark.offsets import SpoolExtent
-from hubshift.eventhubs.rows import EVENT_COLUMNS
+from hubshift.eventhubs.rows import EVENT_ARROW_SCHEMA
 
-_ARROW_TYPES: dict[str, pa.DataType] = {
-    "string": pa.string(),
-    "bigint": pa.int64(),
-    "timestamp": pa.timestamp("us", tz="UTC"),
-    "binary": pa.binary(),
-    "map<string,string>": pa.map_(pa.string(), pa.string()),
-}
-
-# The Arrow schema Spark expects from `read()` for the event row schema (checked against pyspark's own
-# conversion in the unit tests: Spark refuses a batch whose schema differs in any way).
-EVENT_ARROW_SCHEMA = pa.schema([pa.field(name, _ARROW_TYPES[kind]) for name, kind in EVENT_COLUMNS])
 SEQUENCE_COLUMN = "sequence_number"
 OFFSET_COLUMN = "offset"
 SUFFIX = ".arrow"

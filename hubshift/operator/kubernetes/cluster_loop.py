@@ -18,7 +18,7 @@ from typing import Any
 
 import kopf
 
-from hubshift.eventhubs.probe import EventHubsProbe
+from hubshift.eventhubs.management import EventHubsProbe
 from hubshift.eventhubs.target import resolve_target
 from hubshift.operator.kubernetes import handlers
 from hubshift.operator.kubernetes.api import KubernetesRuntime

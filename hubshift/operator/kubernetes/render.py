@@ -17,14 +17,8 @@ from typing import Any
 import yaml
 
 from hubshift import __version__
-from hubshift.spec import (
-    API_VERSION,
-    GROUP,
-    KIND,
-    PartitionedConsumer,
-    SecretKeyRef,
-    parse_manifest,
-)
+from hubshift.manifest import parse_manifest
+from hubshift.spec import API_VERSION, GROUP, KIND, PartitionedConsumer, SecretKeyRef
 
 JSON = dict[str, Any]
 

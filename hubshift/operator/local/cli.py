@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from hubshift.errors import UserError
-from hubshift.spec import load_manifest
+from hubshift.manifest import load_manifest
 
 log = logging.getLogger("hubshift.run")
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from hubshift.errors import UserError
-from hubshift.eventhubs.probe import EventHubsProbe
+from hubshift.eventhubs.management import EventHubsProbe
 from hubshift.eventhubs.target import resolve_target
 from hubshift.operator.loop import ControlLoop, CycleInputs, CycleReport
 from hubshift.operator.metrics import OperatorMetrics

@@ -114,7 +114,7 @@ def test_the_snapshot_reads_the_assignment_only_when_it_changed(lease_store: Sto
         updated_at=now,
         holddown_until=now + timedelta(seconds=5),
         max_handoff_seconds=10,
-        extra={"consumers": ["c-0", "c-1"]},
+        consumers=("c-0", "c-1"),
     )
     etag = publish_assignment(store, SCOPE, first, etag=None)
     with pytest.raises(WriteConflict):

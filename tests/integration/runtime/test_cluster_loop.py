@@ -14,12 +14,12 @@ import pytest
 from pydantic import SecretStr
 
 from hubshift.emulator.launch import RunningEmulator
+from hubshift.manifest import parse_manifest
 from hubshift.operator.kubernetes import cluster_loop
 from hubshift.operator.kubernetes.reconcile import CONTEXT_KEY, OperatorContext
 from hubshift.operator.loop import ControlLoop
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.operator.runtime import ConsumerInstance
-from hubshift.spec import parse_manifest
 
 
 @dataclass

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from hubshift.manifest import parse_manifest
 from hubshift.operator.local.processes import LocalRuntime
-from hubshift.spec import parse_manifest
 
 STAND_IN = """
 import http.server, signal, sys, threading

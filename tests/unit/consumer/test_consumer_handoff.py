@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from hubshift.consumer.plan import (
     ClaimPlan,
+    ClaimReason,
     OwnershipPlan,
     assignment_is_current,
     checkpoint_due,
@@ -60,7 +61,7 @@ def snapshot(
             phase=Phase.REBALANCING,
             replicas=2,
             updated_at=published,
-            extra={"forced": list(forced)} if forced else {},
+            forced=frozenset(forced),
         )
     return OwnershipSnapshot(
         SCOPE,
@@ -106,17 +107,17 @@ def test_moving_away_drains_and_moving_here_waits_for_the_release() -> None:
 
 def test_released_partition_is_claimed_without_force_and_late_ones_by_force() -> None:
     released = snapshot({"1": None}, ["a", "b"], {"0": "a", "1": "b", "2": "b", "3": "b"})
-    assert plan("b", released, []).claims[0] == ClaimPlan("1", False, "free")
+    assert plan("b", released, []).claims[0] == ClaimPlan("1", False, ClaimReason.FREE)
     held = snapshot({"1": "a"}, ["a", "b"], {"0": "a", "1": "b", "2": "b", "3": "b"})
     late = plan("b", held, [], now=T0 + timedelta(seconds=16))
-    assert ClaimPlan("1", True, "handoff deadline passed") in late.claims
+    assert ClaimPlan("1", True, ClaimReason.HANDOFF_DEADLINE, "a") in late.claims
 
 
 def test_a_partition_the_operator_forced_is_broken_at_once_while_others_wait() -> None:
     # The operator saw "a" go for good; its membership lease has not run out yet, so it still looks alive.
     snap = snapshot({"0": "a", "1": "a"}, ["a", "b"], {"0": "b", "1": "b"}, forced=("0",))
     b = plan("b", snap, [])
-    assert b.claims == (ClaimPlan("0", True, "forced: its owner is gone"),)
+    assert b.claims == (ClaimPlan("0", True, ClaimReason.OWNER_GONE, "a"),)
     assert b.waiting == ("1",)
 
 
@@ -129,7 +130,7 @@ def test_an_orphan_is_taken_at_once_and_my_own_lease_without_force() -> None:
     )
     claims = {c.partition: c for c in plan("b", snap, []).claims}
     assert claims["1"].force and claims["1"].reason == "orphaned"
-    assert claims["2"] == ClaimPlan("2", False, "mine")  # a restart with the same identity
+    assert claims["2"] == ClaimPlan("2", False, ClaimReason.MINE)  # a restart with the same identity
     assert "0" not in claims  # a live owner within the deadline
 
 
@@ -150,7 +151,12 @@ def test_without_a_record_the_fallback_balancer_claims_free_and_steals_one() -> 
     assert free.mode == "fallback" and {c.partition for c in free.claims} == {"0", "1"}
     crowded = snapshot({p: "b" for p in PARTITIONS}, ["a", "b"])
     steal = plan("a", crowded, [])
-    assert len(steal.claims) == 1 and steal.claims[0].force and "steal from b" in steal.claims[0].reason
+    assert (
+        len(steal.claims) == 1
+        and steal.claims[0].force
+        and steal.claims[0].reason == "steal"
+        and steal.claims[0].holder == "b"
+    )
 
 
 def test_a_stale_record_that_names_a_dead_consumer_falls_back() -> None:

@@ -10,8 +10,9 @@ import pytest
 from azure.eventhub import EventData
 from azure.eventhub._pyamqp import message as amqp
 
-from hubshift.consumer.spark.spool import EVENT_ARROW_SCHEMA
-from hubshift.eventhubs.receiver import StartAt, adopt_raw_messages, events_to_batch, is_stolen, track_last
+from hubshift.eventhubs.receiver import StartAt, is_stolen
+from hubshift.eventhubs.rows import EVENT_ARROW_SCHEMA, events_to_batch
+from hubshift.eventhubs.sdk_internals import adopt_raw_messages, track_last
 
 ENQUEUED_MS = 1_795_000_000_123
 

@@ -15,6 +15,7 @@ from hubshift.consumer.spark import spool
 from hubshift.consumer.spark.offsets import OwnedPartition
 from hubshift.consumer.spark.ownership_file import OwnershipView, write_ownership
 from hubshift.consumer.spark.source import EventHubsStreamReader, EventRange
+from hubshift.eventhubs.rows import EVENT_ARROW_SCHEMA
 
 
 def fill(scratch: Path, partition: str, level: int, first: int, count: int) -> None:
@@ -27,7 +28,7 @@ def fill(scratch: Path, partition: str, level: int, first: int, count: int) -> N
         "body": [b"{}"] * count,
         "properties": [None] * count,
     }
-    batch = pa.RecordBatch.from_pydict(rows, schema=spool.EVENT_ARROW_SCHEMA)
+    batch = pa.RecordBatch.from_pydict(rows, schema=EVENT_ARROW_SCHEMA)
     spool.write_segment(scratch / "spool", partition, level, batch)
 
 

@@ -10,6 +10,7 @@ import pyarrow as pa
 from hubshift.consumer.spark import spool
 from hubshift.consumer.spark.offsets import OwnedPartition, SpoolExtent
 from hubshift.consumer.spark.ownership_file import EMPTY, OwnershipView, read_ownership, write_ownership
+from hubshift.eventhubs.rows import EVENT_ARROW_SCHEMA
 
 
 def events(partition: str, first: int, count: int) -> pa.RecordBatch:
@@ -24,7 +25,7 @@ def events(partition: str, first: int, count: int) -> pa.RecordBatch:
             "body": [b"{}"] * count,
             "properties": [[("k", "v")]] * count,
         },
-        schema=spool.EVENT_ARROW_SCHEMA,
+        schema=EVENT_ARROW_SCHEMA,
     )
 
 
@@ -50,7 +51,7 @@ def test_arrow_schema_is_the_one_spark_expects() -> None:
     from hubshift.eventhubs.rows import EVENT_COLUMNS
 
     spark_schema = StructType([StructField(name, kinds[kind]) for name, kind in EVENT_COLUMNS])
-    assert to_arrow_schema(spark_schema, timezone="UTC").equals(spool.EVENT_ARROW_SCHEMA)
+    assert to_arrow_schema(spark_schema, timezone="UTC").equals(EVENT_ARROW_SCHEMA)
 
 
 def test_ranges_cross_segments_and_skip_what_is_gone(tmp_path: Path) -> None:

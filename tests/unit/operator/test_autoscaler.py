@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -13,13 +12,9 @@ from hypothesis import strategies as st
 from hubshift import spec
 from hubshift.operator.autoscaler import (
     NO_PAUSE,
-    Fallback,
     Pause,
-    ScalingConfig,
     ScalingDecision,
     ScalingObservation,
-    ScalingPolicy,
-    ScalingRules,
     ScalingState,
     aligned_counts,
     decide_replicas,
@@ -27,13 +22,47 @@ from hubshift.operator.autoscaler import (
     partition_backlog,
     recommend_replicas,
 )
+from hubshift.spec import (
+    Activation,
+    Fallback,
+    ScalingBehavior,
+    ScalingPolicyRule,
+    ScalingRules,
+    ScalingSpec,
+    ScalingTarget,
+)
 
-NO_LIMITS = ScalingRules(0, "Max", ())
-FREE = ScalingConfig(scale_up=NO_LIMITS, scale_down=NO_LIMITS)  # behaviour out of the way
+
+def policy(kind: str, value: int, period: int) -> ScalingPolicyRule:
+    return ScalingPolicyRule(type=kind, value=value, period_seconds=period)  # type: ignore[arg-type]
+
+
+def rules(window: int, select: str = "Max", *policies: ScalingPolicyRule) -> ScalingRules:
+    return ScalingRules(
+        stabilization_window_seconds=window,
+        select_policy=select,  # type: ignore[arg-type]
+        policies=list(policies),
+    )
+
+
+def with_(
+    base: ScalingSpec,
+    *,
+    scale_up: ScalingRules | None = None,
+    scale_down: ScalingRules | None = None,
+    **fields: object,
+) -> ScalingSpec:
+    """`base` with some fields (and scaling rules) changed."""
+    changed = {k: v for k, v in (("scale_up", scale_up), ("scale_down", scale_down)) if v is not None}
+    return base.model_copy(update={"behavior": base.behavior.model_copy(update=changed), **fields})
+
+
+NO_LIMITS = rules(0)
+FREE = with_(ScalingSpec(), scale_up=NO_LIMITS, scale_down=NO_LIMITS)  # behaviour out of the way
 
 
 def step(
-    config: ScalingConfig,
+    config: ScalingSpec,
     state: ScalingState,
     backlog: int | None,
     now: float,
@@ -47,7 +76,7 @@ def step(
 
 
 def run(
-    config: ScalingConfig, backlogs: Sequence[int | None], *, every: float = 15.0, start: int = 1
+    config: ScalingSpec, backlogs: Sequence[int | None], *, every: float = 15.0, start: int = 1
 ) -> list[ScalingDecision]:
     state = ScalingState(replicas=start)
     decisions = []
@@ -104,25 +133,25 @@ def test_recommendation_snaps_up_to_an_aligned_count(backlog: int, expected: int
 
 
 def test_snaps_down_when_max_forbids_the_next_aligned_count() -> None:
-    assert recommend_replicas(9_000, 32, replace(FREE, max_replicas=10)) == 8
+    assert recommend_replicas(9_000, 32, with_(FREE, max_replicas=10)) == 8
 
 
 def test_never_more_replicas_than_partitions() -> None:
-    assert recommend_replicas(10**9, 4, replace(FREE, max_replicas=100)) == 4
+    assert recommend_replicas(10**9, 4, with_(FREE, max_replicas=100)) == 4
 
 
 def test_alignment_can_be_switched_off() -> None:
-    assert recommend_replicas(9_000, 32, replace(FREE, align_to_partitions=False)) == 9
+    assert recommend_replicas(9_000, 32, with_(FREE, align_to_partitions=False)) == 9
 
 
 def test_an_unaligned_min_is_still_honoured() -> None:
-    assert recommend_replicas(0, 32, replace(FREE, min_replicas=9, max_replicas=10)) == 9
+    assert recommend_replicas(0, 32, with_(FREE, min_replicas=9, max_replicas=10)) == 9
 
 
 # --- activation and scale to zero -----------------------------------------------------------------------
 
 
-ZERO = replace(FREE, min_replicas=0, activation_backlog=100, cooldown_period_seconds=300)
+ZERO = with_(FREE, min_replicas=0, activation=Activation(unprocessed_events=100), cooldown_period_seconds=300)
 
 
 def test_stays_at_zero_until_the_activation_threshold() -> None:
@@ -150,20 +179,20 @@ def test_scales_to_zero_only_after_the_cooldown() -> None:
 
 
 def test_never_active_counts_idle_from_creation_and_waits_the_initial_cooldown() -> None:
-    config = replace(ZERO, initial_cooldown_period_seconds=600)
+    config = with_(ZERO, initial_cooldown_period_seconds=600)
     state = ScalingState(replicas=1, created_at=0.0)
     assert step(config, state, 0, 599.0).replicas == 1
     assert step(config, state, 0, 600.0).replicas == 0
 
 
 def test_idle_replicas_zero_allows_zero_with_min_one() -> None:
-    config = replace(ZERO, min_replicas=1, idle_replicas=0)
+    config = with_(ZERO, min_replicas=1, idle_replicas=0)
     assert step(config, ScalingState(replicas=1, last_active_at=0.0), 0, 400.0).replicas == 0
     assert step(config, ScalingState(replicas=0), 5_000, 400.0).replicas == 5
 
 
 def test_min_above_zero_never_scales_to_zero() -> None:
-    config = replace(ZERO, min_replicas=1)
+    config = with_(ZERO, min_replicas=1)
     assert step(config, ScalingState(replicas=1, last_active_at=0.0), 0, 10_000.0).replicas == 1
 
 
@@ -171,7 +200,7 @@ def test_min_above_zero_never_scales_to_zero() -> None:
 
 
 def test_scale_down_waits_for_the_stabilisation_window() -> None:
-    config = replace(FREE, scale_down=ScalingRules(300, "Max", ()))
+    config = with_(FREE, scale_down=rules(300))
     decisions = run(config, [16_000] + [0] * 25)
     replicas = [d.replicas for d in decisions]
     assert replicas[0] == 16
@@ -181,20 +210,20 @@ def test_scale_down_waits_for_the_stabilisation_window() -> None:
 
 
 def test_scale_up_stabilisation_takes_the_lowest_recent_recommendation() -> None:
-    config = replace(FREE, scale_up=ScalingRules(60, "Max", ()))
+    config = with_(FREE, scale_up=rules(60))
     replicas = [d.replicas for d in run(config, [4_000, 16_000, 16_000, 16_000, 16_000, 16_000])]
     assert replicas == [4, 4, 4, 4, 16, 16]  # the 4 leaves the window 60 s after it was made
 
 
 def test_stabilisation_prevents_flapping() -> None:
     backlogs: list[int | None] = [16_000 if i % 2 else 2_000 for i in range(40)]
-    replicas = [d.replicas for d in run(replace(FREE, scale_down=ScalingRules(300, "Max", ())), backlogs)]
+    replicas = [d.replicas for d in run(with_(FREE, scale_down=rules(300)), backlogs)]
     changes = sum(1 for a, b in itertools.pairwise(replicas) if a != b)
     assert changes == 1  # up once, then held
 
 
 def test_scale_up_pods_policy_limits_per_period() -> None:
-    config = replace(FREE, scale_up=ScalingRules(0, "Max", (ScalingPolicy("Pods", 2, 60),)))
+    config = with_(FREE, scale_up=rules(0, "Max", policy("Pods", 2, 60)))
     replicas = [d.replicas for d in run(config, [32_000] * 13)]
     # +2 per 60 s, re-aligned inside the limit: 1 -> 3 -> 5 -> 7 (8 needs 4 more) ...
     assert replicas[0] == 3
@@ -204,32 +233,32 @@ def test_scale_up_pods_policy_limits_per_period() -> None:
 
 
 def test_scale_up_select_min_takes_the_smaller_policy() -> None:
-    rules = ScalingRules(0, "Min", (ScalingPolicy("Pods", 4, 60), ScalingPolicy("Percent", 100, 60)))
-    decision = run(replace(FREE, scale_up=rules), [32_000], start=2)[0]
+    limits = rules(0, "Min", policy("Pods", 4, 60), policy("Percent", 100, 60))
+    decision = run(with_(FREE, scale_up=limits), [32_000], start=2)[0]
     assert decision.replicas == 4  # min(2 + 4, 2 * 2)
 
 
 def test_scale_up_disabled_holds() -> None:
-    decision = run(replace(FREE, scale_up=ScalingRules(0, "Disabled", ())), [32_000], start=2)[0]
+    decision = run(with_(FREE, scale_up=rules(0, "Disabled")), [32_000], start=2)[0]
     assert decision.replicas == 2
 
 
 def test_scale_down_percent_policy() -> None:
-    rules = ScalingRules(0, "Max", (ScalingPolicy("Percent", 50, 60),))
-    replicas = [d.replicas for d in run(replace(FREE, scale_down=rules), [0] * 9, start=32)]
+    limits = rules(0, "Max", policy("Percent", 50, 60))
+    replicas = [d.replicas for d in run(with_(FREE, scale_down=limits), [0] * 9, start=32)]
     assert replicas[0] == 16
     assert replicas[1:4] == [16, 16, 16]  # the period still counts the 16 removed
     assert replicas[4] == 8
 
 
 def test_rate_limited_scale_down_progresses_through_unaligned_counts() -> None:
-    rules = ScalingRules(0, "Max", (ScalingPolicy("Pods", 1, 15),))
-    replicas = [d.replicas for d in run(replace(FREE, scale_down=rules), [0] * 4, start=16)]
+    limits = rules(0, "Max", policy("Pods", 1, 15))
+    replicas = [d.replicas for d in run(with_(FREE, scale_down=limits), [0] * 4, start=16)]
     assert replicas == [15, 14, 13, 12]
 
 
 def test_scale_events_round_trip_through_a_dict() -> None:
-    decisions = run(ScalingConfig(), [16_000, 2_000, None, 16_000])
+    decisions = run(ScalingSpec(), [16_000, 2_000, None, 16_000])
     state = decisions[-1].state
     assert ScalingState.from_dict(state.to_dict()) == state
 
@@ -249,7 +278,7 @@ def test_scale_events_round_trip_through_a_dict() -> None:
     ],
 )
 def test_fallback_after_the_failure_threshold(behavior: str, current: int, expected: int) -> None:
-    config = replace(FREE, fallback=Fallback(3, 2, behavior))  # type: ignore[arg-type]
+    config = with_(FREE, fallback=Fallback(failure_threshold=3, replicas=2, behavior=behavior))  # type: ignore[arg-type]
     decisions = run(config, [None, None, None], start=current)
     assert [d.replicas for d in decisions[:2]] == [current, current]
     assert not decisions[1].fallback
@@ -258,7 +287,7 @@ def test_fallback_after_the_failure_threshold(behavior: str, current: int, expec
 
 
 def test_a_good_read_ends_the_fallback() -> None:
-    config = replace(FREE, fallback=Fallback(1, 4))
+    config = with_(FREE, fallback=Fallback(failure_threshold=1, replicas=4))
     decisions = run(config, [None, 1_000], start=8)
     assert decisions[0].fallback
     assert decisions[1].state.failures == 0
@@ -300,35 +329,22 @@ def test_parse_pause_reads_the_spec_annotations() -> None:
     assert "paused-replicas" in bad.problems[0]
 
 
-def test_spec_defaults_match_the_pure_defaults() -> None:
-    scaling = spec.ScalingSpec()
-    config = ScalingConfig()
-    assert (config.min_replicas, config.max_replicas) == (scaling.min_replicas, scaling.max_replicas)
-    assert config.target_backlog_per_replica == scaling.target.unprocessed_events_per_replica
-    assert config.cooldown_period_seconds == scaling.cooldown_period_seconds
-    up = scaling.behavior.scale_up
-    assert config.scale_up == ScalingRules(
-        up.stabilization_window_seconds,
-        up.select_policy,
-        tuple(ScalingPolicy(p.type, p.value, p.period_seconds) for p in up.policies),
-    )
-    down = scaling.behavior.scale_down
-    assert config.scale_down.stabilization_window_seconds == down.stabilization_window_seconds
-
-
 # --- properties -------------------------------------------------------------------------------------------
 
 
 configs = st.builds(
-    ScalingConfig,
+    ScalingSpec,
     min_replicas=st.integers(0, 4),
     max_replicas=st.integers(4, 40),
-    target_backlog_per_replica=st.integers(1, 5_000),
-    activation_backlog=st.integers(0, 100),
-    cooldown_period_seconds=st.sampled_from([0.0, 60.0, 300.0]),
-    scale_up=st.sampled_from([NO_LIMITS, ScalingConfig().scale_up, ScalingRules(30, "Min", ())]),
-    scale_down=st.sampled_from([NO_LIMITS, ScalingConfig().scale_down]),
-    fallback=st.none() | st.builds(Fallback, st.integers(1, 3), st.integers(0, 8)),
+    target=st.builds(ScalingTarget, unprocessed_events_per_replica=st.integers(1, 5_000)),
+    activation=st.builds(Activation, unprocessed_events=st.integers(0, 100)),
+    cooldown_period_seconds=st.sampled_from([0, 60, 300]),
+    behavior=st.builds(
+        ScalingBehavior,
+        scale_up=st.sampled_from([NO_LIMITS, ScalingBehavior().scale_up, rules(30, "Min")]),
+        scale_down=st.sampled_from([NO_LIMITS, ScalingBehavior().scale_down]),
+    ),
+    fallback=st.none() | st.builds(Fallback, failure_threshold=st.integers(1, 3), replicas=st.integers(0, 8)),
     align_to_partitions=st.booleans(),
 )
 
@@ -341,7 +357,7 @@ configs = st.builds(
     st.integers(0, 40),
 )
 def test_bounds_hold_whatever_the_backlog(
-    config: ScalingConfig, partitions: int, backlogs: list[int | None], start: int
+    config: ScalingSpec, partitions: int, backlogs: list[int | None], start: int
 ) -> None:
     state = ScalingState(replicas=start)
     high = min(config.max_replicas, partitions)
@@ -357,9 +373,7 @@ def test_bounds_hold_whatever_the_backlog(
 
 @settings(max_examples=150)
 @given(configs, st.integers(1, 64), st.integers(0, 200_000), st.integers(0, 200_000))
-def test_recommendation_is_monotone_in_backlog(
-    config: ScalingConfig, partitions: int, a: int, b: int
-) -> None:
+def test_recommendation_is_monotone_in_backlog(config: ScalingSpec, partitions: int, a: int, b: int) -> None:
     low, high = sorted((a, b))
     assert recommend_replicas(low, partitions, config) <= recommend_replicas(high, partitions, config)
 
@@ -367,7 +381,7 @@ def test_recommendation_is_monotone_in_backlog(
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.integers(0, 64_000), min_size=2, max_size=40), st.sampled_from([60, 120, 300]))
 def test_no_scale_down_below_a_recommendation_inside_the_window(backlogs: list[int], window: int) -> None:
-    config = replace(FREE, scale_down=ScalingRules(window, "Max", ()))
+    config = with_(FREE, scale_down=rules(window))
     history: list[tuple[float, int]] = []
     state = ScalingState(replicas=1)
     for i, backlog in enumerate(backlogs):

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hubshift.eventhubs.probe import PartitionInfo, ProbeError
+from hubshift.eventhubs.management import PartitionInfo, ProbeError
+from hubshift.manifest import parse_manifest
 from hubshift.operator import autoscaler
 from hubshift.operator.loop import (
     AUTOSCALER_RECORD,
@@ -26,12 +27,9 @@ from hubshift.operator.loop import (
     lease_holders,
     next_cycle_in,
     present_consumers,
-    rebalance_config,
-    rebalance_reason,
     record_changed,
-    scaling_config,
 )
-from hubshift.operator.rebalance import Phase, PublishAssignment, RebalanceState
+from hubshift.operator.rebalance import Phase, PublishAssignment, PublishReason, RebalanceState
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.ownership.assignment import (
     decode_assignment,
@@ -45,7 +43,7 @@ from hubshift.ownership.model import Checkpoint, OwnershipSnapshot
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.stores.sqlite import SqliteLeaseStore
-from hubshift.spec import PartitionedConsumer, RebalanceSpec, ScalingSpec, StartPosition, parse_manifest
+from hubshift.spec import PartitionedConsumer, RebalanceSpec, StartPosition
 
 SCOPE = Scope("ns.example.net", "hub", "$default")
 
@@ -67,50 +65,6 @@ def manifest(**scaling: object) -> PartitionedConsumer:
 
 
 # --- pure helpers ---------------------------------------------------------------------------------------
-
-
-def test_scaling_config_defaults_are_the_autoscalers() -> None:
-    config = scaling_config(ScalingSpec())
-    assert config.scale_up == autoscaler.DEFAULT_SCALE_UP
-    assert config.scale_down == autoscaler.DEFAULT_SCALE_DOWN
-    assert config.min_replicas == 1 and config.max_replicas == 32
-    assert config.target_backlog_per_replica == 1000
-    assert config.fallback is None
-
-
-def test_scaling_config_maps_every_field() -> None:
-    spec = ScalingSpec.model_validate(
-        {
-            "minReplicas": 0,
-            "maxReplicas": 8,
-            "cooldownPeriodSeconds": 60,
-            "initialCooldownPeriodSeconds": 30,
-            "target": {"unprocessedEventsPerReplica": 64},
-            "activation": {"unprocessedEvents": 10},
-            "fallback": {"failureThreshold": 2, "replicas": 3, "behavior": "currentReplicasIfHigher"},
-            "behavior": {
-                "scaleUp": {"stabilizationWindowSeconds": 5, "selectPolicy": "Min", "policies": []},
-                "scaleDown": {
-                    "stabilizationWindowSeconds": 20,
-                    "policies": [{"type": "Pods", "value": 1, "periodSeconds": 10}],
-                },
-            },
-            "alignToPartitions": False,
-        }
-    )
-    config = scaling_config(spec)
-    assert config.may_scale_to_zero
-    assert (config.activation_backlog, config.target_backlog_per_replica) == (10, 64)
-    assert config.fallback == autoscaler.Fallback(2, 3, "currentReplicasIfHigher")
-    assert config.scale_up == autoscaler.ScalingRules(5.0, "Min", ())
-    assert config.scale_down.policies == (autoscaler.ScalingPolicy("Pods", 1, 10.0),)
-    assert not config.align_to_partitions
-    assert (config.cooldown_period_seconds, config.initial_cooldown_period_seconds) == (60.0, 30.0)
-
-
-def test_rebalance_config() -> None:
-    config = rebalance_config(RebalanceSpec(delay_seconds=3, max_handoff_seconds=7))
-    assert (config.delay_seconds, config.max_handoff_seconds) == (3, 7)
 
 
 def snapshot_with(
@@ -176,7 +130,7 @@ def states(draw: st.DrawFn) -> RebalanceState:
 def test_a_record_read_back_is_not_written_again(state: RebalanceState) -> None:
     """The loop writes only when the record would change: a state read back from its own record must
     compare equal, or every cycle would write (and wake every consumer)."""
-    config = rebalance_config(RebalanceSpec())
+    config = RebalanceSpec()
     record = state.to_record(config)
     read_back = decode_assignment(encode_assignment(record))
     again = RebalanceState.from_record(read_back).to_record(config)
@@ -188,19 +142,16 @@ def test_a_record_read_back_is_not_written_again(state: RebalanceState) -> None:
 
 def test_only_absent_holders_of_forced_partitions_are_expelled() -> None:
     published = PublishAssignment(
-        3, {"0": "homes-0", "1": "homes-0", "2": "homes-1"}, frozenset({"0", "2"}), (), "x"
+        3,
+        {"0": "homes-0", "1": "homes-0", "2": "homes-1"},
+        frozenset({"0", "2"}),
+        (),
+        PublishReason.ORPHANS,
+        "x",
     )
     holders = {"0": "homes-5", "1": "homes-6", "2": "homes-1", "3": None}
     assert holders_to_expel(published, holders, ["homes-0", "homes-1"]) == ["homes-5"]
     assert holders_to_expel(published, holders, ["homes-0", "homes-1", "homes-5"]) == []
-
-
-def test_reason_labels_are_bounded() -> None:
-    assert rebalance_reason("partitions changed (0 -> 8)") == "partitions-changed"
-    assert rebalance_reason("holddown over") == "holddown-over"
-    assert rebalance_reason("orphans of homes-3") == "orphans"
-    assert rebalance_reason("draining homes-3 before scale-in to 3") == "drain"
-    assert rebalance_reason("anything else") == "other"
 
 
 def test_next_cycle_comes_sooner_while_the_machine_is_busy() -> None:

@@ -13,6 +13,8 @@ import pytest
 import yaml
 
 from hubshift import spec
+from hubshift.errors import UserError
+from hubshift.manifest import parse_manifest
 from hubshift.operator.kubernetes import crd
 from hubshift.operator.status import (
     Condition,
@@ -177,7 +179,7 @@ def test_schema_defaults_equal_the_model_defaults() -> None:
     document = example()
     assert (
         spec.PartitionedConsumerSpec.model_validate(apply_defaults(spec_schema, document["spec"]))
-        == spec.parse_manifest(document).spec
+        == parse_manifest(document).spec
     )
 
 
@@ -208,8 +210,8 @@ def test_defaults_themselves_are_valid() -> None:
 def test_bad_resources_are_refused_by_the_schema_naming_the_field(mutate: Any, field: str) -> None:
     document = example()
     mutate(document)
-    with pytest.raises(spec.UserError):
-        spec.parse_manifest(document)  # the model refuses it...
+    with pytest.raises(UserError):
+        parse_manifest(document)  # the model refuses it...
     errors = list(jsonschema.Draft4Validator(root_schema()).iter_errors(document))
     assert errors, "...and so does the CRD schema"
     assert any(

@@ -12,7 +12,6 @@ from hubshift.operator.rebalance import (
     Observation,
     Phase,
     PublishAssignment,
-    RebalanceConfig,
     RebalanceState,
     RecordEvent,
     SetReplicas,
@@ -21,8 +20,9 @@ from hubshift.operator.rebalance import (
     step,
 )
 from hubshift.ownership.planner import is_balanced, minimum_moves, plan_assignment
+from hubshift.spec import RebalanceSpec
 
-CONFIG = RebalanceConfig(delay_seconds=5.0, max_handoff_seconds=3.0)
+CONFIG = RebalanceSpec(delay_seconds=5.0, max_handoff_seconds=3.0)
 
 
 def ids(n: int) -> list[str]:

@@ -60,8 +60,11 @@ assignments = st.builds(
     updated_at=aware_times,
     holddown_until=st.none() | aware_times,
     max_handoff_seconds=st.none() | st.floats(min_value=0, max_value=3600),
+    partition_ids=st.lists(st.integers(0, 1023).map(str), max_size=5).map(tuple),
+    consumers=st.lists(st.sampled_from(["c-0", "c-1", "pod-12"]), max_size=3).map(tuple),
+    forced=st.frozensets(st.integers(0, 1023).map(str), max_size=3),
     extra=st.dictionaries(
-        st.sampled_from(["consumers", "observedGeneration", "note"]), st.integers() | st.text(max_size=5)
+        st.sampled_from(["observedGeneration", "note"]), st.integers() | st.text(max_size=5)
     ),
 )
 

@@ -1,12 +1,14 @@
-"""What the control loop asks Event Hubs each polling interval: the partition ids and, per partition, the
-last enqueued sequence number (for the backlog). One client per PartitionedConsumer, kept open.
+"""The management questions asked of a hub: its partition ids and, per partition, the first retained and
+the last enqueued sequence numbers. Two front ends over the same answers (`PartitionInfo`):
 
-The SDK's public `get_partition_properties` opens a new management session, two links and a CBS token
-for every call (about 0.45 s each on the emulator; 1,024 partitions would take minutes). So the probe
-keeps one management link open on the client's connection and sends the same READ requests on it, one
-after another (about 1 ms each; concurrent requests on one link are slower). That uses the SDK's own
-transport objects (azure-eventhub 5.15.x internals, pinned in pyproject); if they are not there, the
-public call is used instead. A connection string never appears in an error or a log line.
+- `EventHubsManagement` for a thread (the consumer's ownership agent: partition ids, where `latest`
+  starts);
+- `EventHubsProbe` for asyncio (the operator's control loop: every partition each polling interval).
+
+The SDK's public `get_partition_properties` opens a new management session, two links and a CBS token for
+every call (about 0.45 s each on the emulator; 1,024 partitions would take minutes), so the probe keeps one
+management link open and sends its READ requests on it one after another (about 1 ms each;
+`sdk_internals`). A connection string never appears in an error or a log line.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from hubshift.errors import UserError
+from hubshift.eventhubs.sdk_internals import open_management_link, read_partition_properties
 from hubshift.eventhubs.target import EventHubsTarget, describe_error
-from hubshift.ownership.model import partition_sort_key
+from hubshift.ownership.model import Checkpoint, partition_sort_key
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +50,7 @@ class EventHubsProbe:
         self._client: Any = None
         self._link: Any = None
         self._auth: Any = None
+        self._public_only = False
 
     async def partitions(self) -> dict[str, PartitionInfo]:
         """Every partition of the hub with its last enqueued sequence number; `ProbeError` on failure."""
@@ -95,9 +100,15 @@ class EventHubsProbe:
 
     async def _properties(self, partition: str) -> PartitionInfo:
         self.requests += 1
-        link = await self._management_link()
-        if link is None:
-            client = self._connect()
+        client = self._connect()
+        if self._link is None and not self._public_only:
+            opened = await open_management_link(client, self.request_timeout)
+            if opened is None:
+                log.debug("this azure-eventhub has no reusable management client; using the public API")
+                self._public_only = True
+            else:
+                self._link, self._auth = opened
+        if self._link is None:
             raw = await asyncio.wait_for(client.get_partition_properties(partition), self.request_timeout)
             return PartitionInfo(
                 partition,
@@ -105,65 +116,10 @@ class EventHubsProbe:
                 int(raw["last_enqueued_sequence_number"]),
                 bool(raw["is_empty"]),
             )
-        from azure.eventhub._constants import (
-            MGMT_PARTITION_OPERATION,
-            MGMT_STATUS_CODE,
-            MGMT_STATUS_DESC,
-            READ_OPERATION,
+        beginning, last, empty = await read_partition_properties(
+            client, self._link, self._auth, self.target.hub, partition, self.request_timeout
         )
-
-        client = self._client
-        transport = client._amqp_transport
-        message = transport.build_message(
-            application_properties={"name": self.target.hub, "partition": partition}
-        )
-        message.application_properties["security_token"] = await transport.get_updated_token_async(self._auth)
-        status, description, response = await asyncio.wait_for(
-            transport.mgmt_client_request_async(
-                link,
-                message,
-                operation=READ_OPERATION,
-                operation_type=MGMT_PARTITION_OPERATION,
-                status_code_field=MGMT_STATUS_CODE,
-                description_fields=MGMT_STATUS_DESC,
-            ),
-            self.request_timeout,
-        )
-        if int(status) >= 400:
-            text = description.decode() if isinstance(description, bytes) else str(description)
-            raise RuntimeError(f"partition {partition}: {int(status)} {text}")
-        value = response.value
-        return PartitionInfo(
-            partition,
-            int(value[b"begin_sequence_number"]),
-            int(value[b"last_enqueued_sequence_number"]),
-            bool(value[b"is_partition_empty"]),
-        )
-
-    async def _management_link(self) -> Any:
-        """The open management client, or None when this SDK version does not offer one."""
-        if self._link is not None:
-            return self._link
-        client = self._connect()
-        try:
-            transport = client._amqp_transport
-            auth = await client._create_auth_async()
-            link = transport.create_mgmt_client(client._address, mgmt_auth=auth, config=client._config)
-            connection = await client._conn_manager_async.get_connection(
-                endpoint=client._address.hostname, auth=auth
-            )
-        except AttributeError:
-            log.debug("this azure-eventhub has no reusable management client; using the public API")
-            return None
-        await asyncio.wait_for(link.open_async(connection=connection), self.request_timeout)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.request_timeout
-        while not await link.client_ready_async():
-            if loop.time() > deadline:
-                raise TimeoutError("the management link did not open")
-            await asyncio.sleep(0.01)
-        self._link, self._auth = link, auth
-        return link
+        return PartitionInfo(partition, beginning, last, empty)
 
     async def _reset(self) -> None:
         link, client = self._link, self._client
@@ -177,3 +133,54 @@ class EventHubsProbe:
                 )
             except Exception as exc:  # closing a broken connection may fail too; nothing to do about it
                 log.debug("closing the Event Hubs client: %s", type(exc).__name__)
+
+
+class EventHubsManagement:
+    """Partition ids and last enqueued events, for the agent (one client, reused)."""
+
+    def __init__(self, target: EventHubsTarget, *, retry_total: int = 3) -> None:
+        self.target = target
+        self._retry_total = retry_total
+        self._client: Any = None
+
+    def _connect(self) -> Any:
+        if self._client is None:
+            from azure.eventhub import EventHubConsumerClient
+
+            self._client = EventHubConsumerClient.from_connection_string(
+                self.target.connection_string,
+                consumer_group=self.target.consumer_group,
+                eventhub_name=self.target.hub,
+                retry_total=self._retry_total,
+            )
+        return self._client
+
+    def probe(self) -> list[str]:
+        """Check the hub at start-up: reachable, credentials accepted, hub exists. `UserError` if not."""
+        try:
+            return self.partition_ids()
+        except UserError:
+            raise
+        except Exception as exc:
+            raise UserError(describe_error(exc, self.target)) from None
+
+    def partition_ids(self) -> list[str]:
+        ids = [str(p) for p in self._connect().get_partition_ids()]
+        return sorted(ids, key=partition_sort_key)
+
+    def last_enqueued(self, partition: str) -> Checkpoint | None:
+        """The partition's last event as a checkpoint (where `latest` starts); None when it is empty."""
+        properties = self._connect().get_partition_properties(partition)
+        if properties.get("is_empty"):
+            return None
+        return Checkpoint(
+            offset=str(properties["last_enqueued_offset"]),
+            sequence_number=int(properties["last_enqueued_sequence_number"]),
+        )
+
+    def close(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            finally:
+                self._client = None

@@ -1,0 +1,136 @@
+"""The azure-eventhub internals hubshift relies on, all in this one module (the SDK is pinned to 5.15.1 in
+pyproject.toml; re-run bench/throughput.py and bench/control_loop.py after any upgrade).
+
+- Partition consumers are created the way the SDK's own EventProcessor does (`_create_consumer`), so one
+  thread can take the partitions in turn (docs/consumer.md).
+- Received messages stay raw AMQP messages instead of an `EventData` each (`adopt_raw_messages`).
+- Management requests go over one long-lived link of the client's connection instead of a new link per
+  request (`open_management_link`, `read_partition_properties`).
+
+Each has a fallback when the internals are missing: `EventData` delivery, the public management calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from azure.eventhub import EventData
+from azure.eventhub._pyamqp.message import Message as RawMessage
+
+__all__ = [
+    "EventData",
+    "RawMessage",
+    "adopt_raw_messages",
+    "create_partition_consumer",
+    "open_management_link",
+    "read_partition_properties",
+    "track_last",
+]
+
+
+def create_partition_consumer(
+    client: Any,
+    consumer_group: str,
+    partition: str,
+    position: Any,
+    on_events: Callable[[list[Any]], None],
+    *,
+    inclusive: bool,
+    owner_level: int,
+    prefetch: int,
+) -> Any:
+    """A partition consumer of `client` at `owner_level` delivering batches to `on_events`, raw AMQP
+    messages where the SDK allows it."""
+    consumer = client._create_consumer(
+        consumer_group,
+        partition,
+        position,
+        on_events,
+        event_position_inclusive=inclusive,
+        owner_level=owner_level,
+        prefetch=prefetch,
+        track_last_enqueued_event_properties=True,
+    )
+    adopt_raw_messages(consumer)
+    return consumer
+
+
+def adopt_raw_messages(consumer: Any) -> None:
+    """Make an SDK partition consumer deliver its raw AMQP messages instead of wrapping each in an
+    `EventData` (its message, properties and annotation views: about a third of the receiving thread's
+    CPU, measured with py-spy in bench/throughput.py). The last message of each batch is still wrapped
+    (`track_last`): the SDK resumes from it after a retried link failure, and it carries the
+    last-enqueued-event properties."""
+    buffer = getattr(consumer, "_message_buffer", None)
+    if buffer is None or not hasattr(consumer, "_next_message_in_buffer"):
+        return  # another SDK version: it keeps delivering EventData, which events_to_batch also reads
+    consumer._next_message_in_buffer = buffer.popleft
+
+
+def track_last(consumer: Any, events: Sequence[Any]) -> Any:
+    """The batch's last event as an `EventData`, recorded where the SDK looks when it reconnects."""
+    last = events[-1]
+    if isinstance(last, RawMessage):
+        last = consumer._last_received_event = EventData._from_message(last)
+    return last
+
+
+async def open_management_link(client: Any, timeout: float) -> tuple[Any, Any] | None:
+    """(link, auth): one management link kept open on `client`'s connection (an async
+    `EventHubConsumerClient`), or None when this SDK version does not offer one."""
+    try:
+        transport = client._amqp_transport
+        auth = await client._create_auth_async()
+        link = transport.create_mgmt_client(client._address, mgmt_auth=auth, config=client._config)
+        connection = await client._conn_manager_async.get_connection(
+            endpoint=client._address.hostname, auth=auth
+        )
+    except AttributeError:
+        return None
+    await asyncio.wait_for(link.open_async(connection=connection), timeout)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await link.client_ready_async():
+        if loop.time() > deadline:
+            raise TimeoutError("the management link did not open")
+        await asyncio.sleep(0.01)
+    return link, auth
+
+
+async def read_partition_properties(
+    client: Any, link: Any, auth: Any, hub: str, partition: str, timeout: float
+) -> tuple[int, int, bool]:
+    """(beginning sequence number, last enqueued sequence number, empty) of one partition, read with the
+    READ request the SDK's `get_partition_properties` sends, on the link `open_management_link` opened."""
+    from azure.eventhub._constants import (
+        MGMT_PARTITION_OPERATION,
+        MGMT_STATUS_CODE,
+        MGMT_STATUS_DESC,
+        READ_OPERATION,
+    )
+
+    transport = client._amqp_transport
+    message = transport.build_message(application_properties={"name": hub, "partition": partition})
+    message.application_properties["security_token"] = await transport.get_updated_token_async(auth)
+    status, description, response = await asyncio.wait_for(
+        transport.mgmt_client_request_async(
+            link,
+            message,
+            operation=READ_OPERATION,
+            operation_type=MGMT_PARTITION_OPERATION,
+            status_code_field=MGMT_STATUS_CODE,
+            description_fields=MGMT_STATUS_DESC,
+        ),
+        timeout,
+    )
+    if int(status) >= 400:
+        text = description.decode() if isinstance(description, bytes) else str(description)
+        raise RuntimeError(f"partition {partition}: {int(status)} {text}")
+    value = response.value
+    return (
+        int(value[b"begin_sequence_number"]),
+        int(value[b"last_enqueued_sequence_number"]),
+        bool(value[b"is_partition_empty"]),
+    )
