@@ -313,7 +313,7 @@ async def run_hubshift(
     timeout: float,
 ) -> Outcome:
     from hubshift.manifest import parse_manifest
-    from hubshift.operator.local.processes import LocalOperator
+    from hubshift.operator.local.runner import LocalOperator
     from hubshift.ownership.snapshot import take_snapshot
     from hubshift.ownership.stores.connect import open_store
 

@@ -34,7 +34,7 @@ from hubshift.apps.demo_view import DemoFigures, render
 from hubshift.errors import UserError
 from hubshift.manifest import load_manifest
 from hubshift.operator.local.cli import configure_logging, install_stop_signals
-from hubshift.operator.local.processes import LocalOperator
+from hubshift.operator.local.runner import LocalOperator
 from hubshift.operator.loop import CycleReport
 from hubshift.spec import DEFAULT_EVENTHUBS_ENV
 

@@ -52,7 +52,7 @@ from hubshift.errors import UserError
     "control_loop",
     metavar="MODULE:FUNCTION",
     hidden=True,
-    help="Run this cycle instead of the installed one (tests: a report-only loop).",
+    help="Open each control loop with this function instead (tests: a loop that only reports).",
 )
 def operator(
     namespaces: tuple[str, ...],
@@ -69,7 +69,7 @@ def operator(
     """Run the Kubernetes operator for PartitionedConsumers."""
     import kopf
 
-    from hubshift.operator.kubernetes import cluster_loop, handlers
+    from hubshift.operator.kubernetes import handlers, reconcile
     from hubshift.operator.kubernetes.settings import OperatorConfig
     from hubshift.operator.metrics import METRICS
 
@@ -85,14 +85,10 @@ def operator(
         metrics_port=metrics_port or None,
         liveness_port=liveness_port or None,
     )
-    if control_loop is None:
-        cluster_loop.install()
-    else:
-        handlers.set_control_loop(_load(control_loop))
-
+    open_loop = reconcile.open_cluster_loop if control_loop is None else _load(control_loop)
     registry = kopf.OperatorRegistry()
     handlers.register_login(registry)
-    handlers.register(registry, config)
+    handlers.register(registry, config, open_loop)
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat[log_format.upper()])
     if config.metrics_port is not None:
         try:

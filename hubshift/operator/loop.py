@@ -1,4 +1,4 @@
-"""The control loop (DESIGN §3): one cycle per PartitionedConsumer, the same for pods and local processes.
+"""The control loop: one cycle per PartitionedConsumer, the same for pods and local processes.
 
 One cycle:
 1. observe: the hub's partitions and last enqueued sequence numbers (`EventHubsProbe`, once per polling
@@ -12,29 +12,39 @@ One cycle:
    at once, nudge the consumers (`POST /assignment`), record the Events;
 6. report: the status (`runtime.publish_status`) and the operator's metrics.
 
-The decisions are pure (`autoscaler`, `rebalance`, and the helpers at the top of this module); the store
-is synchronous and runs in a worker thread, so a cycle never blocks the operator's event loop.
+The decisions are pure (`autoscaler`, `rebalance`, `observe`, `status.build_status`); the store is
+synchronous and runs in a worker thread, so a cycle never blocks the event loop. When cycles run is the
+`LoopDriver`'s business (`driver.py`), the same for both runtimes.
 
 Between cycles a `ControlLoop` keeps what the decisions hand back. What must survive a restart is in the
-store: the assignment record (the rebalance state) and `<scope>/hubshift/autoscaler` (the autoscaler's
-stabilisation history), one small JSON blob written only when it changed.
+store: the assignment record (the rebalance state) and the autoscaler's record (`scaling_record.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from hubshift.connect import event_hubs_target, open_checkpoint_store, ownership_scope
+from hubshift.errors import UserError
 from hubshift.eventhubs.management import EventHubsProbe, PartitionInfo, ProbeError
 from hubshift.operator import autoscaler, rebalance
 from hubshift.operator.autoscaler import Pause, ScalingDecision, ScalingObservation, ScalingState
+from hubshift.operator.consumer_http import Nudger, nudge_consumer
 from hubshift.operator.metrics import OperatorMetrics
+from hubshift.operator.observe import (
+    backlog_per_partition,
+    holders_to_expel,
+    lease_holders,
+    next_cycle_in,
+    present_consumers,
+    record_changed,
+)
 from hubshift.operator.rebalance import (
     BreakLeases,
     Observation,
@@ -45,111 +55,20 @@ from hubshift.operator.rebalance import (
     Step,
 )
 from hubshift.operator.runtime import ConsumerInstance, ConsumerRuntime
-from hubshift.operator.status import (
-    ACTIVE,
-    FALLBACK,
-    PAUSED,
-    READY,
-    REBALANCING,
-    Condition,
-    ConsumerAssignment,
-    PartitionedConsumerStatus,
-    PendingHandoff,
-    carry_transition_time,
-)
-from hubshift.ownership.assignment import encode_assignment, publish_assignment
+from hubshift.operator.scaling_record import ScalingRecord
+from hubshift.operator.status import PartitionedConsumerStatus, build_status
+from hubshift.ownership.assignment import publish_assignment
 from hubshift.ownership.membership import expel
-from hubshift.ownership.model import Assignment, OwnershipSnapshot, Phase
-from hubshift.ownership.planner import consumer_sort_key
+from hubshift.ownership.model import OwnershipSnapshot
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
-from hubshift.ownership.store import BlobNotFound, LeaseStore, StoreError, WriteConflict
-from hubshift.spec import PartitionedConsumer, StartPosition
+from hubshift.ownership.store import LeaseStore, StoreError, WriteConflict
+from hubshift.ownership.stores.counting import CountingStore
+from hubshift.spec import PartitionedConsumer
 
 log = logging.getLogger(__name__)
 
-AUTOSCALER_RECORD = "hubshift/autoscaler"  # under the scope's prefix
 CAS_ATTEMPTS = 3
-NUDGE_TIMEOUT_SECONDS = 1.0
-# While a holddown runs or handoffs are pending, cycles come this often (the state machine's clock).
-BUSY_CYCLE_SECONDS = 1.0
-
-
-# --- pure helpers ---------------------------------------------------------------------------------------
-
-
-def lease_holders(snapshot: OwnershipSnapshot, partitions: Iterable[str]) -> dict[str, str | None]:
-    """Who holds each partition's lease now, alive or not; None when nobody does."""
-    rows = {row.partition: row for row in snapshot.partitions}
-    holders: dict[str, str | None] = {}
-    for partition in partitions:
-        row = rows.get(partition)
-        holders[partition] = None if row is None or row.free else row.owner
-    return holders
-
-
-def backlog_per_partition(
-    partitions: Mapping[str, PartitionInfo], snapshot: OwnershipSnapshot, start: StartPosition
-) -> dict[str, int]:
-    """Last enqueued - checkpoint for every partition; a missing checkpoint counts from the start position."""
-    rows = {row.partition: row for row in snapshot.partitions}
-    backlog = {}
-    for partition, info in partitions.items():
-        row = rows.get(partition)
-        checkpoint = None if row is None else row.checkpoint.sequence_number
-        backlog[partition] = autoscaler.partition_backlog(
-            last_enqueued=info.last_enqueued,
-            checkpoint=checkpoint,
-            beginning=info.beginning,
-            empty=info.empty,
-            start="latest" if start.type == "latest" else "earliest",
-        )
-    return backlog
-
-
-def present_consumers(instances: Iterable[ConsumerInstance]) -> tuple[str, ...]:
-    """The consumers that may own partitions: ready and not being stopped."""
-    return tuple(sorted((i.name for i in instances if i.ready and not i.terminating), key=consumer_sort_key))
-
-
-def record_changed(new: Assignment, old: Assignment | None) -> bool:
-    """Whether the record must be written: what the consumers would read differs."""
-    return old is None or encode_assignment(new) != encode_assignment(old)
-
-
-def holders_to_expel(
-    published: PublishAssignment, holders: Mapping[str, str | None], spared: Iterable[str]
-) -> list[str]:
-    """The holders of forced partitions to expel: ending their membership lets the new owners take those
-    partitions at once (an orphan is claimed by force) instead of after the membership lease. `spared`
-    are the consumers present or still handing off after SIGTERM (they release on their own)."""
-    keep = set(spared)
-    gone = {holders.get(p) for p in published.forced}
-    return sorted((c for c in gone if c is not None and c not in keep and c != "?"), key=consumer_sort_key)
-
-
-def next_cycle_in(state: RebalanceState, now: float, polling_interval: float) -> float:
-    """Seconds until the next cycle: the polling interval, sooner while a holddown or handoff runs."""
-    wait = polling_interval
-    if state.phase is not Phase.READY:
-        wait = min(wait, BUSY_CYCLE_SECONDS)
-    if state.holddown_until is not None:
-        wait = min(wait, max(0.0, state.holddown_until - now))
-    return wait
-
-
-def assignment_by_consumer(state: RebalanceState) -> list[ConsumerAssignment]:
-    consumers = sorted({c for c in state.assignment.values() if c is not None}, key=consumer_sort_key)
-    return [ConsumerAssignment(consumer=c, partitions=state.partitions_of(c)) for c in consumers]
-
-
-def pending(state: RebalanceState, holders: Mapping[str, str | None]) -> list[PendingHandoff]:
-    since = None if state.published_at is None else _datetime(state.published_at)
-    return [
-        PendingHandoff(partition=p, from_owner=holders.get(p), to_owner=target, since=since)
-        for p in rebalance.pending_handoffs(state, holders)
-        if (target := state.assignment.get(p)) is not None
-    ]
 
 
 @dataclass(frozen=True)
@@ -158,7 +77,7 @@ class CycleInputs:
 
     annotations: Mapping[str, str] = field(default_factory=dict)
     created_at: float | None = None
-    generation: int | None = None
+    spec_generation: int | None = None  # the resource's metadata.generation
     previous_conditions: Sequence[Mapping[str, Any]] = ()
 
     @classmethod
@@ -169,132 +88,9 @@ class CycleInputs:
         return cls(
             annotations=dict(metadata.get("annotations") or {}),
             created_at=_parse_time(created) if isinstance(created, str) else None,
-            generation=metadata.get("generation"),
+            spec_generation=metadata.get("generation"),
             previous_conditions=list(status.get("conditions") or []),
         )
-
-
-def build_status(
-    *,
-    state: RebalanceState,
-    decision: ScalingDecision | None,
-    pause: Pause,
-    holders: Mapping[str, str | None],
-    instances: Sequence[ConsumerInstance],
-    current_replicas: int,
-    partition_count: int,
-    total_backlog: int | None,
-    inputs: CycleInputs,
-    now: float,
-    last_scale_time: float | None,
-    probe_error: str | None,
-) -> PartitionedConsumerStatus:
-    """The status subresource for this cycle (pure)."""
-    moment = _datetime(now).replace(microsecond=0)
-    handoffs = pending(state, holders)
-    phase = state.phase.value
-    if state.phase is Phase.HOLDDOWN and state.holddown_until is not None:
-        message = (
-            f"consumers changed; the assignment is held until {_datetime(state.holddown_until):%H:%M:%S} UTC"
-        )
-    elif state.phase is Phase.REBALANCING:
-        message = f"generation {state.generation}: {len(handoffs)} handoffs pending"
-    else:
-        message = f"generation {state.generation}: balanced"
-    if probe_error:
-        message += f"; {probe_error}"
-    conditions = [
-        Condition(
-            type=READY,
-            status="True" if state.phase is Phase.READY else "False",
-            reason="Balanced" if state.phase is Phase.READY else phase,
-            message=message,
-        ),
-        Condition(
-            type=REBALANCING,
-            status="True" if state.phase is Phase.REBALANCING else "False",
-            reason="HandoffsPending" if state.phase is Phase.REBALANCING else "NoHandoffs",
-            message=f"{len(handoffs)} partitions moving",
-        ),
-    ]
-    if decision is not None:
-        problems = "; ".join(pause.problems)
-        conditions += [
-            Condition(
-                type=ACTIVE,
-                status="True" if decision.active else "False",
-                reason="BacklogAboveActivation" if decision.active else "Idle",
-                message=decision.reason,
-            ),
-            Condition(
-                type=FALLBACK,
-                status="True" if decision.fallback else "False",
-                reason="BacklogUnreadable" if decision.fallback else "BacklogRead",
-                message=probe_error or "the backlog was read",
-            ),
-            Condition(
-                type=PAUSED,
-                status="True" if decision.paused else "False",
-                reason="PauseAnnotation"
-                if decision.paused
-                else ("BadAnnotation" if problems else "NotPaused"),
-                message=problems or (decision.reason if decision.paused else "no pause annotation"),
-            ),
-        ]
-    stamped = [
-        carry_transition_time(list(inputs.previous_conditions), c, moment, inputs.generation)
-        for c in conditions
-    ]
-    last_active = None if decision is None else decision.state.last_active_at
-    return PartitionedConsumerStatus(
-        phase=state.phase.value,
-        message=message,
-        observed_generation=inputs.generation,
-        conditions=stamped,
-        desired_replicas=None if decision is None else decision.replicas,
-        current_replicas=current_replicas,
-        ready_replicas=sum(1 for i in instances if i.ready and not i.terminating),
-        partition_count=partition_count,
-        total_backlog=total_backlog,
-        assignment_generation=state.generation,
-        assignment=assignment_by_consumer(state),
-        holddown_until=None if state.holddown_until is None else _datetime(state.holddown_until),
-        pending_handoffs=handoffs,
-        last_scale_time=None if last_scale_time is None else _datetime(last_scale_time),
-        last_active_time=None if last_active is None else _datetime(last_active),
-    )
-
-
-# --- nudges ---------------------------------------------------------------------------------------------
-
-
-async def nudge_consumer(address: str, generation: int, timeout: float = NUDGE_TIMEOUT_SECONDS) -> bool:
-    """`POST http://<address>/assignment`: re-read the assignment now. False when it did not answer 202."""
-    host, _, port = address.rpartition(":")
-    body = json.dumps({"generation": generation}).encode()
-    request = (
-        f"POST /assignment HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    ).encode() + body
-    writer = None
-    try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), timeout)
-        writer.write(request)
-        await writer.drain()
-        line = await asyncio.wait_for(reader.readline(), timeout)
-        parts = line.split()
-        return len(parts) >= 2 and parts[1] == b"202"
-    except (OSError, TimeoutError, ValueError):
-        return False
-    finally:
-        if writer is not None:
-            writer.close()
-
-
-Nudger = Callable[[str, int], Awaitable[bool]]
-
-
-# --- the loop -------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -315,8 +111,6 @@ class CycleReport:
 @dataclass
 class _Memory:
     scaling: ScalingState | None = None
-    scaling_saved: dict[str, Any] | None = None
-    scaling_etag: str | None = None
     scaling_loaded: bool = False
     rebalance: RebalanceState | None = None
     snapshot: OwnershipSnapshot | None = None
@@ -328,29 +122,6 @@ class _Memory:
     last_scale_time: float | None = None
     moving: dict[str, tuple[str, float]] = field(default_factory=dict)  # partition -> (target, published)
     expelled: set[str] = field(default_factory=set)
-
-
-class CountingStore:
-    """A `LeaseStore` wrapper that counts requests by kind (the benchmark's and the tests' meter)."""
-
-    def __init__(self, store: LeaseStore) -> None:
-        self.store = store
-        self.counts: dict[str, int] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self.store, name)
-        if not callable(attribute) or name == "close":
-            return attribute
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.counts[name] = self.counts.get(name, 0) + 1
-            return attribute(*args, **kwargs)
-
-        return counted
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
 
 
 class ControlLoop:
@@ -380,6 +151,7 @@ class ControlLoop:
         self.scaling = consumer.spec.scaling
         self.config = consumer.spec.rebalance
         self.memory = _Memory()
+        self.scaling_record = ScalingRecord(self.store, scope)
         self.labels = (consumer.metadata.namespace, consumer.metadata.name)
 
     def apply(self, consumer: PartitionedConsumer) -> None:
@@ -425,7 +197,8 @@ class ControlLoop:
             current_replicas=current,
             partition_count=len(memory.partition_ids),
             total_backlog=None if backlog is None else sum(backlog.values()),
-            inputs=inputs,
+            previous_conditions=inputs.previous_conditions,
+            observed_generation=inputs.spec_generation,
             now=now,
             last_scale_time=memory.last_scale_time,
             probe_error=memory.probe_error,
@@ -491,7 +264,8 @@ class ControlLoop:
         if not fresh and memory.decision is not None:
             return memory.decision
         if not memory.scaling_loaded:
-            await self._load_scaling_state()
+            memory.scaling = await self.scaling_record.load()
+            memory.scaling_loaded = True
         snapshot = await self._snapshot()
         backlog = None
         if memory.partitions is not None:
@@ -513,44 +287,8 @@ class ControlLoop:
         )
         memory.scaling = decision.state
         memory.decision = decision
-        await self._save_scaling_state(decision.state)
+        await self.scaling_record.save(decision.state)
         return decision
-
-    async def _load_scaling_state(self) -> None:
-        memory = self.memory
-        memory.scaling_loaded = True
-        try:
-            data, etag = await asyncio.to_thread(self.store.read, self.scope.prefix + AUTOSCALER_RECORD)
-            memory.scaling = ScalingState.from_dict(json.loads(data))
-            memory.scaling_saved = memory.scaling.to_dict()
-            memory.scaling_etag = etag
-        except BlobNotFound:
-            pass
-        except (StoreError, ValueError, TypeError) as exc:
-            log.warning(
-                "%s: the autoscaler's saved state is unreadable (%s): starting afresh", self.scope, exc
-            )
-
-    async def _save_scaling_state(self, state: ScalingState) -> None:
-        memory = self.memory
-        document = state.to_dict()
-        if document == memory.scaling_saved:
-            return
-        name = self.scope.prefix + AUTOSCALER_RECORD
-        data = json.dumps(document).encode()
-        try:
-            memory.scaling_etag = await asyncio.to_thread(
-                self.store.write, name, data, etag=memory.scaling_etag
-            )
-            memory.scaling_saved = document
-        except WriteConflict:
-            # Another operator wrote it (or it is gone): take its ETag, write ours next cycle.
-            try:
-                _, memory.scaling_etag = await asyncio.to_thread(self.store.read, name)
-            except BlobNotFound:
-                memory.scaling_etag = None
-        except StoreError as exc:
-            log.warning("%s: could not save the autoscaler's state: %s", self.scope, exc)
 
     # --- rebalance ---------------------------------------------------------------------------------
 
@@ -696,12 +434,32 @@ class ControlLoop:
         metrics.set_phase(namespace, name, state.phase.value)
 
 
-def _datetime(timestamp: float) -> datetime:
-    return datetime.fromtimestamp(timestamp, tz=UTC)
-
-
 def _parse_time(text: str) -> float | None:
     try:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
+
+
+async def open_control_loop(
+    consumer: PartitionedConsumer,
+    environ: Mapping[str, str],
+    runtime: ConsumerRuntime,
+    *,
+    metrics: OperatorMetrics | None = None,
+    check_hub: bool = False,
+) -> ControlLoop:
+    """A control loop with its clients for this spec: the hub (one probe, kept open) and the store, their
+    credentials from `environ`. A bad spec or credential is a `UserError` (one line); with `check_hub`, so
+    is a hub that cannot be read now (`hubshift run` checks up front; the operator reports it in status)."""
+    target = event_hubs_target(consumer.spec, environ)
+    store = await asyncio.to_thread(open_checkpoint_store, consumer.spec.checkpoint_store, environ)
+    probe = EventHubsProbe(target)
+    if check_hub:
+        try:
+            await probe.partition_ids()
+        except ProbeError as exc:
+            await probe.close()
+            store.close()
+            raise UserError(str(exc)) from None
+    return ControlLoop(consumer, ownership_scope(target), store, probe, runtime, metrics=metrics)

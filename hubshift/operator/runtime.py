@@ -43,6 +43,8 @@ class ConsumerRuntime(Protocol):
 class Flag(Protocol):
     """Something a loop can wait on: an `asyncio.Event`, kopf's `DaemonStopped`."""
 
+    def is_set(self) -> bool: ...
+
     def wait(self) -> Awaitable[object]: ...
 
 

@@ -7,11 +7,18 @@ control loop writes is never pruned by the API server. Build one `PartitionedCon
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import Field
 
+from hubshift.operator import rebalance
+from hubshift.operator.autoscaler import Pause, ScalingDecision
+from hubshift.operator.rebalance import RebalanceState
+from hubshift.operator.runtime import ConsumerInstance
+from hubshift.ownership.model import Phase as RebalancePhase
+from hubshift.ownership.planner import consumer_sort_key
 from hubshift.spec import Model
 
 # Pending: children created, no control-loop cycle yet. Invalid: the spec failed the operator's validation.
@@ -37,7 +44,7 @@ class Condition(Model):
     observed_generation: int | None = Field(default=None, ge=0)
 
 
-class ConsumerAssignment(Model):
+class AssignedPartitions(Model):
     """The partitions one consumer is assigned in the published assignment."""
 
     consumer: str = Field(min_length=1, description="Consumer identity (pod name).")
@@ -70,7 +77,7 @@ class PartitionedConsumerStatus(Model):
     assignment_generation: int | None = Field(
         default=None, ge=0, description="Generation of the published assignment record."
     )
-    assignment: list[ConsumerAssignment] = Field(
+    assignment: list[AssignedPartitions] = Field(
         default_factory=list, description="The published assignment, one entry per consumer."
     )
     holddown_until: datetime | None = Field(
@@ -105,3 +112,115 @@ def carry_transition_time(
             if isinstance(stamp, str):
                 since = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
     return condition.model_copy(update={"last_transition_time": since, "observed_generation": generation})
+
+
+# --- the status of one cycle (pure) ---------------------------------------------------------------------
+
+
+def assignment_by_consumer(state: RebalanceState) -> list[AssignedPartitions]:
+    consumers = sorted({c for c in state.assignment.values() if c is not None}, key=consumer_sort_key)
+    return [AssignedPartitions(consumer=c, partitions=state.partitions_of(c)) for c in consumers]
+
+
+def pending(state: RebalanceState, holders: Mapping[str, str | None]) -> list[PendingHandoff]:
+    since = None if state.published_at is None else _datetime(state.published_at)
+    return [
+        PendingHandoff(partition=p, from_owner=holders.get(p), to_owner=target, since=since)
+        for p in rebalance.pending_handoffs(state, holders)
+        if (target := state.assignment.get(p)) is not None
+    ]
+
+
+def build_status(
+    *,
+    state: RebalanceState,
+    decision: ScalingDecision | None,
+    pause: Pause,
+    holders: Mapping[str, str | None],
+    instances: Sequence[ConsumerInstance],
+    current_replicas: int,
+    partition_count: int,
+    total_backlog: int | None,
+    previous_conditions: Sequence[Mapping[str, Any]],
+    observed_generation: int | None,
+    now: float,
+    last_scale_time: float | None,
+    probe_error: str | None,
+) -> PartitionedConsumerStatus:
+    """The status subresource for this cycle (pure)."""
+    moment = _datetime(now).replace(microsecond=0)
+    handoffs = pending(state, holders)
+    phase = state.phase.value
+    if state.phase is RebalancePhase.HOLDDOWN and state.holddown_until is not None:
+        message = (
+            f"consumers changed; the assignment is held until {_datetime(state.holddown_until):%H:%M:%S} UTC"
+        )
+    elif state.phase is RebalancePhase.REBALANCING:
+        message = f"generation {state.generation}: {len(handoffs)} handoffs pending"
+    else:
+        message = f"generation {state.generation}: balanced"
+    if probe_error:
+        message += f"; {probe_error}"
+    conditions = [
+        Condition(
+            type=READY,
+            status="True" if state.phase is RebalancePhase.READY else "False",
+            reason="Balanced" if state.phase is RebalancePhase.READY else phase,
+            message=message,
+        ),
+        Condition(
+            type=REBALANCING,
+            status="True" if state.phase is RebalancePhase.REBALANCING else "False",
+            reason="HandoffsPending" if state.phase is RebalancePhase.REBALANCING else "NoHandoffs",
+            message=f"{len(handoffs)} partitions moving",
+        ),
+    ]
+    if decision is not None:
+        problems = "; ".join(pause.problems)
+        conditions += [
+            Condition(
+                type=ACTIVE,
+                status="True" if decision.active else "False",
+                reason="BacklogAboveActivation" if decision.active else "Idle",
+                message=decision.reason,
+            ),
+            Condition(
+                type=FALLBACK,
+                status="True" if decision.fallback else "False",
+                reason="BacklogUnreadable" if decision.fallback else "BacklogRead",
+                message=probe_error or "the backlog was read",
+            ),
+            Condition(
+                type=PAUSED,
+                status="True" if decision.paused else "False",
+                reason="PauseAnnotation"
+                if decision.paused
+                else ("BadAnnotation" if problems else "NotPaused"),
+                message=problems or (decision.reason if decision.paused else "no pause annotation"),
+            ),
+        ]
+    stamped = [
+        carry_transition_time(list(previous_conditions), c, moment, observed_generation) for c in conditions
+    ]
+    last_active = None if decision is None else decision.state.last_active_at
+    return PartitionedConsumerStatus(
+        phase=state.phase.value,
+        message=message,
+        observed_generation=observed_generation,
+        conditions=stamped,
+        desired_replicas=None if decision is None else decision.replicas,
+        current_replicas=current_replicas,
+        ready_replicas=sum(1 for i in instances if i.ready and not i.terminating),
+        partition_count=partition_count,
+        total_backlog=total_backlog,
+        assignment_generation=state.generation,
+        assignment=assignment_by_consumer(state),
+        holddown_until=None if state.holddown_until is None else _datetime(state.holddown_until),
+        pending_handoffs=handoffs,
+        last_scale_time=None if last_scale_time is None else _datetime(last_scale_time),
+        last_active_time=None if last_active is None else _datetime(last_active),
+    )
+
+
+def _datetime(timestamp: float) -> datetime:
+    return datetime.fromtimestamp(timestamp, tz=UTC)

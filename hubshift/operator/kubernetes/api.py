@@ -1,4 +1,4 @@
-"""The operator's thin Kubernetes adapter (lightkube) and `KubernetesRuntime`, the control loop's pod runtime.
+"""The operator's thin Kubernetes adapter (lightkube): the few API calls it makes.
 
 Everything here is I/O against the API server; what to send is decided elsewhere (`render`, the control
 loop). Children and the CR status are written with server-side apply under one field manager, so applying
@@ -16,7 +16,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -34,12 +34,11 @@ from hubshift.operator.kubernetes.render import (
     CONSUMER_LABEL,
     MANAGER,
     METRICS_PORT_NAME,
-    ChildNames,
     Owner,
     selector_labels,
 )
 from hubshift.operator.runtime import ConsumerInstance
-from hubshift.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION, PartitionedConsumer, SecretKeyRef
+from hubshift.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION, SecretKeyRef
 
 JSON = dict[str, Any]
 logger = logging.getLogger(__name__)
@@ -257,76 +256,3 @@ class KubeAdapter:
             field_manager=MANAGER,
             force=True,
         )
-
-
-# --- the runtime the control loop drives -------------------------------------------------------------
-
-# Pods from the operator's watch (kopf index), so a cycle sees a lost pod at once without listing.
-PodSource = Callable[[], Iterable[ConsumerInstance]]
-
-
-class KubernetesRuntime:
-    """`ConsumerRuntime` for one PartitionedConsumer: a StatefulSet of consumer pods.
-
-    `consumer` is the parsed spec, `owner` the CR's identity. `pods` is the operator's in-memory view of
-    the consumer pods (a kopf index); without it the pods are listed from the API server.
-    """
-
-    def __init__(
-        self,
-        kube: KubeAdapter,
-        owner: Owner,
-        consumer: PartitionedConsumer,
-        pods: PodSource | None = None,
-    ) -> None:
-        self.kube = kube
-        self.owner = owner
-        self.consumer = consumer
-        self.names = ChildNames.of(owner.name)
-        self._pods = pods
-
-    async def consumers(self) -> list[ConsumerInstance]:
-        if self._pods is not None:
-            instances: Sequence[ConsumerInstance] = list(self._pods())
-        else:
-            pods = await self.kube.list_pods(self.owner.namespace, consumer_pod_labels(self.owner.name))
-            instances = [consumer_instance(pod) for pod in pods]
-        return sorted(instances, key=lambda instance: (instance.ordinal, instance.name))
-
-    async def replicas(self) -> int:
-        current = await self.kube.statefulset_replicas(self.owner.namespace, self.names.statefulset)
-        return current or 0
-
-    async def set_replicas(self, count: int) -> None:
-        if count < 0:
-            raise ValueError(f"replica count must be >= 0, not {count}")
-        await self.kube.scale_statefulset(self.owner.namespace, self.names.statefulset, count)
-
-    async def record_event(self, reason: str, message: str, *, warning: bool = False) -> None:
-        try:
-            await self.kube.post_event(self.owner, reason, message, warning=warning)
-        except HTTPStatusError as error:  # an Event lost is no reason to stop the loop
-            code = status_code(error)
-            logger.warning("could not post event %s on %s: HTTP %d", reason, self.owner.name, code)
-
-    async def publish_status(self, status: dict[str, object]) -> None:
-        await self.kube.apply_status(self.owner, status)
-
-    # beyond the protocol: the operator's own access to Event Hubs and the store
-
-    async def read_secret(self, ref: SecretKeyRef) -> SecretStr:
-        """A key of a Secret in the CR's namespace (masked; call `.get_secret_value()` at the last moment)."""
-        return await self.kube.read_secret(self.owner.namespace, ref)
-
-    async def event_hubs_connection_string(self) -> SecretStr | None:
-        ref = self.consumer.spec.event_hubs.connection_string_secret_ref
-        return None if ref is None else await self.read_secret(ref)
-
-    async def storage_connection_string(self) -> SecretStr | None:
-        blob = self.consumer.spec.checkpoint_store.blob
-        if blob is None or blob.connection_string_secret_ref is None:
-            return None
-        return await self.read_secret(blob.connection_string_secret_ref)
-
-    async def apply_children(self, documents: Iterable[Mapping[str, Any]]) -> None:
-        await self.kube.apply_all(documents)

@@ -4,8 +4,8 @@
     register(registry, OperatorConfig(...))
     await kopf.operator(registry=registry, ...)
 
-The control loop is plugged in with `set_control_loop(cycle)` before the operator starts; until then each
-PartitionedConsumer's control-loop daemon runs `reconcile.report_only` (children reconciled, phase Ready).
+Each PartitionedConsumer's control-loop daemon runs the control loop that `open_loop` opens for it
+(`reconcile.open_cluster_loop` unless a test passes its own).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import kopf
 
 from hubshift.operator.kubernetes import reconcile
 from hubshift.operator.kubernetes.api import KubeAdapter
-from hubshift.operator.kubernetes.reconcile import CONTEXT_KEY, ControlLoop, OperatorContext
+from hubshift.operator.kubernetes.reconcile import CONTEXT_KEY, ClusterLoopOpener, OperatorContext
 from hubshift.operator.kubernetes.render import CONSUMER_COMPONENT, MANAGER
 from hubshift.operator.kubernetes.settings import OperatorConfig, apply_settings
 from hubshift.operator.metrics import METRICS
@@ -25,20 +25,6 @@ from hubshift.spec import GROUP, PLURAL, VERSION
 
 CR = (GROUP, VERSION, PLURAL)
 CONSUMER_PODS = {"app.kubernetes.io/managed-by": MANAGER, "app.kubernetes.io/component": CONSUMER_COMPONENT}
-
-_control_loop: ControlLoop = reconcile.report_only
-
-
-def set_control_loop(cycle: ControlLoop) -> None:
-    """Plug in the control loop: `async def cycle(cr_body, runtime, memo) -> None`, run per
-    PartitionedConsumer at its polling interval and at once after a consumer pod changes.
-    `runtime` is a `KubernetesRuntime` (`hubshift.operator.kubernetes.api`)."""
-    global _control_loop
-    _control_loop = cycle
-
-
-def control_loop() -> ControlLoop:
-    return _control_loop
 
 
 def register_login(registry: kopf.OperatorRegistry) -> None:
@@ -51,7 +37,11 @@ def register_login(registry: kopf.OperatorRegistry) -> None:
         return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
 
-def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
+def register(
+    registry: kopf.OperatorRegistry,
+    config: OperatorConfig,
+    open_loop: ClusterLoopOpener = reconcile.open_cluster_loop,
+) -> None:
     """Register every handler of the operator in `registry`."""
 
     @kopf.on.startup(registry=registry)
@@ -60,7 +50,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         # A test may put its own context (API server, metrics, control loop) in the memo first.
         if CONTEXT_KEY not in memo:
             memo[CONTEXT_KEY] = OperatorContext(
-                kube=KubeAdapter.from_environment(), metrics=METRICS, control_loop=control_loop()
+                kube=KubeAdapter.from_environment(), metrics=METRICS, open_loop=open_loop
             )
 
     @kopf.on.resume(*CR, registry=registry, id="children")

@@ -2,14 +2,14 @@
 
 `handlers.py` only registers these. Shared state lives in kopf's memo: the operator-wide
 `OperatorContext` (put in the global memo at startup, so every per-object memo shares it) and a
-`ConsumerState` per PartitionedConsumer (in that object's memo).
+`ConsumerState` per PartitionedConsumer (in that object's memo). The daemon runs the `LoopDriver`
+(`hubshift.operator.driver`), the same driver `hubshift run` uses.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -18,7 +18,8 @@ from typing import Any
 import kopf
 
 from hubshift.errors import UserError
-from hubshift.operator.kubernetes.api import KubeAdapter, KubernetesRuntime, consumer_instance
+from hubshift.operator.driver import MIN_CYCLE_SECONDS, CycleRunner, Desired, LoopDriver
+from hubshift.operator.kubernetes.api import KubeAdapter, consumer_instance
 from hubshift.operator.kubernetes.render import (
     CONSUMER_LABEL,
     ChildNames,
@@ -27,18 +28,21 @@ from hubshift.operator.kubernetes.render import (
     initial_replicas,
     render_children,
 )
+from hubshift.operator.kubernetes.runtime import KubernetesRuntime
+from hubshift.operator.loop import CycleInputs, open_control_loop
 from hubshift.operator.metrics import OperatorMetrics
-from hubshift.operator.runtime import ConsumerInstance, first_of
+from hubshift.operator.runtime import ConsumerInstance
 from hubshift.operator.status import READY, Condition, PartitionedConsumerStatus, carry_transition_time
+from hubshift.spec import PartitionedConsumer
 
 ConsumerKey = tuple[str, str]  # (namespace, PartitionedConsumer name)
 Logger = logging.Logger | logging.LoggerAdapter[Any]  # what kopf passes handlers
 
-# The control loop: one cycle for one PartitionedConsumer. It receives the CR as the API server has it
-# now (a plain dict), the runtime for its pods (with the parsed spec as `runtime.consumer`) and the CR's
-# kopf memo, where it may keep state between cycles (the memo is lost on operator restart: anything that
-# must survive one goes into the status or the store).
-ControlLoop = Callable[[Mapping[str, Any], KubernetesRuntime, kopf.Memo], Awaitable[None]]
+# How the daemon gets a control loop for a spec: its hub and store clients, the pods' runtime, the
+# operator's metrics. `open_cluster_loop` in production; tests plug in their own.
+ClusterLoopOpener = Callable[
+    [PartitionedConsumer, KubernetesRuntime, OperatorMetrics], Awaitable[CycleRunner]
+]
 
 CONTEXT_KEY = "hubshift_operator"
 STATE_KEY = "hubshift_consumer"
@@ -46,22 +50,21 @@ STATE_KEY = "hubshift_consumer"
 
 @dataclass
 class OperatorContext:
-    """Operator-wide: the API client, the metrics, the control loop, and which consumers to wake."""
+    """Operator-wide: the API client, the metrics, how to open a control loop, and which loops to wake."""
 
     kube: KubeAdapter
     metrics: OperatorMetrics
-    control_loop: ControlLoop
-    #: Nudged cycles start at least this long after the previous one started (a cycle may nudge itself
-    #: while a holddown or handoff is pending, to run again soon without spinning).
-    min_cycle_seconds: float = 1.0
+    open_loop: ClusterLoopOpener
+    #: Cycles start at least this long after the previous one started (the driver's rule).
+    min_cycle_seconds: float = MIN_CYCLE_SECONDS
     wakeups: dict[ConsumerKey, asyncio.Event] = field(default_factory=dict)
     pod_views: dict[tuple[str, str], ConsumerInstance] = field(default_factory=dict)
 
     def wakeup(self, key: ConsumerKey) -> asyncio.Event:
         return self.wakeups.setdefault(key, asyncio.Event())
 
-    def nudge(self, key: ConsumerKey) -> None:
-        """Run the next cycle of this consumer as soon as `min_cycle_seconds` allow."""
+    def wake(self, key: ConsumerKey) -> None:
+        """Run the next cycle of this consumer's loop as soon as the driver's rule allows."""
         self.wakeup(key).set()
 
 
@@ -129,7 +132,7 @@ async def reconcile_children(body: Mapping[str, Any], memo: kopf.Memo, logger: L
         )
     else:
         logger.info("children of %s are up to date", owner.name)
-    context.nudge(consumer_key(body))
+    context.wake(consumer_key(body))
 
 
 async def report_invalid(
@@ -177,12 +180,12 @@ def observe_pod(context: OperatorContext, body: Mapping[str, Any], event_type: s
     previous = context.pod_views.get(pod_key)
     if event_type == "DELETED":
         context.pod_views.pop(pod_key, None)
-        context.nudge((namespace, owner))
+        context.wake((namespace, owner))
         return
     view = consumer_instance(body)
     context.pod_views[pod_key] = view
     if view != previous:
-        context.nudge((namespace, owner))
+        context.wake((namespace, owner))
 
 
 PodIndex = Mapping[ConsumerKey, Iterable[ConsumerInstance]]  # kopf's index: key -> a store of values
@@ -196,6 +199,14 @@ def pods_of(index: PodIndex, key: ConsumerKey) -> list[ConsumerInstance]:
 # --- the control-loop daemon ----------------------------------------------------------------------------
 
 
+async def open_cluster_loop(
+    consumer: PartitionedConsumer, runtime: KubernetesRuntime, metrics: OperatorMetrics
+) -> CycleRunner:
+    """The control loop of a PartitionedConsumer in the cluster: connection strings from its Secrets."""
+    environment = await runtime.connection_environment(consumer)
+    return await open_control_loop(consumer, environment, runtime, metrics=metrics)
+
+
 async def run_control_loop(
     body: Mapping[str, Any],
     memo: kopf.Memo,
@@ -203,70 +214,40 @@ async def run_control_loop(
     pods: PodIndex,
     logger: Logger,
 ) -> None:
-    """One PartitionedConsumer's control loop: a cycle every polling interval, and at once when nudged
-    (a consumer pod appeared, went or changed readiness; the spec changed). `body` is kopf's live view."""
+    """One PartitionedConsumer's control loop until kopf stops the daemon: the `LoopDriver` over its pods,
+    woken by pod events and spec changes. `body` is kopf's live view of the resource."""
     context = operator_context(memo)
     key = consumer_key(body)
-    wakeup = context.wakeup(key)
     state = consumer_state(memo)
-    while not stopped:
-        wakeup.clear()  # a nudge that arrives during the cycle runs the next one at once
-        cycle_started = time.monotonic()
+    runtime = KubernetesRuntime(context.kube, Owner.from_body(body), pods=lambda: pods_of(pods, key))
+
+    async def open_loop(consumer: PartitionedConsumer) -> CycleRunner:
+        return await context.open_loop(consumer, runtime, context.metrics)
+
+    def desired() -> Desired | None:
+        # Until the children handler has seen the StatefulSet there is nothing to scale (its /scale answers
+        # 404); that handler wakes the loop when it is done. An invalid spec is reported by that handler.
+        if not state.statefulset_seen:
+            return None
         try:
             consumer = consumer_from_body(body)
         except UserError:
-            consumer = None  # reported as phase Invalid by the children handler; nothing to control
-        # Until the children handler has seen the StatefulSet there is nothing to scale (its /scale answers
-        # 404: a failed cycle on every new CR); that handler nudges this loop when it is done.
-        if consumer is not None and state.statefulset_seen:
-            owner = Owner.from_body(body)
-            runtime = KubernetesRuntime(context.kube, owner, consumer, pods=lambda: pods_of(pods, key))
-            async with state.lock:
-                started = time.perf_counter()
-                try:
-                    await context.control_loop(dict(body), runtime, memo)
-                except Exception as error:  # the loop outlives a failed cycle; the next one retries
-                    context.metrics.cycle_errors.labels(*key).inc()
-                    logger.error("control-loop cycle failed: %s: %s", type(error).__name__, error)
-                    logger.debug("control-loop cycle failed", exc_info=True)
-                finally:
-                    context.metrics.cycle_duration.labels(*key).observe(time.perf_counter() - started)
-        interval = consumer.spec.scaling.polling_interval_seconds if consumer is not None else 60.0
-        await first_of(wakeup, stopped, timeout=interval)  # a nudge, the daemon's stop, or the interval
-        too_soon = context.min_cycle_seconds - (time.monotonic() - cycle_started)
-        if too_soon > 0 and not stopped:
-            await asyncio.sleep(too_soon)
+            return None
+        return Desired(consumer, CycleInputs.from_body(body))
 
-
-async def report_only(body: Mapping[str, Any], runtime: KubernetesRuntime, memo: kopf.Memo) -> None:
-    """The control loop until the real one is plugged in: replicas stay as they are; phase Ready."""
-    metrics = operator_context(memo).metrics
-    namespace, name = runtime.owner.namespace, runtime.owner.name
-    current = await runtime.replicas()
-    consumers = await runtime.consumers()
-    ready = sum(1 for consumer in consumers if consumer.ready)
-    generation = body.get("metadata", {}).get("generation")
-    condition = Condition(
-        type=READY,
-        status="True",
-        reason="ChildrenReconciled",
-        message="children reconciled; no control loop installed: replicas and assignment stay as they are",
+    driver = LoopDriver(
+        open_loop,
+        labels=key,
+        metrics=context.metrics,
+        wakeup=context.wakeup(key),
+        lock=state.lock,
+        min_cycle_seconds=context.min_cycle_seconds,
+        logger=logger,
     )
-    status = PartitionedConsumerStatus(
-        phase="Ready",
-        observed_generation=generation,
-        desired_replicas=current,
-        current_replicas=current,
-        ready_replicas=ready,
-        conditions=[
-            carry_transition_time(body.get("status", {}).get("conditions"), condition, _utcnow(), generation)
-        ],
-    )
-    await runtime.publish_status(status.to_body())
-    metrics.desired_replicas.labels(namespace, name).set(current)
-    metrics.current_replicas.labels(namespace, name).set(current)
-    metrics.ready_replicas.labels(namespace, name).set(ready)
-    metrics.set_phase(namespace, name, "Ready")
+    try:
+        await driver.run(stopped, desired)
+    finally:
+        await driver.close()
 
 
 # --- deletion --------------------------------------------------------------------------------------------

@@ -84,7 +84,7 @@ async def _run(
     duration: float | None,
     metrics_port: int = 0,
 ) -> int:
-    from hubshift.operator.local.processes import LocalOperator
+    from hubshift.operator.local.runner import LocalOperator
     from hubshift.operator.metrics import OperatorMetrics
     from hubshift.spec import PartitionedConsumer
 
@@ -118,7 +118,7 @@ async def _run(
 
 async def _watch_manifest(path: Path, operator: object, stop: asyncio.Event) -> None:
     """Apply the manifest again when the file changes, as `kubectl apply` would."""
-    from hubshift.operator.local.processes import LocalOperator
+    from hubshift.operator.local.runner import LocalOperator
 
     assert isinstance(operator, LocalOperator)
     seen = path.stat().st_mtime_ns

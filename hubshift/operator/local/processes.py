@@ -8,9 +8,8 @@ restarts a process that died (after a short back-off), and on scale-in sends SIG
 ordinals, which hand their partitions off and exit. Each process runs in its own session, so a Ctrl-C in
 the terminal reaches only `hubshift run`, which then stops them in order.
 
-`LocalOperator` runs the `ControlLoop` over it until stopped: a cycle at the loop's requested interval,
-and at once when a consumer exits or changes readiness. Status goes to `<workdir>/status.json`, Events to
-`<workdir>/events.log`; `hubshift status` reads the assignment record from the store.
+Status goes to `<workdir>/status.json`, Events to `<workdir>/events.log`; `hubshift status` reads the
+assignment record from the store. `runner.LocalOperator` runs the control loop over it.
 """
 
 from __future__ import annotations
@@ -32,15 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from hubshift.errors import UserError
-from hubshift.eventhubs.management import EventHubsProbe
-from hubshift.eventhubs.target import resolve_target
-from hubshift.operator.loop import ControlLoop, CycleInputs, CycleReport
-from hubshift.operator.metrics import OperatorMetrics
-from hubshift.operator.runtime import ConsumerInstance, first_of
-from hubshift.ownership.scope import Scope
-from hubshift.ownership.store import LeaseStore, StoreError
-from hubshift.ownership.stores.connect import open_store, sqlite_url
+from hubshift.operator.consumer_http import consumer_ready
+from hubshift.operator.runtime import ConsumerInstance
 from hubshift.spec import PartitionedConsumer
 
 log = logging.getLogger(__name__)
@@ -288,7 +280,7 @@ class LocalRuntime:
 
     async def _poll_readiness(self) -> bool:
         running = [p for p in self.processes.values() if not p.terminating]
-        results = await asyncio.gather(*(http_ok(p.address, "/readyz") for p in running))
+        results = await asyncio.gather(*(consumer_ready(p.address) for p in running))
         changed = False
         for process, ready in zip(running, results, strict=True):
             if process.ready != ready and not process.terminating:
@@ -327,149 +319,6 @@ class LocalRuntime:
         for running in self.processes.values():
             if running.process.poll() is None:
                 running.process.kill()
-
-
-async def http_ok(address: str, path: str, timeout: float = 0.5) -> bool:
-    """GET `http://<address><path>` answered 200."""
-    host, _, port = address.rpartition(":")
-    writer = None
-    try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), timeout)
-        writer.write(f"GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n".encode())
-        await writer.drain()
-        line = await asyncio.wait_for(reader.readline(), timeout)
-        parts = line.split()
-        return len(parts) >= 2 and parts[1] == b"200"
-    except (OSError, TimeoutError, ValueError):
-        return False
-    finally:
-        if writer is not None:
-            writer.close()
-
-
-# --- the operator on this machine -----------------------------------------------------------------------
-
-
-def open_local_store(consumer: PartitionedConsumer, environ: Mapping[str, str]) -> LeaseStore:
-    """The checkpoint store the manifest names; its connection string from the environment."""
-    spec = consumer.spec.checkpoint_store
-    if spec.sqlite is not None:
-        return open_store(sqlite_url(spec.sqlite.path), create=True)
-    assert spec.blob is not None  # the model requires exactly one
-    variable = spec.blob.connection_string_env
-    connection = environ.get(variable, "").strip()
-    if not connection:
-        raise UserError(
-            f"environment variable {variable} is not set: it must hold the Azure Storage connection string "
-            "of the checkpoint store (spec.checkpointStore.blob)"
-        )
-    return open_store(connection, spec.blob.container, create=True)
-
-
-class LocalOperator:
-    """The control loop over a `LocalRuntime`, until stopped."""
-
-    def __init__(
-        self,
-        manifest_path: Path,
-        consumer: PartitionedConsumer,
-        workdir: Path,
-        *,
-        engine: str = "spark",
-        environ: Mapping[str, str] | None = None,
-        extra_args: tuple[str, ...] = (),
-        metrics: OperatorMetrics | None = None,
-        on_report: Callable[[CycleReport], None] | None = None,
-    ) -> None:
-        self.consumer = consumer
-        self.environ = dict(environ if environ is not None else os.environ)
-        self.workdir = workdir
-        self.wake = asyncio.Event()
-        self.runtime = LocalRuntime(
-            manifest_path,
-            consumer,
-            workdir,
-            engine=engine,
-            environ=self.environ,
-            extra_args=extra_args,
-            on_change=self.wake.set,
-        )
-        self.metrics = metrics
-        self.on_report = on_report
-        self.loop: ControlLoop | None = None
-        self.report: CycleReport | None = None
-        self.created_at = time.time()
-        self.cycles = 0
-        self.errors = 0
-
-    async def open(self) -> ControlLoop:
-        """Check the hub and the store (`UserError`, one line, when either is wrong), build the loop."""
-        target = resolve_target(self.consumer.spec.event_hubs, self.environ)
-        store = await asyncio.to_thread(open_local_store, self.consumer, self.environ)
-        probe = EventHubsProbe(target)
-        try:
-            await probe.partition_ids()
-        except Exception as exc:
-            await probe.close()
-            store.close()
-            raise UserError(str(exc)) from None
-        scope = Scope(target.fqns, target.hub, target.consumer_group)
-        self.loop = ControlLoop(self.consumer, scope, store, probe, self.runtime, metrics=self.metrics)
-        return self.loop
-
-    def apply(self, consumer: PartitionedConsumer) -> None:
-        """A changed manifest (`kubectl apply` of the same resource): scaling and rebalance settings take
-        effect from the next cycle; the hub and the store must stay the same."""
-        before = self.consumer.spec
-        if (consumer.spec.event_hubs, consumer.spec.checkpoint_store) != (
-            before.event_hubs,
-            before.checkpoint_store,
-        ):
-            raise UserError(
-                "the hub and the checkpoint store of a running consumer cannot change: restart it"
-            )
-        self.consumer = consumer
-        self.runtime.consumer = consumer
-        if self.loop is not None:
-            self.loop.apply(consumer)
-        self.wake.set()
-
-    async def run(self, stop: asyncio.Event) -> None:
-        """Cycles until `stop` is set (the caller then calls `shutdown`)."""
-        loop = self.loop or await self.open()
-        self.runtime.start_supervising()
-        while not stop.is_set():
-            self.wake.clear()
-            previous = self.runtime.status.get("conditions")
-            inputs = CycleInputs(
-                annotations=dict(self.consumer.metadata.annotations),
-                created_at=self.created_at,
-                generation=1,
-                previous_conditions=previous if isinstance(previous, list) else (),
-            )
-            wait = 1.0
-            try:
-                self.report = await loop.cycle(inputs)
-                self.cycles += 1
-                wait = self.report.next_cycle_in
-                if self.metrics is not None:
-                    self.metrics.cycle_duration.labels(*loop.labels).observe(self.report.duration)
-                if self.on_report is not None:
-                    self.on_report(self.report)
-            except Exception as exc:  # the loop outlives a failed cycle (the store or hub away); it retries
-                self.errors += 1
-                if self.metrics is not None:
-                    self.metrics.cycle_errors.labels(*loop.labels).inc()
-                what = str(exc) if isinstance(exc, StoreError) else f"{type(exc).__name__}: {exc}"
-                log.warning("%s: control-loop cycle failed (retrying): %s", self.consumer.metadata.name, what)
-                log.debug("control-loop cycle failed", exc_info=True)
-            await first_of(stop, self.wake, timeout=wait)
-
-    async def shutdown(self, grace: float | None = None) -> None:
-        rebalance = self.consumer.spec.rebalance
-        await self.runtime.stop_all(grace if grace is not None else rebalance.max_handoff_seconds + 20)
-        if self.loop is not None:
-            await self.loop.close()
 
 
 def _free_port() -> int:

@@ -1,6 +1,7 @@
-"""The control loop as the kopf operator runs it (`cluster_loop.cycle`): connection strings from the
-Secrets the spec names, the loop kept in the CR's memo, status through the runtime, a self-nudge while the
-state machine is busy. The pods are a stand-in for the kopf pod index; Event Hubs is the emulator."""
+"""The control loop as the kopf operator runs it: `open_cluster_loop` (connection strings from the
+Secrets the spec names) under the `LoopDriver` (one loop kept across cycles, status through the runtime,
+the next cycle soon while the state machine is busy, a spec edit applied, a new store opened again). The
+pods are a stand-in for the kopf pod index; Event Hubs is the emulator."""
 
 from __future__ import annotations
 
@@ -9,24 +10,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import kopf
 import pytest
-from pydantic import SecretStr
 
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.manifest import parse_manifest
-from hubshift.operator.kubernetes import cluster_loop
-from hubshift.operator.kubernetes.reconcile import CONTEXT_KEY, OperatorContext
-from hubshift.operator.loop import ControlLoop
+from hubshift.operator.driver import CycleRunner, Desired, LoopDriver
+from hubshift.operator.kubernetes.reconcile import open_cluster_loop
+from hubshift.operator.loop import ControlLoop, CycleInputs
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.operator.runtime import ConsumerInstance
+from hubshift.spec import DEFAULT_EVENTHUBS_ENV, PartitionedConsumer
 
 
 @dataclass
 class PodRuntime:
-    """What `KubernetesRuntime` offers the loop, without an API server."""
+    """What `KubernetesRuntime` offers the loop, without an API server: the Secret holds `secret`."""
 
-    consumer: Any
     secret: str
     pods: list[ConsumerInstance] = field(default_factory=list)
     target: int = 0
@@ -48,45 +47,67 @@ class PodRuntime:
     async def publish_status(self, status: dict[str, object]) -> None:
         self.status = status
 
-    async def event_hubs_connection_string(self) -> SecretStr:
-        return SecretStr(self.secret)
+    async def connection_environment(self, consumer: PartitionedConsumer) -> dict[str, str]:
+        return {consumer.spec.event_hubs.connection_string_env: self.secret}
 
-    async def storage_connection_string(self) -> SecretStr | None:
-        return None
+
+def resource(store: Path, generation: int = 2, max_replicas: int = 2) -> dict[str, Any]:
+    return {
+        "apiVersion": "hubshift.dev/v1alpha1",
+        "kind": "PartitionedConsumer",
+        "metadata": {"name": "homes", "namespace": "default", "generation": generation, "uid": "u"},
+        "spec": {
+            "eventHubs": {"hub": "hub", "connectionStringSecretRef": {"name": "eh", "key": "cs"}},
+            "checkpointStore": {"sqlite": {"path": str(store)}},
+            "scaling": {"minReplicas": 2, "maxReplicas": max_replicas},
+        },
+    }
 
 
 @pytest.mark.timeout(60)
-async def test_a_cycle_from_the_operator_reads_secrets_keeps_its_loop_and_reports(
+async def test_the_operators_loop_reads_secrets_keeps_its_clients_applies_edits_and_reports(
     tmp_path: Path, emulator_factory: Any
 ) -> None:
     emulator: RunningEmulator = emulator_factory(["hub:4"])
-    body = {
-        "apiVersion": "hubshift.dev/v1alpha1",
-        "kind": "PartitionedConsumer",
-        "metadata": {"name": "homes", "namespace": "default", "generation": 2, "uid": "u"},
-        "spec": {
-            "eventHubs": {"hub": "hub", "connectionStringSecretRef": {"name": "eh", "key": "cs"}},
-            "checkpointStore": {"sqlite": {"path": str(tmp_path / "store.db")}},
-            "scaling": {"minReplicas": 2, "maxReplicas": 2},
-        },
-    }
-    consumer = parse_manifest(body)
-    runtime = PodRuntime(consumer, emulator.connection_string)
-    memo = kopf.Memo()
-    memo[CONTEXT_KEY] = OperatorContext(kube=None, metrics=OperatorMetrics(), control_loop=cluster_loop.cycle)  # type: ignore[arg-type]
+    runtime = PodRuntime(emulator.connection_string)
+    metrics = OperatorMetrics()
+    opened: list[CycleRunner] = []
 
-    await cluster_loop.cycle(body, runtime, memo)  # type: ignore[arg-type]
-    loop = memo[cluster_loop.MEMO_KEY]
-    assert isinstance(loop, ControlLoop)
-    assert runtime.target == 2
-    assert runtime.status["phase"] == "Ready" and runtime.status["observedGeneration"] == 2
-    assert runtime.status["partitionCount"] == 4
+    async def open_loop(consumer: PartitionedConsumer) -> CycleRunner:
+        loop = await open_cluster_loop(consumer, runtime, metrics)  # type: ignore[arg-type]
+        opened.append(loop)
+        return loop
 
-    runtime.pods = [ConsumerInstance(f"homes-{i}", i, True, f"127.0.0.1:{1 + i}") for i in range(2)]
-    await cluster_loop.cycle(body, runtime, memo)  # type: ignore[arg-type]
-    assert memo[cluster_loop.MEMO_KEY] is loop, "the same loop, clients and memory across cycles"
-    assert runtime.status["phase"] == "Holddown"
-    context = memo[CONTEXT_KEY]
-    assert context.wakeup(("default", "homes")).is_set(), "a busy loop asks for its next cycle soon"
+    def desired(body: dict[str, Any]) -> Desired:
+        return Desired(parse_manifest(body), CycleInputs.from_body(body))
+
+    driver = LoopDriver(open_loop, labels=("default", "homes"), metrics=metrics)
+    body = resource(tmp_path / "store.db")
+    polling = parse_manifest(body).spec.scaling.polling_interval_seconds
+    try:
+        await driver.cycle(desired(body))
+        assert len(opened) == 1 and isinstance(opened[0], ControlLoop)
+        assert runtime.target == 2
+        assert runtime.status["phase"] == "Ready" and runtime.status["observedGeneration"] == 2
+        assert runtime.status["partitionCount"] == 4
+
+        runtime.pods = [ConsumerInstance(f"homes-{i}", i, True, f"127.0.0.1:{1 + i}") for i in range(2)]
+        wait = await driver.cycle(desired(body))
+        assert len(opened) == 1, "the same loop, clients and memory across cycles"
+        assert runtime.status["phase"] == "Holddown"
+        assert wait < polling, "a busy loop runs its next cycle soon"
+
+        edited = resource(tmp_path / "store.db", generation=3, max_replicas=4)
+        await driver.cycle(desired(edited))
+        assert len(opened) == 1, "an edit that keeps the hub and the store keeps the loop"
+        assert runtime.status["observedGeneration"] == 3
+
+        moved = resource(tmp_path / "other.db", generation=4)
+        await driver.cycle(desired(moved))
+        assert len(opened) == 2, "a new store: the loop connects again"
+        assert (tmp_path / "other.db").exists()
+        assert driver.errors == 0
+    finally:
+        await driver.close()
     assert emulator.connection_string not in json.dumps(runtime.status) + " ".join(runtime.events)
-    await loop.close()
+    assert DEFAULT_EVENTHUBS_ENV not in json.dumps(runtime.status)

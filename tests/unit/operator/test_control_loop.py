@@ -15,14 +15,10 @@ from hypothesis import strategies as st
 from hubshift.eventhubs.management import PartitionInfo, ProbeError
 from hubshift.manifest import parse_manifest
 from hubshift.operator import autoscaler
-from hubshift.operator.loop import (
-    AUTOSCALER_RECORD,
+from hubshift.operator.loop import ControlLoop, CycleInputs, CycleReport
+from hubshift.operator.observe import (
     BUSY_CYCLE_SECONDS,
-    ControlLoop,
-    CycleInputs,
-    CycleReport,
     backlog_per_partition,
-    build_status,
     holders_to_expel,
     lease_holders,
     next_cycle_in,
@@ -31,6 +27,8 @@ from hubshift.operator.loop import (
 )
 from hubshift.operator.rebalance import Phase, PublishAssignment, PublishReason, RebalanceState
 from hubshift.operator.runtime import ConsumerInstance
+from hubshift.operator.scaling_record import AUTOSCALER_RECORD
+from hubshift.operator.status import build_status
 from hubshift.ownership.assignment import (
     decode_assignment,
     encode_assignment,
@@ -171,10 +169,6 @@ def test_status_shows_assignment_handoffs_and_keeps_transition_times() -> None:
         published_at=1_800_000_000.0,
     )
     earlier = "2026-01-01T00:00:00Z"
-    inputs = CycleInputs(
-        generation=7,
-        previous_conditions=[{"type": "Ready", "status": "False", "lastTransitionTime": earlier}],
-    )
     status = build_status(
         state=state,
         decision=None,
@@ -184,7 +178,8 @@ def test_status_shows_assignment_handoffs_and_keeps_transition_times() -> None:
         current_replicas=2,
         partition_count=3,
         total_backlog=12,
-        inputs=inputs,
+        previous_conditions=[{"type": "Ready", "status": "False", "lastTransitionTime": earlier}],
+        observed_generation=7,
         now=1_800_000_001.0,
         last_scale_time=None,
         probe_error=None,
@@ -218,7 +213,7 @@ def test_cycle_inputs_from_a_custom_resource() -> None:
             "status": {"conditions": [{"type": "Ready"}]},
         }
     )
-    assert inputs.generation == 3
+    assert inputs.spec_generation == 3
     assert inputs.created_at == datetime(2026, 1, 1, tzinfo=UTC).timestamp()
     assert autoscaler.parse_pause(inputs.annotations).paused
 
@@ -439,14 +434,3 @@ def test_a_consumer_that_is_gone_loses_its_membership_so_its_partitions_move_at_
     snapshot = take_snapshot(harness.store, SCOPE)
     assert "homes-1" not in snapshot.live_members
     assert all(row.owner != "homes-1" or row.orphaned for row in snapshot.partitions)
-
-
-def test_install_plugs_the_loop_into_the_kopf_operator() -> None:
-    from hubshift.operator.kubernetes import cluster_loop, handlers
-
-    previous = handlers.control_loop()
-    try:
-        cluster_loop.install()
-        assert handlers.control_loop() is cluster_loop.cycle
-    finally:
-        handlers.set_control_loop(previous)

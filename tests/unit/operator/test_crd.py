@@ -17,8 +17,8 @@ from hubshift.errors import UserError
 from hubshift.manifest import parse_manifest
 from hubshift.operator.kubernetes import crd
 from hubshift.operator.status import (
+    AssignedPartitions,
     Condition,
-    ConsumerAssignment,
     PartitionedConsumerStatus,
     PendingHandoff,
 )
@@ -230,7 +230,7 @@ def test_a_full_status_fits_the_declared_schema() -> None:
         partition_count=32,
         total_backlog=1234,
         assignment_generation=7,
-        assignment=[ConsumerAssignment(consumer="homes-0", partitions=["0", "1"])],
+        assignment=[AssignedPartitions(consumer="homes-0", partitions=["0", "1"])],
         pending_handoffs=[PendingHandoff(partition="1", from_owner="homes-0", to_owner="homes-3")],
     ).to_body()
     jsonschema.Draft4Validator(root_schema()["properties"]["status"]).validate(status)

@@ -14,7 +14,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,17 +30,19 @@ from hubshift.operator.cli import operator as operator_command
 from hubshift.operator.kubernetes import crd, handlers, reconcile
 from hubshift.operator.kubernetes.api import (
     KubeAdapter,
-    KubernetesRuntime,
     PartitionedConsumerResource,
     SecretUnavailable,
     consumer_instance,
 )
 from hubshift.operator.kubernetes.reconcile import CONTEXT_KEY, OperatorContext
 from hubshift.operator.kubernetes.render import CONSUMER_LABEL, Owner, consumer_from_body, pod_labels
+from hubshift.operator.kubernetes.runtime import KubernetesRuntime
 from hubshift.operator.kubernetes.settings import OperatorConfig, apply_settings
+from hubshift.operator.loop import CycleInputs, CycleReport
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.operator.runtime import ConsumerInstance
-from hubshift.spec import SecretKeyRef
+from hubshift.spec import PartitionedConsumer, SecretKeyRef
+from tests.harness.report_only import ReportOnlyLoop
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "homes.yaml"
 NAMESPACE = "sensors"
@@ -64,7 +66,8 @@ RESOURCES: dict[str, dict[str, Any]] = {
     "apps/v1/statefulsets": {"namespaced": True, "kind": "StatefulSet", "subresources": {"scale"}},
 }
 
-CycleFn = Callable[[Mapping[str, Any], KubernetesRuntime, kopf.Memo], Awaitable[None]]
+# What a test runs in each cycle, after the cycle was recorded: (the spec, the inputs, the runtime).
+CycleFn = Callable[[PartitionedConsumer, CycleInputs, KubernetesRuntime], Awaitable[None]]
 
 
 def manifest(name: str = "homes", **spec_updates: Any) -> dict[str, Any]:
@@ -119,16 +122,45 @@ async def create_pod(kube: KubeAdapter, name: str, consumer: str = "homes", read
 
 
 @dataclass
-class Recorder:
-    """A control loop that records what it was given; optionally runs `then` after recording."""
+class Cycle:
+    loop: RecordingLoop
+    inputs: CycleInputs
+    consumers: list[ConsumerInstance]
 
-    calls: list[tuple[dict[str, Any], list[ConsumerInstance], kopf.Memo]] = field(default_factory=list)
+
+@dataclass
+class Recorder:
+    """Opens control loops that record every cycle (which loop, its inputs, the pods it saw), then run
+    `then`, then report as the report-only loop does (children and status, no Event Hubs)."""
+
+    calls: list[Cycle] = field(default_factory=list)
+    opened: list[RecordingLoop] = field(default_factory=list)
     then: CycleFn | None = None
 
-    async def __call__(self, body: Mapping[str, Any], runtime: KubernetesRuntime, memo: kopf.Memo) -> None:
-        self.calls.append((dict(body), await runtime.consumers(), memo))
-        if self.then is not None:
-            await self.then(body, runtime, memo)
+    async def open(
+        self, consumer: PartitionedConsumer, runtime: KubernetesRuntime, metrics: OperatorMetrics
+    ) -> RecordingLoop:
+        loop = RecordingLoop(self, consumer, runtime, metrics)
+        self.opened.append(loop)
+        return loop
+
+
+class RecordingLoop(ReportOnlyLoop):
+    def __init__(
+        self,
+        recorder: Recorder,
+        consumer: PartitionedConsumer,
+        runtime: KubernetesRuntime,
+        metrics: OperatorMetrics,
+    ) -> None:
+        super().__init__(consumer, runtime, metrics)
+        self.recorder = recorder
+
+    async def cycle(self, inputs: CycleInputs) -> CycleReport:
+        self.recorder.calls.append(Cycle(self, inputs, await self.runtime.consumers()))
+        if self.recorder.then is not None:
+            await self.recorder.then(self.consumer, inputs, self.runtime)
+        return await super().cycle(inputs)
 
 
 @dataclass
@@ -154,7 +186,7 @@ class RunningOperator:
 
 @pytest.fixture
 def recorder() -> Recorder:
-    return Recorder(then=reconcile.report_only)
+    return Recorder()
 
 
 @pytest.fixture
@@ -165,7 +197,7 @@ async def running(kmock: Any, recorder: Recorder) -> AsyncIterator[RunningOperat
         kmock.resources[resource] = info
     url = str(kmock.url).rstrip("/")
     registry = kopf.OperatorRegistry()
-    handlers.register(registry, OperatorConfig(metrics_port=None, liveness_port=None))
+    handlers.register(registry, OperatorConfig(metrics_port=None, liveness_port=None), recorder.open)
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:
@@ -174,7 +206,7 @@ async def running(kmock: Any, recorder: Recorder) -> AsyncIterator[RunningOperat
     context = OperatorContext(
         kube=KubeAdapter.from_server(url),  # used in the operator's loop only
         metrics=OperatorMetrics(),
-        control_loop=recorder,
+        open_loop=recorder.open,
         min_cycle_seconds=0.05,
     )
     memo = kopf.Memo()
@@ -249,27 +281,21 @@ async def test_until_the_control_loop_lands_the_status_says_ready(running: Runni
     assert set(status) <= set(declared)
 
 
-async def test_the_control_loop_gets_the_body_the_runtime_and_a_memo_that_persists(
+async def test_one_loop_per_consumer_gets_its_spec_its_runtime_and_the_resources_metadata(
     running: RunningOperator, recorder: Recorder
 ) -> None:
     # Checked here, not in the loop: an assertion failing there is only a failed cycle, and the loop goes on.
-    seen: list[tuple[int, KubernetesRuntime, dict[str, Any]]] = []
-
-    async def counting(body: Mapping[str, Any], runtime: KubernetesRuntime, memo: kopf.Memo) -> None:
-        memo["cycles"] = memo.get("cycles", 0) + 1
-        seen.append((memo["cycles"], runtime, dict(body)))
-
-    recorder.then = counting
     await running.create_consumer(manifest())
-    await eventually(lambda: len(seen) >= 1, what="a first cycle")
+    await eventually(lambda: len(recorder.calls) >= 1, what="a first cycle")
     await running.create_pod("homes-0")
-    await eventually(lambda: len(seen) >= 2, what="a second cycle")
-    assert [cycles for cycles, _, _ in seen[:2]] == [1, 2]
-    for _, runtime, body in seen[:2]:
-        assert isinstance(runtime, KubernetesRuntime)
-        assert runtime.consumer.spec.event_hubs.hub == "telemetry"
-        assert runtime.owner == Owner(name="homes", namespace=NAMESPACE, uid="uid-homes")
-        assert body["spec"]["eventHubs"]["hub"] == "telemetry"
+    await eventually(lambda: len(recorder.calls) >= 2, what="a second cycle")
+    assert len(recorder.opened) == 1, "one loop (clients and memory) across cycles"
+    loop = recorder.opened[0]
+    assert all(call.loop is loop for call in recorder.calls[:2])
+    assert isinstance(loop.runtime, KubernetesRuntime)
+    assert loop.consumer.spec.event_hubs.hub == "telemetry"
+    assert loop.runtime.owner == Owner(name="homes", namespace=NAMESPACE, uid="uid-homes")
+    assert recorder.calls[0].inputs.spec_generation == 1
 
 
 async def test_a_pod_event_runs_a_cycle_at_once_not_at_the_polling_interval(
@@ -282,12 +308,13 @@ async def test_a_pod_event_runs_a_cycle_at_once_not_at_the_polling_interval(
     await running.create_pod("homes-1", ready=False)
     await eventually(
         lambda: (
-            len(recorder.calls) > before and {c.name for c in recorder.calls[-1][1]} == {"homes-0", "homes-1"}
+            len(recorder.calls) > before
+            and {c.name for c in recorder.calls[-1].consumers} == {"homes-0", "homes-1"}
         ),
         timeout=5,
         what="a cycle that sees both pods",
     )
-    consumers = recorder.calls[-1][1]
+    consumers = recorder.calls[-1].consumers
     assert [(c.name, c.ordinal, c.ready, c.address) for c in consumers] == [
         ("homes-0", 0, True, "10.0.0.7:9090"),
         ("homes-1", 1, False, "10.0.0.7:9090"),
@@ -296,7 +323,9 @@ async def test_a_pod_event_runs_a_cycle_at_once_not_at_the_polling_interval(
     before = len(recorder.calls)
     await running.kube.client.delete(Pod, "homes-0", namespace=NAMESPACE)
     await eventually(
-        lambda: len(recorder.calls) > before and [c.name for c in recorder.calls[-1][1]] == ["homes-1"],
+        lambda: (
+            len(recorder.calls) > before and [c.name for c in recorder.calls[-1].consumers] == ["homes-1"]
+        ),
         timeout=5,
         what="a cycle without the deleted pod",
     )
@@ -310,7 +339,7 @@ async def test_no_cycle_runs_before_the_statefulset_exists(
     waits for that handler, which nudges it once the StatefulSet is there."""
     replicas_seen: list[int | None] = []
 
-    async def looking(body: Mapping[str, Any], runtime: KubernetesRuntime, memo: kopf.Memo) -> None:
+    async def looking(consumer: PartitionedConsumer, inputs: CycleInputs, runtime: KubernetesRuntime) -> None:
         replicas_seen.append(await runtime.kube.statefulset_replicas(NAMESPACE, "homes"))
 
     recorder.then = looking
@@ -325,7 +354,9 @@ async def test_a_failing_cycle_is_counted_and_the_loop_goes_on(
 ) -> None:
     failures = []
 
-    async def failing_once(body: Mapping[str, Any], runtime: KubernetesRuntime, memo: kopf.Memo) -> None:
+    async def failing_once(
+        consumer: PartitionedConsumer, inputs: CycleInputs, runtime: KubernetesRuntime
+    ) -> None:
         if not failures:
             failures.append(1)
             raise RuntimeError("store unreachable")
@@ -342,7 +373,9 @@ async def test_a_failing_cycle_is_counted_and_the_loop_goes_on(
 async def test_a_spec_change_reapplies_children_and_keeps_the_replica_count(
     running: RunningOperator, recorder: Recorder
 ) -> None:
-    async def scale_to_three(body: Mapping[str, Any], runtime: KubernetesRuntime, memo: kopf.Memo) -> None:
+    async def scale_to_three(
+        consumer: PartitionedConsumer, inputs: CycleInputs, runtime: KubernetesRuntime
+    ) -> None:
         if await runtime.replicas() == 1:  # the children exist: scale them, as the control loop would
             await runtime.set_replicas(3)
 
@@ -421,15 +454,17 @@ async def test_secrets_never_reach_status_events_children_or_logs(
     read: list[str] = []
 
     async def uses_the_credentials(
-        body: Mapping[str, Any], runtime: KubernetesRuntime, memo: kopf.Memo
+        consumer: PartitionedConsumer, inputs: CycleInputs, runtime: KubernetesRuntime
     ) -> None:
-        hubs = await runtime.event_hubs_connection_string()
-        storage = await runtime.storage_connection_string()
-        assert hubs is not None and storage is not None
-        read.append(hubs.get_secret_value())
-        logging.getLogger("hubshift.test").info("connected with %s and %r", hubs, storage)
-        await runtime.record_event("Connected", f"using {hubs}")
-        await reconcile.report_only(body, runtime, memo)
+        environment = await runtime.connection_environment(consumer)
+        hubs = environment[consumer.spec.event_hubs.connection_string_env]
+        assert consumer.spec.checkpoint_store.blob is not None
+        storage = environment[consumer.spec.checkpoint_store.blob.connection_string_env]
+        read.append(hubs)
+        secret = await runtime.read_secret(SecretKeyRef(name="telemetry-eventhubs", key="connectionString"))
+        logging.getLogger("hubshift.test").info("connected with %s and %r", secret, secret)
+        await runtime.record_event("Connected", f"using {secret}")
+        assert storage == hubs
 
     recorder.then = uses_the_credentials
     await running.create_consumer(manifest())
@@ -468,13 +503,13 @@ async def test_runtime_scales_lists_and_reports_without_kopf(kube: KubeAdapter, 
     body = manifest()
     consumer = consumer_from_body(body)
     owner = Owner.from_body(body)
-    runtime = KubernetesRuntime(kube, owner, consumer)  # no pod index: pods are listed from the API
+    runtime = KubernetesRuntime(kube, owner)  # no pod index: pods are listed from the API
     await kube.client.create(PartitionedConsumerResource.from_dict(body))
     assert await runtime.replicas() == 0  # no StatefulSet yet
     from hubshift.operator.kubernetes.render import render_children
 
-    await runtime.apply_children(render_children(consumer, owner, 2))
-    await runtime.apply_children(render_children(consumer, owner, 2))  # idempotent
+    await kube.apply_all(render_children(consumer, owner, 2))
+    await kube.apply_all(render_children(consumer, owner, 2))  # idempotent
     assert await runtime.replicas() == 2
     await runtime.set_replicas(4)
     assert await runtime.replicas() == 4
@@ -535,7 +570,7 @@ def test_consumer_instance_from_a_pod() -> None:
 
 
 def test_pod_events_nudge_only_on_a_change_that_matters() -> None:
-    context = OperatorContext(kube=None, metrics=OperatorMetrics(), control_loop=reconcile.report_only)  # type: ignore[arg-type]
+    context = OperatorContext(kube=None, metrics=OperatorMetrics(), open_loop=Recorder().open)  # type: ignore[arg-type]
     pod = {
         "metadata": {"name": "homes-0", "namespace": NAMESPACE, "labels": {CONSUMER_LABEL: "homes"}},
         "status": {"conditions": [{"type": "Ready", "status": "False"}]},

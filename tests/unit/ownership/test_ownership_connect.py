@@ -6,7 +6,7 @@ import base64
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from hubshift.errors import UserError
@@ -58,7 +58,10 @@ def test_bad_stores_say_what_to_fix(store: str, container: str | None, message: 
 
 @given(st.text(alphabet=st.characters(blacklist_characters=";=\n"), min_size=8, max_size=40))
 def test_a_key_is_never_repeated_in_an_error(secret: str) -> None:
-    for store in (f"AccountName=acct;AccountKey={secret};Junk", f"AccountKey={secret}", f"Acount={secret}"):
+    for shape in ("AccountName=acct;AccountKey={};Junk", "AccountKey={}", "Acount={}"):
         with pytest.raises(UserError) as caught:
-            parse_store(store, "abc")
+            parse_store(shape.format(secret), "abc")
+        with pytest.raises(UserError) as placeholder:
+            parse_store(shape.format("\x00" * len(secret)), "abc")
+        assume(secret not in str(placeholder.value))  # e.g. "sqlite:/" is part of the fixed advice
         assert secret not in str(caught.value)

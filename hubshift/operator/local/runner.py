@@ -1,0 +1,138 @@
+"""`LocalOperator`: a PartitionedConsumer's control loop over local consumer processes (`hubshift run`, the
+demo, the runtime tests and the rebalance benchmark), scheduled by the same `LoopDriver` as the operator's
+kopf daemon.
+
+Connection strings come from this process's environment (or the `environ` given), under the variable
+names the manifest gives. Editing the manifest (`apply`) works like `kubectl apply`: settings from the
+next cycle on. A running pool keeps its hub and its store: its consumer processes were started for them
+(the StatefulSet of the operator would roll; processes here are not restarted), so changing either is
+refused with one line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from hubshift.errors import UserError
+from hubshift.operator.driver import CycleRunner, Desired, LoopDriver, same_connections
+from hubshift.operator.local.processes import LocalRuntime
+from hubshift.operator.loop import CycleInputs, CycleReport, open_control_loop
+from hubshift.operator.metrics import OperatorMetrics
+from hubshift.spec import PartitionedConsumer
+
+
+class LocalOperator:
+    """The control loop over a `LocalRuntime`: `open` (checks the hub and the store), `run` until the stop
+    flag is set, then `shutdown` (consumers hand their partitions off)."""
+
+    def __init__(
+        self,
+        manifest_path: Path,
+        consumer: PartitionedConsumer,
+        workdir: Path,
+        *,
+        engine: str = "spark",
+        environ: Mapping[str, str] | None = None,
+        extra_args: tuple[str, ...] = (),
+        metrics: OperatorMetrics | None = None,
+        on_report: Callable[[CycleReport], None] | None = None,
+    ) -> None:
+        self.consumer = consumer
+        self.environ = dict(environ if environ is not None else os.environ)
+        self.workdir = workdir
+        self.metrics = metrics
+        self.driver = LoopDriver(
+            self._open_loop,
+            labels=(consumer.metadata.namespace, consumer.metadata.name),
+            metrics=metrics,
+            on_report=on_report,
+        )
+        self.runtime = LocalRuntime(
+            manifest_path,
+            consumer,
+            workdir,
+            engine=engine,
+            environ=self.environ,
+            extra_args=extra_args,
+            on_change=self.driver.wake,
+        )
+        self.created_at = time.time()
+
+    # what the driver knows, for the callers that watch the pool
+    @property
+    def loop(self) -> CycleRunner | None:
+        return self.driver.loop
+
+    @property
+    def report(self) -> CycleReport | None:
+        return self.driver.report
+
+    @property
+    def cycles(self) -> int:
+        return self.driver.cycles
+
+    @property
+    def errors(self) -> int:
+        return self.driver.errors
+
+    @property
+    def on_report(self) -> Callable[[CycleReport], None] | None:
+        return self.driver.on_report
+
+    @on_report.setter
+    def on_report(self, callback: Callable[[CycleReport], None] | None) -> None:
+        self.driver.on_report = callback
+
+    async def open(self) -> CycleRunner:
+        """Check the hub and the store (`UserError`, one line, when either is wrong) and open the loop."""
+        loop = await self._open_loop(self.consumer, check_hub=True)
+        self.driver.start_with(loop, self.consumer)
+        return loop
+
+    async def reopen(self) -> CycleRunner:
+        """A fresh control loop over the same consumers, as after an operator restart: nothing kept in
+        memory, everything read again from the store."""
+        await self.driver.close()
+        self.driver.report = None
+        return await self.open()
+
+    def apply(self, consumer: PartitionedConsumer) -> None:
+        """A changed manifest: its settings from the next cycle on (the driver applies it)."""
+        if not same_connections(self.consumer, consumer):
+            raise UserError(
+                "the hub and the checkpoint store of a running consumer cannot change: restart it"
+            )
+        self.consumer = consumer
+        self.runtime.consumer = consumer
+        self.driver.wake()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Cycles until `stop` is set (the caller then calls `shutdown`)."""
+        if self.driver.loop is None:
+            await self.open()
+        self.runtime.start_supervising()
+        await self.driver.run(stop, self._desired)
+
+    async def shutdown(self, grace: float | None = None) -> None:
+        rebalance = self.consumer.spec.rebalance
+        await self.runtime.stop_all(grace if grace is not None else rebalance.max_handoff_seconds + 20)
+        await self.driver.close()
+
+    def _desired(self) -> Desired:
+        previous = self.runtime.status.get("conditions")
+        inputs = CycleInputs(
+            annotations=dict(self.consumer.metadata.annotations),
+            created_at=self.created_at,
+            spec_generation=1,
+            previous_conditions=previous if isinstance(previous, list) else (),
+        )
+        return Desired(self.consumer, inputs)
+
+    async def _open_loop(self, consumer: PartitionedConsumer, *, check_hub: bool = False) -> CycleRunner:
+        return await open_control_loop(
+            consumer, self.environ, self.runtime, metrics=self.metrics, check_hub=check_hub
+        )
