@@ -32,11 +32,12 @@ from rich.live import Live
 
 from hubshift.apps.demo_view import DemoFigures, render
 from hubshift.errors import UserError
+from hubshift.log import configure_logging
 from hubshift.manifest import load_manifest
-from hubshift.operator.local.cli import configure_logging, install_stop_signals
+from hubshift.operator.local.cli import install_stop_signals
 from hubshift.operator.local.runner import LocalOperator
 from hubshift.operator.loop import CycleReport
-from hubshift.spec import DEFAULT_EVENTHUBS_ENV
+from hubshift.spec import DEFAULT_EVENTHUBS_ENV, PartitionedConsumer
 
 HUB = "homes"
 NAME = "homes"
@@ -222,123 +223,152 @@ class _Load(threading.Thread):
         return self.profile.rate_at(time.monotonic() - self.started_at)
 
 
+class DemoRun:
+    """One run of the demo inside its event loop: the local operator, the load, the live view and the
+    aggregates, and what went wrong at start-up if anything did."""
+
+    def __init__(
+        self,
+        settings: DemoSettings,
+        operator: LocalOperator,
+        load: _Load,
+        output: Path,
+        console: Console,
+    ) -> None:
+        from hubshift.consumer.pipelines.aggregate_view import AggregateView
+        from hubshift.consumer.sinks.folder import FolderStore
+
+        self.settings = settings
+        self.operator = operator
+        self.load = load
+        self.output = output
+        self.console = console
+        self.view = AggregateView(FolderStore(output)) if settings.engine == "spark" else None
+        self.stop = asyncio.Event()
+        self.began = time.monotonic()
+        self.aggregated: int | None = None
+        self.startup_expired = False
+        self.startup_failed: str | None = None  # the consumer whose log tells why
+        self._last_line = ""
+
+    def figures(self) -> DemoFigures:
+        load = self.load
+        return DemoFigures(
+            elapsed=0.0 if load.started_at is None else time.monotonic() - load.started_at,
+            duration=self.settings.duration,
+            events_sent=load.sent,
+            rate_now=load.rate_now(),
+            aggregated_events=self.aggregated,
+            output=str(self.output),
+        )
+
+    def frame(self) -> Any:
+        runtime = self.operator.runtime
+        return render(
+            self.operator.report, list(runtime.processes.values()), list(runtime.events), self.figures()
+        )
+
+    def give_up_waiting(self) -> None:
+        """No consumer became ready in time: end the run."""
+        if self.load.started_at is None:
+            self.startup_expired = True
+            self.stop.set()
+
+    async def refresh_aggregates(self) -> None:
+        while self.view is not None:
+            with contextlib.suppress(Exception):  # a file being written: read it next time
+                await asyncio.to_thread(self.view.refresh)
+                self.aggregated = self.view.total()
+            await asyncio.sleep(2)
+
+    def print_line(self, report: CycleReport) -> None:
+        status = report.status
+        line = (
+            f"{self.figures().elapsed:5.0f}s phase {status.phase} gen {report.state.generation} "
+            f"replicas {status.desired_replicas}/{status.current_replicas}/{status.ready_replicas} "
+            f"backlog {status.total_backlog} sent {self.load.sent}"
+        )
+        if line.split(" ", 1)[1] != self._last_line.split(" ", 1)[-1]:
+            self.console.print(line)
+        self._last_line = line
+
+    def on_report(self, report: CycleReport) -> None:
+        load = self.load
+        failures = [name for name, code in self.operator.runtime.exits if code != 0]
+        if load.started_at is None and len(failures) >= 3:
+            self.startup_failed = failures[-1]  # consumers crash at start: no use waiting
+            self.stop.set()
+        # The run's clock and the load start once the first consumer reads (a Spark driver takes a while).
+        if load.started_at is None and (report.status.ready_replicas or 0) > 0:
+            load.begin()
+            asyncio.get_running_loop().call_later(self.settings.duration, self.stop.set)
+            if not self.settings.live:
+                self.console.print(
+                    f"the first consumer reads after {time.monotonic() - self.began:.0f} s: load starts"
+                )
+        if not self.settings.live:
+            self.print_line(report)
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        operator = self.operator
+        await operator.open()
+        install_stop_signals(self.stop)
+        loop.call_later(STARTUP_LIMIT_SECONDS, self.give_up_waiting)
+        operator.on_report = self.on_report
+        aggregates = loop.create_task(self.refresh_aggregates())
+        try:
+            if self.settings.live:
+                with Live(self.frame(), console=self.console, refresh_per_second=2, transient=False) as live:
+                    running = loop.create_task(operator.run(self.stop))
+                    while not running.done():
+                        live.update(self.frame())
+                        await asyncio.wait({running}, timeout=0.5)
+                    live.update(self.frame())
+                    running.result()
+            else:
+                await operator.run(self.stop)
+        finally:
+            self.load.stop.set()
+            self.console.print("stopping: the consumers hand their partitions off, then the emulator stops")
+            await operator.shutdown()
+            aggregates.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await aggregates
+            if self.load.is_alive():
+                await asyncio.to_thread(self.load.join, 10)
+        return self.outcome()
+
+    def outcome(self) -> int:
+        console = self.console
+        if self.startup_failed is not None:
+            log_path = self.operator.workdir / "logs" / f"{self.startup_failed}.log"
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-5:] if log_path.exists() else []
+            console.print(f"[red]the consumers keep failing at start; the end of {log_path}:[/red]")
+            for line in tail:
+                console.print(f"  {line}", markup=False)
+            return 1
+        if self.startup_expired:
+            console.print(
+                f"[red]no consumer became ready within {STARTUP_LIMIT_SECONDS:g} s: see the logs in "
+                f"{self.operator.workdir / 'logs'}[/red]"
+            )
+            return 1
+        return _summary(console, self.view, self.output, self.load)
+
+
 async def _demo(
     settings: DemoSettings,
-    consumer: Any,
+    consumer: PartitionedConsumer,
     manifest_path: Path,
     workdir: Path,
     output: Path,
     environ: dict[str, str],
     console: Console,
 ) -> int:
-    from hubshift.consumer.pipelines.aggregate_view import AggregateView
-    from hubshift.consumer.sinks.folder import FolderStore
-
     operator = LocalOperator(manifest_path, consumer, workdir, engine=settings.engine, environ=environ)
-    await operator.open()
-    stop = asyncio.Event()
-    install_stop_signals(stop)
     load = _Load(environ[DEFAULT_EVENTHUBS_ENV], settings)
-    started = time.monotonic()
-    loop = asyncio.get_running_loop()
-    startup_expired = [False]
-    startup_failed: list[str] = []
-
-    def give_up() -> None:
-        if load.started_at is None:
-            startup_expired[0] = True
-            stop.set()
-
-    loop.call_later(STARTUP_LIMIT_SECONDS, give_up)
-    view = AggregateView(FolderStore(output)) if settings.engine == "spark" else None
-    aggregated: list[int | None] = [None]
-
-    def figures() -> DemoFigures:
-        return DemoFigures(
-            elapsed=0.0 if load.started_at is None else time.monotonic() - load.started_at,
-            duration=settings.duration,
-            events_sent=load.sent,
-            rate_now=load.rate_now(),
-            aggregated_events=aggregated[0],
-            output=str(output),
-        )
-
-    def frame() -> Any:
-        runtime = operator.runtime
-        return render(operator.report, list(runtime.processes.values()), list(runtime.events), figures())
-
-    async def refresh_aggregates() -> None:
-        while view is not None:
-            with contextlib.suppress(Exception):  # a file being written: read it next time
-                await asyncio.to_thread(view.refresh)
-                aggregated[0] = view.total()
-            await asyncio.sleep(2)
-
-    last_line = [""]
-
-    def print_line(report: CycleReport) -> None:
-        status = report.status
-        line = (
-            f"{figures().elapsed:5.0f}s phase {status.phase} gen {report.state.generation} "
-            f"replicas {status.desired_replicas}/{status.current_replicas}/{status.ready_replicas} "
-            f"backlog {status.total_backlog} sent {load.sent}"
-        )
-        if line.split(" ", 1)[1] != last_line[0].split(" ", 1)[-1]:
-            console.print(line)
-        last_line[0] = line
-
-    def on_report(report: CycleReport) -> None:
-        failures = [name for name, code in operator.runtime.exits if code != 0]
-        if load.started_at is None and len(failures) >= 3:
-            startup_failed.append(failures[-1])  # consumers crash at start: no use waiting
-            stop.set()
-        # The run's clock and the load start once the first consumer reads (a Spark driver takes a while).
-        if load.started_at is None and (report.status.ready_replicas or 0) > 0:
-            load.begin()
-            loop.call_later(settings.duration, stop.set)
-            if not settings.live:
-                console.print(
-                    f"the first consumer reads after {time.monotonic() - started:.0f} s: load starts"
-                )
-        if not settings.live:
-            print_line(report)
-
-    operator.on_report = on_report
-    aggregates = loop.create_task(refresh_aggregates())
-    try:
-        if settings.live:
-            with Live(frame(), console=console, refresh_per_second=2, transient=False) as live:
-                running = loop.create_task(operator.run(stop))
-                while not running.done():
-                    live.update(frame())
-                    await asyncio.wait({running}, timeout=0.5)
-                live.update(frame())
-                running.result()
-        else:
-            await operator.run(stop)
-    finally:
-        load.stop.set()
-        console.print("stopping: the consumers hand their partitions off, then the emulator stops")
-        await operator.shutdown()
-        aggregates.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await aggregates
-        if load.is_alive():
-            await asyncio.to_thread(load.join, 10)
-    if startup_failed:
-        log_path = workdir / "logs" / f"{startup_failed[0]}.log"
-        tail = log_path.read_text(errors="replace").strip().splitlines()[-5:] if log_path.exists() else []
-        console.print(f"[red]the consumers keep failing at start; the end of {log_path}:[/red]")
-        for line in tail:
-            console.print(f"  {line}", markup=False)
-        return 1
-    if startup_expired[0]:
-        console.print(
-            f"[red]no consumer became ready within {STARTUP_LIMIT_SECONDS:g} s: see the logs in "
-            f"{workdir / 'logs'}[/red]"
-        )
-        return 1
-    return _summary(console, view, output, load)
+    return await DemoRun(settings, operator, load, output, console).run()
 
 
 def _summary(console: Console, view: Any, output: Path, load: _Load) -> int:

@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -40,12 +40,16 @@ from hubshift.ownership.model import EARLIEST, Checkpoint, OwnershipSnapshot, Pa
 from hubshift.ownership.scope import Scope, consumer_id
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import LeaseConflict, LeaseLost, LeaseStore, StoreError
-from hubshift.ownership.timing import DEFAULT_TIMING, Timing
+from hubshift.ownership.timing import Timing
+from hubshift.spec import CheckpointPolicy, PartitionedConsumerSpec, StartPosition
 
 if TYPE_CHECKING:
     from hubshift.consumer.metrics import ConsumerMetrics
 
 log = logging.getLogger(__name__)
+
+# SIGTERM: a consumer hands off within maxHandoffSeconds plus this (the pod's grace period is longer).
+GRACE_MARGIN_SECONDS = 10.0
 
 
 class Hub(Protocol):
@@ -58,18 +62,35 @@ class Hub(Protocol):
 
 @dataclass(frozen=True)
 class AgentSettings:
-    start: Literal["earliest", "latest", "enqueuedTime"] = "earliest"
-    start_time: datetime | None = None
-    checkpoint_every_events: int = 50_000
-    checkpoint_every_seconds: float = DEFAULT_TIMING.checkpoint_interval_seconds
-    max_handoff_seconds: float = 15.0
-    timing: Timing = field(default_factory=Timing)
+    """The agent's configuration: the manifest's (`from_spec`) plus two knobs of its own."""
+
+    start: StartPosition
+    checkpoint: CheckpointPolicy
+    max_handoff_seconds: float
+    timing: Timing
+    # SIGTERM: drain and release within this long, then stop whatever is left.
+    grace_seconds: float
     # How often a partition waiting for its old owner's release is tried again.
     claim_retry_seconds: float = 0.5
     # How often the hub's partition ids are read again (a partition count change).
     partition_refresh_seconds: float = 300.0
-    # SIGTERM: drain and release within this long, then stop whatever is left.
-    grace_seconds: float = 25.0
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: PartitionedConsumerSpec,
+        *,
+        list_interval_seconds: float | None = None,
+        grace_seconds: float | None = None,
+    ) -> AgentSettings:
+        handoff = spec.rebalance.max_handoff_seconds
+        return cls(
+            start=spec.consumer.start_position,
+            checkpoint=spec.consumer.checkpoint,
+            max_handoff_seconds=handoff,
+            timing=spec.rebalance.timing(list_interval_seconds),
+            grace_seconds=grace_seconds if grace_seconds is not None else handoff + GRACE_MARGIN_SECONDS,
+        )
 
     @property
     def stale_after_seconds(self) -> float:
@@ -139,8 +160,8 @@ class OwnershipAgent:
         self._events.put(event)
         self._wake.set()
 
-    def nudge(self) -> None:
-        """Re-read the assignment record now (the operator published a new generation)."""
+    def reread_assignment(self) -> None:
+        """List the scope now: the operator published a new generation (its nudge)."""
         self._nudged.set()
         self._wake.set()
 
@@ -452,11 +473,12 @@ class OwnershipAgent:
         """Where a partition with no checkpoint blob yet starts (written by its first claim)."""
         if snapshot.partition(partition) is not None:
             return EARLIEST  # the blob exists: the claim reads its checkpoint
-        if self.settings.start == "latest":
+        start = self.settings.start
+        if start.type == "latest":
             last = self.hub.last_enqueued(partition)
             return last if last is not None else EARLIEST
-        if self.settings.start == "enqueuedTime" and self.settings.start_time is not None:
-            return Checkpoint(offset="-1", sequence_number=-1, start=self.settings.start_time)
+        if start.type == "enqueuedTime" and start.enqueued_time is not None:
+            return Checkpoint(offset="-1", sequence_number=-1, start=start.enqueued_time)
         return EARLIEST
 
     def _claim(self, plan: ClaimPlan, snapshot: OwnershipSnapshot) -> bool:
@@ -517,8 +539,8 @@ class OwnershipAgent:
                 owned.events_since,
                 owned.last_written,
                 now,
-                every_events=self.settings.checkpoint_every_events,
-                every_seconds=self.settings.checkpoint_every_seconds,
+                every_events=self.settings.checkpoint.every_events,
+                every_seconds=self.settings.checkpoint.every_seconds,
             ):
                 continue
             assert owned.committed is not None

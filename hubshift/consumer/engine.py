@@ -54,14 +54,19 @@ EngineEvent = Committed | Drained | Stolen | EngineFailed
 Notify = Callable[[EngineEvent], None]
 
 
+def not_started(event: EngineEvent) -> None:
+    """An engine's `notify` before `start`: nothing can happen then."""
+    raise RuntimeError(f"the engine reported {event} before it was started")
+
+
 class Engine(Protocol):
-    """Every method returns at once; outcomes arrive through the `notify` callback given at construction
-    (from any thread)."""
+    """Every method returns at once; outcomes arrive through the `notify` callback given to `start` (from
+    any thread): the ownership agent's inbox."""
 
     name: str
 
-    def start(self) -> None:
-        """Bring the engine up (for Spark: the session and the streaming query)."""
+    def start(self, notify: Notify) -> None:
+        """Bring the engine up (for Spark: the session and the streaming query), reporting to `notify`."""
         ...
 
     def start_partition(

@@ -8,80 +8,19 @@ drained partition's final position is the last batch its handler finished.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import threading
-import time
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol
 
 import pyarrow as pa
 
-from hubshift.consumer.engine import Committed, Drained, Notify, Stolen
+from hubshift.consumer.engine import Committed, Drained, Notify, Stolen, not_started
+from hubshift.consumer.ranges import BatchHandler
 from hubshift.eventhubs.receiver import PartitionReceiver, ReceiverPool, StartAt
 from hubshift.eventhubs.target import EventHubsTarget
 from hubshift.ownership.model import Checkpoint
 
 log = logging.getLogger(__name__)
-
-
-class BatchHandler(Protocol):
-    def __call__(self, partition: str, owner_level: int, batch: pa.RecordBatch) -> None: ...
-
-
-class RangeLog:
-    """The default handler: one JSON line per batch with the partition, owner level and sequence range, so
-    a benchmark can count what was processed and what was processed twice."""
-
-    def __init__(self, path: Path, consumer: str) -> None:
-        self.path = path
-        self.consumer = consumer
-        self._lock = threading.Lock()
-        path.parent.mkdir(parents=True, exist_ok=True)
-
-    def __call__(self, partition: str, owner_level: int, batch: pa.RecordBatch) -> None:
-        sequence = batch.column("sequence_number")
-        line = json.dumps(
-            {
-                "consumer": self.consumer,
-                "partition": partition,
-                "ownerLevel": owner_level,
-                "first": sequence[0].as_py(),
-                "last": sequence[batch.num_rows - 1].as_py(),
-                "events": batch.num_rows,
-                "at": time.time(),
-            }
-        )
-        with self._lock, self.path.open("a") as handle:
-            handle.write(line + "\n")
-
-
-def read_range_logs(folder: Path) -> list[dict[str, Any]]:
-    """Every line the consumers' `RangeLog`s wrote under `folder` (a line cut short by a crash is skipped)."""
-    lines: list[dict[str, Any]] = []
-    for path in sorted(folder.glob("*.jsonl")):
-        for text in path.read_text().splitlines():
-            with contextlib.suppress(ValueError):
-                lines.append(json.loads(text))
-    return lines
-
-
-def count_replays(lines: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
-    """(distinct events processed, events processed more than once) over range-log lines."""
-    by_partition: dict[str, list[tuple[int, int]]] = {}
-    for line in lines:
-        by_partition.setdefault(str(line["partition"]), []).append((int(line["first"]), int(line["last"])))
-    distinct = replayed = 0
-    for ranges in by_partition.values():
-        covered = -1
-        for first, last in sorted(ranges):
-            replayed += max(0, min(last, covered) - first + 1)
-            distinct += max(0, last - max(first, covered + 1) + 1)
-            covered = max(covered, last)
-    return distinct, replayed
 
 
 @dataclass
@@ -97,20 +36,19 @@ class SdkEngine:
     def __init__(
         self,
         target: EventHubsTarget,
-        notify: Notify,
         handler: BatchHandler,
         *,
         pool: ReceiverPool | None = None,
     ) -> None:
         self.target = target
-        self.notify = notify
+        self.notify: Notify = not_started
         self.handler = handler
         self._pool = pool or ReceiverPool(target.connection_string, target.hub, target.consumer_group)
         self._lock = threading.Lock()
         self._reading: dict[str, _Reading] = {}
 
-    def start(self) -> None:
-        pass
+    def start(self, notify: Notify) -> None:
+        self.notify = notify
 
     def start_partition(
         self, partition: str, owner_level: int, start: StartAt, next_sequence: int | None

@@ -1,6 +1,6 @@
 """One micro-batch, end to end: what the consumer calls inside Spark's `foreachBatch`.
 
-    summary = process_batch(events, batch_id, consumer_id, pipeline, sink, metrics=metrics)
+    summary = process_batch(events, batch_id, consumer_id, pipeline, sink)
     for partition, done in summary.partitions.items():
         checkpoint(partition, done.last_sequence_number, done.last_offset)
 
@@ -30,8 +30,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-    from hubshift.consumer.metrics import ConsumerMetrics
-
 
 @dataclass(frozen=True)
 class BatchSummary:
@@ -57,7 +55,6 @@ def process_batch(
     pipeline: Pipeline,
     sink: Sink,
     *,
-    metrics: ConsumerMetrics | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     clock: Callable[[], float] = time.monotonic,
 ) -> BatchSummary:
@@ -95,8 +92,6 @@ def process_batch(
         stem=stem,
         duration_seconds=clock() - started,
     )
-    if metrics is not None:
-        metrics.batch_processed(summary)
     return summary
 
 

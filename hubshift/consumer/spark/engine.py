@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from hubshift.consumer.engine import Committed, Drained, EngineFailed, Notify, Stolen
+from hubshift.consumer.engine import Committed, Drained, EngineFailed, Notify, Stolen, not_started
 from hubshift.consumer.spark import spool
 from hubshift.consumer.spark.offsets import OwnedPartition, SourceOffset
 from hubshift.consumer.spark.ownership_file import OwnershipView, write_ownership
@@ -92,7 +92,6 @@ class SparkEngine:
     def __init__(
         self,
         target: EventHubsTarget,
-        notify: Notify,
         consumer_id: str,
         spec: ConsumerSpec,
         scratch: Path,
@@ -104,7 +103,7 @@ class SparkEngine:
         session_builder: Callable[[], SparkSession] | None = None,
     ) -> None:
         self.target = target
-        self.notify = notify
+        self.notify: Notify = not_started
         self.consumer_id = consumer_id
         self.spec = spec
         self.scratch = scratch
@@ -128,7 +127,8 @@ class SparkEngine:
 
     # --- life cycle --------------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, notify: Notify) -> None:
+        self.notify = notify
         self.scratch.mkdir(parents=True, exist_ok=True)
         self.spool_root.mkdir(parents=True, exist_ok=True)
         self._write_ownership()
@@ -365,13 +365,13 @@ class SparkEngine:
         end = offset_of_batch(self._checkpoint_dir, batch_id)
         started = time.monotonic()
         try:
-            summary = process_batch(
-                events, batch_id, self.consumer_id, self.pipeline, self.sink, metrics=self.metrics
-            )
+            summary = process_batch(events, batch_id, self.consumer_id, self.pipeline, self.sink)
         except Exception:
             if self.metrics is not None:
                 self.metrics.batch_failed(time.monotonic() - started)
             raise
+        if self.metrics is not None:
+            self.metrics.batch_processed(summary)
         if end is None:
             log.warning("batch %d: no offset log entry; its progress is not checkpointed", batch_id)
             return
@@ -406,8 +406,3 @@ class SparkEngine:
 def _one_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return (text[0] if text else type(error).__name__)[:300]
-
-
-def clean_scratch(scratch: Path) -> None:
-    """Scratch is never a source of truth: a consumer starts with an empty one."""
-    shutil.rmtree(scratch, ignore_errors=True)

@@ -5,27 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import sys
 from pathlib import Path
 
 import click
 
 from hubshift.errors import UserError
+from hubshift.log import configure_logging
 from hubshift.manifest import load_manifest
 
 log = logging.getLogger("hubshift.run")
-
-
-def configure_logging(level: str, stream: object = None) -> None:
-    logging.basicConfig(
-        level=logging.WARNING,
-        stream=stream or sys.stderr,  # type: ignore[arg-type]
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        force=True,
-    )
-    logging.getLogger("hubshift").setLevel(level.upper())
-    for noisy in ("azure", "uamqp"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
 
 
 def install_stop_signals(stop: asyncio.Event) -> None:

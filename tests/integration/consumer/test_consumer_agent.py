@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hubshift.consumer.agent import AgentSettings, OwnershipAgent
-from hubshift.consumer.engine import Committed, Drained, Stolen
+from hubshift.consumer.engine import Committed, Drained, Notify, Stolen
 from hubshift.eventhubs.receiver import StartAt
 from hubshift.ownership.assignment import publish_assignment, read_assignment
 from hubshift.ownership.checkpoints import read_checkpoint
@@ -24,6 +24,7 @@ from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import LeaseStore
 from hubshift.ownership.stores.connect import open_store, sqlite_url
 from hubshift.ownership.timing import Timing
+from hubshift.spec import CheckpointPolicy, StartPosition
 
 SCOPE = Scope("ns.example", "hub", "$default")
 PARTITIONS = ["0", "1", "2", "3"]
@@ -36,7 +37,7 @@ class RecordingEngine:
     drained: list[str] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
 
-    def start(self) -> None:
+    def start(self, notify: Notify) -> None:
         pass
 
     def start_partition(
@@ -101,7 +102,13 @@ def make_agent(
     store = open_store(store_url, create=True)
     stores.append(store)
     engine = RecordingEngine()
-    options = {"checkpoint_every_events": 10, "checkpoint_every_seconds": 60.0, "max_handoff_seconds": 15.0}
+    options: dict[str, object] = {
+        "start": StartPosition(),
+        "checkpoint": CheckpointPolicy(every_events=10, every_seconds=60.0),
+        "max_handoff_seconds": 15.0,
+        "timing": Timing(list_interval_seconds=5.0),
+        "grace_seconds": 25.0,
+    }
     options.update(settings)
     agent = OwnershipAgent(
         store,
@@ -109,7 +116,7 @@ def make_agent(
         name,
         engine,
         StaticHub(),
-        AgentSettings(timing=Timing(list_interval_seconds=5.0), **options),  # type: ignore[arg-type]
+        AgentSettings(**options),  # type: ignore[arg-type]
         clock=lambda: clocks.mono,
         wall=lambda: clocks.now,
     )
@@ -126,7 +133,7 @@ def publish(store: LeaseStore, owners: dict[str, str], generation: int, clocks: 
 def test_claims_start_reading_and_checkpoints_follow_commits(
     store_url: str, stores: list[LeaseStore], clocks: Clocks
 ) -> None:
-    agent, engine = make_agent("a", store_url, stores, clocks, start="latest")
+    agent, engine = make_agent("a", store_url, stores, clocks, start=StartPosition(type="latest"))
     assert agent.step() is None
     assert sorted(engine.started) == PARTITIONS
     level, start, next_sequence = engine.started["0"]
@@ -170,8 +177,8 @@ def test_a_graceful_move_by_assignment(store_url: str, stores: list[LeaseStore],
     b.step()
     assert sorted(engine_a.started) == PARTITIONS and engine_b.started == {}
     publish(stores[0], {"0": "a", "1": "b", "2": "a", "3": "a"}, 2, clocks)
-    a.nudge()
-    b.nudge()
+    a.reread_assignment()
+    b.reread_assignment()
     a.step()
     b.step()
     assert engine_a.drained == ["1"]
@@ -194,7 +201,7 @@ def test_the_new_owner_breaks_the_lease_after_the_handoff_deadline(
     publish(stores[0], dict.fromkeys(PARTITIONS, "a"), 1, clocks)
     a.step()
     publish(stores[0], {"0": "a", "1": "a", "2": "a", "3": "b"}, 2, clocks)
-    b.nudge()
+    b.reread_assignment()
     b.step()
     assert engine_b.started == {}
     clocks.advance(14)
@@ -251,13 +258,13 @@ def test_a_consumer_lost_long_after_the_publication_keeps_its_partitions_for_a_w
     assert b.step() == 0
     b.leave()
     stale_after = a.settings.stale_after_seconds
-    a.nudge()
+    a.reread_assignment()
     a.step()
     clocks.advance(stale_after - 1)
-    a.nudge()
+    a.reread_assignment()
     a.step()
     assert sorted(engine_a.started) == ["0", "1"], "took b's partitions while the operator held them"
     clocks.advance(2)  # the operator had its time and did nothing: balance without it
-    a.nudge()
+    a.reread_assignment()
     a.step()
     assert sorted(engine_a.started) == PARTITIONS

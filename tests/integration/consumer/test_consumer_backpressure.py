@@ -34,7 +34,7 @@ def test_a_partition_stops_reading_max_ahead_of_its_commits(
             producer.send_batch(batch)
     target = EventHubsTarget(emulator.connection_string, f"127.0.0.1:{emulator.port}", "hub", "$Default")
     spec = ConsumerSpec.model_validate({"spark": {"maxEventsPerTrigger": 5000}})
-    engine = SparkEngine(target, lambda event: None, "c0", spec, tmp_path)
+    engine = SparkEngine(target, "c0", spec, tmp_path)
     assert engine.max_ahead == 20_000
     try:
         engine.start_partition("0", 1, StartAt(sequence_number=-1), 0)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from azure.eventhub import EventData, EventHubProducerClient
 
-from hubshift.consumer.sdk_engine import read_range_logs
+from hubshift.consumer.ranges import read_range_logs
 from hubshift.emulator.launch import RunningEmulator
 from tests.fixtures.consumer import ConsumerPool, consumer_environ, consumer_manifest, wait_for
 

@@ -1,0 +1,196 @@
+"""The consumer process, put together: `hubshift consume` builds one `ConsumerApp` and runs it.
+
+Building checks everything a person could have got wrong before anything is claimed, each failure one
+line (`UserError`): the manifest's hub (reachable, credentials, the hub exists), a replicate pipeline's
+target hub, the checkpoint store. Then the parts, in the order they depend on each other:
+
+    metrics ─► engine (Spark or plain SDK receivers) ─► ownership agent ─► HTTP server
+                       ▲ reports (agent.notify)            │ start / drain / stop partitions
+                       └───────────────────────────────────┘
+
+`run` starts the engine (reporting to the agent), the HTTP server (metrics, probes, the operator's nudge)
+and the agent until SIGTERM, which hands every partition off before the process exits 0; everything is
+closed in reverse order, the scratch folder emptied.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Literal
+
+from hubshift.connect import event_hubs_target, open_checkpoint_store, ownership_scope
+from hubshift.consumer.agent import AgentSettings, OwnershipAgent
+from hubshift.consumer.engine import Engine
+from hubshift.consumer.http import ConsumerHTTPServer
+from hubshift.consumer.metrics import ConsumerMetrics
+from hubshift.eventhubs.management import EventHubsManagement
+from hubshift.eventhubs.target import EventHubsTarget
+from hubshift.ownership.store import LeaseStore
+from hubshift.spec import PartitionedConsumer
+
+log = logging.getLogger("hubshift.consume")
+
+EngineName = Literal["spark", "sdk"]
+
+
+@dataclass(frozen=True)
+class ConsumerOptions:
+    """What the command line adds to the manifest for one consumer."""
+
+    identity: str  # stable across restarts: the StatefulSet pod name
+    engine: EngineName = "spark"
+    scratch: Path | None = None  # default: a folder of its own under the temp directory
+    http_host: str | None = None  # default: 0.0.0.0 in a pod, 127.0.0.1 elsewhere
+    http_port: int | None = None  # default: consumer.metricsPort; 0 picks a free port
+    grace_seconds: float | None = None  # default: maxHandoffSeconds + 10
+    list_interval_seconds: float | None = None  # default: the protocol's 20 s
+    ranges: Path | None = None  # --engine sdk: where the batch ranges go
+
+    def scratch_folder(self) -> Path:
+        return self.scratch or Path(tempfile.gettempdir()) / f"hubshift-consume-{self.identity}"
+
+    def host(self) -> str:
+        # In a pod the kubelet's probes and the operator connect from outside; elsewhere stay on loopback.
+        if self.http_host:
+            return self.http_host
+        return "0.0.0.0" if os.environ.get("KUBERNETES_SERVICE_HOST") else "127.0.0.1"
+
+
+class ConsumerApp:
+    """One consumer: its store, hub, engine, agent and HTTP server. `build`, then `run` once."""
+
+    def __init__(
+        self,
+        manifest: PartitionedConsumer,
+        options: ConsumerOptions,
+        *,
+        target: EventHubsTarget,
+        management: EventHubsManagement,
+        store: LeaseStore,
+        metrics: ConsumerMetrics,
+        engine: Engine,
+        agent: OwnershipAgent,
+        scratch: Path,
+    ) -> None:
+        self.manifest = manifest
+        self.options = options
+        self.target = target
+        self.management = management
+        self.store = store
+        self.metrics = metrics
+        self.engine = engine
+        self.agent = agent
+        self.scratch = scratch
+
+    @classmethod
+    def build(
+        cls, manifest: PartitionedConsumer, options: ConsumerOptions, environ: Mapping[str, str]
+    ) -> ConsumerApp:
+        """Check the manifest's services (one line for the first problem) and put the parts together."""
+        spec = manifest.spec
+        me = options.identity
+        settings = AgentSettings.from_spec(
+            spec, list_interval_seconds=options.list_interval_seconds, grace_seconds=options.grace_seconds
+        )
+        target = event_hubs_target(spec, environ)
+        management = EventHubsManagement(target, retry_total=1)
+        management.probe()
+        replicate = spec.consumer.pipeline.replicate
+        if spec.consumer.pipeline.type == "replicate" and replicate is not None:
+            from hubshift.consumer.pipelines.replicate import replicate_target
+
+            EventHubsManagement(replicate_target(replicate, environ), retry_total=1).probe()
+        store = open_checkpoint_store(spec.checkpoint_store, environ, timing=settings.timing)
+        metrics = ConsumerMetrics(me)
+        scratch = options.scratch_folder()
+        engine = cls._engine(manifest, options, target, scratch, metrics)
+        agent = OwnershipAgent(
+            store, ownership_scope(target), me, engine, management, settings, metrics=metrics
+        )
+        return cls(
+            manifest,
+            options,
+            target=target,
+            management=management,
+            store=store,
+            metrics=metrics,
+            engine=engine,
+            agent=agent,
+            scratch=scratch,
+        )
+
+    @staticmethod
+    def _engine(
+        manifest: PartitionedConsumer,
+        options: ConsumerOptions,
+        target: EventHubsTarget,
+        scratch: Path,
+        metrics: ConsumerMetrics,
+    ) -> Engine:
+        if options.engine == "sdk":
+            from hubshift.consumer.ranges import RangeLog
+            from hubshift.consumer.sdk_engine import SdkEngine
+
+            folder = Path(manifest.spec.consumer.sink.folder.path)
+            ranges = options.ranges or folder / "ranges" / f"{options.identity}.jsonl"
+            return SdkEngine(target, RangeLog(ranges, options.identity))
+        from hubshift.consumer.spark.engine import SparkEngine
+
+        return SparkEngine(target, options.identity, manifest.spec.consumer, scratch, metrics=metrics)
+
+    def run(self) -> int:
+        """Until SIGTERM (or the engine fails): the exit code."""
+        me, agent = self.options.identity, self.agent
+        port = self.options.http_port
+        server = ConsumerHTTPServer(
+            self.metrics,
+            host=self.options.host(),
+            port=self.manifest.spec.consumer.metrics_port if port is None else port,
+            ready=lambda: agent.ready,
+            on_assignment=lambda generation: agent.reread_assignment(),
+        )
+        self._stop_on_signals()
+        _empty(self.scratch)
+        self.scratch.mkdir(parents=True)
+        code = 1
+        try:
+            server.start()
+            # One line on stdout: where this consumer answers (tests and the local runtime read it).
+            print(f"hubshift consume {me}: listening on {server.url}", flush=True)
+            scope = agent.scope
+            log.info("consumer %s: %s engine starting for %s", me, self.engine.name, scope)
+            self.engine.start(agent.notify)
+            log.info("consumer %s: reading as partitions are claimed", me)
+            code = agent.run()
+        finally:
+            self.engine.close()
+            server.stop()
+            self.store.close()
+            self.management.close()
+            _empty(self.scratch)
+        log.info("consumer %s: stopped (exit %d)", me, code)
+        return code
+
+    def _stop_on_signals(self) -> None:
+        agent = self.agent
+
+        def stop(signum: int, frame: FrameType | None) -> None:
+            log.info("signal %d: handing off and stopping", signum)
+            agent.request_stop()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+
+
+def _empty(scratch: Path) -> None:
+    """Scratch is never a source of truth: a consumer starts with an empty one."""
+    import shutil
+
+    shutil.rmtree(scratch, ignore_errors=True)

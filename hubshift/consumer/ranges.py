@@ -1,0 +1,55 @@
+"""The range log: what `hubshift consume --engine sdk` writes by default, one JSON line per batch it
+processed (consumer, partition, owner level, first and last sequence number, events, time), and its
+reader. The rebalance benchmark and the tests count replays over it (tests/harness/ranges.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+
+class BatchHandler(Protocol):
+    def __call__(self, partition: str, owner_level: int, batch: pa.RecordBatch) -> None: ...
+
+
+class RangeLog:
+    """The default handler: one JSON line per batch with the partition, owner level and sequence range, so
+    a benchmark can count what was processed and what was processed twice."""
+
+    def __init__(self, path: Path, consumer: str) -> None:
+        self.path = path
+        self.consumer = consumer
+        self._lock = threading.Lock()
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, partition: str, owner_level: int, batch: pa.RecordBatch) -> None:
+        sequence = batch.column("sequence_number")
+        line = json.dumps(
+            {
+                "consumer": self.consumer,
+                "partition": partition,
+                "ownerLevel": owner_level,
+                "first": sequence[0].as_py(),
+                "last": sequence[batch.num_rows - 1].as_py(),
+                "events": batch.num_rows,
+                "at": time.time(),
+            }
+        )
+        with self._lock, self.path.open("a") as handle:
+            handle.write(line + "\n")
+
+
+def read_range_logs(folder: Path) -> list[dict[str, Any]]:
+    """Every line the consumers' `RangeLog`s wrote under `folder` (a line cut short by a crash is skipped)."""
+    lines: list[dict[str, Any]] = []
+    for path in sorted(folder.glob("*.jsonl")):
+        for text in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                lines.append(json.loads(text))
+    return lines
