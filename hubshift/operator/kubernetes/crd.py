@@ -29,7 +29,7 @@ from pydantic_core import PydanticUndefined
 from hubshift import spec
 from hubshift.operator.status import PartitionedConsumerStatus
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 CRD_NAME = f"{spec.PLURAL}.{spec.GROUP}"
 CRD_FILE = f"{CRD_NAME}.yaml"
 CRD_PATHS = (REPO_ROOT / "crds" / CRD_FILE, REPO_ROOT / "charts" / "hubshift" / "crds" / CRD_FILE)
