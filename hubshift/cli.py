@@ -21,7 +21,7 @@ SUBCOMMANDS: dict[str, str] = {
     "consume": "hubshift.consumer.cli:consume",
     "produce": "hubshift.apps.produce:produce",
     "run": "hubshift.operator.local.cli:run",
-    "demo": "hubshift.operator.local.cli:demo",
+    "demo": "hubshift.apps.demo:demo",
     "operator": "hubshift.operator.cli:operator",
     "views": "hubshift.apps.views:views",
 }

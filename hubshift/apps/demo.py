@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import click
 import yaml
 from rich.console import Console
 from rich.live import Live
@@ -34,8 +35,7 @@ from hubshift.apps.demo_view import DemoFigures, render
 from hubshift.errors import UserError
 from hubshift.log import configure_logging
 from hubshift.manifest import load_manifest
-from hubshift.operator.local.cli import install_stop_signals
-from hubshift.operator.local.runner import LocalOperator
+from hubshift.operator.local.runner import LocalOperator, install_stop_signals
 from hubshift.operator.loop import CycleReport
 from hubshift.spec import DEFAULT_EVENTHUBS_ENV, PartitionedConsumer
 
@@ -391,3 +391,57 @@ def _summary(console: Console, view: Any, output: Path, load: _Load) -> int:
         f"{output / 'views'})"
     )
     return 0
+
+
+@click.command(name="demo")
+@click.option("--duration", type=float, default=120.0, show_default=True, help="Seconds to run.")
+@click.option(
+    "--engine",
+    type=click.Choice(["spark", "sdk"]),
+    default="spark",
+    show_default=True,
+    help="spark runs the aggregate pipeline; sdk reads without Spark (no aggregates, lighter).",
+)
+@click.option(
+    "--output",
+    type=click.Path(file_okay=False),
+    default="demo-output",
+    show_default=True,
+    help="Where the aggregates are written.",
+)
+@click.option(
+    "--workdir", type=click.Path(file_okay=False), help="Store, logs, manifest (default: a temp folder)."
+)
+@click.option("--rate", type=float, default=400.0, show_default=True, help="Peak events per second.")
+@click.option("--max-consumers", type=int, default=3, show_default=True, help="The pool's maxReplicas.")
+@click.option("--partitions", type=int, default=8, show_default=True, help="Partitions of the demo hub.")
+@click.option("--no-live", is_flag=True, help="Print a line per change instead of the live view.")
+def demo(
+    duration: float,
+    engine: str,
+    output: str,
+    workdir: str | None,
+    rate: float,
+    max_consumers: int,
+    partitions: int,
+    no_live: bool,
+) -> None:
+    """The whole system on this machine: the emulator, a SQLite store, the local runtime, a home-security
+    load that rises and falls, a live view, and aggregates in a folder."""
+    if duration <= 0:
+        raise UserError("--duration must be positive")
+    if not 1 <= max_consumers <= partitions:
+        raise UserError("--max-consumers must be between 1 and --partitions")
+    settings = DemoSettings(
+        duration=duration,
+        engine=engine,
+        output=Path(output),
+        workdir=Path(workdir) if workdir else None,
+        rate=rate,
+        max_consumers=max_consumers,
+        partitions=partitions,
+        live=not no_live,
+    )
+    code = run_demo(settings)
+    if code:
+        raise SystemExit(code)

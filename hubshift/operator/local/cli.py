@@ -1,26 +1,23 @@
-"""`hubshift run -f MANIFEST` (the control loop with local consumer processes) and `hubshift demo`."""
+"""`hubshift run -f MANIFEST`: a PartitionedConsumer's control loop with local consumer processes."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from hubshift.errors import UserError
 from hubshift.log import configure_logging
 from hubshift.manifest import load_manifest
+from hubshift.spec import PartitionedConsumer
+
+if TYPE_CHECKING:
+    from hubshift.operator.local.runner import LocalOperator
 
 log = logging.getLogger("hubshift.run")
-
-
-def install_stop_signals(stop: asyncio.Event) -> None:
-    """Ctrl-C and SIGTERM end the run after the current cycle; a second Ctrl-C does too (no traceback)."""
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
 
 
 @click.command(name="run")
@@ -66,17 +63,15 @@ def run(
 
 async def _run(
     manifest_path: Path,
-    consumer: object,
+    consumer: PartitionedConsumer,
     workdir: Path,
     engine: str,
     duration: float | None,
     metrics_port: int = 0,
 ) -> int:
-    from hubshift.operator.local.runner import LocalOperator
+    from hubshift.operator.local.runner import LocalOperator, install_stop_signals
     from hubshift.operator.metrics import OperatorMetrics
-    from hubshift.spec import PartitionedConsumer
 
-    assert isinstance(consumer, PartitionedConsumer)
     metrics = OperatorMetrics()
     if metrics_port:
         try:
@@ -104,11 +99,8 @@ async def _run(
     return 0
 
 
-async def _watch_manifest(path: Path, operator: object, stop: asyncio.Event) -> None:
+async def _watch_manifest(path: Path, operator: LocalOperator, stop: asyncio.Event) -> None:
     """Apply the manifest again when the file changes, as `kubectl apply` would."""
-    from hubshift.operator.local.runner import LocalOperator
-
-    assert isinstance(operator, LocalOperator)
     seen = path.stat().st_mtime_ns
     while not stop.is_set():
         await asyncio.sleep(1.0)
@@ -124,59 +116,3 @@ async def _watch_manifest(path: Path, operator: object, stop: asyncio.Event) -> 
             log.info("%s changed: applied", path)
         except UserError as exc:
             log.warning("%s changed but was not applied: %s", path, exc)
-
-
-@click.command(name="demo")
-@click.option("--duration", type=float, default=120.0, show_default=True, help="Seconds to run.")
-@click.option(
-    "--engine",
-    type=click.Choice(["spark", "sdk"]),
-    default="spark",
-    show_default=True,
-    help="spark runs the aggregate pipeline; sdk reads without Spark (no aggregates, lighter).",
-)
-@click.option(
-    "--output",
-    type=click.Path(file_okay=False),
-    default="demo-output",
-    show_default=True,
-    help="Where the aggregates are written.",
-)
-@click.option(
-    "--workdir", type=click.Path(file_okay=False), help="Store, logs, manifest (default: a temp folder)."
-)
-@click.option("--rate", type=float, default=400.0, show_default=True, help="Peak events per second.")
-@click.option("--max-consumers", type=int, default=3, show_default=True, help="The pool's maxReplicas.")
-@click.option("--partitions", type=int, default=8, show_default=True, help="Partitions of the demo hub.")
-@click.option("--no-live", is_flag=True, help="Print a line per change instead of the live view.")
-def demo(
-    duration: float,
-    engine: str,
-    output: str,
-    workdir: str | None,
-    rate: float,
-    max_consumers: int,
-    partitions: int,
-    no_live: bool,
-) -> None:
-    """The whole system on this machine: the emulator, a SQLite store, the local runtime, a home-security
-    load that rises and falls, a live view, and aggregates in a folder."""
-    from hubshift.apps.demo import DemoSettings, run_demo
-
-    if duration <= 0:
-        raise UserError("--duration must be positive")
-    if not 1 <= max_consumers <= partitions:
-        raise UserError("--max-consumers must be between 1 and --partitions")
-    settings = DemoSettings(
-        duration=duration,
-        engine=engine,
-        output=Path(output),
-        workdir=Path(workdir) if workdir else None,
-        rate=rate,
-        max_consumers=max_consumers,
-        partitions=partitions,
-        live=not no_live,
-    )
-    code = run_demo(settings)
-    if code:
-        raise SystemExit(code)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -136,3 +137,10 @@ class LocalOperator:
         return await open_control_loop(
             consumer, self.environ, self.runtime, metrics=self.metrics, check_hub=check_hub
         )
+
+
+def install_stop_signals(stop: asyncio.Event) -> None:
+    """Ctrl-C and SIGTERM end the run after the current cycle; a second Ctrl-C does too (no traceback)."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
