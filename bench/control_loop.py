@@ -34,7 +34,8 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hubshift.emulator.launch import running_emulator
-from hubshift.eventhubs.management import EventHubsProbe, PartitionInfo
+from hubshift.eventhubs.management import EventHubsProbe
+from hubshift.eventhubs.model import PartitionInfo
 from hubshift.eventhubs.target import resolve_target
 from hubshift.manifest import parse_manifest
 from hubshift.operator.loop import ControlLoop, CycleReport

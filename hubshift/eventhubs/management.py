@@ -15,25 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from hubshift.errors import UserError
+from hubshift.eventhubs.model import PartitionInfo
 from hubshift.eventhubs.sdk_internals import open_management_link, read_partition_properties
 from hubshift.eventhubs.target import EventHubsTarget, describe_error
 from hubshift.ownership.model import Checkpoint, partition_sort_key
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class PartitionInfo:
-    """One partition as the service reports it now."""
-
-    partition: str
-    beginning: int  # the first sequence number still retained
-    last_enqueued: int  # -1 when nothing was ever enqueued
-    empty: bool
 
 
 class ProbeError(Exception):

@@ -27,7 +27,6 @@ from typing import Any, Protocol
 
 from hubshift.operator.loop import CycleInputs, CycleReport
 from hubshift.operator.metrics import OperatorMetrics
-from hubshift.operator.runtime import Flag, first_of
 from hubshift.ownership.store import StoreError
 from hubshift.spec import PartitionedConsumer
 
@@ -37,6 +36,24 @@ MIN_CYCLE_SECONDS = 0.5
 # With nothing to run (an invalid spec, no children yet), look again this often even without a wake-up.
 IDLE_SECONDS = 60.0
 FIRST_RETRY_SECONDS = 1.0
+
+
+class Flag(Protocol):
+    """Something a loop can wait on: an `asyncio.Event`, kopf's `DaemonStopped`."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self) -> Awaitable[object]: ...
+
+
+async def first_of(*flags: Flag, timeout: float) -> None:
+    """Until the first of `flags` is set, or `timeout` seconds: a control loop's pause between cycles."""
+    waiters = [asyncio.ensure_future(flag.wait()) for flag in flags]
+    try:
+        await asyncio.wait(waiters, timeout=max(0.0, timeout), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 class CycleRunner(Protocol):

@@ -32,7 +32,8 @@ from typing import Any
 
 from hubshift.connect import event_hubs_target, open_checkpoint_store, ownership_scope
 from hubshift.errors import UserError
-from hubshift.eventhubs.management import EventHubsProbe, PartitionInfo, ProbeError
+from hubshift.eventhubs.management import EventHubsProbe, ProbeError
+from hubshift.eventhubs.model import PartitionInfo
 from hubshift.operator import autoscaler, rebalance
 from hubshift.operator.autoscaler import Pause, ScalingDecision, ScalingObservation, ScalingState
 from hubshift.operator.consumer_http import Nudger, nudge_consumer

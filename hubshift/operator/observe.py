@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from hubshift.eventhubs.management import PartitionInfo
-from hubshift.operator import autoscaler
+from hubshift.eventhubs.model import PartitionInfo
+from hubshift.operator.autoscaler import partition_backlog
 from hubshift.operator.rebalance import PublishAssignment, RebalanceState
 from hubshift.operator.runtime import ConsumerInstance
-from hubshift.ownership.assignment import encode_assignment
 from hubshift.ownership.model import Assignment, OwnershipSnapshot, Phase
 from hubshift.ownership.planner import consumer_sort_key
+from hubshift.ownership.records import encode_assignment
 from hubshift.spec import StartPosition
 
 # While a holddown runs or handoffs are pending, cycles come this often (the state machine's clock).
@@ -37,7 +37,7 @@ def backlog_per_partition(
     for partition, info in partitions.items():
         row = rows.get(partition)
         checkpoint = None if row is None else row.checkpoint.sequence_number
-        backlog[partition] = autoscaler.partition_backlog(
+        backlog[partition] = partition_backlog(
             last_enqueued=info.last_enqueued,
             checkpoint=checkpoint,
             beginning=info.beginning,

@@ -3,8 +3,6 @@ machine (processes). The loop itself (`control_loop.py`) is the same for both.""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -38,21 +36,3 @@ class ConsumerRuntime(Protocol):
     async def publish_status(self, status: dict[str, object]) -> None:
         """The PartitionedConsumer's status subresource (locally: a file `hubshift status` can read)."""
         ...
-
-
-class Flag(Protocol):
-    """Something a loop can wait on: an `asyncio.Event`, kopf's `DaemonStopped`."""
-
-    def is_set(self) -> bool: ...
-
-    def wait(self) -> Awaitable[object]: ...
-
-
-async def first_of(*flags: Flag, timeout: float) -> None:
-    """Until the first of `flags` is set, or `timeout` seconds: a control loop's pause between cycles."""
-    waiters = [asyncio.ensure_future(flag.wait()) for flag in flags]
-    try:
-        await asyncio.wait(waiters, timeout=max(0.0, timeout), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()

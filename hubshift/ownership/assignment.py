@@ -6,77 +6,10 @@ decides again.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
-from datetime import datetime
-from typing import Any
-
-from hubshift.ownership.model import Assignment, AssignmentRecord, Phase, partition_sort_key
+from hubshift.ownership.model import Assignment, AssignmentRecord
+from hubshift.ownership.records import decode_assignment, encode_assignment
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import BlobNotFound, LeaseStore, StoreError
-
-_KNOWN = {
-    "generation",
-    "partitions",
-    "phase",
-    "replicas",
-    "updatedAt",
-    "holddownUntil",
-    "maxHandoffSeconds",
-    "partitionIds",
-    "consumers",
-    "forced",
-}
-
-
-def encode_assignment(assignment: Assignment) -> bytes:
-    partitions = {p: assignment.partitions[p] for p in sorted(assignment.partitions, key=partition_sort_key)}
-    document: dict[str, Any] = {
-        **assignment.extra,
-        "generation": assignment.generation,
-        "partitions": partitions,
-        "phase": assignment.phase.value,
-        "replicas": assignment.replicas,
-        "updatedAt": assignment.updated_at.isoformat(),
-        "holddownUntil": None if assignment.holddown_until is None else assignment.holddown_until.isoformat(),
-        "maxHandoffSeconds": assignment.max_handoff_seconds,
-    }
-    # Written only when set, so a record without them reads back equal.
-    if assignment.partition_ids:
-        document["partitionIds"] = list(assignment.partition_ids)
-    if assignment.consumers:
-        document["consumers"] = list(assignment.consumers)
-    if assignment.forced:
-        document["forced"] = sorted(assignment.forced, key=partition_sort_key)
-    return json.dumps(document, indent=1).encode()
-
-
-def decode_assignment(data: bytes) -> Assignment:
-    """`ValueError` when `data` is not an assignment record."""
-    document = json.loads(data)
-    if not isinstance(document, dict):
-        raise ValueError("the assignment record is not a JSON object")
-    try:
-        partitions = document["partitions"]
-        if not isinstance(partitions, Mapping):
-            raise ValueError("partitions must be an object")
-        holddown = document.get("holddownUntil")
-        handoff = document.get("maxHandoffSeconds")
-        return Assignment(
-            generation=int(document["generation"]),
-            partitions={str(p): str(c) for p, c in partitions.items()},
-            phase=Phase(document["phase"]),
-            replicas=int(document["replicas"]),
-            updated_at=datetime.fromisoformat(document["updatedAt"]),
-            holddown_until=None if holddown is None else datetime.fromisoformat(holddown),
-            max_handoff_seconds=None if handoff is None else float(handoff),
-            partition_ids=tuple(str(p) for p in document.get("partitionIds") or ()),
-            consumers=tuple(str(c) for c in document.get("consumers") or ()),
-            forced=frozenset(str(p) for p in document.get("forced") or ()),
-            extra={k: v for k, v in document.items() if k not in _KNOWN},
-        )
-    except (KeyError, TypeError) as exc:
-        raise ValueError(f"the assignment record lacks or mistypes {exc}") from None
 
 
 def read_assignment(store: LeaseStore, scope: Scope) -> AssignmentRecord | None:

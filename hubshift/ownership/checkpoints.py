@@ -7,52 +7,12 @@ partition that starts at an enqueued time.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
-from datetime import datetime
 
 from hubshift.ownership.model import Checkpoint, PartitionLease
+from hubshift.ownership.records import checkpoint_metadata, parse_checkpoint
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import BlobNotFound, LeaseStore
-
-OFFSET = "offset"
-SEQUENCE_NUMBER = "sequencenumber"
-OWNER = "ownerid"
-OWNER_LEVEL = "ownerlevel"
-START = "hubshiftstart"
-
-
-def checkpoint_metadata(
-    checkpoint: Checkpoint, *, owner: str | None = None, owner_level: int | None = None
-) -> dict[str, str]:
-    metadata = {OFFSET: str(checkpoint.offset), SEQUENCE_NUMBER: str(checkpoint.sequence_number)}
-    if checkpoint.start is not None:
-        metadata[START] = checkpoint.start.isoformat()
-    if owner is not None:
-        metadata[OWNER] = owner
-    if owner_level is not None:
-        metadata[OWNER_LEVEL] = str(owner_level)
-    return metadata
-
-
-def parse_checkpoint(metadata: Mapping[str, str]) -> Checkpoint | None:
-    """The position in a checkpoint blob's metadata; None when it carries none (or garbage)."""
-    offset, sequence = metadata.get(OFFSET), metadata.get(SEQUENCE_NUMBER)
-    if offset is None or sequence is None:
-        return None
-    try:
-        sequence_number = int(sequence)
-        start = datetime.fromisoformat(metadata[START]) if START in metadata else None
-    except ValueError:
-        return None
-    return Checkpoint(offset=offset, sequence_number=sequence_number, start=start)
-
-
-def parse_owner_level(metadata: Mapping[str, str]) -> int:
-    try:
-        return max(0, int(metadata.get(OWNER_LEVEL, "0")))
-    except ValueError:
-        return 0
 
 
 def write_checkpoint(store: LeaseStore, lease: PartitionLease, checkpoint: Checkpoint) -> PartitionLease:

@@ -7,13 +7,9 @@ opens its Event Hubs receiver with it and the service disconnects any older read
 
 from __future__ import annotations
 
-from hubshift.ownership.checkpoints import (
-    checkpoint_metadata,
-    parse_checkpoint,
-    parse_owner_level,
-    write_checkpoint,
-)
+from hubshift.ownership.checkpoints import write_checkpoint
 from hubshift.ownership.model import EARLIEST, Checkpoint, PartitionLease
+from hubshift.ownership.records import checkpoint_metadata, parse_checkpoint, parse_owner_level
 from hubshift.ownership.scope import Scope, consumer_id, partition_id
 from hubshift.ownership.store import INFINITE, BlobNotFound, LeaseConflict, LeaseLost, LeaseStore
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from hubshift.ownership.assignment import read_assignment
-from hubshift.ownership.checkpoints import OWNER, parse_checkpoint, parse_owner_level
 from hubshift.ownership.model import (
     EARLIEST,
     Member,
@@ -11,6 +10,7 @@ from hubshift.ownership.model import (
     PartitionOwnership,
     partition_sort_key,
 )
+from hubshift.ownership.records import OWNER, parse_checkpoint, parse_owner_level
 from hubshift.ownership.scope import ASSIGNMENT, CHECKPOINT, MEMBERS, Scope
 from hubshift.ownership.store import BlobEntry, LeaseState, LeaseStore
 

@@ -14,7 +14,7 @@ import bisect
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
@@ -194,3 +194,23 @@ def counted_events(records: Iterable[BatchRecord]) -> Mapping[str, int]:
             if part.partition in counted.get(record.stem, frozenset()):
                 totals[part.partition] += part.events
     return dict(totals)
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    """What one micro-batch put durably in the sink (`process_batch`'s answer): the consumer may checkpoint
+    exactly its partitions."""
+
+    consumer_id: str
+    batch_id: int
+    # Per Event Hubs partition: first/last sequence number, the last event's offset, event count.
+    partitions: Mapping[str, PartitionRange]
+    outputs: Mapping[str, int] = field(default_factory=dict)  # rows written per output
+    dead_letters: int = 0
+    files: tuple[WrittenFile, ...] = ()
+    stem: str | None = None  # None: an empty batch, nothing written or committed
+    duration_seconds: float = 0.0
+
+    @property
+    def events(self) -> int:
+        return sum(p.events for p in self.partitions.values())

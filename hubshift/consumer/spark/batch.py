@@ -16,36 +16,18 @@ without a commit record are ignored) and the batch can run again.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from hubshift.consumer.pipelines.base import FramePipeline, Pipeline, TaskPipeline
 from hubshift.consumer.sinks.base import Sink, TaskWriter, files_from_rows, sink_summary, written_batch
-from hubshift.consumer.sinks.commits import BatchRecord, PartitionRange, WrittenFile
+from hubshift.consumer.sinks.commits import BatchRecord, BatchSummary, PartitionRange, WrittenFile
 from hubshift.consumer.sinks.layout import batch_stem
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
-
-
-@dataclass(frozen=True)
-class BatchSummary:
-    consumer_id: str
-    batch_id: int
-    # Per Event Hubs partition: first/last sequence number, the last event's offset, event count.
-    partitions: Mapping[str, PartitionRange]
-    outputs: Mapping[str, int] = field(default_factory=dict)  # rows written per output
-    dead_letters: int = 0
-    files: tuple[WrittenFile, ...] = ()
-    stem: str | None = None  # None: an empty batch, nothing written or committed
-    duration_seconds: float = 0.0
-
-    @property
-    def events(self) -> int:
-        return sum(p.events for p in self.partitions.values())
 
 
 def process_batch(

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hubshift.eventhubs.management import PartitionInfo, ProbeError
+from hubshift.eventhubs.management import ProbeError
+from hubshift.eventhubs.model import PartitionInfo
 from hubshift.manifest import parse_manifest
 from hubshift.operator import autoscaler
 from hubshift.operator.loop import ControlLoop, CycleInputs, CycleReport
@@ -29,15 +30,11 @@ from hubshift.operator.rebalance import Phase, PublishAssignment, PublishReason,
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.operator.scaling_record import AUTOSCALER_RECORD
 from hubshift.operator.status import build_status
-from hubshift.ownership.assignment import (
-    decode_assignment,
-    encode_assignment,
-    publish_assignment,
-    read_assignment,
-)
+from hubshift.ownership.assignment import publish_assignment, read_assignment
 from hubshift.ownership.leases import claim_partition
 from hubshift.ownership.membership import join
 from hubshift.ownership.model import Checkpoint, OwnershipSnapshot
+from hubshift.ownership.records import decode_assignment, encode_assignment
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.stores.sqlite import SqliteLeaseStore

@@ -483,7 +483,7 @@ def test_invariants_hold_over_random_event_sequences(
 
 
 def test_state_survives_the_stored_json_record() -> None:
-    from hubshift.ownership.assignment import decode_assignment, encode_assignment
+    from hubshift.ownership.records import decode_assignment, encode_assignment
 
     world = settled_world(partitions=6, consumers=2)
     world.now = 1_763_700_000.25

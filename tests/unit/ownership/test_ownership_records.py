@@ -8,9 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hubshift.ownership.assignment import decode_assignment, encode_assignment
-from hubshift.ownership.checkpoints import checkpoint_metadata, parse_checkpoint, parse_owner_level
 from hubshift.ownership.model import Assignment, Checkpoint, Phase, partition_sort_key
+from hubshift.ownership.records import (
+    checkpoint_metadata,
+    decode_assignment,
+    encode_assignment,
+    parse_checkpoint,
+    parse_owner_level,
+)
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import snapshot_from_entries
 from hubshift.ownership.store import BlobEntry, LeaseState
