@@ -60,7 +60,8 @@ PARTITIONS = [str(p) for p in range(32)]
 HUB = "orders"
 SCOPE = Scope("bench.servicebus.windows.net", HUB, "$Default")
 RESULTS = Path(__file__).resolve().parent / "results" / "store_ops.json"
-# The Python SDK's defaults (azure-eventhub 5.15.1, balancing-anchors.md §1.1).
+# The Python SDK's defaults (azure-eventhub 5.15.1: its EventProcessor's load-balancing interval and
+# ownership expiration, six intervals).
 SDK_INTERVAL = 30.0
 SDK_EXPIRY = 6 * SDK_INTERVAL
 SDK_JITTER = 0.2

@@ -1,6 +1,6 @@
 """The consumer's Prometheus metrics, as one object the consumer's parts call.
 
-Names follow Prometheus practice (reference/spark-operator-ecosystem.md §7): the `hubshift_consumer_`
+Names follow Prometheus practice (prometheus.io/docs/practices/naming): the `hubshift_consumer_`
 prefix, base units, `_total` on counters (prometheus-client appends it), and bounded labels only:
 `partition` (an Event Hubs partition id: at most a few thousand), `output` (a pipeline's output names),
 `result` and `how` (fixed sets below). Sums over `partition` make sense across the pool.

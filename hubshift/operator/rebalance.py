@@ -1,7 +1,7 @@
 """The rebalance state machine: when to hand partitions over, and when the StatefulSet may shrink.
 
 Pure: `step(state, observation, now, config)` returns the next state and the actions to take. Solace's
-partitioned-queue semantics (DESIGN §3), over the assignment planner.
+partitioned-queue semantics (docs/architecture.md, "The control loop"), over the assignment planner.
 
 Phases:
 - `Ready`: the published assignment is balanced over the consumers present.

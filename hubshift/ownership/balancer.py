@@ -1,6 +1,6 @@
 """The fallback balancer: how consumers share partitions when no operator assigns them.
 
-Legacy lease-manager style (DESIGN §2 "Without the operator"), run by each consumer once per listing
+Legacy lease-manager style (docs/ownership.md, "Without the operator"), run by each consumer once per listing
 cycle over what that listing showed. Pure: the caller does the claims against the store.
 
 One cycle of consumer `me`:

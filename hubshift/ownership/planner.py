@@ -2,7 +2,7 @@
 
 Pure: a function of the partition ids, the active consumers and the current assignment.
 
-Rules (DESIGN §3.4):
+Rules (docs/decisions.md, "Assignment planner"):
 - every active consumer gets ``P // k`` or ``P // k + 1`` partitions, where ``k = min(consumers, P)``;
   consumers beyond the partition count are hot standbys and get nothing;
 - the number of moves (partitions whose owner changes, counting unowned -> owned) is the minimum

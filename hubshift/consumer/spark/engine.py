@@ -8,9 +8,9 @@ Across processes:
 - executor Python workers slice the spool.
 
 A batch's end offset (Spark's offset log, `<checkpoint>/offsets/<batch id>`, written before the batch runs)
-says under which owner level each partition was read and which ownership generation planned it. Once
+says under which owner level each partition was read and which version of the ownership file planned it. Once
 `process_batch` returned, the batch is in the sink: each partition's last event is reported `Committed`,
-and a partition drained at generation G is `Drained` after the first batch planned at G or later (no later
+and a partition drained at version G is `Drained` after the first batch planned at G or later (no later
 batch reads it). Spark's checkpoint folder is scratch, new for every query start; if the query fails it is
 started again from what was committed.
 """
@@ -80,7 +80,7 @@ class _Partition:
     owner_level: int
     next_sequence: int | None
     receiver: PartitionReceiver | None
-    draining_since: int | None = None  # the ownership generation that stopped planning it
+    draining_since: int | None = None  # the ownership file's version that stopped planning it
     committed: Checkpoint | None = None
     committed_next: int | None = None  # first sequence number not yet committed (spool trimming)
     spooled_next: int | None = None  # one past the last sequence number spooled
@@ -115,7 +115,7 @@ class SparkEngine:
         self._session_builder = session_builder
         self._lock = threading.RLock()
         self._partitions: dict[str, _Partition] = {}
-        self._generation = 0
+        self._ownership_version = 0
         self._spark: SparkSession | None = None
         self._query: StreamingQuery | None = None
         self._checkpoint_dir: Path | None = None
@@ -236,7 +236,7 @@ class SparkEngine:
                     del self._partitions[partition]
                 elif state.committed_next is not None:
                     state.next_sequence = state.committed_next
-            self._generation += 1
+            self._ownership_version += 1
             self._write_ownership()
         for partition, state in drained:
             spool.remove_epoch(self.spool_root, partition, state.owner_level)
@@ -281,7 +281,7 @@ class SparkEngine:
         with self._lock:
             previous = self._partitions.get(partition)
             self._partitions[partition] = _Partition(owner_level, next_sequence, None)
-            # No new generation: the partition changes the offsets once its first events are spooled.
+            # No new version: the partition changes the offsets once its first events are spooled.
             self._write_ownership()
         if previous is not None:
             self._forget(partition, previous)
@@ -300,8 +300,8 @@ class SparkEngine:
             state = self._partitions.get(partition)
             if state is None or state.draining_since is not None:
                 return
-            self._generation += 1
-            state.draining_since = self._generation
+            self._ownership_version += 1
+            state.draining_since = self._ownership_version
             self._write_ownership()
             receiver, state.receiver = state.receiver, None
         # What is spooled stays for the batch in flight; nothing more needs receiving.
@@ -313,7 +313,7 @@ class SparkEngine:
             state = self._partitions.pop(partition, None)
             if state is None:
                 return
-            self._generation += 1
+            self._ownership_version += 1
             self._write_ownership()
         self._forget(partition, state)
 
@@ -337,7 +337,7 @@ class SparkEngine:
 
     def _write_ownership(self) -> None:
         view = OwnershipView(
-            self._generation,
+            self._ownership_version,
             {
                 p: OwnedPartition(s.owner_level, s.next_sequence, draining=s.draining_since is not None)
                 for p, s in self._partitions.items()
@@ -393,7 +393,7 @@ class SparkEngine:
                     state.committed_next = position.next_sequence
                     spool.trim(self.spool_root, partition, position.owner_level, position.next_sequence)
             for partition, state in list(self._partitions.items()):
-                if state.draining_since is not None and end.generation >= state.draining_since:
+                if state.draining_since is not None and end.ownership_version >= state.draining_since:
                     del self._partitions[partition]
                     drained.append((partition, state))
         for event in committed:

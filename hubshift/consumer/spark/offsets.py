@@ -4,13 +4,13 @@ Spark compares offsets as JSON strings (the runner does `json.dumps` without sor
 built canonically: string keys in sorted order at every level, equal content gives an equal string, and
 "no new data" returns exactly the start offset (otherwise Spark runs an empty batch every trigger).
 
-An offset is `{"g": generation, "p": {partition: {"e": level, "f": first, "s": next}}, "v": 1}`:
+An offset is `{"g": ownership version, "p": {partition: {"e": level, "f": first, "s": next}}, "v": 1}`:
 - `e`, the ownership epoch (the Event Hubs owner level of this ownership): a partition lost and regained
   comes back with a higher level, and its reading resumes at the position the agent hands over (its store
   checkpoint), never at a stale Spark offset;
 - `f`, where this epoch's reading began, so the batch that brings a partition (or a new epoch of it) into
   the offsets already reads it: `[f, s)` when the start offset has no such epoch, `[start's s, s)` after;
-- `g`, the generation of the ownership file the batch was planned with: a change of ownership changes the
+- `g`, the version of the ownership file the batch was planned with: a change of ownership changes the
   offset, so Spark runs one batch for it, and that batch is the proof that no later batch reads a partition
   being handed off.
 """
@@ -39,13 +39,13 @@ class PartitionPosition:
 
 @dataclass(frozen=True)
 class SourceOffset:
-    generation: int
+    ownership_version: int
     partitions: Mapping[str, PartitionPosition] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The canonical JSON-ready dict: keys sorted at every level."""
         return {
-            "g": self.generation,
+            "g": self.ownership_version,
             "p": {
                 p: {
                     "e": self.partitions[p].owner_level,
@@ -67,7 +67,7 @@ class SourceOffset:
                 str(p): PartitionPosition(int(pos["e"]), int(pos["f"]), int(pos["s"]))
                 for p, pos in document["p"].items()
             }
-            return cls(generation=int(document["g"]), partitions=partitions)
+            return cls(ownership_version=int(document["g"]), partitions=partitions)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             if isinstance(exc, OffsetError):
                 raise
@@ -141,7 +141,7 @@ def split_budget(available: Mapping[str, int], max_rows: int | None) -> dict[str
 
 def plan_latest(
     start: SourceOffset | None,
-    generation: int,
+    ownership_version: int,
     owned: Mapping[str, OwnedPartition],
     spooled: Mapping[str, SpoolExtent],
     max_rows: int | None,
@@ -176,7 +176,7 @@ def plan_latest(
         if count > 0:
             p = positions[partition]
             positions[partition] = PartitionPosition(p.owner_level, p.first_sequence, p.next_sequence + count)
-    return SourceOffset(generation=generation, partitions=positions)
+    return SourceOffset(ownership_version=ownership_version, partitions=positions)
 
 
 def plan_ranges(start: SourceOffset | None, end: SourceOffset) -> list[ReadRange]:

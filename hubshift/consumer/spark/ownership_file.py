@@ -2,7 +2,7 @@
 different process) which partitions to plan, under which owner level, from where.
 
 One small JSON file in the consumer's scratch folder, replaced atomically (write, fsync, rename), so a
-reader sees either the old or the new content, never half of one. Every write carries a higher generation.
+reader sees either the old or the new content, never half of one. Every write carries a higher version.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ FILE_NAME = "ownership.json"
 
 @dataclass(frozen=True)
 class OwnershipView:
-    generation: int
+    ownership_version: int
     partitions: Mapping[str, OwnedPartition] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "generation": self.generation,
+            "version": self.ownership_version,
             "partitions": {
                 p: {
                     "ownerLevel": self.partitions[p].owner_level,
@@ -41,7 +41,7 @@ class OwnershipView:
     @classmethod
     def from_json(cls, document: Mapping[str, Any]) -> OwnershipView:
         return cls(
-            generation=int(document["generation"]),
+            ownership_version=int(document["version"]),
             partitions={
                 str(p): OwnedPartition(
                     owner_level=int(entry["ownerLevel"]),
@@ -53,7 +53,7 @@ class OwnershipView:
         )
 
 
-EMPTY = OwnershipView(generation=0)
+EMPTY = OwnershipView(ownership_version=0)
 
 
 def ownership_path(scratch: str | os.PathLike[str]) -> Path:

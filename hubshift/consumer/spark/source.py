@@ -1,6 +1,6 @@
 """The PySpark 4 streaming data source that reads the partitions this consumer owns.
 
-Where each method runs (reference: spark-operator-ecosystem.md §1.3):
+Where each method runs (docs/architecture.md, "Spark facts the consumer relies on"):
 - `initialOffset`, `latestOffset`, `partitions`, `commit`: Spark's long-lived source runner, a Python
   process of its own. It cannot see the agent's memory: it reads the ownership file (`ownership_file`) and
   lists the spool (`spool`), both in the consumer's scratch folder.
@@ -61,7 +61,7 @@ class EventHubsStreamReader(DataSourceStreamReader):
                 found = spool.extent(self.spool_root, partition, entry.owner_level)
                 if found is not None:
                     spooled[partition] = found
-        return plan_latest(start, view.generation, view.partitions, spooled, max_rows)
+        return plan_latest(start, view.ownership_version, view.partitions, spooled, max_rows)
 
     def initialOffset(self) -> dict[str, Any]:
         # Where reading begins: Spark never reads what lies before the initial offset, so nothing advances.

@@ -131,5 +131,5 @@ def test_a_regained_partition_resumes_at_the_handed_over_position_not_a_stale_of
 def test_an_ownership_change_alone_changes_the_offset() -> None:
     start = SourceOffset(1, {"0": at(1, 0, 10)})
     end = plan_latest(start, 2, owned(p0=1), {"0": SpoolExtent(0, 10)}, None)
-    assert end != start and end.generation == 2
+    assert end != start and end.ownership_version == 2
     assert plan_ranges(start, end) == []
