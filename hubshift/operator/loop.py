@@ -316,6 +316,7 @@ class ControlLoop:
                 desired_replicas=desired,
                 current_replicas=current,
                 record=None if record is None else RebalanceState.from_record(record),
+                pool=self.consumer.metadata.name,  # replica i is `<name>-<i>` in both runtimes
             )
             step = rebalance.step(memory.rebalance, observation, now, self.config)
             written = step.state.to_record(self.config)
