@@ -67,6 +67,7 @@ def status_document(snapshot: OwnershipSnapshot) -> dict[str, Any]:
                 "ownerLevel": p.owner_level,
                 "leaseState": p.lease_state.value,
                 "assignedTo": None if assignment is None else assignment.owner_of(p.partition),
+                "plannedFor": None if assignment is None else assignment.planned.get(p.partition),
             }
             for p in snapshot.partitions
         ],
@@ -74,6 +75,8 @@ def status_document(snapshot: OwnershipSnapshot) -> dict[str, Any]:
         "phase": None if assignment is None else assignment.phase.value,
         "generation": None if assignment is None else assignment.generation,
         "assignment": None if assignment is None else dict(assignment.partitions),
+        "planned": None if assignment is None else dict(assignment.planned),
+        "change": None if assignment is None or assignment.change is None else assignment.change.value,
         "replicas": None if assignment is None else assignment.replicas,
         "holddownUntil": (
             None
@@ -92,6 +95,7 @@ def print_table(snapshot: OwnershipSnapshot) -> None:
         "no assignment record (consumers balance themselves)"
         if assignment is None
         else f"assignment generation {assignment.generation}, phase {assignment.phase.value}"
+        + ("" if assignment.change is None else f", {assignment.change.value} change")
     )
     table = Table(title=f"{snapshot.scope}: {title}", title_justify="left")
     for column in ("Namespace", "Hub", "Consumer group", "Owner", "Partition", "Last modified"):
@@ -120,7 +124,9 @@ def print_table(snapshot: OwnershipSnapshot) -> None:
             str(p.owner_level),
         ]
         if assignment is not None:
-            row.append(assignment.owner_of(p.partition) or "-")
+            reader = assignment.owner_of(p.partition) or "-"
+            planned = assignment.planned.get(p.partition)
+            row.append(reader if planned is None else f"{reader} -> {planned} (planned, not ready)")
         table.add_row(*row)
     console.print(table)
     if not snapshot.partitions:

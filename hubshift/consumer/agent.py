@@ -192,6 +192,7 @@ class OwnershipAgent:
             "assignmentGeneration": assignment.generation if assignment else None,
             "partitions": owned,
             "waiting": list(plan.waiting) if plan else [],
+            "planned": list(plan.planned) if plan else [],
         }
 
     def owned(self) -> dict[str, int]:
