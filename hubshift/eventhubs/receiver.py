@@ -95,7 +95,8 @@ class PartitionReceiver:
         self.received = 0
         self.last_sequence: int | None = None
         self.closing = threading.Event()
-        self.closed = threading.Event()
+        self.stopped = threading.Event()  # out of the pool's turns: no delivery follows
+        self.closed = threading.Event()  # and its link is closed
         self.client: Any = None
         self.consumer: Any = None
         self.not_before = 0.0
@@ -105,11 +106,12 @@ class PartitionReceiver:
         return not self.closed.is_set()
 
     def close(self, wait: float | None = 10.0) -> None:
-        """Stop delivering at once; the link is closed by the pool's thread (`wait`: until it is)."""
+        """Stop delivering at once (`wait`: until the pool's thread has delivered its last batch, so the
+        last position is final); the link is closed right after, off that thread."""
         self.closing.set()
         self.pool.wake()
         if wait:
-            self.closed.wait(wait)
+            self.stopped.wait(wait)
 
     def position(self) -> tuple[str | int | dt.datetime, bool]:
         if self.last_sequence is not None:
@@ -189,7 +191,7 @@ class ReceiverPool:
                 receivers = list(self._receivers)
             for receiver in receivers:
                 if receiver.closing.is_set():
-                    self._shut(receiver)
+                    self._retire(receiver)
             if self._stopping.is_set():
                 return
             worked = False
@@ -266,7 +268,24 @@ class ReceiverPool:
         with self._lock:
             if receiver in self._receivers:
                 self._receivers.remove(receiver)
+        receiver.stopped.set()
         receiver.closed.set()
+
+    def _retire(self, receiver: PartitionReceiver) -> None:
+        """Take a closing receiver out of the turns: this thread is the only one that delivers, so nothing
+        follows and whoever waits for it may go on (a drain's final checkpoint). Its link is closed on a
+        thread of its own: a consumer handing 28 partitions off at once waits for one close, not for 28 in
+        a row (about 0.2 s each)."""
+        with self._lock:
+            if receiver in self._receivers:
+                self._receivers.remove(receiver)
+        receiver.stopped.set()
+
+        def close_link() -> None:
+            self._release(receiver)
+            receiver.closed.set()
+
+        threading.Thread(target=close_link, name=f"close-{receiver.partition}", daemon=True).start()
 
 
 def _first_line(error: BaseException) -> str:
