@@ -353,7 +353,9 @@ class RebalanceSpec(Model):
         default=10.0,
         ge=0,
         le=3600,
-        description="Holddown: wait this long for the consumer set to settle before any handoff.",
+        description="Holddown: after a change of the consumers nobody planned (a pod lost or back), wait "
+        "this long for the set to settle before any handoff. A scale the operator decides does not wait; "
+        "a partition it plans for a new consumer that nobody reads waits at most this long for it.",
     )
     max_handoff_seconds: float = Field(
         default=15.0,
