@@ -270,8 +270,8 @@ def test_the_operator_drives_real_consumer_processes_through_scale_out(
             # 2. Events are read and checkpointed by their owners.
             produce_and_wait_for_checkpoints(first=0)
 
-            # 3. Scale out: the control loop scales the StatefulSet, KWOK runs the new pods, and after the
-            #    holddown a new generation spreads the partitions over four consumers.
+            # 3. Scale out (planned): the control loop publishes the plan for four consumers and scales the
+            #    StatefulSet, KWOK runs the new pods, and each takes its planned share when it is ready.
             control_plane.request(
                 "PATCH", f"{CRS.format(ns=ns)}/{NAME}", {"spec": {"scaling": {"minReplicas": 4}}}
             )
