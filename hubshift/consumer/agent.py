@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 
 # SIGTERM: a consumer hands off within maxHandoffSeconds plus this (the pod's grace period is longer).
 GRACE_MARGIN_SECONDS = 10.0
+# Nudges (`POST /assignment`) make the consumer list the scope at most this often.
+NUDGE_FLOOR_SECONDS = 0.5
 
 
 class Hub(Protocol):
@@ -146,6 +148,7 @@ class OwnershipAgent:
         # (generation, when first seen) of an assignment record naming a consumer that is not alive.
         self._unhealthy: tuple[int, datetime] | None = None
         self._next_list = 0.0
+        self._last_listing = float("-inf")
         self._next_claim_retry = 0.0
         self._next_partition_refresh = 0.0
         self._stop_deadline: float | None = None
@@ -376,7 +379,9 @@ class OwnershipAgent:
     # --- ownership decisions -----------------------------------------------------------------------
 
     def _decide(self, now: float) -> None:
-        nudged = self._nudged.is_set()
+        # A nudge lists the scope at once, but at most once per NUDGE_FLOOR_SECONDS: whoever can reach the
+        # HTTP port may only make the consumer read the store, never more often than that.
+        nudged = self._nudged.is_set() and now >= self._last_listing + NUDGE_FLOOR_SECONDS
         waiting = self._plan is not None and bool(self._plan.waiting) and now >= self._next_claim_retry
         stopping = self._stop_requested.is_set()
         if stopping:
@@ -388,6 +393,7 @@ class OwnershipAgent:
         if membership is None or not membership.is_safe(now):
             return
         self._nudged.clear()
+        self._last_listing = now
         if now >= self._next_partition_refresh or not self._partitions:
             try:
                 self._partitions = self.hub.partition_ids()
