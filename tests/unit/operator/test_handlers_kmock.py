@@ -531,6 +531,20 @@ async def test_runtime_scales_lists_and_reports_without_kopf(kube: KubeAdapter, 
     assert stored["phase"] == "Holddown"
 
 
+async def test_a_spec_without_secret_references_never_gets_the_operators_own_credentials(
+    kube: KubeAdapter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = manifest()
+    del body["spec"]["eventHubs"]["connectionStringSecretRef"]
+    del body["spec"]["checkpointStore"]["blob"]["connectionStringSecretRef"]
+    consumer = consumer_from_body(body)
+    variable = consumer.spec.event_hubs.connection_string_env
+    monkeypatch.setenv(variable, SENTINEL)  # the operator's own, e.g. for another purpose
+    runtime = KubernetesRuntime(kube, Owner.from_body(body))
+    environment = await runtime.connection_environment(consumer)
+    assert variable not in environment and SENTINEL not in environment.values()
+
+
 async def test_a_missing_secret_is_named_without_any_content(kube: KubeAdapter) -> None:
     with pytest.raises(SecretUnavailable, match=r"Secret sensors/nowhere: not found"):
         await kube.read_secret(NAMESPACE, SecretKeyRef(name="nowhere", key="k"))
