@@ -39,7 +39,13 @@ from hubshift.emulator.config import EmulatorSettings, build_hubs
     show_default=True,
     help="Retained bytes per partition before the oldest events go.",
 )
-@click.option("--key", default=None, help="Verify SAS tokens against this key (default: accept any token).")
+@click.option(
+    "--key",
+    default=None,
+    envvar="HUBSHIFT_EMULATOR_KEY",
+    help="Verify SAS tokens against this key (default: accept any token); also $HUBSHIFT_EMULATOR_KEY, "
+    "which keeps it out of the process list.",
+)
 @click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),

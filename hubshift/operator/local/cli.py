@@ -55,7 +55,13 @@ def run(
     configure_logging(log_level)
     consumer = load_manifest(manifest_path)
     folder = Path(workdir) if workdir else Path(".hubshift") / consumer.metadata.name
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "logs").mkdir(exist_ok=True)
+    except OSError as exc:
+        raise UserError(
+            f"--workdir {folder}: {exc.strerror or exc} (choose a folder you can write)"
+        ) from None
     code = asyncio.run(_run(Path(manifest_path), consumer, folder, engine, duration, metrics_port))
     if code:
         raise SystemExit(code)
