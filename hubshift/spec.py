@@ -203,8 +203,43 @@ class PipelineSpec(Model):
         return self
 
 
+# A Kubernetes resource quantity (what `kubectl` accepts for sizes: 512Mi, 1Gi, 10G, 1e9).
+QUANTITY = r"^[0-9]+(\.[0-9]+)?([eE][0-9]+|[KMGTPE]i?|[mkMGTPE])?$"
+
+
+class FolderVolume(Model):
+    """In a cluster, the volume a folder sink lives on (the pods' root file system is read-only). Neither
+    field: an emptyDir, gone with the pod."""
+
+    claim_name: str | None = Field(
+        default=None,
+        min_length=1,
+        description="An existing PersistentVolumeClaim every pod mounts (ReadWriteMany shares one folder).",
+    )
+    size: str | None = Field(
+        default=None,
+        pattern=QUANTITY,
+        description="A volume of this size per pod, from a claim template (it outlives the pod).",
+    )
+    storage_class_name: str | None = Field(
+        default=None, min_length=1, description="With size: the claim template's StorageClass."
+    )
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> FolderVolume:
+        if self.claim_name is not None and self.size is not None:
+            raise ValueError("set claimName or size, not both")
+        if self.storage_class_name is not None and self.size is None:
+            raise ValueError("storageClassName goes with size")
+        return self
+
+
 class FolderSink(Model):
     path: str = Field(default="hubshift-output", description="Folder the results are written under.")
+    volume: FolderVolume = Field(
+        default_factory=FolderVolume,
+        description="In a cluster: the volume mounted at path (default: an emptyDir).",
+    )
 
 
 class BlobSink(Model):

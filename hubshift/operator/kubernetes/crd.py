@@ -70,6 +70,17 @@ CEL_RULES: dict[type[BaseModel], list[JSON]] = {
             "fieldPath": ".blob",
         },
     ],
+    spec.FolderVolume: [
+        {
+            "rule": "!has(self.claimName) || !has(self.size)",
+            "message": "set claimName or size, not both",
+        },
+        {
+            "rule": "!has(self.storageClassName) || has(self.size)",
+            "message": "storageClassName goes with size",
+            "fieldPath": ".storageClassName",
+        },
+    ],
     spec.ScalingSpec: [
         {
             "rule": "!has(self.maxReplicas) || !has(self.minReplicas) || "
