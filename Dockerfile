@@ -9,7 +9,7 @@
 
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 
-FROM ${BASE_IMAGE} AS build
+FROM ${BASE_IMAGE} AS deps
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/hubshift
 WORKDIR /src
@@ -22,9 +22,14 @@ RUN mkdir hubshift && touch README.md hubshift/__init__.py \
  && /opt/hubshift/bin/pip install . \
  && /opt/hubshift/bin/pip uninstall -y hubshift \
  && rm -rf README.md hubshift build hubshift.egg-info
+
+FROM deps AS build
 COPY README.md ./
 COPY hubshift ./hubshift
-RUN /opt/hubshift/bin/pip install --no-deps . \
+# The package alone under /app, its files at their final paths: the image adds it as a small layer on
+# top of the dependencies' instead of copying the whole environment again for every code change.
+RUN /opt/hubshift/bin/pip install --no-deps --root /app . \
+ && cp -a /app/. / \
  && /opt/hubshift/bin/hubshift --version
 
 FROM ${BASE_IMAGE}
@@ -35,7 +40,8 @@ RUN apt-get update \
  && ln -s "/usr/lib/jvm/java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17 \
  && groupadd --gid 10001 hubshift \
  && useradd --uid 10001 --gid 10001 --home-dir /var/lib/hubshift --create-home --shell /usr/sbin/nologin hubshift
-COPY --from=build /opt/hubshift /opt/hubshift
+COPY --from=deps /opt/hubshift /opt/hubshift
+COPY --from=build /app/ /
 ENV PATH=/opt/hubshift/bin:$PATH \
     JAVA_HOME=/usr/lib/jvm/java-17 \
     PYSPARK_PYTHON=python3 \
