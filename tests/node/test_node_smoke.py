@@ -7,6 +7,7 @@ with a read-only root file system runs."""
 from __future__ import annotations
 
 import json
+import socket
 from importlib.metadata import version
 from typing import Any
 
@@ -125,3 +126,35 @@ def test_restricted_pod_with_read_only_root(node_cluster: NodeCluster) -> None:
         assert lines[-1] == "2"  # Seccomp: 2, filter mode (RuntimeDefault)
     finally:
         node_cluster.delete_namespace(namespace)
+
+
+# Runs in the pod: a TCP connection to each address given, 3 s each; prints one line per address.
+CONNECT = """
+import socket, sys
+for target in sys.argv[1:]:
+    host, port = target.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+        print(target, "connected")
+    except OSError as error:
+        print(target, "refused" if isinstance(error, ConnectionRefusedError) else "unreachable", error)
+"""
+
+
+def test_pods_reach_nothing_outside_the_namespace(node_cluster: NodeCluster, node_namespace: str) -> None:
+    """The namespace's link to this side carries the test's API traffic, never a pod's: a server listening on
+    this side's end of it is reachable from the node's namespace but not from a pod, and an address beyond
+    this machine is unreachable (no route)."""
+    host_ip = node_cluster.state["host_ip"]
+    with socket.create_server((host_ip, 0)) as server:
+        port = server.getsockname()[1]
+        from_node = node_cluster.in_node("python3", "-c", CONNECT, f"{host_ip}:{port}")
+        assert "connected" in from_node.stdout, from_node
+        node_cluster.apply(
+            pod("outside", ["python", "-c", CONNECT, f"{host_ip}:{port}", "192.0.2.1:80"]),
+            namespace=node_namespace,
+        )
+        node_cluster.wait_for_pod(node_namespace, "outside")
+    lines = node_cluster.logs(node_namespace, "outside").splitlines()
+    assert lines[0].startswith(f"{host_ip}:{port} unreachable"), lines
+    assert lines[1].startswith("192.0.2.1:80 unreachable"), lines
