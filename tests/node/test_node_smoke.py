@@ -84,20 +84,34 @@ def test_pod_reaches_api_server_through_cluster_ip(node_cluster: NodeCluster, no
     assert addresses == {node_cluster.node_ip}
 
 
+# As the operator's consumer pods run (hubshift/operator/render.py): read-only root, writable emptyDirs
+# for HOME (Spark's working directory) and /tmp (Spark's local directories).
 RESTRICTED_CONTAINER = {
+    "env": [{"name": "HOME", "value": "/var/lib/hubshift"}, {"name": "SPARK_LOCAL_DIRS", "value": "/tmp"}],
     "securityContext": {
         "allowPrivilegeEscalation": False,
         "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"]},
     },
-    "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    "volumeMounts": [
+        {"name": "work", "mountPath": "/var/lib/hubshift"},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ],
 }
 
-# Runs in the pod: the image's user, its entry point, and which places are writable.
+SPARK_JOB = (
+    "from pyspark.sql import SparkSession; "
+    "spark = SparkSession.builder.master('local[1]').getOrCreate(); "
+    "print('spark-count', spark.range(1000).count()); spark.stop()"
+)
+
+# Runs in the pod: the image's user, its entry point, which places are writable, the seccomp mode, and a
+# local Spark job (the JRE and PySpark of the image under these restrictions).
 CHECK_RESTRICTED = (
     "id -u; hubshift --version; "
     "if touch /probe 2>/dev/null; then echo root-writable; else echo root-read-only; fi; "
-    "touch /tmp/probe && echo tmp-writable; grep '^Seccomp:' /proc/self/status"
+    "touch /tmp/probe && echo tmp-writable; grep '^Seccomp:' /proc/self/status; "
+    f'python -c "{SPARK_JOB}" 2>/dev/null'
 )
 
 
@@ -113,17 +127,22 @@ def test_restricted_pod_with_read_only_root(node_cluster: NodeCluster) -> None:
             pod(
                 "restricted",
                 ["sh", "-c", CHECK_RESTRICTED],
-                securityContext={"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-                volumes=[{"name": "tmp", "emptyDir": {}}],
+                securityContext={
+                    "runAsNonRoot": True,
+                    "fsGroup": 10001,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                volumes=[{"name": "work", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}],
                 container=RESTRICTED_CONTAINER,
             ),
             namespace=namespace,
         )
-        node_cluster.wait_for_pod(namespace, "restricted")
-        lines = node_cluster.logs(namespace, "restricted").split()
+        node_cluster.wait_for_pod(namespace, "restricted", timeout=150)
+        lines = node_cluster.logs(namespace, "restricted").splitlines()
         assert lines[0] == "10001"  # the Dockerfile's USER, numeric so runAsNonRoot can be verified
         assert "root-read-only" in lines and "tmp-writable" in lines
-        assert lines[-1] == "2"  # Seccomp: 2, filter mode (RuntimeDefault)
+        assert "Seccomp:\t2" in lines  # filter mode: RuntimeDefault
+        assert lines[-1] == "spark-count 1000"
     finally:
         node_cluster.delete_namespace(namespace)
 
