@@ -45,11 +45,12 @@ def blob_container(azurite: Azurite) -> Iterator[str]:
         service.close()
 
 
-TIER_BY_FOLDER = {"unit", "integration", "cluster", "kind"}
+TIER_BY_FOLDER = {"unit", "integration", "cluster", "node", "kind"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A test's tier is the folder it lives in: tests/unit, tests/integration, tests/cluster, tests/kind."""
+    """A test's tier is the folder it lives in: tests/unit, tests/integration, tests/cluster, tests/node,
+    tests/kind."""
     for item in items:
         parts = set(item.path.relative_to(config.rootpath).parts)
         for tier in TIER_BY_FOLDER & parts:
