@@ -88,12 +88,6 @@ CEL_RULES: dict[type[BaseModel], list[JSON]] = {
             "message": "maxReplicas must be at least minReplicas",
             "fieldPath": ".maxReplicas",
         },
-        {
-            "rule": "!has(self.idleReplicas) || !has(self.minReplicas) || "
-            "self.idleReplicas < (self.minReplicas > 1 ? self.minReplicas : 1)",
-            "message": "idleReplicas must be less than minReplicas",
-            "fieldPath": ".idleReplicas",
-        },
     ],
 }
 
