@@ -394,21 +394,21 @@ class OwnershipAgent:
             return
         self._nudged.clear()
         self._last_listing = now
-        if now >= self._next_partition_refresh or not self._partitions:
-            try:
-                self._partitions = self.hub.partition_ids()
-                self._next_partition_refresh = now + self.settings.partition_refresh_seconds
-            except Exception as exc:
-                log.warning("could not read the hub's partition ids: %s", type(exc).__name__)
-                if not self._partitions:
-                    self._next_list = now + 1.0
-                    return
+        if (now >= self._next_partition_refresh or not self._partitions) and not self._refresh_partitions(
+            now
+        ):
+            return
         try:
             snapshot = take_snapshot(self.store, self.scope, previous=self._snapshot)
         except StoreError as exc:
             log.warning("could not list the ownership table: %s", exc)
             self._next_list = now + 1.0
             return
+        record = snapshot.assignment
+        if record is not None and not set(record.covered) <= set(self._partitions):
+            # The operator saw partitions this consumer does not know yet (the hub grew): read them now
+            # rather than at the next periodic refresh, so new partitions are read at once.
+            self._refresh_partitions(now)
         self._next_list = now + self.settings.timing.list_interval_seconds
         self._snapshot = snapshot
         self._check_still_mine(snapshot)
@@ -438,6 +438,18 @@ class OwnershipAgent:
             self._next_claim_retry = now + self.settings.claim_retry_seconds
             # Re-list at the retry: a released partition shows as free in the listing.
             self._next_list = min(self._next_list, self._next_claim_retry)
+
+    def _refresh_partitions(self, now: float) -> bool:
+        """Read the hub's partition ids; False when they cannot be read and none are known."""
+        try:
+            self._partitions = self.hub.partition_ids()
+            self._next_partition_refresh = now + self.settings.partition_refresh_seconds
+        except Exception as exc:
+            log.warning("could not read the hub's partition ids: %s", type(exc).__name__)
+            if not self._partitions:
+                self._next_list = now + 1.0
+                return False
+        return True
 
     def _unhealthy_since(self, snapshot: OwnershipSnapshot, now: datetime) -> datetime | None:
         """When this consumer first saw the record's generation assign a partition to a consumer that is
