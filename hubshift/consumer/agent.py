@@ -125,6 +125,7 @@ class OwnershipAgent:
         metrics: ConsumerMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+        watchdog: bool = True,
     ) -> None:
         self.store = store
         self.scope = scope
@@ -135,6 +136,10 @@ class OwnershipAgent:
         self.metrics = metrics
         self.clock = clock
         self.wall = wall
+        # A timer on the real clock behind `safe_until`; tests that drive `clock` by hand turn it off.
+        self.watchdog = watchdog
+        self._watchdog_timer: threading.Timer | None = None
+        self._stopped_at_deadline: set[str] = set()
         self._events: queue.Queue[EngineEvent] = queue.Queue()
         self._wake = threading.Event()
         self._nudged = threading.Event()
@@ -219,6 +224,7 @@ class OwnershipAgent:
         self._membership = join(
             self.store, self.scope, self.me, clock=self.clock, timing=self.settings.timing
         )
+        self._arm_watchdog()
         if self.metrics:
             self.metrics.lease_renewed(True)
         self.ready = True
@@ -249,6 +255,7 @@ class OwnershipAgent:
     def leave(self) -> None:
         """Deregister, so survivors may take what is left at once."""
         self.ready = False
+        self._disarm_watchdog()
         if self._membership is not None:
             try:
                 leave(self.store, self._membership)
@@ -350,12 +357,61 @@ class OwnershipAgent:
 
     # --- membership ------------------------------------------------------------------------------
 
+    def _arm_watchdog(self) -> None:
+        """Stop reading at the membership's `safe_until` even if this thread is then stuck in a store call
+        that has not timed out yet (a store that stopped answering): a timer of its own, moved on by every
+        renewal. Only the engine's reading is stopped there; this thread tidies up when it returns."""
+        if not self.watchdog or self._membership is None:
+            return
+        membership = self._membership
+        self._disarm_watchdog()
+        timer = threading.Timer(
+            max(0.0, membership.safe_until - self.clock()), self._deadline_passed, args=(membership,)
+        )
+        timer.daemon = True
+        timer.name = "hubshift-lease-watchdog"
+        self._watchdog_timer = timer
+        timer.start()
+
+    def _disarm_watchdog(self) -> None:
+        if self._watchdog_timer is not None:
+            self._watchdog_timer.cancel()
+            self._watchdog_timer = None
+
+    def _deadline_passed(self, membership: Membership) -> None:
+        if self._membership is not membership:
+            return  # renewed meanwhile
+        with self._lock:
+            partitions = list(self._owned)
+            self._stopped_at_deadline.update(partitions)
+        for partition in partitions:
+            self.engine.stop_partition(partition)
+        if partitions:
+            log.warning(
+                "membership not renewed before its safe deadline: stopped reading %d partitions",
+                len(partitions),
+            )
+        self._wake.set()
+
+    def _forget_stopped_at_deadline(self) -> None:
+        """The partitions the watchdog stopped are no longer read: forget them (they are claimed again,
+        without force, once the membership is renewed)."""
+        with self._lock:
+            stopped, self._stopped_at_deadline = self._stopped_at_deadline, set()
+            for partition in stopped:
+                self._owned.pop(partition, None)
+        for partition in stopped:
+            if self.metrics:
+                self.metrics.partition_lost(partition)
+
     def _keep_membership(self, now: float) -> None:
+        self._forget_stopped_at_deadline()
         membership = self._membership
         assert membership is not None
         if now >= membership.renew_due and now >= self._renew_retry_at:
             try:
                 self._membership = renew(self.store, membership, clock=self.clock)
+                self._arm_watchdog()
                 if self.metrics:
                     self.metrics.lease_renewed(True)
                 if self._membership.lapsed:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -72,6 +73,16 @@ class Azurite:
     @property
     def connection_string(self) -> str:
         return connection_string(self.port)
+
+    @contextmanager
+    def unreachable(self) -> Iterator[None]:
+        """Azurite frozen (SIGSTOP): connections open but nothing answers, like a store that went away;
+        it answers again (SIGCONT) when the block ends, whatever happens inside."""
+        self.process.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self.process.send_signal(signal.SIGCONT)
 
     def stop(self) -> None:
         if self.process.poll() is None:

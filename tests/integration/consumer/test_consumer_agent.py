@@ -119,6 +119,7 @@ def make_agent(
         AgentSettings(**options),  # type: ignore[arg-type]
         clock=lambda: clocks.mono,
         wall=lambda: clocks.now,
+        watchdog=False,  # a real-time timer: these tests move the clock by hand
     )
     agent.start()
     return agent, engine
