@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hubshift.consumer.agent import AgentSettings, OwnershipAgent
+from hubshift.consumer.agent import NUDGE_FLOOR_SECONDS, AgentSettings, OwnershipAgent
 from hubshift.consumer.engine import Committed, Drained, Notify, Stolen
 from hubshift.eventhubs.receiver import StartAt
 from hubshift.ownership.assignment import publish_assignment, read_assignment
@@ -178,6 +178,7 @@ def test_a_graceful_move_by_assignment(store_url: str, stores: list[LeaseStore],
     b.step()
     assert sorted(engine_a.started) == PARTITIONS and engine_b.started == {}
     publish(stores[0], {"0": "a", "1": "b", "2": "a", "3": "a"}, 2, clocks)
+    clocks.advance(NUDGE_FLOOR_SECONDS)  # nudges list at most this often
     a.reread_assignment()
     b.reread_assignment()
     a.step()
@@ -259,6 +260,7 @@ def test_a_consumer_lost_long_after_the_publication_keeps_its_partitions_for_a_w
     assert b.step() == 0
     b.leave()
     stale_after = a.settings.stale_after_seconds
+    clocks.advance(NUDGE_FLOOR_SECONDS)  # nudges list at most this often
     a.reread_assignment()
     a.step()
     clocks.advance(stale_after - 1)
