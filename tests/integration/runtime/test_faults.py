@@ -92,3 +92,34 @@ async def test_event_hubs_down_for_thirty_seconds_then_back_with_its_data(local_
     assert distinct == sent, "nothing lost"
     assert replayed <= 40 * 2 * 2, f"{replayed} replayed: more than a checkpoint interval"
     assert readers_in_order(pool.ranges()) == []
+
+
+@pytest.mark.timeout(300)
+async def test_the_operator_and_every_consumer_killed_together_resume_from_their_checkpoints(
+    local_pool: PoolFactory,
+) -> None:
+    checkpoint_seconds, rate = 2, 40
+    pool = await local_pool(
+        4,
+        rebalance={"delaySeconds": 3, "maxHandoffSeconds": 10},
+        consumer={"checkpoint": {"everySeconds": checkpoint_seconds}},
+    )
+    await pool.until(lambda: pool.balanced_over(2), 60, "two consumers balanced")
+    load = Load(pool.emulator.connection_string, rate=rate)
+    load.start()
+    try:
+        await asyncio.sleep(6)
+        for ordinal in sorted(pool.runtime.processes):
+            pool.runtime.kill(ordinal)  # SIGKILL; started again like pods, with the same identities
+        await pool.restart_operator(kill=True)
+        await pool.until(lambda: pool.balanced_over(2), 60, "balanced again")
+        await asyncio.sleep(4)
+    finally:
+        sent = load.finish()
+    await pool.until(lambda: pool.processed()[0] >= sent, 60, "every event processed")
+    distinct, replayed = pool.processed()
+    assert distinct == sent, "nothing lost"
+    # What came after the last checkpoints is read again, and nothing more: one checkpoint interval of the
+    # load (with a second's slack for the kill landing between a batch and its checkpoint write).
+    assert replayed <= rate * (checkpoint_seconds + 1), replayed
+    assert readers_in_order(pool.ranges()) == []
