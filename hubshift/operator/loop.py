@@ -48,8 +48,10 @@ from hubshift.operator.observe import (
     lag_reads,
     lease_holders,
     next_cycle_in,
+    phase_bound,
     present_consumers,
     record_changed,
+    unowned,
     worst_lag,
 )
 from hubshift.operator.rebalance import (
@@ -66,7 +68,7 @@ from hubshift.operator.scaling_record import ScalingRecord
 from hubshift.operator.status import PartitionedConsumerStatus, build_status
 from hubshift.ownership.assignment import publish_assignment
 from hubshift.ownership.membership import expel
-from hubshift.ownership.model import OwnershipSnapshot
+from hubshift.ownership.model import OwnershipSnapshot, Phase
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import LeaseStore, StoreError, WriteConflict
@@ -135,6 +137,7 @@ class _Memory:
     lag_read: dict[str, tuple[int, float]] = field(default_factory=dict)
     lag_tried: dict[str, tuple[int, float]] = field(default_factory=dict)
     lag_reading: asyncio.Task[None] | None = None
+    phase_since: tuple[str, float] | None = None  # (phase, when it began) for the metrics
 
 
 class ControlLoop:
@@ -225,6 +228,7 @@ class ControlLoop:
         await self.runtime.publish_status(status.to_body())
         duration = time.perf_counter() - started
         self._report_metrics(step.state, decision, instances, current, backlog, duration, lag)
+        self._report_ownership(step.state, holders, now)
         return CycleReport(
             state=step.state,
             status=status,
@@ -484,6 +488,26 @@ class ControlLoop:
         if lag is not None:
             metrics.set_lag(namespace, name, {p: x.seconds for p, x in lag.items()})
         metrics.set_phase(namespace, name, state.phase.value)
+
+    def _report_ownership(self, state: RebalanceState, holders: Mapping[str, str | None], now: float) -> None:
+        """Owners, partitions nobody reads, and how long the phase has lasted against its bound."""
+        memory = self.memory
+        phase = state.phase.value
+        if memory.phase_since is None or memory.phase_since[0] != phase:
+            memory.phase_since = (phase, now)
+        metrics = self.metrics
+        if metrics is None or memory.snapshot is None:
+            return
+        namespace, name = self.labels
+        metrics.set_owners(namespace, name, holders)
+        metrics.unowned.labels(namespace, name).set(len(unowned(holders, memory.snapshot.live_members)))
+        began = memory.phase_since[1]
+        if state.phase is Phase.REBALANCING and state.published_at is not None:
+            began = state.published_at  # survives an operator restart
+        elif state.phase is Phase.HOLDDOWN and state.holddown_until is not None:
+            began = state.holddown_until - self.config.delay_seconds
+        metrics.phase_duration.labels(namespace, name).set(max(0.0, now - began))
+        metrics.phase_bound.labels(namespace, name).set(phase_bound(state.phase, self.config))
 
 
 def _parse_time(text: str) -> float | None:

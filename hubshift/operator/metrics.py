@@ -103,6 +103,28 @@ class OperatorMetrics:
             [*LABELS, "result"],
             registry=r,
         )
+        self.partition_owner = Gauge(
+            f"{PREFIX}_partition_owner",
+            "1 for the consumer (pod) holding the partition's lease now; absent while nobody does.",
+            [*LABELS, "partition", "owner"],
+            registry=r,
+        )
+        self.unowned = Gauge(
+            f"{PREFIX}_unowned_partitions",
+            "Partitions no live consumer holds (nobody reads them).",
+            LABELS,
+            registry=r,
+        )
+        self.phase_duration = Gauge(
+            f"{PREFIX}_phase_duration_seconds", "Seconds since the phase last changed.", LABELS, registry=r
+        )
+        self.phase_bound = Gauge(
+            f"{PREFIX}_phase_bound_seconds",
+            "How long the current phase may last (Holddown: the delay; Rebalancing: the handoff deadline "
+            "plus a membership lease; Ready: +Inf).",
+            LABELS,
+            registry=r,
+        )
         self.phase = Gauge(
             f"{PREFIX}_phase", "1 for the current phase, 0 for the others.", [*LABELS, "phase"], registry=r
         )
@@ -146,6 +168,7 @@ class OperatorMetrics:
         )
         self._partitions_seen: dict[tuple[str, str], set[str]] = {}
         self._lag_seen: dict[tuple[str, str], set[str]] = {}
+        self._owners_seen: dict[tuple[str, str], set[tuple[str, str]]] = {}
 
     def initialise(self, namespace: str, consumer: str) -> None:
         """Every counter and histogram of one PartitionedConsumer at 0, so their series exist before the
@@ -190,6 +213,16 @@ class OperatorMetrics:
         self.lag.labels(namespace, consumer).set(max(known.values(), default=0.0))
         self.lag_unknown.labels(namespace, consumer).set(len(per_partition) - len(known))
 
+    def set_owners(self, namespace: str, consumer: str, holders: Mapping[str, str | None]) -> None:
+        """Who holds each partition now (`hubshift_partition_owner`): a changed owner replaces the series."""
+        key = (namespace, consumer)
+        now = {(p, owner) for p, owner in holders.items() if owner is not None}
+        for partition, owner in self._owners_seen.get(key, set()) - now:
+            self.partition_owner.remove(namespace, consumer, partition, owner)
+        for partition, owner in now:
+            self.partition_owner.labels(namespace, consumer, partition, owner).set(1)
+        self._owners_seen[key] = now
+
     def record_scale(self, namespace: str, consumer: str, before: int, after: int) -> None:
         if after != before:
             direction = "up" if after > before else "down"
@@ -211,6 +244,9 @@ class OperatorMetrics:
             self.fallback_active,
             self.lag,
             self.lag_unknown,
+            self.unowned,
+            self.phase_duration,
+            self.phase_bound,
         ):
             _remove(metric, (namespace, consumer))
         for partition in self._partitions_seen.pop((namespace, consumer), set()):
@@ -219,6 +255,8 @@ class OperatorMetrics:
             _remove(self.partition_lag, (namespace, consumer, partition))
         for result in LAG_READ_RESULTS:
             _remove(self.lag_reads, (namespace, consumer, result))
+        for partition, owner in self._owners_seen.pop((namespace, consumer), set()):
+            _remove(self.partition_owner, (namespace, consumer, partition, owner))
         for phase in PHASES:
             _remove(self.phase, (namespace, consumer, phase))
         for direction in ("up", "down"):

@@ -13,7 +13,7 @@ from hubshift.operator.runtime import ConsumerInstance
 from hubshift.ownership.model import Assignment, OwnershipSnapshot, Phase
 from hubshift.ownership.planner import consumer_sort_key
 from hubshift.ownership.records import encode_assignment
-from hubshift.spec import StartPosition
+from hubshift.spec import RebalanceSpec, StartPosition
 
 # While a holddown runs or handoffs are pending, cycles come this often (the state machine's clock).
 BUSY_CYCLE_SECONDS = 1.0
@@ -179,3 +179,23 @@ def worst_lag(lags: Mapping[str, PartitionLag]) -> PartitionLag | None:
     if not known:
         return None
     return max(known, key=lambda lag: (lag.seconds or 0.0, lag.partition))
+
+
+# --- phases and owners (the metrics the alert rules read) ----------------------------------------------
+
+
+def phase_bound(phase: Phase, config: RebalanceSpec) -> float:
+    """How long a phase may last before something is wrong: a holddown its delay, a rebalance the handoff
+    deadline plus a membership lease (a forced move waits for the old owner's membership at most that
+    long); Ready has no bound."""
+    if phase is Phase.HOLDDOWN:
+        return config.delay_seconds
+    if phase is Phase.REBALANCING:
+        return config.max_handoff_seconds + config.lease_duration_seconds
+    return float("inf")
+
+
+def unowned(holders: Mapping[str, str | None], alive: Iterable[str]) -> list[str]:
+    """Partitions nobody alive holds: nobody reads them."""
+    live = set(alive)
+    return [p for p, holder in holders.items() if holder is None or holder not in live]
