@@ -201,7 +201,7 @@ class LocalRuntime:
 
     def _start(self, ordinal: int) -> ConsumerProcess:
         name = f"{self.name}-{ordinal}"
-        port = _free_port()
+        port = free_port()
         log_path = self.workdir / "logs" / f"{name}.log"
         log_file = log_path.open("ab")
         process = subprocess.Popen(
@@ -342,7 +342,7 @@ def _write_atomically(path: Path, text: str) -> None:
     temporary.replace(path)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
