@@ -84,16 +84,16 @@ class ConsumerMetrics:
             f"{PREFIX}_dead_letters", "Events sent to the dead-letter location.", registry=r
         )
         self.batches = Counter(
-            f"{PREFIX}_batches", "Micro-batches, by result (ok, failed).", ["result"], registry=r
+            f"{PREFIX}_batches", "Batches, by result (ok, failed).", ["result"], registry=r
         )
         self.batch_duration = Histogram(
             f"{PREFIX}_batch_duration_seconds",
-            "One micro-batch: prepare, write, commit.",
+            "One batch: a Spark micro-batch (prepare, write, commit) or the SDK handler.",
             buckets=BATCH_BUCKETS,
             registry=r,
         )
         self.batch_events = Histogram(
-            f"{PREFIX}_batch_events", "Events in one micro-batch.", buckets=EVENT_COUNT_BUCKETS, registry=r
+            f"{PREFIX}_batch_events", "Events in one batch.", buckets=EVENT_COUNT_BUCKETS, registry=r
         )
         self.enqueue_to_sink = Histogram(
             f"{PREFIX}_enqueue_to_sink_seconds",
@@ -102,7 +102,7 @@ class ConsumerMetrics:
             registry=r,
         )
         self.last_batch = Gauge(
-            f"{PREFIX}_last_batch_timestamp_seconds", "When the last micro-batch committed.", registry=r
+            f"{PREFIX}_last_batch_timestamp_seconds", "When the last batch committed.", registry=r
         )
         self.backlog = Gauge(
             f"{PREFIX}_backlog_events",
@@ -118,7 +118,10 @@ class ConsumerMetrics:
             registry=r,
         )
         self.lease_renewals = Counter(
-            f"{PREFIX}_lease_renewals", "Lease renewals, by result (ok, failed).", ["result"], registry=r
+            f"{PREFIX}_lease_renewals",
+            "Membership lease renewals, by result (ok, failed).",
+            ["result"],
+            registry=r,
         )
         self.lease_lost = Counter(
             f"{PREFIX}_lease_lost", "Partition leases lost (broken, expired or stolen).", registry=r
