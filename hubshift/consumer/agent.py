@@ -585,17 +585,7 @@ class OwnershipAgent:
                     self._complete_checkpoint(partition, owned)
                 continue
             position, next_enqueued = self._to_write(partition, owned)
-            try:
-                owned.lease = write_checkpoint(self.store, owned.lease, position, next_enqueued=next_enqueued)
-            except LeaseLost:
-                if self.metrics:
-                    self.metrics.checkpoint_failed(fenced=True)
-                self._lost(partition, "the checkpoint write was refused: the lease was broken")
-                continue
-            except StoreError as exc:
-                if self.metrics:
-                    self.metrics.checkpoint_failed()
-                log.warning("partition %s: checkpoint failed (will retry): %s", partition, exc)
+            if not self._write(partition, owned, position, next_enqueued):
                 continue
             owned.events_since = 0
             owned.last_written = now
@@ -608,18 +598,24 @@ class OwnershipAgent:
         """The written checkpoint again, unmoved, with its neighbour's enqueued time once the receiver has
         that event (a partition that was caught up, or just claimed): one write per such change."""
         moment = self._next_enqueued(partition, owned.lease.checkpoint)
-        if moment is None:
-            return
+        if moment is not None and self._write(partition, owned, owned.lease.checkpoint, moment):
+            owned.written_with_next = True
+
+    def _write(
+        self, partition: str, owned: _Owned, position: Checkpoint, next_enqueued: datetime | None
+    ) -> bool:
+        """Write the checkpoint under the partition's lease; False when it failed (a lost lease stops the
+        partition; any other failure is tried again at the next turn)."""
         try:
-            owned.lease = write_checkpoint(
-                self.store, owned.lease, owned.lease.checkpoint, next_enqueued=moment
-            )
+            owned.lease = write_checkpoint(self.store, owned.lease, position, next_enqueued=next_enqueued)
         except LeaseLost:
             if self.metrics:
                 self.metrics.checkpoint_failed(fenced=True)
             self._lost(partition, "the checkpoint write was refused: the lease was broken")
-            return
+            return False
         except StoreError as exc:
-            log.debug("partition %s: adding the enqueued time failed (will retry): %s", partition, exc)
-            return
-        owned.written_with_next = True
+            if self.metrics:
+                self.metrics.checkpoint_failed()
+            log.warning("partition %s: checkpoint failed (will retry): %s", partition, exc)
+            return False
+        return True

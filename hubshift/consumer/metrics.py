@@ -210,32 +210,35 @@ class ConsumerMetrics:
 
     def batch_processed(self, summary: BatchSummary) -> None:
         """Called by `process_batch` once a batch is committed to the sink."""
-        now = self.clock()
-        self.batches.labels("ok").inc()
-        self.batch_duration.observe(summary.duration_seconds)
-        self.batch_events.observe(summary.events)
+        now = self._batch_done(summary.duration_seconds, summary.events)
         for partition, done in summary.partitions.items():
-            self.events.labels(partition).inc(done.events)
-            if done.first_enqueued_time is not None:
-                self.enqueue_to_sink.observe(max(0.0, now - done.first_enqueued_time.timestamp()))
+            self._partition_done(partition, done.events, done.first_enqueued_time, now)
         for output, rows in summary.outputs.items():
             self.output_rows.labels(output).inc(rows)
         self.dead_letters.inc(summary.dead_letters)
-        self.last_batch.set(now)
 
     def handled(
         self, partition: str, events: int, duration_seconds: float, first_enqueued: datetime | None
     ) -> None:
         """A batch of one partition handled without Spark (the SDK engine): the same counters as
         `batch_processed`."""
+        now = self._batch_done(duration_seconds, events)
+        self._partition_done(partition, events, first_enqueued, now)
+
+    def _batch_done(self, duration_seconds: float, events: int) -> float:
         now = self.clock()
         self.batches.labels("ok").inc()
         self.batch_duration.observe(duration_seconds)
         self.batch_events.observe(events)
+        self.last_batch.set(now)
+        return now
+
+    def _partition_done(
+        self, partition: str, events: int, first_enqueued: datetime | None, now: float
+    ) -> None:
         self.events.labels(partition).inc(events)
         if first_enqueued is not None:
             self.enqueue_to_sink.observe(max(0.0, now - first_enqueued.timestamp()))
-        self.last_batch.set(now)
 
     def set_spool(self, events: int) -> None:
         self.spool.set(max(0, events))

@@ -4,23 +4,12 @@ healthy one. Skips, saying why, where promtool is missing (tools/observability i
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 RULES = ROOT / "charts" / "hubshift" / "rules" / "hubshift.rules.yaml"
 TESTS = Path(__file__).resolve().parent / "alerts.test.yaml"
-
-
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        pytest.skip("promtool is not installed (tools/observability installs Debian's prometheus)")
-    return found
 
 
 def test_the_rule_file_is_valid(promtool: str) -> None:

@@ -15,8 +15,6 @@ import json
 import math
 import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -32,6 +30,7 @@ import yaml
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.spec import DEFAULT_EVENTHUBS_ENV
 from tests.harness.ports import free_port, wait_for_port
+from tests.harness.processes import end
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "charts" / "hubshift"
@@ -94,27 +93,13 @@ class Prometheus:
         return result
 
 
-@pytest.fixture(scope="module")
-def prometheus_binary() -> str:
-    found = shutil.which("prometheus")
-    if found is None:
-        pytest.skip("prometheus is not installed (tools/observability installs Debian's package)")
-    return found
-
-
 @pytest.fixture
 def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
     """Every process the test starts; ended (by its own pid) after the test."""
     started: list[subprocess.Popen[bytes]] = []
     yield started
     for process in reversed(started):
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+        end(process)
 
 
 def wait_for(what: str, condition: Callable[[], bool], timeout: float) -> None:

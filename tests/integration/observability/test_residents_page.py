@@ -28,6 +28,7 @@ from hubshift.consumer.pipelines.aggregate_view import AggregateView
 from hubshift.consumer.sinks import FolderStore
 from tests.harness.aggregates import write_batch
 from tests.harness.ports import free_port, wait_for_port
+from tests.harness.processes import end
 
 HUBSHIFT = [sys.executable, "-m", "hubshift.cli"]
 CHROMIUM_FLAGS = [
@@ -107,20 +108,7 @@ class Browser:
         try:
             self.socket.close()
         finally:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    found = shutil.which("chromium")
-    if found is None:
-        pytest.skip("chromium is not installed (tools/observability installs Debian's package)")
-    return found
+            end(self.process, grace=10)
 
 
 @pytest.fixture
@@ -153,12 +141,7 @@ def views_server(tmp_path: Path) -> Iterator[tuple[FolderStore, int]]:
         assert wait_for_port(port, 60), "hubshift views --serve did not listen"
         yield FolderStore(sink), port
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        end(process, signal.SIGINT, grace=15)
 
 
 def wait_until(browser: Browser, wanted: dict[str, Any], timeout: float = 30) -> dict[str, Any]:
