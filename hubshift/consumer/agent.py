@@ -8,7 +8,11 @@ Each turn of its loop:
    follows the operator's assignment record, or the fallback balancer without a current one
    (`handoff.plan_ownership`): claims (by force past the handoff deadline or for an orphan) and drains;
 4. writes the checkpoints that are due (fenced by the partition lease: a deposed consumer is refused),
-   and on a drained partition its final checkpoint, then releases its lease.
+   and on a drained partition its final checkpoint, then releases its lease. With each checkpoint goes
+   the enqueued time of the event after it when the receiver has it (the control loop's lag in seconds):
+   a due checkpoint is written at the newest committed position whose neighbour's time is known (or the
+   newest, without it), and a checkpoint written without it is written once more, unmoved, as soon as
+   the receiver has that event (docs/observability.md).
 
 SIGTERM (`request_stop`): drain everything, checkpoint, release, leave, within the grace period.
 """
@@ -20,7 +24,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -102,6 +106,10 @@ class AgentSettings:
         return t.membership_lease_seconds + t.list_interval_seconds + self.max_handoff_seconds
 
 
+# Committed positions kept per partition between checkpoint writes (the candidates to write).
+RECENT_COMMITS_KEPT = 32
+
+
 @dataclass
 class _Owned:
     lease: PartitionLease
@@ -110,6 +118,8 @@ class _Owned:
     events_since: int = 0
     last_written: float = 0.0
     drain_started: float | None = None
+    recent: list[Checkpoint] = field(default_factory=list)  # committed since the last write, oldest first
+    written_with_next: bool = False  # the written checkpoint carries its neighbour's enqueued time
 
 
 class OwnershipAgent:
@@ -292,6 +302,8 @@ class OwnershipAgent:
             if isinstance(event, Committed):
                 owned.committed = event.position
                 owned.events_since += event.events
+                owned.recent.append(event.position)
+                del owned.recent[:-RECENT_COMMITS_KEPT]
             elif isinstance(event, Drained):
                 self._finish_drain(event.partition, owned, event.position)
             elif isinstance(event, Stolen):
@@ -303,14 +315,17 @@ class OwnershipAgent:
             final = None
         released = False
         try:
-            released = release_partition(self.store, owned.lease, final=final)
+            released = release_partition(
+                self.store, owned.lease, final=final, next_enqueued=self._next_enqueued(partition, final)
+            )
         except StoreError as exc:
             log.warning("partition %s: releasing failed: %s", partition, exc)
         if self.metrics:
             if released:
                 if final is not None:
                     self.metrics.checkpoint_written(partition)
-                self.metrics.partition_released(partition)
+                drain = None if owned.drain_started is None else self.clock() - owned.drain_started
+                self.metrics.partition_released(partition, drain)
             else:
                 self.metrics.partition_lost(partition)
         log.info(
@@ -602,6 +617,24 @@ class OwnershipAgent:
 
     # --- checkpoints -------------------------------------------------------------------------------
 
+    def _next_enqueued(self, partition: str, position: Checkpoint | None) -> datetime | None:
+        """When the event after `position` was enqueued, if the engine's receiver has it."""
+        if position is None or position.sequence_number < 0:
+            return None
+        return self.engine.enqueued_time(partition, position.sequence_number + 1)
+
+    def _to_write(self, partition: str, owned: _Owned) -> tuple[Checkpoint, datetime | None]:
+        """The newest committed position whose neighbour's enqueued time is known (usually the newest: the
+        receiver reads ahead), else the newest without it."""
+        assert owned.committed is not None
+        for candidate in reversed(owned.recent):
+            if candidate.sequence_number <= owned.lease.checkpoint.sequence_number:
+                break
+            moment = self._next_enqueued(partition, candidate)
+            if moment is not None:
+                return candidate, moment
+        return owned.committed, None
+
     def _write_due_checkpoints(self, now: float) -> None:
         membership = self._membership
         if membership is None or not membership.is_safe(now):
@@ -616,21 +649,41 @@ class OwnershipAgent:
                 every_events=self.settings.checkpoint.every_events,
                 every_seconds=self.settings.checkpoint.every_seconds,
             ):
+                if owned.state == "active" and not owned.written_with_next:
+                    self._complete_checkpoint(partition, owned)
                 continue
-            assert owned.committed is not None
-            try:
-                owned.lease = write_checkpoint(self.store, owned.lease, owned.committed)
-            except LeaseLost:
-                if self.metrics:
-                    self.metrics.checkpoint_failed(fenced=True)
-                self._lost(partition, "the checkpoint write was refused: the lease was broken")
-                continue
-            except StoreError as exc:
-                if self.metrics:
-                    self.metrics.checkpoint_failed()
-                log.warning("partition %s: checkpoint failed (will retry): %s", partition, exc)
+            position, next_enqueued = self._to_write(partition, owned)
+            if not self._write(partition, owned, position, next_enqueued):
                 continue
             owned.events_since = 0
             owned.last_written = now
+            owned.written_with_next = next_enqueued is not None
+            owned.recent = [c for c in owned.recent if c.sequence_number > position.sequence_number]
             if self.metrics:
                 self.metrics.checkpoint_written(partition)
+
+    def _complete_checkpoint(self, partition: str, owned: _Owned) -> None:
+        """The written checkpoint again, unmoved, with its neighbour's enqueued time once the receiver has
+        that event (a partition that was caught up, or just claimed): one write per such change."""
+        moment = self._next_enqueued(partition, owned.lease.checkpoint)
+        if moment is not None and self._write(partition, owned, owned.lease.checkpoint, moment):
+            owned.written_with_next = True
+
+    def _write(
+        self, partition: str, owned: _Owned, position: Checkpoint, next_enqueued: datetime | None
+    ) -> bool:
+        """Write the checkpoint under the partition's lease; False when it failed (a lost lease stops the
+        partition; any other failure is tried again at the next turn)."""
+        try:
+            owned.lease = write_checkpoint(self.store, owned.lease, position, next_enqueued=next_enqueued)
+        except LeaseLost:
+            if self.metrics:
+                self.metrics.checkpoint_failed(fenced=True)
+            self._lost(partition, "the checkpoint write was refused: the lease was broken")
+            return False
+        except StoreError as exc:
+            if self.metrics:
+                self.metrics.checkpoint_failed()
+            log.warning("partition %s: checkpoint failed (will retry): %s", partition, exc)
+            return False
+        return True

@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -274,6 +275,7 @@ class SparkEngine:
             spool.write_segment(self.spool_root, partition, owner_level, batch)
             with self._lock:
                 state.spooled_next = int(batch.column("sequence_number")[-1].as_py()) + 1
+            self._report_spool()
 
         def stolen(partition_id: str, level: int) -> None:
             self.notify(Stolen(partition_id, level))
@@ -335,6 +337,12 @@ class SparkEngine:
             backlog[partition] = max(0, receiver.last_enqueued_sequence - done)
         return backlog
 
+    def enqueued_time(self, partition: str, sequence_number: int) -> datetime | None:
+        with self._lock:
+            state = self._partitions.get(partition)
+            receiver = None if state is None else state.receiver
+        return None if receiver is None else receiver.enqueued_time(sequence_number)
+
     def _write_ownership(self) -> None:
         view = OwnershipView(
             self._ownership_version,
@@ -344,6 +352,18 @@ class SparkEngine:
             },
         )
         write_ownership(self.scratch, view)
+
+    def _report_spool(self) -> None:
+        """The spool's depth: events received, not yet committed, over the partitions owned."""
+        if self.metrics is None:
+            return
+        depth = 0
+        with self._lock:
+            for state in self._partitions.values():
+                base = state.committed_next if state.committed_next is not None else state.next_sequence
+                if base is not None and state.spooled_next is not None:
+                    depth += max(0, state.spooled_next - base)
+        self.metrics.set_spool(depth)
 
     def _has_room(self, partition: str, owner_level: int) -> bool:
         """Back-pressure: a partition is not read while its spool is `max_ahead` beyond what was committed
@@ -396,6 +416,7 @@ class SparkEngine:
                 if state.draining_since is not None and end.ownership_version >= state.draining_since:
                     del self._partitions[partition]
                     drained.append((partition, state))
+        self._report_spool()
         for event in committed:
             self.notify(event)
         for partition, state in drained:

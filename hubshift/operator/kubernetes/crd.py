@@ -284,6 +284,7 @@ def printer_columns() -> list[JSON]:
         {"name": "Replicas", "type": "integer", "jsonPath": ".status.currentReplicas"},
         {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas", "priority": 1},
         {"name": "Backlog", "type": "integer", "jsonPath": ".status.totalBacklog"},
+        {"name": "Lag (s)", "type": "number", "jsonPath": ".status.lagSeconds"},
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]

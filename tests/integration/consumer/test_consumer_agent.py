@@ -36,6 +36,7 @@ class RecordingEngine:
     started: dict[str, tuple[int, StartAt, int | None]] = field(default_factory=dict)
     drained: list[str] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
+    enqueued: dict[tuple[str, int], datetime] = field(default_factory=dict)
 
     def start(self, notify: Notify) -> None:
         pass
@@ -53,6 +54,9 @@ class RecordingEngine:
 
     def backlog(self) -> dict[str, int]:
         return {}
+
+    def enqueued_time(self, partition: str, sequence_number: int) -> datetime | None:
+        return self.enqueued.get((partition, sequence_number))
 
     def close(self) -> None:
         pass
@@ -149,6 +153,42 @@ def test_claims_start_reading_and_checkpoints_follow_commits(
     agent.step()
     assert read_checkpoint(store, SCOPE, "0") == Checkpoint("6000", 59)
     assert read_checkpoint(store, SCOPE, "1") == Checkpoint("4096", 41)
+
+
+def test_checkpoints_carry_the_next_events_enqueued_time(
+    store_url: str, stores: list[LeaseStore], clocks: Clocks
+) -> None:
+    """The control loop's lag in seconds: each checkpoint says when the event after it was enqueued."""
+    agent, engine = make_agent("a", store_url, stores, clocks, start=StartPosition(type="latest"))
+    agent.step()
+    store = stores[0]
+
+    def row(partition: str) -> tuple[int, datetime | None]:
+        found = take_snapshot(store, SCOPE).partition(partition)
+        assert found is not None
+        return found.checkpoint.sequence_number, found.next_enqueued
+
+    t = clocks.now
+    # claimed at 41 (latest); once the receiver has event 42, the unmoved checkpoint gets its time
+    assert row("0") == (41, None)
+    engine.enqueued[("0", 42)] = t
+    agent.step()
+    assert row("0") == (41, t)
+    # a due checkpoint goes to the newest commit whose neighbour's time is known: 59 (60 is known), not 69
+    engine.enqueued[("0", 50)] = t + timedelta(seconds=1)
+    engine.enqueued[("0", 60)] = t + timedelta(seconds=2)
+    agent.notify(Committed("0", 1, Checkpoint("490", 49), 8))
+    agent.notify(Committed("0", 1, Checkpoint("590", 59), 10))
+    agent.notify(Committed("0", 1, Checkpoint("690", 69), 10))
+    agent.step()
+    assert row("0") == (59, t + timedelta(seconds=2))
+    # when none is known (caught up), the newest commit, without a time; the time follows when it is known
+    agent.notify(Committed("0", 1, Checkpoint("790", 79), 10))
+    agent.step()
+    assert row("0") == (79, None)
+    engine.enqueued[("0", 80)] = t + timedelta(seconds=9)
+    agent.step()
+    assert row("0") == (79, t + timedelta(seconds=9))
 
 
 def test_sigterm_drains_writes_the_final_checkpoint_and_releases(
