@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -94,19 +95,22 @@ class Azurite:
                 self.process.wait(timeout=10)
 
 
-def start_azurite(data_dir: Path | None = None, attempts: int = 3) -> Azurite:
+def start_azurite(data_dir: Path | None = None, attempts: int = 3, port: int | None = None) -> Azurite:
+    """Azurite on a free port (or `port`: a restart where clients expect it), its data in `data_dir`."""
     binary = azurite_binary()
     data = data_dir or Path(tempfile.mkdtemp(prefix="hubshift-azurite-"))
     last_error = ""
-    for _ in range(attempts):
-        port = free_port()
+    for attempt in range(attempts if port is None else attempts * 3):
+        if port is not None and attempt:
+            time.sleep(1)  # the old process's port may take a moment to come free
+        port_now = free_port() if port is None else port
         process = subprocess.Popen(
             [
                 str(binary),
                 "--blobHost",
                 "127.0.0.1",
                 "--blobPort",
-                str(port),
+                str(port_now),
                 "--location",
                 str(data),
                 "--silent",
@@ -117,8 +121,8 @@ def start_azurite(data_dir: Path | None = None, attempts: int = 3) -> Azurite:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        if wait_for_port(port, timeout=30):
-            return Azurite(port=port, process=process, data_dir=data)
+        if wait_for_port(port_now, timeout=30):
+            return Azurite(port=port_now, process=process, data_dir=data)
         process.kill()
         _, err = process.communicate(timeout=10)
         last_error = err.decode(errors="replace")[-500:]
