@@ -24,6 +24,7 @@ prefix, base units, `_total` on counters (prometheus-client appends it), and bou
 | `hubshift_consumer_lease_lost_total` | counter: leases lost (broken, expired, stolen) | partition |
 | `hubshift_consumer_partitions_acquired_total` | counter: by how (released, broken, expired, own) | how |
 | `hubshift_consumer_partitions_released_total` | counter: graceful handoffs given away | |
+| `hubshift_consumer_nudges_total` | counter: the operator's nudges taken (`POST /assignment`) | |
 
 Gauges of a partition this consumer no longer owns are removed, so a `sum` over the pool counts each
 partition once. Each `ConsumerMetrics` owns its registry (tests make fresh ones); the process's own
@@ -138,6 +139,9 @@ class ConsumerMetrics:
         )
         self.released = Counter(
             f"{PREFIX}_partitions_released", "Partitions handed off gracefully.", registry=r
+        )
+        self.nudges = Counter(
+            f"{PREFIX}_nudges", "The operator's nudges taken: re-read the assignment now.", registry=r
         )
         for result in ("ok", "failed"):
             self.batches.labels(result)
