@@ -8,7 +8,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,11 +55,11 @@ def azurite_binary() -> Path:
     return binary
 
 
-def connection_string(port: int) -> str:
+def connection_string(port: int, host: str = "127.0.0.1") -> str:
     return (
         "DefaultEndpointsProtocol=http;"
         f"AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
-        f"BlobEndpoint=http://127.0.0.1:{port}/{ACCOUNT};"
+        f"BlobEndpoint=http://{host}:{port}/{ACCOUNT};"
     )
 
 
@@ -68,10 +68,11 @@ class Azurite:
     port: int
     process: subprocess.Popen[bytes]
     data_dir: Path
+    host: str = "127.0.0.1"
 
     @property
     def connection_string(self) -> str:
-        return connection_string(self.port)
+        return connection_string(self.port, self.host)
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -83,7 +84,11 @@ class Azurite:
                 self.process.wait(timeout=10)
 
 
-def start_azurite(data_dir: Path | None = None, attempts: int = 3) -> Azurite:
+def start_azurite(
+    data_dir: Path | None = None, attempts: int = 3, host: str = "127.0.0.1", wrapper: Sequence[str] = ()
+) -> Azurite:
+    """Azurite on a free port of `host` (the address its connection string names), under `wrapper` (a
+    command that execs it, e.g. `ip netns exec NS` to serve inside a network namespace)."""
     binary = azurite_binary()
     data = data_dir or Path(tempfile.mkdtemp(prefix="hubshift-azurite-"))
     last_error = ""
@@ -91,9 +96,10 @@ def start_azurite(data_dir: Path | None = None, attempts: int = 3) -> Azurite:
         port = free_port()
         process = subprocess.Popen(
             [
+                *wrapper,
                 str(binary),
                 "--blobHost",
-                "127.0.0.1",
+                host,
                 "--blobPort",
                 str(port),
                 "--location",
@@ -106,8 +112,8 @@ def start_azurite(data_dir: Path | None = None, attempts: int = 3) -> Azurite:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        if wait_for_port(port, timeout=30):
-            return Azurite(port=port, process=process, data_dir=data)
+        if wait_for_port(port, timeout=30, host=host):
+            return Azurite(port=port, process=process, data_dir=data, host=host)
         process.kill()
         _, err = process.communicate(timeout=10)
         last_error = err.decode(errors="replace")[-500:]
