@@ -5,8 +5,8 @@ pod deleted mid-batch, a container killed, an operator upgrade, the end.
 
 The scenarios run in order on one cluster, one operator and one pool (each Spark part once); a scenario
 whose predecessor failed is skipped, saying which. Each tier runs them by subclassing `DeployedScenarios`
-and giving a `scenario_cluster` fixture (tests/scenarios/cluster.py): tests/node/test_deployed.py on the
-node tier's real node, tests/kind/test_deployed.py on kind.
+and giving a `scenario_cluster` fixture (tests/scenarios/cluster.py): tests/node/test_node_deployed.py on
+the node tier's real node, tests/kind/test_kind_deployed.py on kind.
 
 The servers the pods talk to run where the cluster says (the node's network namespace, or the kind
 network's gateway): the hubshift emulator with one hub of four partitions, and Azurite, holding the
