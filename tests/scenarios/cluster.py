@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -34,13 +33,14 @@ from tests.harness.azurite import Azurite, start_azurite
 JSON = dict[str, Any]
 T = TypeVar("T")
 
-# The run's start (set by tests/conftest.py) and the scenarios' figures, in pytest's config stash.
+# The run's start (set by tests/conftest.py) and the scenarios' figures per cluster name, in pytest's
+# config stash.
 SESSION_STARTED = pytest.StashKey[float]()
-FIGURES = pytest.StashKey[dict[str, Any]]()
+FIGURES = pytest.StashKey[dict[str, dict[str, Any]]]()
 
 
 class ScenarioError(AssertionError):
-    """The cluster did not do what the scenario waited for, in time (the message says what it saw)."""
+    """A command on the cluster (kubectl, helm, the node side's) failed; the message has its error."""
 
 
 @dataclass(frozen=True)
@@ -54,19 +54,6 @@ class Image:
     @property
     def reference(self) -> str:
         return f"{self.repository}:{self.tag}"
-
-
-def eventually(probe: Callable[[], T | None], timeout: float, what: str | Callable[[], str]) -> T:
-    """`probe()`'s first truthy answer, polled every half second; ScenarioError after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            message = what() if callable(what) else what
-            raise ScenarioError(f"timed out after {timeout:.0f} s waiting for {message}")
-        time.sleep(0.5)
 
 
 class ScenarioCluster(ABC):
@@ -241,13 +228,9 @@ class PodWatch:
                     self.events.append(event)
 
     def stop(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(timeout=10)
+        if self._process is not None:
+            self._process.kill()  # a watch has nothing to finish
+            self._process.wait(timeout=10)
         if self._thread is not None:
             self._thread.join(timeout=10)
 

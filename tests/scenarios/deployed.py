@@ -44,6 +44,7 @@ from hubshift.operator.kubernetes.render import CONSUMER_LABEL, termination_grac
 from hubshift.ownership.model import OwnershipSnapshot
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.spec import ConsumerSpec, PartitionedConsumer
+from tests.fixtures.cluster import eventually
 from tests.scenarios.cluster import (
     FIGURES,
     JSON,
@@ -51,7 +52,6 @@ from tests.scenarios.cluster import (
     PodWatch,
     ScenarioCluster,
     audit_events,
-    eventually,
     pod_ready,
     refused,
     sampling,
@@ -386,7 +386,7 @@ class DeployedScenarios:
     def deployment(
         self, scenario_cluster: ScenarioCluster, tmp_path_factory: pytest.TempPathFactory, request: Any
     ) -> Iterator[Deployment]:
-        figures = request.config.stash.setdefault(FIGURES, {})
+        figures = request.config.stash.setdefault(FIGURES, {}).setdefault(scenario_cluster.name, {})
         deployment = Deployment(scenario_cluster, tmp_path_factory.mktemp("deployed"), figures)
         try:
             yield deployment
@@ -806,7 +806,7 @@ def events_of(
 def write_figures(config: pytest.Config, cluster: str) -> Path | None:
     """The scenarios' figures and the run's wall time (from `SESSION_STARTED`, set by tests/conftest.py) as
     bench/results/<cluster>_tier.json; None when no scenario ran."""
-    figures = config.stash.get(FIGURES, None)
+    figures = config.stash.get(FIGURES, {}).get(cluster)
     if not figures:
         return None
     started = config.stash.get(SESSION_STARTED, None)
