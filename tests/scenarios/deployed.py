@@ -87,7 +87,11 @@ HANDOFF_SECONDS = 15  # rebalance.maxHandoffSeconds
 # Held through the scenarios, so the pool stays at two consumers until the scale-in scenario shortens it.
 SCALE_DOWN_WINDOW_SECONDS = 600
 
-POD_START_SECONDS = 180  # a Spark consumer pod to Ready on two busy cores (measured 35-60 s)
+# A Spark consumer pod to Ready: 20-60 s on two cores, but 3 minutes seen while other suites loaded the
+# machine to 20 (the node's pods get a small share of a contended CPU). The bounds below allow for that;
+# a passing run takes what it takes.
+POD_START_SECONDS = 360
+COUNT_SECONDS = 300  # every event sent, counted in the sink
 
 
 def secret_names(document: JSON) -> tuple[str, str]:
@@ -255,7 +259,7 @@ class Deployment:
             sent = list(self.sent)
         return expected_totals(sent, aggregate.window_seconds, aggregate.event_types)
 
-    def assert_exact_totals(self, timeout: float = 180) -> int:
+    def assert_exact_totals(self, timeout: float = COUNT_SECONDS) -> int:
         """Wait until the sink counts as many events as were sent (of the types counted), then compare
         every window, home and sensor type: nothing lost, nothing counted twice."""
         expected = self.expected()
@@ -442,7 +446,7 @@ class DeployedScenarios:
 
     # 2 -------------------------------------------------------------------------------------------------
 
-    @pytest.mark.timeout(420)
+    @pytest.mark.timeout(900)
     def test_kubectl_apply_of_the_example_makes_a_ready_pool_of_spark_pods(
         self, deployment: Deployment
     ) -> None:
@@ -485,7 +489,7 @@ class DeployedScenarios:
 
     # 3 -------------------------------------------------------------------------------------------------
 
-    @pytest.mark.timeout(420)
+    @pytest.mark.timeout(900)
     def test_a_backlog_scales_the_pool_out_and_hands_partitions_to_the_new_pod(
         self, deployment: Deployment
     ) -> None:
@@ -525,7 +529,7 @@ class DeployedScenarios:
 
     # 4 -------------------------------------------------------------------------------------------------
 
-    @pytest.mark.timeout(600)
+    @pytest.mark.timeout(1500)
     def test_a_pod_deleted_mid_batch_and_a_container_killed_lose_nothing_and_count_nothing_twice(
         self, deployment: Deployment
     ) -> None:
@@ -586,7 +590,7 @@ class DeployedScenarios:
 
     # 5 -------------------------------------------------------------------------------------------------
 
-    @pytest.mark.timeout(300)
+    @pytest.mark.timeout(600)
     def test_an_idle_pool_scales_in_after_handing_the_partitions_off(self, deployment: Deployment) -> None:
         deployment.require("scaled-out")
         cluster, watch = deployment.cluster, deployment.watch
@@ -599,9 +603,9 @@ class DeployedScenarios:
         cluster.kubectl("-n", NAMESPACE, "patch", "pcon", NAME, "--type", "merge", "-p", json.dumps(patch))
         uid = leaving["metadata"]["uid"]
         gone = deployment.wait(
-            lambda: watch.deleted(f"{NAME}-1", uid), 120, "homes-1 removed by the scale-in"
+            lambda: watch.deleted(f"{NAME}-1", uid), 240, "homes-1 removed by the scale-in"
         )
-        deployment.wait(lambda: deployment.balanced([f"{NAME}-0"]), 60, "the pool balanced over homes-0")
+        deployment.wait(lambda: deployment.balanced([f"{NAME}-0"]), 120, "the pool balanced over homes-0")
         deployment.figure("scale_in_seconds", time.monotonic() - started)
 
         grace = termination_grace_seconds(deployment.consumer)
@@ -652,7 +656,7 @@ class DeployedScenarios:
 
     # 7 -------------------------------------------------------------------------------------------------
 
-    @pytest.mark.timeout(300)
+    @pytest.mark.timeout(600)
     def test_helm_upgrade_rolls_the_operator_and_moves_no_partition(self, deployment: Deployment) -> None:
         deployment.require("pool")
         cluster = deployment.cluster
@@ -693,7 +697,7 @@ class DeployedScenarios:
                 return metric(text, "hubshift_cycle_duration_seconds_count", consumer=NAME)
 
             # The new operator has run its control loop a while (several backlog reads) before we judge.
-            deployment.wait(lambda: cycles() >= 8, 90, "the upgraded operator running cycles")
+            deployment.wait(lambda: cycles() >= 8, 180, "the upgraded operator running cycles")
         assert len(samples) >= 5
         assert {s for s, _ in samples} == {generation}, f"the assignment changed: {[s for s, _ in samples]}"
         assert all(owners == first.owners for _, owners in samples), samples
@@ -712,7 +716,7 @@ class DeployedScenarios:
 
     # 8 -------------------------------------------------------------------------------------------------
 
-    @pytest.mark.timeout(300)
+    @pytest.mark.timeout(600)
     def test_deleting_the_consumer_and_uninstalling_remove_everything(self, deployment: Deployment) -> None:
         deployment.require("install")
         cluster = deployment.cluster
@@ -738,7 +742,7 @@ class DeployedScenarios:
             started = time.monotonic()
             # Before the operator goes: its finalizer needs it.
             cluster.kubectl("-n", NAMESPACE, "delete", "pcon", NAME, "--wait=true", timeout=120)
-            deployment.wait(lambda: not left(), 120, "every child of the PartitionedConsumer gone")
+            deployment.wait(lambda: not left(), 240, "every child of the PartitionedConsumer gone")
             deployment.figure("delete_consumer_to_children_gone_seconds", time.monotonic() - started)
             watch = deployment.watch
             assert watch is not None
