@@ -142,7 +142,7 @@ class ConsumerApp:
 
             folder = Path(manifest.spec.consumer.sink.folder.path)
             ranges = options.ranges or folder / "ranges" / f"{options.identity}.jsonl"
-            return SdkEngine(target, RangeLog(ranges, options.identity))
+            return SdkEngine(target, RangeLog(ranges, options.identity), metrics=metrics)
         from hubshift.consumer.spark.engine import SparkEngine
 
         return SparkEngine(target, options.identity, manifest.spec.consumer, scratch, metrics=metrics)
@@ -176,6 +176,8 @@ class ConsumerApp:
             self.store.close()
             self.management.close()
             scratch.release()
+        if code and agent.failure:
+            log.error("consumer %s stopped: %s", me, agent.failure)
         log.info("consumer %s: stopped (exit %d)", me, code)
         return code
 

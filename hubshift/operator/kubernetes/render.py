@@ -97,10 +97,21 @@ def consumer_from_body(body: Mapping[str, Any]) -> PartitionedConsumer:
     where = f"{KIND} {document['metadata']['namespace']}/{document['metadata']['name']}"
     consumer = parse_manifest(document, source=where)
     try:
-        sink_volume(consumer)  # what only a cluster refuses: a folder sink with nowhere to write
+        check_for_cluster(consumer)
     except UserError as error:
         raise UserError(f"{where}: {error}") from None
     return consumer
+
+
+def check_for_cluster(consumer: PartitionedConsumer) -> None:
+    """What only a cluster refuses (`UserError`): a SQLite store, which pods on different nodes cannot
+    share, and a folder sink with nowhere to write."""
+    if consumer.spec.checkpoint_store.sqlite is not None:
+        raise UserError(
+            "spec.checkpointStore.sqlite: consumer pods cannot share a SQLite file; "
+            "in a cluster use spec.checkpointStore.blob"
+        )
+    sink_volume(consumer)
 
 
 # --- labels and ownership --------------------------------------------------------------------------

@@ -95,6 +95,14 @@ async def _run(
         f"consumer logs in {workdir / 'logs'}; Ctrl-C stops them gracefully",
         err=True,
     )
+    if metrics_port:
+        from hubshift.operator.local.processes import TARGETS_FILE
+
+        click.echo(
+            f"metrics: the operator's at http://127.0.0.1:{metrics_port}/metrics, each consumer's listed in "
+            f"{workdir / TARGETS_FILE} (Prometheus file_sd)",
+            err=True,
+        )
     watcher = asyncio.get_running_loop().create_task(_watch_manifest(manifest_path, operator, stop))
     try:
         await operator.run(stop)

@@ -419,6 +419,16 @@ async def test_an_invalid_spec_is_reported_not_rendered(running: RunningOperator
     assert "homes" not in live_objects(running.kmock, "statefulsets")
 
 
+async def test_a_sqlite_store_is_refused_in_a_cluster_with_a_status_that_says_why(
+    running: RunningOperator, recorder: Recorder
+) -> None:
+    await running.create_consumer(manifest(checkpointStore={"sqlite": {"path": "/var/lib/hubshift/x.db"}}))
+    status = await eventually(lambda: running.status().get("phase") == "Invalid" and running.status())
+    assert "consumer pods cannot share a SQLite file" in status["message"]
+    assert "use spec.checkpointStore.blob" in status["message"]
+    assert "homes" not in live_objects(running.kmock, "statefulsets") and recorder.calls == []
+
+
 async def test_deleting_the_consumer_stops_its_loop_and_forgets_its_metrics(
     running: RunningOperator, recorder: Recorder
 ) -> None:
