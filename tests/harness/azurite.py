@@ -10,7 +10,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,11 +57,11 @@ def azurite_binary() -> Path:
     return binary
 
 
-def connection_string(port: int) -> str:
+def connection_string(port: int, host: str = "127.0.0.1") -> str:
     return (
         "DefaultEndpointsProtocol=http;"
         f"AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
-        f"BlobEndpoint=http://127.0.0.1:{port}/{ACCOUNT};"
+        f"BlobEndpoint=http://{host}:{port}/{ACCOUNT};"
     )
 
 
@@ -70,10 +70,11 @@ class Azurite:
     port: int
     process: subprocess.Popen[bytes]
     data_dir: Path
+    host: str = "127.0.0.1"
 
     @property
     def connection_string(self) -> str:
-        return connection_string(self.port)
+        return connection_string(self.port, self.host)
 
     @contextmanager
     def unreachable(self) -> Iterator[None]:
@@ -95,8 +96,16 @@ class Azurite:
                 self.process.wait(timeout=10)
 
 
-def start_azurite(data_dir: Path | None = None, attempts: int = 3, port: int | None = None) -> Azurite:
-    """Azurite on a free port (or `port`: a restart where clients expect it), its data in `data_dir`."""
+def start_azurite(
+    data_dir: Path | None = None,
+    attempts: int = 3,
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    wrapper: Sequence[str] = (),
+) -> Azurite:
+    """Azurite on a free port (or `port`: a restart where clients expect it), its data in `data_dir`. It
+    listens on `host` (the address its connection string names), under `wrapper` (a command that execs
+    it, e.g. `ip netns exec NS` to serve inside a network namespace)."""
     binary = azurite_binary()
     data = data_dir or Path(tempfile.mkdtemp(prefix="hubshift-azurite-"))
     last_error = ""
@@ -106,9 +115,10 @@ def start_azurite(data_dir: Path | None = None, attempts: int = 3, port: int | N
         port_now = free_port() if port is None else port
         process = subprocess.Popen(
             [
+                *wrapper,
                 str(binary),
                 "--blobHost",
-                "127.0.0.1",
+                host,
                 "--blobPort",
                 str(port_now),
                 "--location",
@@ -121,8 +131,8 @@ def start_azurite(data_dir: Path | None = None, attempts: int = 3, port: int | N
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        if wait_for_port(port_now, timeout=30):
-            return Azurite(port=port_now, process=process, data_dir=data)
+        if wait_for_port(port_now, timeout=30, host=host):
+            return Azurite(port=port_now, process=process, data_dir=data, host=host)
         process.kill()
         _, err = process.communicate(timeout=10)
         last_error = err.decode(errors="replace")[-500:]
