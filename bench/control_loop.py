@@ -8,8 +8,10 @@ it, with a stand-in runtime that reports the 100 consumers ready (so no pods or 
 Every storage request is counted by kind; Event Hubs management requests are counted by the probe.
 
 Measured: steady cycles (a backlog read of all 1,024 partitions, one listing, the autoscaler, the
-rebalance machine, status); cycles between polls (no Event Hubs read); and the cycle that publishes a new
-assignment after a consumer left (the planner over 1,024 partitions and the compare-and-swap write).
+rebalance machine, lag in seconds, status); cycles between polls (no Event Hubs read); and the cycle that
+publishes a new assignment after a consumer left (the planner over 1,024 partitions and the compare-and-swap
+write). Each checkpoint carries the next event's enqueued time, as the consumers write it; the lag decision
+over all partitions is also timed on its own (`lagDecision`), and the events the loop read itself counted.
 
     .venv/bin/python bench/control_loop.py [--store sqlite|azurite] [--cycles 5] [--quick]
 """
@@ -24,6 +26,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,13 @@ from hubshift.eventhubs.model import PartitionInfo
 from hubshift.eventhubs.target import resolve_target
 from hubshift.manifest import parse_manifest
 from hubshift.operator.loop import ControlLoop, CycleReport
+from hubshift.operator.observe import (
+    backlog_per_partition,
+    lag_per_partition,
+    lag_reads,
+    lease_holders,
+    worst_lag,
+)
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.ownership.checkpoints import write_checkpoint
 from hubshift.ownership.leases import claim_partition
@@ -89,6 +99,7 @@ class TimedProbe:
     def __init__(self, probe: EventHubsProbe) -> None:
         self.probe = probe
         self.seconds = 0.0
+        self.partition_requests = 0  # the probe's requests for partition properties (the rest read events)
 
     async def partitions(self) -> dict[str, PartitionInfo]:
         started = time.perf_counter()
@@ -96,6 +107,10 @@ class TimedProbe:
             return await self.probe.partitions()
         finally:
             self.seconds = time.perf_counter() - started
+            self.partition_requests = self.probe.requests
+
+    async def enqueued_time(self, partition: str, sequence_number: int) -> float | None:
+        return await self.probe.enqueued_time(partition, sequence_number)
 
     async def close(self) -> None:
         await self.probe.close()
@@ -126,7 +141,9 @@ def seed_store(store: LeaseStore, scope: Scope, partitions: int, consumers: int,
     for p in range(partitions):
         owner = names[p * consumers // partitions]
         lease = claim_partition(store, scope, str(p), owner)
-        write_checkpoint(store, lease, Checkpoint(str(p * 100), p % 50))
+        # as a consumer writes it: the position, and when the event after it was enqueued
+        next_enqueued = datetime.now(UTC) - timedelta(seconds=p % 30)
+        write_checkpoint(store, lease, Checkpoint(str(p * 100), p % 3), next_enqueued=next_enqueued)
     seconds = time.perf_counter() - started
     console.print(f"seeded {partitions} checkpoints for {consumers} consumers in {seconds:.1f}s")
     return seconds
@@ -159,6 +176,13 @@ def cycle_row(
         "phase": report.state.phase.value,
         "generation": report.state.generation,
         "backlog": report.status.total_backlog,
+        "lagSeconds": report.status.lag_seconds,
+        "lagKnown": None
+        if report.lag is None
+        else sum(1 for x in report.lag.values() if x.seconds is not None),
+        "lagUnknown": None
+        if report.lag is None
+        else sum(1 for x in report.lag.values() if x.seconds is None),
     }
 
 
@@ -210,6 +234,7 @@ async def measure(args: argparse.Namespace, console: Console) -> dict[str, Any]:
                 await run("steady, with backlog read", poll=True)
             for _ in range(args.cycles):
                 await run("steady, between polls", poll=False)
+            lag_decision = time_lag_decision(loop)
             runtime.gone.add(consumers - 1)  # a consumer left: holddown, then a publication
             await run("consumer left: holddown starts", poll=False)
             loop.clock = lambda: time.time() + 10  # past the 5 s delay
@@ -226,7 +251,26 @@ async def measure(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "seedSeconds": round(seed_seconds, 2),
         "targetSeconds": TARGET_SECONDS,
         "cycles": rows,
+        "lagDecision": lag_decision,
+        "lagEventReads": probe.probe.requests - probe.partition_requests,
     }
+
+
+def time_lag_decision(loop: ControlLoop, rounds: int = 20) -> dict[str, Any]:
+    """The lag decision alone over the last observation (every partition): its cost per cycle."""
+    memory = loop.memory
+    assert memory.partitions is not None and memory.snapshot is not None
+    backlog = backlog_per_partition(
+        memory.partitions, memory.snapshot, loop.consumer.spec.consumer.start_position
+    )
+    holders = lease_holders(memory.snapshot, memory.partition_ids)
+    started = time.perf_counter()
+    for _ in range(rounds):
+        lags = lag_per_partition(memory.partitions, memory.snapshot, backlog, memory.lag_read, time.time())
+        lag_reads(lags, backlog, holders, memory.snapshot.live_members, memory.lag_tried, time.time())
+        worst_lag(lags)
+    seconds = (time.perf_counter() - started) / rounds
+    return {"partitions": len(memory.partitions), "secondsPerCycle": round(seconds, 5)}
 
 
 def report(result: dict[str, Any], console: Console) -> None:
@@ -234,7 +278,16 @@ def report(result: dict[str, Any], console: Console) -> None:
         title=f"one control-loop cycle, {result['partitions']} partitions, {result['consumers']} consumers, "
         f"{result['store']} store"
     )
-    for column in ("cycle", "seconds", "Event Hubs read (s)", "store requests", "by kind", "phase / gen"):
+    columns = (
+        "cycle",
+        "seconds",
+        "Event Hubs read (s)",
+        "store requests",
+        "by kind",
+        "phase / gen",
+        "lag known",
+    )
+    for column in columns:
         table.add_column(column)
     for row in result["cycles"]:
         table.add_row(
@@ -244,8 +297,15 @@ def report(result: dict[str, Any], console: Console) -> None:
             str(row["storeRequests"]),
             ", ".join(f"{k} {v}" for k, v in sorted(row["storeRequestsByKind"].items())),
             f"{row['phase']} / {row['generation']}",
+            "-" if row["lagKnown"] is None else f"{row['lagKnown']} ({row['lagUnknown']} unknown)",
         )
     console.print(table)
+    decision = result["lagDecision"]
+    console.print(
+        f"lag in seconds: the decision over {decision['partitions']} partitions takes "
+        f"{decision['secondsPerCycle'] * 1000:.1f} ms per cycle; events read by the loop itself: "
+        f"{result['lagEventReads']} (no extra storage or Event Hubs request: the times come with the listing)"
+    )
     steady = [r["seconds"] for r in result["cycles"] if r["kind"].startswith("steady, with")]
     worst = max(r["seconds"] for r in result["cycles"][1:])
     requests = max(r["storeRequests"] for r in result["cycles"][1:])

@@ -34,6 +34,14 @@ PAUSED_SCALE_IN_ANNOTATION = f"autoscaling.{GROUP}/paused-scale-in"
 PAUSED_SCALE_OUT_ANNOTATION = f"autoscaling.{GROUP}/paused-scale-out"
 FORCE_ACTIVATION_ANNOTATION = f"autoscaling.{GROUP}/force-activation"
 
+# A Kubernetes resource quantity (what `kubectl` accepts for sizes and CPUs: 512Mi, 1Gi, 10G, 250m, 1.5).
+QUANTITY = r"^[0-9]+(\.[0-9]+)?([eE][0-9]+|[KMGTPE]i?|[mkMGTPE])?$"
+# A JVM memory size as Spark takes it (512m, 1g).
+JVM_SIZE = r"^[0-9]+[kKmMgGtT]?$"
+# The longest PartitionedConsumer name: its StatefulSet's pods carry a `controller-revision-hash` label of
+# `<name>-<10 characters>`, and a label value has at most 63.
+MAX_NAME_LENGTH = 52
+
 DEFAULT_EVENTHUBS_ENV = "HUBSHIFT_EVENTHUBS_CONNECTION_STRING"
 DEFAULT_STORAGE_ENV = "HUBSHIFT_STORAGE_CONNECTION_STRING"
 DEFAULT_SINK_STORAGE_ENV = "HUBSHIFT_SINK_CONNECTION_STRING"
@@ -138,7 +146,7 @@ class SparkSpec(Model):
         default=100_000, ge=1, description="Admission control: events per micro-batch, over all partitions."
     )
     shuffle_partitions: int = Field(default=2, ge=1, description="spark.sql.shuffle.partitions.")
-    driver_memory: str = Field(default="1g", description="spark.driver.memory.")
+    driver_memory: str = Field(default="1g", pattern=JVM_SIZE, description="spark.driver.memory (512m, 1g).")
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark configuration.")
 
 
@@ -203,8 +211,39 @@ class PipelineSpec(Model):
         return self
 
 
+class FolderVolume(Model):
+    """In a cluster, the volume a folder sink lives on (the pods' root file system is read-only). Neither
+    field: an emptyDir, gone with the pod."""
+
+    claim_name: str | None = Field(
+        default=None,
+        min_length=1,
+        description="An existing PersistentVolumeClaim every pod mounts (ReadWriteMany shares one folder).",
+    )
+    size: str | None = Field(
+        default=None,
+        pattern=QUANTITY,
+        description="A volume of this size per pod, from a claim template (it outlives the pod).",
+    )
+    storage_class_name: str | None = Field(
+        default=None, min_length=1, description="With size: the claim template's StorageClass."
+    )
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> FolderVolume:
+        if self.claim_name is not None and self.size is not None:
+            raise ValueError("set claimName or size, not both")
+        if self.storage_class_name is not None and self.size is None:
+            raise ValueError("storageClassName goes with size")
+        return self
+
+
 class FolderSink(Model):
     path: str = Field(default="hubshift-output", description="Folder the results are written under.")
+    volume: FolderVolume = Field(
+        default_factory=FolderVolume,
+        description="In a cluster: the volume mounted at path (default: an emptyDir).",
+    )
 
 
 class BlobSink(Model):
@@ -231,8 +270,8 @@ class SinkSpec(Model):
 
 
 class ResourceList(Model):
-    cpu: str | None = None
-    memory: str | None = None
+    cpu: str | None = Field(default=None, pattern=QUANTITY, description="A quantity: 500m, 1, 2.")
+    memory: str | None = Field(default=None, pattern=QUANTITY, description="A quantity: 512Mi, 2Gi.")
 
 
 class Resources(Model):
@@ -241,7 +280,12 @@ class Resources(Model):
 
 
 class ConsumerSpec(Model):
-    image: str = Field(default="hubshift:0.1.0", description="Container image of the consumer pods.")
+    image: str = Field(
+        default="hubshift:0.1.0",
+        min_length=1,
+        pattern=r"^\S+$",
+        description="Container image of the consumer pods.",
+    )
     resources: Resources = Field(default_factory=Resources)
     spark: SparkSpec = Field(default_factory=SparkSpec)
     start_position: StartPosition = Field(default_factory=StartPosition)
@@ -343,8 +387,6 @@ class ScalingSpec(Model):
     def _bounds(self) -> ScalingSpec:
         if self.max_replicas < self.min_replicas:
             raise ValueError("maxReplicas must be at least minReplicas")
-        if self.idle_replicas is not None and self.idle_replicas >= max(self.min_replicas, 1):
-            raise ValueError("idleReplicas must be less than minReplicas")
         return self
 
 
@@ -392,7 +434,8 @@ class PartitionedConsumerSpec(Model):
 
 class ObjectMeta(Model):
     model_config = ConfigDict(extra="allow", frozen=True, alias_generator=to_camel, populate_by_name=True)
-    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    # A DNS-1035 label (its Services' names start with a letter), short enough for its children's names.
+    name: str = Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
     namespace: str = "default"
     annotations: dict[str, str] = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict)

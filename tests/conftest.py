@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.azurite import Azurite, start_azurite
+from tests.scenarios.cluster import SESSION_STARTED
 
 # Each part keeps its fixtures in tests/fixtures/<part>.py; all of them are loaded here.
 pytest_plugins = sorted(
@@ -45,11 +47,17 @@ def blob_container(azurite: Azurite) -> Iterator[str]:
         service.close()
 
 
-TIER_BY_FOLDER = {"unit", "integration", "cluster", "kind"}
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """When the run began (the node and kind tiers report their wall time)."""
+    session.config.stash[SESSION_STARTED] = time.monotonic()
+
+
+TIER_BY_FOLDER = {"unit", "integration", "cluster", "node", "kind"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A test's tier is the folder it lives in: tests/unit, tests/integration, tests/cluster, tests/kind."""
+    """A test's tier is the folder it lives in: tests/unit, tests/integration, tests/cluster, tests/node,
+    tests/kind."""
     for item in items:
         parts = set(item.path.relative_to(config.rootpath).parts)
         for tier in TIER_BY_FOLDER & parts:

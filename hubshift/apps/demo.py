@@ -279,6 +279,7 @@ class DemoRun:
             with contextlib.suppress(Exception):  # a file being written: read it next time
                 await asyncio.to_thread(self.view.refresh)
                 self.aggregated = self.view.total()
+                await asyncio.to_thread(self.view.write_views)  # the residents' page reads them
             await asyncio.sleep(2)
 
     def print_line(self, report: CycleReport) -> None:
@@ -286,7 +287,7 @@ class DemoRun:
         line = (
             f"{self.figures().elapsed:5.0f}s phase {status.phase} gen {report.state.generation} "
             f"replicas {status.desired_replicas}/{status.current_replicas}/{status.ready_replicas} "
-            f"backlog {status.total_backlog} sent {self.load.sent}"
+            f"backlog {status.total_backlog} lag {_seconds(status.lag_seconds)} sent {self.load.sent}"
         )
         if line.split(" ", 1)[1] != self._last_line.split(" ", 1)[-1]:
             self.console.print(line)
@@ -366,9 +367,35 @@ async def _demo(
     environ: dict[str, str],
     console: Console,
 ) -> int:
-    operator = LocalOperator(manifest_path, consumer, workdir, engine=settings.engine, environ=environ)
+    from hubshift.apps.views_page import ViewsServer
+    from hubshift.consumer.sinks.folder import FolderStore
+    from hubshift.operator.local.processes import TARGETS_FILE, free_port
+    from hubshift.operator.metrics import OperatorMetrics
+
+    metrics = OperatorMetrics()
+    metrics_port = free_port()
+    metrics.serve(metrics_port, address="127.0.0.1")
+    console.print(
+        f"  metrics: the operator's at http://127.0.0.1:{metrics_port}/metrics, each consumer's listed in "
+        f"{workdir / TARGETS_FILE} (Prometheus file_sd; README.md, Dashboards)"
+    )
+    page = None
+    if settings.engine == "spark":
+        page = ViewsServer(FolderStore(output)).start()
+        console.print(f"  residents' page: {page.url}?refresh=2")
+    operator = LocalOperator(
+        manifest_path, consumer, workdir, engine=settings.engine, environ=environ, metrics=metrics
+    )
     load = _Load(environ[DEFAULT_EVENTHUBS_ENV], settings)
-    return await DemoRun(settings, operator, load, output, console).run()
+    try:
+        return await DemoRun(settings, operator, load, output, console).run()
+    finally:
+        if page is not None:
+            page.close()
+
+
+def _seconds(value: float | None) -> str:
+    return "?" if value is None else f"{value:.0f}s"
 
 
 def _summary(console: Console, view: Any, output: Path, load: _Load) -> int:

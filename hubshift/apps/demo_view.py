@@ -13,6 +13,7 @@ from rich.text import Text
 
 from hubshift.operator.local.processes import ConsumerProcess, RecordedEvent
 from hubshift.operator.loop import CycleReport
+from hubshift.operator.observe import PartitionLag
 from hubshift.ownership.planner import sorted_partitions
 
 PHASE_STYLE = {"Ready": "green", "Holddown": "yellow", "Rebalancing": "magenta"}
@@ -61,6 +62,8 @@ def render(
         f" / ready {_n(status.ready_replicas)}"
     )
     summary.append(f"   backlog {_n(status.total_backlog)}")
+    if status.lag_seconds is not None:
+        summary.append(f"   lag {status.lag_seconds:.1f} s (partition {status.lagging_partition})")
     if status.holddown_until is not None:
         left = (status.holddown_until - datetime.now(UTC)).total_seconds()
         summary.append(f"   holddown {max(0.0, left):.0f} s", style="yellow")
@@ -82,7 +85,9 @@ def _partitions(report: CycleReport) -> Table:
     table.add_column("owner (lease)")
     table.add_column("assigned")
     table.add_column("backlog", justify="right")
+    table.add_column("lag (s)", justify="right")
     backlog = report.backlog or {}
+    lag = report.lag or {}
     for partition in sorted_partitions(report.state.assignment):
         owner = report.holders.get(partition)
         assigned = report.state.assignment.get(partition)
@@ -92,8 +97,13 @@ def _partitions(report: CycleReport) -> Table:
             Text(owner or "-", style="dim" if owner is None else ""),
             Text(f"{assigned or '-'}{'  <- moving' if moving else ''}", style="magenta" if moving else ""),
             str(backlog.get(partition, "-")),
+            _lag(lag.get(partition)),
         )
     return table
+
+
+def _lag(lag: PartitionLag | None) -> str:
+    return "-" if lag is None else ("?" if lag.seconds is None else f"{lag.seconds:.1f}")
 
 
 def _consumers(report: CycleReport, processes: Sequence[ConsumerProcess]) -> Table:

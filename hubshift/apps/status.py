@@ -1,8 +1,13 @@
-"""`hubshift status`: the ownership table of a hub's consumer group, its checkpoints and the assignment."""
+"""`hubshift status`: the ownership table of a hub's consumer group, its checkpoints and the assignment;
+with the hub's connection string (`--eventhubs`), each partition's backlog and lag in seconds, decided as
+the control loop decides them (`operator/observe.py`, from the times the owners write beside their
+checkpoints: no event is read)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from typing import Any
 
 import click
@@ -10,11 +15,16 @@ from rich.console import Console
 from rich.table import Table
 
 from hubshift.errors import UserError
+from hubshift.eventhubs.management import EventHubsProbe, ProbeError
+from hubshift.eventhubs.model import PartitionInfo
+from hubshift.eventhubs.target import EventHubsTarget
+from hubshift.operator.observe import PartitionLag, backlog_per_partition, lag_per_partition, worst_lag
 from hubshift.ownership.model import OwnershipSnapshot
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import StoreError
 from hubshift.ownership.stores.connect import open_store
+from hubshift.spec import StartPosition
 
 
 @click.command(name="status")
@@ -29,9 +39,33 @@ from hubshift.ownership.stores.connect import open_store
 @click.option("--namespace", "fqns", required=True, help="Fully qualified Event Hubs namespace.")
 @click.option("--hub", required=True, help="Event Hub name.")
 @click.option("--consumer-group", default="$Default", show_default=True, help="Consumer group.")
+@click.option(
+    "--eventhubs",
+    envvar="HUBSHIFT_EVENTHUBS",
+    default=None,
+    help="The hub's Event Hubs connection string (or set HUBSHIFT_EVENTHUBS): adds each partition's "
+    "backlog and lag in seconds.",
+)
+@click.option(
+    "--start",
+    type=click.Choice(["earliest", "latest"]),
+    default="earliest",
+    show_default=True,
+    help="Where a partition without a checkpoint starts (the manifest's startPosition): its backlog.",
+)
 @click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def status(store: str, container: str | None, fqns: str, hub: str, consumer_group: str, output: str) -> None:
-    """Show partition owners, checkpoints, the assignment and its phase."""
+def status(
+    store: str,
+    container: str | None,
+    fqns: str,
+    hub: str,
+    consumer_group: str,
+    eventhubs: str | None,
+    start: str,
+    output: str,
+) -> None:
+    """Show partition owners, checkpoints, the assignment and its phase (and, with --eventhubs, the backlog
+    and lag in seconds of each partition)."""
     try:
         scope = Scope(fqns, hub, consumer_group)
     except ValueError as exc:
@@ -43,34 +77,76 @@ def status(store: str, container: str | None, fqns: str, hub: str, consumer_grou
         raise UserError(f"cannot read the ownership records of {scope}: {exc}") from None
     finally:
         lease_store.close()
+    lag: Lag | None = None
+    if eventhubs:
+        target = EventHubsTarget(eventhubs.strip(), scope.fqns, hub, consumer_group)
+        lag = hub_lag(
+            snapshot,
+            asyncio.run(_read_hub(target)),
+            StartPosition(type="latest" if start == "latest" else "earliest"),
+            time.time(),
+        )
     if output == "json":
-        click.echo(json.dumps(status_document(snapshot), indent=2))
+        click.echo(json.dumps(status_document(snapshot, lag), indent=2))
     else:
-        print_table(snapshot)
+        print_table(snapshot, lag)
 
 
-def status_document(snapshot: OwnershipSnapshot) -> dict[str, Any]:
-    """The `--output json` object (stable keys: scripts and tests read it)."""
+Lag = tuple[dict[str, int], dict[str, PartitionLag]]
+
+
+async def _read_hub(target: EventHubsTarget) -> dict[str, PartitionInfo]:
+    probe = EventHubsProbe(target)
+    try:
+        return await probe.partitions()
+    except ProbeError as exc:
+        raise UserError(str(exc)) from None
+    finally:
+        await probe.close()
+
+
+def hub_lag(
+    snapshot: OwnershipSnapshot, partitions: dict[str, PartitionInfo], start: StartPosition, now: float
+) -> Lag:
+    """Backlog and lag in seconds per partition, as the control loop decides them (no event read)."""
+    backlog = backlog_per_partition(partitions, snapshot, start)
+    return backlog, lag_per_partition(partitions, snapshot, backlog, {}, now)
+
+
+def status_document(snapshot: OwnershipSnapshot, lag: Lag | None = None) -> dict[str, Any]:
+    """The `--output json` object (stable keys: scripts and tests read it). With the hub read (`lag`),
+    each partition has `backlog` and `lagSeconds` (null: not known yet), and the top level the worst."""
     assignment = snapshot.assignment
+    worst = None if lag is None else worst_lag(lag[1])
+    partitions: list[dict[str, Any]] = [
+        {
+            "partition": p.partition,
+            "owner": p.owner,
+            "lastModified": p.last_modified.isoformat(),
+            "offset": p.checkpoint.offset,
+            "sequenceNumber": p.checkpoint.sequence_number,
+            "nextEnqueued": None if p.next_enqueued is None else p.next_enqueued.isoformat(),
+            "ownerAlive": p.owner_alive,
+            "ownerLevel": p.owner_level,
+            "leaseState": p.lease_state.value,
+            "assignedTo": None if assignment is None else assignment.owner_of(p.partition),
+            "plannedFor": None if assignment is None else assignment.planned.get(p.partition),
+        }
+        for p in snapshot.partitions
+    ]
+    if lag is not None:
+        backlog, lags = lag
+        for row in partitions:
+            known = lags.get(str(row["partition"]))
+            row["backlog"] = backlog.get(str(row["partition"]))
+            row["lagSeconds"] = None if known is None or known.seconds is None else round(known.seconds, 3)
     return {
         "namespace": snapshot.scope.fqns,
         "hub": snapshot.scope.hub,
         "consumerGroup": snapshot.scope.consumer_group,
-        "partitions": [
-            {
-                "partition": p.partition,
-                "owner": p.owner,
-                "lastModified": p.last_modified.isoformat(),
-                "offset": p.checkpoint.offset,
-                "sequenceNumber": p.checkpoint.sequence_number,
-                "ownerAlive": p.owner_alive,
-                "ownerLevel": p.owner_level,
-                "leaseState": p.lease_state.value,
-                "assignedTo": None if assignment is None else assignment.owner_of(p.partition),
-                "plannedFor": None if assignment is None else assignment.planned.get(p.partition),
-            }
-            for p in snapshot.partitions
-        ],
+        "partitions": partitions,
+        "lagSeconds": None if worst is None or worst.seconds is None else round(worst.seconds, 3),
+        "laggingPartition": None if worst is None else worst.partition,
         "members": [{"consumer": m.consumer, "alive": m.alive} for m in snapshot.members],
         "phase": None if assignment is None else assignment.phase.value,
         "generation": None if assignment is None else assignment.generation,
@@ -86,7 +162,7 @@ def status_document(snapshot: OwnershipSnapshot) -> dict[str, Any]:
     }
 
 
-def print_table(snapshot: OwnershipSnapshot) -> None:
+def print_table(snapshot: OwnershipSnapshot, lag: Lag | None = None) -> None:
     console = Console()
     if not console.is_terminal:
         console = Console(width=max(console.width, 160))
@@ -105,6 +181,9 @@ def print_table(snapshot: OwnershipSnapshot) -> None:
     table.add_column("Owner level", justify="right")
     if assignment is not None:
         table.add_column("Assigned to")
+    if lag is not None:
+        table.add_column("Backlog", justify="right")
+        table.add_column("Lag (s)", justify="right")
     for p in snapshot.partitions:
         if p.owner is None:
             owner = "[dim](free)[/dim]"
@@ -127,9 +206,23 @@ def print_table(snapshot: OwnershipSnapshot) -> None:
             reader = assignment.owner_of(p.partition) or "-"
             planned = assignment.planned.get(p.partition)
             row.append(reader if planned is None else f"{reader} -> {planned} (planned, not ready)")
+        if lag is not None:
+            known = lag[1].get(p.partition)
+            row.append(str(lag[0].get(p.partition, "-")))
+            row.append("?" if known is None or known.seconds is None else f"{known.seconds:.1f}")
         table.add_row(*row)
     console.print(table)
     if not snapshot.partitions:
         console.print("no partition has been claimed or checkpointed in this consumer group yet")
     members = ", ".join(f"{m.consumer}{'' if m.alive else ' (gone)'}" for m in snapshot.members)
     console.print(f"consumers: {members or 'none registered'}")
+    if lag is None:
+        console.print("backlog and lag in seconds: pass the hub's connection string (--eventhubs)")
+        return
+    worst = worst_lag(lag[1])
+    unknown = sum(1 for x in lag[1].values() if x.seconds is None)
+    if worst is not None:
+        console.print(
+            f"lag: {worst.seconds:.1f}s (partition {worst.partition}), backlog {sum(lag[0].values())} events"
+            + (f"; {unknown} partitions not known yet" if unknown else "")
+        )

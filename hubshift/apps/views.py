@@ -5,6 +5,9 @@ The consumers write partial counts per batch; any number of them may write into 
 projected from one place: this command, once (`--every 0`, the default: a Kubernetes CronJob or a cron
 line), or every N seconds until Ctrl-C or `--duration`. Each pass reads only the commit records it has not
 seen and rewrites the views whole, so a window is exact after handoffs and replays.
+
+`--serve PORT` also serves the residents' page (`views_page.py`) with the views on 127.0.0.1:PORT, and
+projects every 5 seconds unless `--every` says otherwise.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ import click
 
 from hubshift.errors import UserError
 from hubshift.manifest import load_manifest
+
+# With --serve and no --every: project this often, so the page shows new windows.
+SERVE_EVERY_SECONDS = 5.0
 
 if TYPE_CHECKING:
     from hubshift.consumer.pipelines.aggregate_view import AggregateView
@@ -36,8 +42,16 @@ if TYPE_CHECKING:
     default=None,
     help="With --every: stop after this many seconds (default: until Ctrl-C).",
 )
-def views(manifest_path: str, every: float, duration: float | None) -> None:
-    """Write the aggregate's window totals as JSON for a web page (views/index.json, one file per window)."""
+@click.option(
+    "--serve",
+    "serve_port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Also serve the residents' page with the views on 127.0.0.1:PORT (0: a free port).",
+)
+def views(manifest_path: str, every: float, duration: float | None, serve_port: int | None) -> None:
+    """Write the aggregate's window totals as JSON for a web page (views/index.json, one file per window);
+    with --serve, also serve the residents' page that reads them."""
     from hubshift.consumer.pipelines.aggregate_view import AggregateView
     from hubshift.consumer.sinks import build_store
 
@@ -51,6 +65,16 @@ def views(manifest_path: str, every: float, duration: float | None) -> None:
     # As the consumer opens it: a bad folder, connection string or credentials fail here, in one line.
     view = AggregateView(build_store(consumer.spec.consumer.sink, check=True))
     ends = None if duration is None else time.monotonic() + duration
+    server = None
+    if serve_port is not None:
+        from hubshift.apps.views_page import ViewsServer
+
+        try:
+            server = ViewsServer(view.store, serve_port).start()
+        except OSError as exc:
+            raise UserError(f"--serve {serve_port}: {exc.strerror or exc}") from None
+        click.echo(f"views: the residents' page is at {server.url}")
+        every = every or SERVE_EVERY_SECONDS
     try:
         while True:
             fresh = _project(view)
@@ -63,6 +87,9 @@ def views(manifest_path: str, every: float, duration: float | None) -> None:
             time.sleep(every)
     except KeyboardInterrupt:
         return
+    finally:
+        if server is not None:
+            server.close()
 
 
 def _project(view: AggregateView) -> int:

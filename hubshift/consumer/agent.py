@@ -8,7 +8,11 @@ Each turn of its loop:
    follows the operator's assignment record, or the fallback balancer without a current one
    (`handoff.plan_ownership`): claims (by force past the handoff deadline or for an orphan) and drains;
 4. writes the checkpoints that are due (fenced by the partition lease: a deposed consumer is refused),
-   and on a drained partition its final checkpoint, then releases its lease.
+   and on a drained partition its final checkpoint, then releases its lease. With each checkpoint goes
+   the enqueued time of the event after it when the receiver has it (the control loop's lag in seconds):
+   a due checkpoint is written at the newest committed position whose neighbour's time is known (or the
+   newest, without it), and a checkpoint written without it is written once more, unmoved, as soon as
+   the receiver has that event (docs/observability.md).
 
 SIGTERM (`request_stop`): drain everything, checkpoint, release, leave, within the grace period.
 """
@@ -20,7 +24,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -50,6 +54,8 @@ log = logging.getLogger(__name__)
 
 # SIGTERM: a consumer hands off within maxHandoffSeconds plus this (the pod's grace period is longer).
 GRACE_MARGIN_SECONDS = 10.0
+# Nudges (`POST /assignment`) make the consumer list the scope at most this often.
+NUDGE_FLOOR_SECONDS = 0.5
 
 
 class Hub(Protocol):
@@ -100,6 +106,10 @@ class AgentSettings:
         return t.membership_lease_seconds + t.list_interval_seconds + self.max_handoff_seconds
 
 
+# Committed positions kept per partition between checkpoint writes (the candidates to write).
+RECENT_COMMITS_KEPT = 32
+
+
 @dataclass
 class _Owned:
     lease: PartitionLease
@@ -108,6 +118,8 @@ class _Owned:
     events_since: int = 0
     last_written: float = 0.0
     drain_started: float | None = None
+    recent: list[Checkpoint] = field(default_factory=list)  # committed since the last write, oldest first
+    written_with_next: bool = False  # the written checkpoint carries its neighbour's enqueued time
 
 
 class OwnershipAgent:
@@ -123,6 +135,7 @@ class OwnershipAgent:
         metrics: ConsumerMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+        watchdog: bool = True,
     ) -> None:
         self.store = store
         self.scope = scope
@@ -133,6 +146,10 @@ class OwnershipAgent:
         self.metrics = metrics
         self.clock = clock
         self.wall = wall
+        # A timer on the real clock behind `safe_until`; tests that drive `clock` by hand turn it off.
+        self.watchdog = watchdog
+        self._watchdog_timer: threading.Timer | None = None
+        self._stopped_at_deadline: set[str] = set()
         self._events: queue.Queue[EngineEvent] = queue.Queue()
         self._wake = threading.Event()
         self._nudged = threading.Event()
@@ -146,6 +163,7 @@ class OwnershipAgent:
         # (generation, when first seen) of an assignment record naming a consumer that is not alive.
         self._unhealthy: tuple[int, datetime] | None = None
         self._next_list = 0.0
+        self._last_listing = float("-inf")
         self._next_claim_retry = 0.0
         self._next_partition_refresh = 0.0
         self._stop_deadline: float | None = None
@@ -195,6 +213,11 @@ class OwnershipAgent:
             "planned": list(plan.planned) if plan else [],
         }
 
+    @property
+    def failure(self) -> str | None:
+        """Why the engine could not go on, once it said so (the consumer then exits 1)."""
+        return self._failure
+
     def owned(self) -> dict[str, int]:
         """Partition -> owner level, for partitions read or being drained now."""
         with self._lock:
@@ -217,6 +240,7 @@ class OwnershipAgent:
         self._membership = join(
             self.store, self.scope, self.me, clock=self.clock, timing=self.settings.timing
         )
+        self._arm_watchdog()
         if self.metrics:
             self.metrics.lease_renewed(True)
         self.ready = True
@@ -247,6 +271,7 @@ class OwnershipAgent:
     def leave(self) -> None:
         """Deregister, so survivors may take what is left at once."""
         self.ready = False
+        self._disarm_watchdog()
         if self._membership is not None:
             try:
                 leave(self.store, self._membership)
@@ -283,6 +308,8 @@ class OwnershipAgent:
             if isinstance(event, Committed):
                 owned.committed = event.position
                 owned.events_since += event.events
+                owned.recent.append(event.position)
+                del owned.recent[:-RECENT_COMMITS_KEPT]
             elif isinstance(event, Drained):
                 self._finish_drain(event.partition, owned, event.position)
             elif isinstance(event, Stolen):
@@ -294,14 +321,17 @@ class OwnershipAgent:
             final = None
         released = False
         try:
-            released = release_partition(self.store, owned.lease, final=final)
+            released = release_partition(
+                self.store, owned.lease, final=final, next_enqueued=self._next_enqueued(partition, final)
+            )
         except StoreError as exc:
             log.warning("partition %s: releasing failed: %s", partition, exc)
         if self.metrics:
             if released:
                 if final is not None:
                     self.metrics.checkpoint_written(partition)
-                self.metrics.partition_released(partition)
+                drain = None if owned.drain_started is None else self.clock() - owned.drain_started
+                self.metrics.partition_released(partition, drain)
             else:
                 self.metrics.partition_lost(partition)
         log.info(
@@ -348,12 +378,61 @@ class OwnershipAgent:
 
     # --- membership ------------------------------------------------------------------------------
 
+    def _arm_watchdog(self) -> None:
+        """Stop reading at the membership's `safe_until` even if this thread is then stuck in a store call
+        that has not timed out yet (a store that stopped answering): a timer of its own, moved on by every
+        renewal. Only the engine's reading is stopped there; this thread tidies up when it returns."""
+        if not self.watchdog or self._membership is None:
+            return
+        membership = self._membership
+        self._disarm_watchdog()
+        timer = threading.Timer(
+            max(0.0, membership.safe_until - self.clock()), self._deadline_passed, args=(membership,)
+        )
+        timer.daemon = True
+        timer.name = "hubshift-lease-watchdog"
+        self._watchdog_timer = timer
+        timer.start()
+
+    def _disarm_watchdog(self) -> None:
+        if self._watchdog_timer is not None:
+            self._watchdog_timer.cancel()
+            self._watchdog_timer = None
+
+    def _deadline_passed(self, membership: Membership) -> None:
+        if self._membership is not membership:
+            return  # renewed meanwhile
+        with self._lock:
+            partitions = list(self._owned)
+            self._stopped_at_deadline.update(partitions)
+        for partition in partitions:
+            self.engine.stop_partition(partition)
+        if partitions:
+            log.warning(
+                "membership not renewed before its safe deadline: stopped reading %d partitions",
+                len(partitions),
+            )
+        self._wake.set()
+
+    def _forget_stopped_at_deadline(self) -> None:
+        """The partitions the watchdog stopped are no longer read: forget them (they are claimed again,
+        without force, once the membership is renewed)."""
+        with self._lock:
+            stopped, self._stopped_at_deadline = self._stopped_at_deadline, set()
+            for partition in stopped:
+                self._owned.pop(partition, None)
+        for partition in stopped:
+            if self.metrics:
+                self.metrics.partition_lost(partition)
+
     def _keep_membership(self, now: float) -> None:
+        self._forget_stopped_at_deadline()
         membership = self._membership
         assert membership is not None
         if now >= membership.renew_due and now >= self._renew_retry_at:
             try:
                 self._membership = renew(self.store, membership, clock=self.clock)
+                self._arm_watchdog()
                 if self.metrics:
                     self.metrics.lease_renewed(True)
                 if self._membership.lapsed:
@@ -377,7 +456,9 @@ class OwnershipAgent:
     # --- ownership decisions -----------------------------------------------------------------------
 
     def _decide(self, now: float) -> None:
-        nudged = self._nudged.is_set()
+        # A nudge lists the scope at once, but at most once per NUDGE_FLOOR_SECONDS: whoever can reach the
+        # HTTP port may only make the consumer read the store, never more often than that.
+        nudged = self._nudged.is_set() and now >= self._last_listing + NUDGE_FLOOR_SECONDS
         waiting = self._plan is not None and bool(self._plan.waiting) and now >= self._next_claim_retry
         stopping = self._stop_requested.is_set()
         if stopping:
@@ -389,21 +470,22 @@ class OwnershipAgent:
         if membership is None or not membership.is_safe(now):
             return
         self._nudged.clear()
-        if now >= self._next_partition_refresh or not self._partitions:
-            try:
-                self._partitions = self.hub.partition_ids()
-                self._next_partition_refresh = now + self.settings.partition_refresh_seconds
-            except Exception as exc:
-                log.warning("could not read the hub's partition ids: %s", type(exc).__name__)
-                if not self._partitions:
-                    self._next_list = now + 1.0
-                    return
+        self._last_listing = now
+        if (now >= self._next_partition_refresh or not self._partitions) and not self._refresh_partitions(
+            now
+        ):
+            return
         try:
             snapshot = take_snapshot(self.store, self.scope, previous=self._snapshot)
         except StoreError as exc:
             log.warning("could not list the ownership table: %s", exc)
             self._next_list = now + 1.0
             return
+        record = snapshot.assignment
+        if record is not None and not set(record.covered) <= set(self._partitions):
+            # The operator saw partitions this consumer does not know yet (the hub grew): read them now
+            # rather than at the next periodic refresh, so new partitions are read at once.
+            self._refresh_partitions(now)
         self._next_list = now + self.settings.timing.list_interval_seconds
         self._snapshot = snapshot
         self._check_still_mine(snapshot)
@@ -433,6 +515,18 @@ class OwnershipAgent:
             self._next_claim_retry = now + self.settings.claim_retry_seconds
             # Re-list at the retry: a released partition shows as free in the listing.
             self._next_list = min(self._next_list, self._next_claim_retry)
+
+    def _refresh_partitions(self, now: float) -> bool:
+        """Read the hub's partition ids; False when they cannot be read and none are known."""
+        try:
+            self._partitions = self.hub.partition_ids()
+            self._next_partition_refresh = now + self.settings.partition_refresh_seconds
+        except Exception as exc:
+            log.warning("could not read the hub's partition ids: %s", type(exc).__name__)
+            if not self._partitions:
+                self._next_list = now + 1.0
+                return False
+        return True
 
     def _unhealthy_since(self, snapshot: OwnershipSnapshot, now: datetime) -> datetime | None:
         """When this consumer first saw the record's generation assign a partition to a consumer that is
@@ -529,6 +623,24 @@ class OwnershipAgent:
 
     # --- checkpoints -------------------------------------------------------------------------------
 
+    def _next_enqueued(self, partition: str, position: Checkpoint | None) -> datetime | None:
+        """When the event after `position` was enqueued, if the engine's receiver has it."""
+        if position is None or position.sequence_number < 0:
+            return None
+        return self.engine.enqueued_time(partition, position.sequence_number + 1)
+
+    def _to_write(self, partition: str, owned: _Owned) -> tuple[Checkpoint, datetime | None]:
+        """The newest committed position whose neighbour's enqueued time is known (usually the newest: the
+        receiver reads ahead), else the newest without it."""
+        assert owned.committed is not None
+        for candidate in reversed(owned.recent):
+            if candidate.sequence_number <= owned.lease.checkpoint.sequence_number:
+                break
+            moment = self._next_enqueued(partition, candidate)
+            if moment is not None:
+                return candidate, moment
+        return owned.committed, None
+
     def _write_due_checkpoints(self, now: float) -> None:
         membership = self._membership
         if membership is None or not membership.is_safe(now):
@@ -543,21 +655,41 @@ class OwnershipAgent:
                 every_events=self.settings.checkpoint.every_events,
                 every_seconds=self.settings.checkpoint.every_seconds,
             ):
+                if owned.state == "active" and not owned.written_with_next:
+                    self._complete_checkpoint(partition, owned)
                 continue
-            assert owned.committed is not None
-            try:
-                owned.lease = write_checkpoint(self.store, owned.lease, owned.committed)
-            except LeaseLost:
-                if self.metrics:
-                    self.metrics.checkpoint_failed(fenced=True)
-                self._lost(partition, "the checkpoint write was refused: the lease was broken")
-                continue
-            except StoreError as exc:
-                if self.metrics:
-                    self.metrics.checkpoint_failed()
-                log.warning("partition %s: checkpoint failed (will retry): %s", partition, exc)
+            position, next_enqueued = self._to_write(partition, owned)
+            if not self._write(partition, owned, position, next_enqueued):
                 continue
             owned.events_since = 0
             owned.last_written = now
+            owned.written_with_next = next_enqueued is not None
+            owned.recent = [c for c in owned.recent if c.sequence_number > position.sequence_number]
             if self.metrics:
                 self.metrics.checkpoint_written(partition)
+
+    def _complete_checkpoint(self, partition: str, owned: _Owned) -> None:
+        """The written checkpoint again, unmoved, with its neighbour's enqueued time once the receiver has
+        that event (a partition that was caught up, or just claimed): one write per such change."""
+        moment = self._next_enqueued(partition, owned.lease.checkpoint)
+        if moment is not None and self._write(partition, owned, owned.lease.checkpoint, moment):
+            owned.written_with_next = True
+
+    def _write(
+        self, partition: str, owned: _Owned, position: Checkpoint, next_enqueued: datetime | None
+    ) -> bool:
+        """Write the checkpoint under the partition's lease; False when it failed (a lost lease stops the
+        partition; any other failure is tried again at the next turn)."""
+        try:
+            owned.lease = write_checkpoint(self.store, owned.lease, position, next_enqueued=next_enqueued)
+        except LeaseLost:
+            if self.metrics:
+                self.metrics.checkpoint_failed(fenced=True)
+            self._lost(partition, "the checkpoint write was refused: the lease was broken")
+            return False
+        except StoreError as exc:
+            if self.metrics:
+                self.metrics.checkpoint_failed()
+            log.warning("partition %s: checkpoint failed (will retry): %s", partition, exc)
+            return False
+        return True

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import tempfile
 from collections.abc import Mapping
@@ -30,6 +31,7 @@ from hubshift.consumer.agent import AgentSettings, OwnershipAgent
 from hubshift.consumer.engine import Engine
 from hubshift.consumer.http import ConsumerHTTPServer
 from hubshift.consumer.metrics import ConsumerMetrics
+from hubshift.errors import UserError
 from hubshift.eventhubs.management import EventHubsManagement
 from hubshift.eventhubs.target import EventHubsTarget
 from hubshift.ownership.store import LeaseStore
@@ -140,7 +142,7 @@ class ConsumerApp:
 
             folder = Path(manifest.spec.consumer.sink.folder.path)
             ranges = options.ranges or folder / "ranges" / f"{options.identity}.jsonl"
-            return SdkEngine(target, RangeLog(ranges, options.identity))
+            return SdkEngine(target, RangeLog(ranges, options.identity), metrics=metrics)
         from hubshift.consumer.spark.engine import SparkEngine
 
         return SparkEngine(target, options.identity, manifest.spec.consumer, scratch, metrics=metrics)
@@ -157,8 +159,7 @@ class ConsumerApp:
             on_assignment=lambda generation: agent.reread_assignment(),
         )
         self._stop_on_signals()
-        _empty(self.scratch)
-        self.scratch.mkdir(parents=True)
+        scratch = Scratch.claim(self.scratch)
         code = 1
         try:
             server.start()
@@ -174,7 +175,9 @@ class ConsumerApp:
             server.stop()
             self.store.close()
             self.management.close()
-            _empty(self.scratch)
+            scratch.release()
+        if code and agent.failure:
+            log.error("consumer %s stopped: %s", me, agent.failure)
         log.info("consumer %s: stopped (exit %d)", me, code)
         return code
 
@@ -189,8 +192,48 @@ class ConsumerApp:
         signal.signal(signal.SIGINT, stop)
 
 
-def _empty(scratch: Path) -> None:
-    """Scratch is never a source of truth: a consumer starts with an empty one."""
-    import shutil
+class Scratch:
+    """The consumer's pod-local scratch folder (the spool, Spark's checkpoints): never a source of truth, so
+    a consumer starts and ends with an empty one, but it only ever empties a folder it made itself (marked
+    with `MARKER`): `--scratch` pointing at a folder with anything else in it is refused."""
 
-    shutil.rmtree(scratch, ignore_errors=True)
+    MARKER = ".hubshift-scratch"
+
+    def __init__(self, path: Path, created: bool) -> None:
+        self.path = path
+        self.created = created
+
+    @classmethod
+    def claim(cls, path: Path) -> Scratch:
+        marker = path / cls.MARKER
+        created = not path.exists()
+        if not created:
+            if not path.is_dir():
+                raise UserError(f"--scratch {path}: not a folder")
+            if any(path.iterdir()) and not marker.exists():
+                raise UserError(
+                    f"--scratch {path} holds files hubshift did not write: give an empty or a new folder"
+                )
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            scratch = cls(path, created)
+            scratch.empty()
+            marker.touch()
+        except OSError as exc:
+            raise UserError(f"--scratch {path}: {exc.strerror or exc}") from None
+        return scratch
+
+    def empty(self) -> None:
+        """Remove what a previous run of this consumer left (everything but the marker)."""
+        for entry in self.path.iterdir():
+            if entry.name == self.MARKER:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+
+    def release(self) -> None:
+        self.empty()
+        if self.created:
+            shutil.rmtree(self.path, ignore_errors=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 from hubshift.eventhubs.receiver import StartAt
@@ -86,6 +87,11 @@ class Engine(Protocol):
 
     def backlog(self) -> dict[str, int]:
         """Per owned partition: events enqueued but not yet processed, where known."""
+        ...
+
+    def enqueued_time(self, partition: str, sequence_number: int) -> datetime | None:
+        """When event `sequence_number` of `partition` was enqueued, if its receiver has already received
+        it (as the first event of a batch); the agent writes the checkpoint's neighbour's time with it."""
         ...
 
     def close(self) -> None:

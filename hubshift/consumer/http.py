@@ -8,6 +8,11 @@
 A `ThreadingHTTPServer` on a daemon thread: a slow scrape never holds up Spark or the ownership agent, and
 nothing here blocks on them (the callbacks must be quick: read a flag, set an event). Bind to `0.0.0.0` in
 a pod and `127.0.0.1` on a machine; port 0 picks a free port (`server.port` tells which).
+
+Nothing sent to this port can change what a consumer owns: the nudge only makes it read the assignment
+record from the store (the agent does so at most twice a second). Every read is bounded: a body only up to
+`MAX_BODY_BYTES` with an exact `Content-Length` (no chunked bodies), and a connection idle for
+`IDLE_TIMEOUT_SECONDS` is closed.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ LIVENESS_PATH = "/healthz"
 READINESS_PATH = "/readyz"
 ASSIGNMENT_PATH = "/assignment"
 MAX_BODY_BYTES = 4096
+IDLE_TIMEOUT_SECONDS = 10.0
 
 Probe = Callable[[], bool]
 AssignmentNudge = Callable[[int | None], None]
@@ -98,10 +104,17 @@ class ConsumerHTTPServer:
         self.stop()
 
 
+class BadBody(ValueError):
+    def __init__(self, status: HTTPStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class _Handler(BaseHTTPRequestHandler):
     owner: ConsumerHTTPServer
     server_version = "hubshift"
     sys_version = ""
+    timeout = IDLE_TIMEOUT_SECONDS  # the socket's timeout: an idle or trickling client is dropped
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
@@ -125,8 +138,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             generation = self._generation()
-        except ValueError as exc:
-            self._send(HTTPStatus.BAD_REQUEST, f"{exc}\n".encode())
+        except BadBody as exc:
+            self.close_connection = True  # what the client may still send is not read
+            self._send(exc.status, f"{exc}\n".encode())
             return
         try:
             self.owner.on_assignment(generation)
@@ -134,24 +148,30 @@ class _Handler(BaseHTTPRequestHandler):
             log.exception("the assignment nudge failed")
             self._send(HTTPStatus.INTERNAL_SERVER_ERROR, b"nudge failed\n")
             return
+        self.owner.metrics.nudges.inc()
         self._send(HTTPStatus.ACCEPTED, b'{"accepted":true}\n', "application/json")
 
     def _generation(self) -> int | None:
-        length = int(self.headers.get("Content-Length") or 0)
+        if self.headers.get("Transfer-Encoding"):
+            raise BadBody(HTTPStatus.LENGTH_REQUIRED, "send the body with a Content-Length, not chunked")
+        declared = (self.headers.get("Content-Length") or "0").strip()
+        if not declared.isdigit():  # "-1" or garbage would read until the client closes
+            raise BadBody(HTTPStatus.BAD_REQUEST, "Content-Length must be a non-negative integer")
+        length = int(declared)
         if length > MAX_BODY_BYTES:
-            raise ValueError("body too large")
+            raise BadBody(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body larger than {MAX_BODY_BYTES} bytes")
         raw = self.rfile.read(length) if length else b""
         if not raw.strip():
             return None
         try:
             document: Any = json.loads(raw)
-        except json.JSONDecodeError:
-            raise ValueError('body must be JSON: {"generation": N}') from None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise BadBody(HTTPStatus.BAD_REQUEST, 'body must be JSON: {"generation": N}') from None
         generation = document.get("generation") if isinstance(document, dict) else None
         if generation is None:
             return None
         if not isinstance(generation, int) or isinstance(generation, bool):
-            raise ValueError("generation must be an integer")
+            raise BadBody(HTTPStatus.BAD_REQUEST, "generation must be an integer")
         return generation
 
     def _probe(self, probe: Probe, good: str, bad: str) -> None:

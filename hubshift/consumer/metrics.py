@@ -1,30 +1,13 @@
 """The consumer's Prometheus metrics, as one object the consumer's parts call.
 
-Names follow Prometheus practice (prometheus.io/docs/practices/naming): the `hubshift_consumer_`
+Names follow Prometheus practice: the `hubshift_consumer_`
 prefix, base units, `_total` on counters (prometheus-client appends it), and bounded labels only:
 `partition` (an Event Hubs partition id: at most a few thousand), `output` (a pipeline's output names),
 `result` and `how` (fixed sets below). Sums over `partition` make sense across the pool.
 
-| metric | type | labels |
-|---|---|---|
-| `hubshift_consumer_info` | gauge (1) | consumer, version |
-| `hubshift_consumer_events_total` | counter: events processed and committed to the sink | partition |
-| `hubshift_consumer_output_rows_total` | counter: result rows written | output |
-| `hubshift_consumer_dead_letters_total` | counter: events dead-lettered | |
-| `hubshift_consumer_batches_total` | counter: micro-batches, by result (ok, failed) | result |
-| `hubshift_consumer_batch_duration_seconds` | histogram: one micro-batch, read to commit | |
-| `hubshift_consumer_batch_events` | histogram: events per micro-batch | |
-| `hubshift_consumer_enqueue_to_sink_seconds` | histogram: oldest event's enqueue to commit | |
-| `hubshift_consumer_last_batch_timestamp_seconds` | gauge: when the last batch committed | |
-| `hubshift_consumer_backlog_events` | gauge: last enqueued minus last processed sequence number | partition |
-| `hubshift_consumer_owned_partitions` | gauge | |
-| `hubshift_consumer_checkpoint_age_seconds` | gauge: since the partition's last checkpoint | partition |
-| `hubshift_consumer_checkpoints_total` | counter: writes, by result (ok, failed, fenced) | result |
-| `hubshift_consumer_lease_renewals_total` | counter: by result (ok, failed) | result |
-| `hubshift_consumer_lease_lost_total` | counter: leases lost (broken, expired, stolen) | partition |
-| `hubshift_consumer_partitions_acquired_total` | counter: by how (released, broken, expired, own) | how |
-| `hubshift_consumer_partitions_released_total` | counter: graceful handoffs given away | |
+docs/observability.md has the table of every metric, the operator's and the consumer's.
 
+Every counter exists at 0 from the start (a query for lease losses says 0 before the first, not nothing).
 Gauges of a partition this consumer no longer owns are removed, so a `sum` over the pool counts each
 partition once. Each `ConsumerMetrics` owns its registry (tests make fresh ones); the process's own
 `process_*`/`python_*` metrics are added to it.
@@ -34,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterator
+from datetime import datetime
 from threading import Lock
 from typing import TYPE_CHECKING
 
@@ -61,6 +45,7 @@ EVENT_COUNT_BUCKETS = (1, 10, 100, 1_000, 10_000, 100_000, 1_000_000)
 CHECKPOINT_RESULTS = ("ok", "failed", "fenced")
 RENEWAL_RESULTS = ("ok", "failed")
 ACQUIRED_HOW = ("released", "broken", "expired", "own")
+HANDOFF_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300)
 
 
 class ConsumerMetrics:
@@ -79,8 +64,16 @@ class ConsumerMetrics:
             ProcessCollector(registry=r)
             PlatformCollector(registry=r)
             r.register(GC_COLLECTOR)
-        info = Gauge(f"{PREFIX}_info", "This consumer and its version.", ["consumer", "version"], registry=r)
+        # `consumer_id`, not `consumer`: scrapes label every series with the PartitionedConsumer's name
+        # (`consumer`) and the pod's (`pod`), and this must not clash with them.
+        info = Gauge(
+            f"{PREFIX}_info", "This consumer and its version.", ["consumer_id", "version"], registry=r
+        )
         info.labels(consumer_id, __version__).set(1)
+        started = Gauge(
+            f"{PREFIX}_start_time_seconds", "When this consumer process started (Unix seconds).", registry=r
+        )
+        started.set(clock())
         self.events = Counter(
             f"{PREFIX}_events", "Events processed and committed to the sink.", ["partition"], registry=r
         )
@@ -91,16 +84,16 @@ class ConsumerMetrics:
             f"{PREFIX}_dead_letters", "Events sent to the dead-letter location.", registry=r
         )
         self.batches = Counter(
-            f"{PREFIX}_batches", "Micro-batches, by result (ok, failed).", ["result"], registry=r
+            f"{PREFIX}_batches", "Batches, by result (ok, failed).", ["result"], registry=r
         )
         self.batch_duration = Histogram(
             f"{PREFIX}_batch_duration_seconds",
-            "One micro-batch: prepare, write, commit.",
+            "One batch: a Spark micro-batch (prepare, write, commit) or the SDK handler.",
             buckets=BATCH_BUCKETS,
             registry=r,
         )
         self.batch_events = Histogram(
-            f"{PREFIX}_batch_events", "Events in one micro-batch.", buckets=EVENT_COUNT_BUCKETS, registry=r
+            f"{PREFIX}_batch_events", "Events in one batch.", buckets=EVENT_COUNT_BUCKETS, registry=r
         )
         self.enqueue_to_sink = Histogram(
             f"{PREFIX}_enqueue_to_sink_seconds",
@@ -109,7 +102,7 @@ class ConsumerMetrics:
             registry=r,
         )
         self.last_batch = Gauge(
-            f"{PREFIX}_last_batch_timestamp_seconds", "When the last micro-batch committed.", registry=r
+            f"{PREFIX}_last_batch_timestamp_seconds", "When the last batch committed.", registry=r
         )
         self.backlog = Gauge(
             f"{PREFIX}_backlog_events",
@@ -125,10 +118,13 @@ class ConsumerMetrics:
             registry=r,
         )
         self.lease_renewals = Counter(
-            f"{PREFIX}_lease_renewals", "Lease renewals, by result (ok, failed).", ["result"], registry=r
+            f"{PREFIX}_lease_renewals",
+            "Membership lease renewals, by result (ok, failed).",
+            ["result"],
+            registry=r,
         )
         self.lease_lost = Counter(
-            f"{PREFIX}_lease_lost", "Leases lost (broken, expired or stolen).", ["partition"], registry=r
+            f"{PREFIX}_lease_lost", "Partition leases lost (broken, expired or stolen).", registry=r
         )
         self.acquired = Counter(
             f"{PREFIX}_partitions_acquired",
@@ -138,6 +134,20 @@ class ConsumerMetrics:
         )
         self.released = Counter(
             f"{PREFIX}_partitions_released", "Partitions handed off gracefully.", registry=r
+        )
+        self.handoff_duration = Histogram(
+            f"{PREFIX}_handoff_duration_seconds",
+            "A partition handed off: from the start of its drain to its release.",
+            buckets=HANDOFF_BUCKETS,
+            registry=r,
+        )
+        self.spool = Gauge(
+            f"{PREFIX}_spool_events",
+            "Events received and spooled but not yet committed, over the partitions owned.",
+            registry=r,
+        )
+        self.nudges = Counter(
+            f"{PREFIX}_nudges", "The operator's nudges taken: re-read the assignment now.", registry=r
         )
         for result in ("ok", "failed"):
             self.batches.labels(result)
@@ -164,8 +174,10 @@ class ConsumerMetrics:
         self.acquired.labels(how).inc()
         self._update_owned(lambda owned: owned | {partition})
 
-    def partition_released(self, partition: str) -> None:
+    def partition_released(self, partition: str, drain_seconds: float | None = None) -> None:
         self.released.inc()
+        if drain_seconds is not None:
+            self.handoff_duration.observe(max(0.0, drain_seconds))
         self._update_owned(lambda owned: owned - {partition})
 
     def lease_renewed(self, ok: bool = True) -> None:
@@ -173,7 +185,7 @@ class ConsumerMetrics:
 
     def partition_lost(self, partition: str) -> None:
         """A lease broken, expired or stolen under this consumer: the partition is gone at once."""
-        self.lease_lost.labels(partition).inc()
+        self.lease_lost.inc()
         self._update_owned(lambda owned: owned - {partition})
 
     def _update_owned(self, change: Callable[[set[str]], set[str]]) -> None:
@@ -201,18 +213,38 @@ class ConsumerMetrics:
 
     def batch_processed(self, summary: BatchSummary) -> None:
         """Called by `process_batch` once a batch is committed to the sink."""
-        now = self.clock()
-        self.batches.labels("ok").inc()
-        self.batch_duration.observe(summary.duration_seconds)
-        self.batch_events.observe(summary.events)
+        now = self._batch_done(summary.duration_seconds, summary.events)
         for partition, done in summary.partitions.items():
-            self.events.labels(partition).inc(done.events)
-            if done.first_enqueued_time is not None:
-                self.enqueue_to_sink.observe(max(0.0, now - done.first_enqueued_time.timestamp()))
+            self._partition_done(partition, done.events, done.first_enqueued_time, now)
         for output, rows in summary.outputs.items():
             self.output_rows.labels(output).inc(rows)
         self.dead_letters.inc(summary.dead_letters)
+
+    def handled(
+        self, partition: str, events: int, duration_seconds: float, first_enqueued: datetime | None
+    ) -> None:
+        """A batch of one partition handled without Spark (the SDK engine): the same counters as
+        `batch_processed`."""
+        now = self._batch_done(duration_seconds, events)
+        self._partition_done(partition, events, first_enqueued, now)
+
+    def _batch_done(self, duration_seconds: float, events: int) -> float:
+        now = self.clock()
+        self.batches.labels("ok").inc()
+        self.batch_duration.observe(duration_seconds)
+        self.batch_events.observe(events)
         self.last_batch.set(now)
+        return now
+
+    def _partition_done(
+        self, partition: str, events: int, first_enqueued: datetime | None, now: float
+    ) -> None:
+        self.events.labels(partition).inc(events)
+        if first_enqueued is not None:
+            self.enqueue_to_sink.observe(max(0.0, now - first_enqueued.timestamp()))
+
+    def set_spool(self, events: int) -> None:
+        self.spool.set(max(0, events))
 
     def batch_failed(self, duration_seconds: float | None = None) -> None:
         self.batches.labels("failed").inc()

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -19,6 +22,9 @@ from hubshift.consumer.ranges import BatchHandler
 from hubshift.eventhubs.receiver import PartitionReceiver, ReceiverPool, StartAt
 from hubshift.eventhubs.target import EventHubsTarget
 from hubshift.ownership.model import Checkpoint
+
+if TYPE_CHECKING:
+    from hubshift.consumer.metrics import ConsumerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +45,10 @@ class SdkEngine:
         handler: BatchHandler,
         *,
         pool: ReceiverPool | None = None,
+        metrics: ConsumerMetrics | None = None,
     ) -> None:
         self.target = target
+        self.metrics = metrics
         self.notify: Notify = not_started
         self.handler = handler
         self._pool = pool or ReceiverPool(target.connection_string, target.hub, target.consumer_group)
@@ -54,7 +62,11 @@ class SdkEngine:
         self, partition: str, owner_level: int, start: StartAt, next_sequence: int | None
     ) -> None:
         def deliver(batch: pa.RecordBatch) -> None:
+            started = time.monotonic()
             self.handler(partition, owner_level, batch)
+            if self.metrics is not None:
+                first = batch.column("enqueued_time")[0].as_py()
+                self.metrics.handled(partition, batch.num_rows, time.monotonic() - started, first)
             last = batch.num_rows - 1
             position = Checkpoint(
                 offset=str(batch.column("offset")[last].as_py()),
@@ -108,6 +120,11 @@ class SdkEngine:
                 done = reading.last.sequence_number if reading.last is not None else -1
                 backlog[partition] = max(0, last_enqueued - done)
         return backlog
+
+    def enqueued_time(self, partition: str, sequence_number: int) -> datetime | None:
+        with self._lock:
+            reading = self._reading.get(partition)
+        return None if reading is None else reading.receiver.enqueued_time(sequence_number)
 
     def close(self) -> None:
         with self._lock:

@@ -53,6 +53,7 @@ class Hub:
     def __init__(self, spec: HubSpec, created_at_ms: int, partition_max_bytes: int) -> None:
         self.name = spec.name
         self.created_at_ms = created_at_ms
+        self.partition_max_bytes = partition_max_bytes
         self.partitions = [
             PartitionLog(str(index), partition_max_bytes) for index in range(spec.partition_count)
         ]
@@ -72,6 +73,15 @@ class Hub:
         if index >= len(self.partitions) or str(index) != partition_id:
             return None
         return self.partitions[index]
+
+    def grow(self, count: int) -> list[PartitionLog]:
+        """Partitions up to `count` in all (never fewer: Event Hubs premium and dedicated tiers only add
+        partitions); the new ones. Keys hash over the new count from now on, as on the service."""
+        added = [
+            PartitionLog(str(index), self.partition_max_bytes) for index in range(len(self.partitions), count)
+        ]
+        self.partitions.extend(added)
+        return added
 
     def has_consumer_group(self, name: str) -> bool:
         return name.lower() in self.consumer_groups
@@ -103,12 +113,45 @@ class Broker:
             created_at = store.hub_created_at(spec.name, now_ms) if store else now_ms
             hub = Hub(spec, created_at, partition_max_bytes)
             self.hubs[spec.name.lower()] = hub
-            if store:
-                for log in hub.partitions:
-                    saved = store.load(hub.name, log.partition_id)
-                    log.restore(saved.events, saved.next_sequence, saved.next_offset, saved.last_enqueued_ms)
-                    store.discard_before(hub.name, log.partition_id, log.beginning_sequence_number)
+            self._restore(hub, hub.partitions)
+        self.partition_max_bytes = partition_max_bytes
         self.expire()
+
+    def _restore(self, hub: Hub, logs: Iterable[PartitionLog]) -> None:
+        if self.store is None:
+            return
+        for log in logs:
+            saved = self.store.load(hub.name, log.partition_id)
+            log.restore(saved.events, saved.next_sequence, saved.next_offset, saved.last_enqueued_ms)
+            self.store.discard_before(hub.name, log.partition_id, log.beginning_sequence_number)
+
+    def reconfigure(self, hubs: Iterable[HubSpec]) -> list[str]:
+        """Apply a changed configuration while serving: new hubs appear, hubs with more partitions grow
+        (fewer is refused, as on the service); what changed, for the log."""
+        changes = []
+        for spec in hubs:
+            hub = self.find_hub(spec.name)
+            if hub is None:
+                created_at = (
+                    self.store.hub_created_at(spec.name, self.now_ms()) if self.store else self.now_ms()
+                )
+                hub = Hub(spec, created_at, self.partition_max_bytes)
+                self.hubs[spec.name.lower()] = hub
+                self._restore(hub, hub.partitions)
+                changes.append(f"hub {spec.name} created with {spec.partition_count} partitions")
+                continue
+            for group in spec.consumer_groups:
+                hub.consumer_groups.setdefault(group.lower(), group)
+            before = len(hub.partitions)
+            if spec.partition_count < before:
+                changes.append(
+                    f"hub {hub.name}: {spec.partition_count} partitions refused (it has {before}; "
+                    "partitions can only be added)"
+                )
+            elif spec.partition_count > before:
+                self._restore(hub, hub.grow(spec.partition_count))
+                changes.append(f"hub {hub.name}: {before} -> {spec.partition_count} partitions")
+        return changes
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from hubshift.emulator.broker import HubSpec
 from hubshift.emulator.config import EmulatorSettings, build_hubs
 
 
@@ -24,7 +25,8 @@ from hubshift.emulator.config import EmulatorSettings, build_hubs
     "--config",
     "config_file",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="Microsoft's emulator Config.json (UserConfig.NamespaceConfig[].Entities[]).",
+    help="Microsoft's emulator Config.json (UserConfig.NamespaceConfig[].Entities[]); read again on SIGHUP "
+    "(new hubs, more partitions, as the service allows while running).",
 )
 @click.option(
     "--data-dir", type=click.Path(path_type=Path, file_okay=False), help="Keep events here across restarts."
@@ -39,7 +41,13 @@ from hubshift.emulator.config import EmulatorSettings, build_hubs
     show_default=True,
     help="Retained bytes per partition before the oldest events go.",
 )
-@click.option("--key", default=None, help="Verify SAS tokens against this key (default: accept any token).")
+@click.option(
+    "--key",
+    default=None,
+    envvar="HUBSHIFT_EMULATOR_KEY",
+    help="Verify SAS tokens against this key (default: accept any token); also $HUBSHIFT_EMULATOR_KEY, "
+    "which keeps it out of the process list.",
+)
 @click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
@@ -78,4 +86,7 @@ def emulator(
         click.echo(connection_string)
         sys.stdout.flush()
 
-    run(settings, announce)
+    def reload() -> tuple[HubSpec, ...]:
+        return build_hubs(list(hubs), list(consumer_groups), config_file)
+
+    run(settings, announce, reload)

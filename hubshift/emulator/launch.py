@@ -75,6 +75,7 @@ def emulator_command(
     hubs: Sequence[str] = ("hub:4",),
     *,
     consumer_groups: Sequence[str] = (),
+    host: str | None = None,
     port: int = 0,
     data_dir: Path | None = None,
     retention_minutes: float | None = None,
@@ -84,6 +85,8 @@ def emulator_command(
     extra_args: Sequence[str] = (),
 ) -> list[str]:
     command = [sys.executable, "-m", "hubshift.cli", "emulator", "--port", str(port)]
+    if host is not None:
+        command += ["--host", host]
     for hub in hubs:
         command += ["--hub", hub]
     for group in consumer_groups:
@@ -114,16 +117,23 @@ def start_emulator(
     extra_args: Sequence[str] = (),
     in_process: bool = False,
     startup_timeout: float = 30,
+    host: str | None = None,
+    wrapper: Sequence[str] = (),
 ) -> RunningEmulator:
-    """Start an emulator on a free 127.0.0.1 port with these hubs (`NAME:PARTITIONS`); returns once it
-    accepts connections."""
+    """Start an emulator on a free port with these hubs (`NAME:PARTITIONS`); returns once it accepts
+    connections. `host`: the address it listens on and its connection string names (default 127.0.0.1);
+    `wrapper`: a command it runs under, which must exec it (e.g. `ip netns exec NS`, to serve inside a
+    network namespace)."""
     if in_process:
+        if host is not None or wrapper:
+            raise ValueError("an in-process emulator listens on 127.0.0.1 of this process's network")
         return _start_in_process(
             hubs, consumer_groups, data_dir, retention_minutes, partition_size_mb, key, config_file
         )
     command = emulator_command(
         hubs,
         consumer_groups=consumer_groups,
+        host=host,
         data_dir=data_dir,
         retention_minutes=retention_minutes,
         partition_size_mb=partition_size_mb,
@@ -133,7 +143,9 @@ def start_emulator(
     )
     with tempfile.NamedTemporaryFile(prefix="hubshift-emulator-", suffix=".log", delete=False) as log_file:
         log_path = Path(log_file.name)
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            [*wrapper, *command], stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL
+        )
     assert process.stdout is not None
     line = _read_line(process.stdout, startup_timeout)
     if not line.startswith(ENDPOINT_PREFIX):

@@ -10,9 +10,9 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-from hubshift.emulator.broker import Broker, Clock
+from hubshift.emulator.broker import Broker, Clock, HubSpec
 from hubshift.emulator.cbs import SasAuthorizer
 from hubshift.emulator.config import EmulatorSettings
 from hubshift.emulator.connection import AmqpConnection, ServerContext
@@ -80,6 +80,20 @@ class EmulatorServer:
             except Exception:
                 LOG.exception("retention check failed")
 
+    def reconfigure(self, hubs: Callable[[], Iterable[HubSpec]] | Iterable[HubSpec]) -> list[str]:
+        """A changed configuration, applied while serving (see `Broker.reconfigure`); one that cannot be
+        read is logged and changes nothing."""
+        assert self.broker is not None
+        try:
+            specs = list(hubs() if callable(hubs) else hubs)
+        except UserError as exc:
+            LOG.error("the configuration was not reloaded: %s", exc)
+            return []
+        changes = self.broker.reconfigure(specs)
+        for change in changes:
+            LOG.warning("%s", change)
+        return changes
+
     async def stop(self) -> None:
         if self._retention is not None:
             self._retention.cancel()
@@ -97,14 +111,21 @@ class EmulatorServer:
             self.broker.close()
 
 
-async def serve(settings: EmulatorSettings, on_ready: Callable[[str], None]) -> None:
-    """Run until SIGINT or SIGTERM; `on_ready` gets the connection string once connections are accepted."""
+async def serve(
+    settings: EmulatorSettings,
+    on_ready: Callable[[str], None],
+    reload: Callable[[], Iterable[HubSpec]] | None = None,
+) -> None:
+    """Run until SIGINT or SIGTERM; `on_ready` gets the connection string once connections are accepted.
+    SIGHUP applies `reload()`'s hubs (the configuration read again): new hubs, more partitions."""
     server = EmulatorServer(settings)
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
+    if reload is not None:
+        loop.add_signal_handler(signal.SIGHUP, lambda: server.reconfigure(reload))
     try:
         on_ready(server.connection_string)
         await stop.wait()
@@ -112,8 +133,12 @@ async def serve(settings: EmulatorSettings, on_ready: Callable[[str], None]) -> 
         await server.stop()
 
 
-def run(settings: EmulatorSettings, on_ready: Callable[[str], None]) -> None:
-    asyncio.run(serve(settings, on_ready))
+def run(
+    settings: EmulatorSettings,
+    on_ready: Callable[[str], None],
+    reload: Callable[[], Iterable[HubSpec]] | None = None,
+) -> None:
+    asyncio.run(serve(settings, on_ready, reload))
 
 
 class EmulatorThread:

@@ -100,16 +100,64 @@ class EventHubsProbe:
                 self._link, self._auth = opened
         if self._link is None:
             raw = await asyncio.wait_for(client.get_partition_properties(partition), self.request_timeout)
+            moment = raw.get("last_enqueued_time_utc")
             return PartitionInfo(
                 partition,
                 int(raw["beginning_sequence_number"]),
                 int(raw["last_enqueued_sequence_number"]),
                 bool(raw["is_empty"]),
+                moment.timestamp() if moment is not None else None,
             )
-        beginning, last, empty = await read_partition_properties(
+        beginning, last, empty, enqueued = await read_partition_properties(
             client, self._link, self._auth, self.target.hub, partition, self.request_timeout
         )
-        return PartitionInfo(partition, beginning, last, empty)
+        return PartitionInfo(partition, beginning, last, empty, None if empty else enqueued)
+
+    async def enqueued_time(self, partition: str, sequence_number: int) -> float | None:
+        """When event `sequence_number` of `partition` was enqueued (Unix seconds), read with a receiver of
+        its own (no owner level: Event Hubs refuses it while a consumer's receiver reads the partition, and
+        a consumer that comes later takes over at once); None when it cannot be read within the timeout."""
+        from azure.eventhub.aio import EventHubConsumerClient
+
+        self.requests += 1
+        client: Any = EventHubConsumerClient.from_connection_string(
+            self.target.connection_string,
+            consumer_group=self.target.consumer_group,
+            eventhub_name=self.target.hub,
+            retry_total=0,
+        )
+        found: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
+
+        async def on_event(_context: Any, event: Any) -> None:
+            if not found.done() and event is not None:
+                moment = event.enqueued_time
+                found.set_result(None if moment is None else moment.timestamp())
+
+        async def on_error(_context: Any, error: Exception) -> None:
+            if not found.done():
+                found.set_result(None)
+                log.debug("partition %s: reading one event failed: %s", partition, type(error).__name__)
+
+        receiving = asyncio.ensure_future(
+            client.receive(
+                on_event,
+                partition_id=partition,
+                starting_position=sequence_number,
+                starting_position_inclusive=True,
+                prefetch=1,
+                on_error=on_error,
+            )
+        )
+        try:
+            return await asyncio.wait_for(found, self.request_timeout)
+        except TimeoutError:
+            return None
+        finally:
+            try:
+                await asyncio.wait_for(client.close(), self.request_timeout)
+            except Exception as exc:  # closing a refused link may fail; it is gone either way
+                log.debug("closing the reader of partition %s: %s", partition, type(exc).__name__)
+            receiving.cancel()
 
     async def _reset(self) -> None:
         link, client = self._link, self._client

@@ -13,3 +13,4 @@ class PartitionInfo:
     beginning: int  # the first sequence number still retained
     last_enqueued: int  # -1 when nothing was ever enqueued
     empty: bool
+    last_enqueued_time: float | None = None  # when the last event was enqueued (Unix seconds), if reported

@@ -19,6 +19,7 @@ import datetime as dt
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,8 @@ RETRY_SECONDS = 1.0
 SOCKET_TIMEOUT_SECONDS = 0.05
 # A partition that had nothing is asked again after this long.
 IDLE_SECONDS = 0.1
+# Per partition: the first sequence number and enqueued time of this many recent batches are kept.
+BATCH_STARTS_KEPT = 256
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,10 @@ class PartitionReceiver:
         self.client: Any = None
         self.consumer: Any = None
         self.not_before = 0.0
+        # first sequence number of a delivered batch -> that event's enqueued time (the consumer's lag in
+        # seconds: the checkpoint's neighbour is usually the first event of a batch already received)
+        self._batch_starts: OrderedDict[int, dt.datetime] = OrderedDict()
+        self._starts_lock = threading.Lock()
 
     @property
     def running(self) -> bool:
@@ -122,6 +129,7 @@ class PartitionReceiver:
         if not events or self.closing.is_set():
             return
         batch = events_to_batch(self.partition, events)
+        self._remember_start(batch)
         self.deliver(batch)
         self.last_sequence = int(batch.column("sequence_number")[-1].as_py())
         self.received += batch.num_rows
@@ -132,6 +140,21 @@ class PartitionReceiver:
             last = None
         if last is not None:
             self.last_enqueued_sequence = int(last)
+
+    def _remember_start(self, batch: pa.RecordBatch) -> None:
+        first = int(batch.column("sequence_number")[0].as_py())
+        enqueued = batch.column("enqueued_time")[0].as_py()
+        if enqueued is None:
+            return
+        with self._starts_lock:
+            self._batch_starts[first] = enqueued
+            while len(self._batch_starts) > BATCH_STARTS_KEPT:
+                self._batch_starts.popitem(last=False)
+
+    def enqueued_time(self, sequence_number: int) -> dt.datetime | None:
+        """When the event `sequence_number` was enqueued, if it began a batch this receiver delivered."""
+        with self._starts_lock:
+            return self._batch_starts.get(sequence_number)
 
 
 class ReceiverPool:

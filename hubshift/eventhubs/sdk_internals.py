@@ -101,9 +101,10 @@ async def open_management_link(client: Any, timeout: float) -> tuple[Any, Any] |
 
 async def read_partition_properties(
     client: Any, link: Any, auth: Any, hub: str, partition: str, timeout: float
-) -> tuple[int, int, bool]:
-    """(beginning sequence number, last enqueued sequence number, empty) of one partition, read with the
-    READ request the SDK's `get_partition_properties` sends, on the link `open_management_link` opened."""
+) -> tuple[int, int, bool, float | None]:
+    """(beginning sequence number, last enqueued sequence number, empty, last enqueued time in Unix
+    seconds) of one partition, read with the READ request the SDK's `get_partition_properties` sends, on the
+    link `open_management_link` opened."""
     from azure.eventhub._constants import (
         MGMT_PARTITION_OPERATION,
         MGMT_STATUS_CODE,
@@ -129,8 +130,10 @@ async def read_partition_properties(
         text = description.decode() if isinstance(description, bytes) else str(description)
         raise RuntimeError(f"partition {partition}: {int(status)} {text}")
     value = response.value
+    enqueued = value.get(b"last_enqueued_time_utc")
     return (
         int(value[b"begin_sequence_number"]),
         int(value[b"last_enqueued_sequence_number"]),
         bool(value[b"is_partition_empty"]),
+        None if enqueued is None else float(enqueued) / 1000,
     )

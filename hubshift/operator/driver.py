@@ -113,6 +113,8 @@ class LoopDriver:
         self.cycles = 0
         self.errors = 0
         self._failures = 0
+        if metrics is not None:
+            metrics.initialise(*labels)
 
     def start_with(self, loop: CycleRunner, consumer: PartitionedConsumer) -> None:
         """Run an already opened loop (the caller checked the hub and the store up front)."""

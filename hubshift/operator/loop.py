@@ -10,7 +10,9 @@ One cycle:
    the cycle again), before anything else;
 5. act: set the replicas, end the membership of holders that are gone so their forced partitions move
    at once, nudge the consumers (`POST /assignment`), record the Events;
-6. report: the status (`runtime.publish_status`) and the operator's metrics.
+6. report: the status (`runtime.publish_status`) and the operator's metrics, with each partition's lag in
+   seconds (`observe.lag_per_partition`: from the times the owners write beside their checkpoints; the
+   few events nobody reads are read in the background, `observe.lag_reads`).
 
 The decisions are pure (`autoscaler`, `rebalance`, `observe`, `status.build_status`); the store is
 synchronous and runs in a worker thread, so a cycle never blocks the event loop. When cycles run is the
@@ -39,12 +41,18 @@ from hubshift.operator.autoscaler import Pause, ScalingDecision, ScalingObservat
 from hubshift.operator.consumer_http import Nudger, nudge_consumer
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.operator.observe import (
+    PartitionLag,
     backlog_per_partition,
     holders_to_expel,
+    lag_per_partition,
+    lag_reads,
     lease_holders,
     next_cycle_in,
+    phase_bound,
     present_consumers,
     record_changed,
+    unowned,
+    worst_lag,
 )
 from hubshift.operator.rebalance import (
     BreakLeases,
@@ -60,7 +68,7 @@ from hubshift.operator.scaling_record import ScalingRecord
 from hubshift.operator.status import PartitionedConsumerStatus, build_status
 from hubshift.ownership.assignment import publish_assignment
 from hubshift.ownership.membership import expel
-from hubshift.ownership.model import OwnershipSnapshot
+from hubshift.ownership.model import OwnershipSnapshot, Phase
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import LeaseStore, StoreError, WriteConflict
@@ -107,6 +115,7 @@ class CycleReport:
     store_requests: int
     duration: float
     next_cycle_in: float
+    lag: dict[str, PartitionLag] | None = None
 
 
 @dataclass
@@ -123,6 +132,12 @@ class _Memory:
     last_scale_time: float | None = None
     moving: dict[str, tuple[str, float]] = field(default_factory=dict)  # partition -> (target, published)
     expelled: set[str] = field(default_factory=set)
+    # lag in seconds: events read by the loop itself, partition -> (sequence number, enqueued time), and
+    # the reads tried, partition -> (sequence number, when)
+    lag_read: dict[str, tuple[int, float]] = field(default_factory=dict)
+    lag_tried: dict[str, tuple[int, float]] = field(default_factory=dict)
+    lag_reading: asyncio.Task[None] | None = None
+    phase_since: tuple[str, float] | None = None  # (phase, when it began) for the metrics
 
 
 class ControlLoop:
@@ -163,6 +178,9 @@ class ControlLoop:
         self.memory.probed_at = None  # decide replicas again at once
 
     async def close(self) -> None:
+        reading = self.memory.lag_reading
+        if reading is not None and not reading.done():
+            reading.cancel()
         await self.probe.close()
         await asyncio.to_thread(self.store.store.close)
 
@@ -189,6 +207,8 @@ class ControlLoop:
 
         memory = self.memory
         backlog = self._backlog()
+        lag = self._lag(backlog, holders, now)
+        worst = None if lag is None else worst_lag(lag)
         status = build_status(
             state=step.state,
             decision=decision,
@@ -203,16 +223,19 @@ class ControlLoop:
             now=now,
             last_scale_time=memory.last_scale_time,
             probe_error=memory.probe_error,
+            worst_lag=None if worst is None or worst.seconds is None else (worst.partition, worst.seconds),
         )
         await self.runtime.publish_status(status.to_body())
         duration = time.perf_counter() - started
-        self._report_metrics(step.state, decision, instances, current, backlog, duration)
+        self._report_metrics(step.state, decision, instances, current, backlog, duration, lag)
+        self._report_ownership(step.state, holders, now)
         return CycleReport(
             state=step.state,
             status=status,
             decision=decision,
             holders=holders,
             backlog=backlog,
+            lag=lag,
             actions=step.actions,
             store_requests=self.store.total - requests_before,
             duration=duration,
@@ -246,6 +269,35 @@ class ControlLoop:
         return backlog_per_partition(
             memory.partitions, memory.snapshot, self.consumer.spec.consumer.start_position
         )
+
+    def _lag(
+        self, backlog: Mapping[str, int] | None, holders: Mapping[str, str | None], now: float
+    ) -> dict[str, PartitionLag] | None:
+        """Each partition's lag in seconds; starts reading, in the background, the few events whose time
+        nobody wrote (partitions nobody reads), for the next cycles."""
+        memory = self.memory
+        if backlog is None or memory.partitions is None or memory.snapshot is None:
+            return None
+        lag = lag_per_partition(memory.partitions, memory.snapshot, backlog, memory.lag_read, now)
+        if memory.lag_reading is None or memory.lag_reading.done():
+            reads = lag_reads(lag, backlog, holders, memory.snapshot.live_members, memory.lag_tried, now)
+            if reads and hasattr(self.probe, "enqueued_time"):
+                for partition, sequence in reads:
+                    memory.lag_tried[partition] = (sequence, now)
+                memory.lag_reading = asyncio.get_running_loop().create_task(self._read_enqueued(reads))
+        return lag
+
+    async def _read_enqueued(self, reads: Sequence[tuple[str, int]]) -> None:
+        for partition, sequence in reads:
+            try:
+                moment = await self.probe.enqueued_time(partition, sequence)
+            except Exception as exc:  # one unreadable event leaves that lag unknown; the loop goes on
+                log.debug("%s: reading partition %s failed: %s", self.scope, partition, type(exc).__name__)
+                moment = None
+            if self.metrics is not None:
+                self.metrics.lag_reads.labels(*self.labels, "ok" if moment is not None else "failed").inc()
+            if moment is not None:
+                self.memory.lag_read[partition] = (sequence, moment)
 
     async def _snapshot(self) -> OwnershipSnapshot:
         memory = self.memory
@@ -419,6 +471,7 @@ class ControlLoop:
         current: int,
         backlog: Mapping[str, int] | None,
         duration: float,
+        lag: Mapping[str, PartitionLag] | None = None,
     ) -> None:
         metrics = self.metrics
         if metrics is None:
@@ -433,7 +486,29 @@ class ControlLoop:
         metrics.partitions.labels(namespace, name).set(len(self.memory.partition_ids))
         if backlog is not None:
             metrics.set_backlog(namespace, name, backlog)
+        if lag is not None:
+            metrics.set_lag(namespace, name, {p: x.seconds for p, x in lag.items()})
         metrics.set_phase(namespace, name, state.phase.value)
+
+    def _report_ownership(self, state: RebalanceState, holders: Mapping[str, str | None], now: float) -> None:
+        """Owners, partitions nobody reads, and how long the phase has lasted against its bound."""
+        memory = self.memory
+        phase = state.phase.value
+        if memory.phase_since is None or memory.phase_since[0] != phase:
+            memory.phase_since = (phase, now)
+        metrics = self.metrics
+        if metrics is None or memory.snapshot is None:
+            return
+        namespace, name = self.labels
+        metrics.set_owners(namespace, name, holders)
+        metrics.unowned.labels(namespace, name).set(len(unowned(holders, memory.snapshot.live_members)))
+        began = memory.phase_since[1]
+        if state.phase is Phase.REBALANCING and state.published_at is not None:
+            began = state.published_at  # survives an operator restart
+        elif state.phase is Phase.HOLDDOWN and state.holddown_until is not None:
+            began = state.holddown_until - self.config.delay_seconds
+        metrics.phase_duration.labels(namespace, name).set(max(0.0, now - began))
+        metrics.phase_bound.labels(namespace, name).set(phase_bound(state.phase, self.config))
 
 
 def _parse_time(text: str) -> float | None:

@@ -1,12 +1,14 @@
 """The operator's own Prometheus metrics, as objects the control loop sets.
 
-Names follow Prometheus practice: one application prefix (`hubshift_`), base units, `_total` on counters,
-bounded labels only (`namespace`, `consumer` = the PartitionedConsumer's name, `partition` = an Event Hubs
-partition id, at most a few thousand). `OperatorMetrics` owns its registry, so a test makes a fresh one;
-the operator process uses `METRICS`.
+Names follow one scheme for the operator and the consumers (docs/observability.md has the table): the
+`hubshift_` prefix, base units, `_total` on counters (prometheus-client appends it), bounded labels only
+(`namespace`, `consumer` = the PartitionedConsumer's name, `partition` = an Event Hubs partition id, at
+most a few thousand, and small fixed sets). The counters that matter before the first failure exist from
+the start (`initialise`, called when a control loop is set up). `OperatorMetrics` owns its registry, so a
+test makes a fresh one; the operator process uses `METRICS`.
 
-The consumer pods export their own metrics (hubshift/spark_app); the names the chart's dashboards and
-alerts read from them are listed in `CONSUMER_METRICS`.
+The consumers export their own metrics (`hubshift/consumer/metrics.py`); the names the chart's dashboards
+and alerts read from them are listed in `CONSUMER_METRICS`.
 """
 
 from __future__ import annotations
@@ -19,17 +21,32 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.exposition import generate_latest
 
 from hubshift import __version__
+from hubshift.operator.rebalance import PublishReason
 from hubshift.operator.status import PHASES
 
 PREFIX = "hubshift"
 LABELS = ("namespace", "consumer")
 
-# What the dashboards and alert rules expect the consumer pods to export (hubshift/spark_app's contract).
+# What the dashboards and alert rules may read from the consumers (`hubshift/consumer/metrics.py`).
 CONSUMER_METRICS = {
-    "events": f"{PREFIX}_consumer_events_total",  # counter, labels partition
-    "checkpoint_age": f"{PREFIX}_consumer_checkpoint_age_seconds",  # gauge, labels partition
-    "lease_lost": f"{PREFIX}_consumer_lease_lost_total",  # counter, labels partition
+    "info": f"{PREFIX}_consumer_info",
+    "start_time": f"{PREFIX}_consumer_start_time_seconds",
+    "events": f"{PREFIX}_consumer_events_total",
+    "batches": f"{PREFIX}_consumer_batches_total",
+    "batch_duration": f"{PREFIX}_consumer_batch_duration_seconds",
+    "enqueue_to_sink": f"{PREFIX}_consumer_enqueue_to_sink_seconds",
+    "backlog": f"{PREFIX}_consumer_backlog_events",
+    "owned": f"{PREFIX}_consumer_owned_partitions",
+    "checkpoint_age": f"{PREFIX}_consumer_checkpoint_age_seconds",
+    "checkpoints": f"{PREFIX}_consumer_checkpoints_total",
+    "lease_renewals": f"{PREFIX}_consumer_lease_renewals_total",
+    "lease_lost": f"{PREFIX}_consumer_lease_lost_total",
+    "acquired": f"{PREFIX}_consumer_partitions_acquired_total",
+    "released": f"{PREFIX}_consumer_partitions_released_total",
+    "handoff_duration": f"{PREFIX}_consumer_handoff_duration_seconds",
+    "spool_depth": f"{PREFIX}_consumer_spool_events",
 }
+LAG_READ_RESULTS = ("ok", "failed")
 
 HANDOFF_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600)
 CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
@@ -60,6 +77,52 @@ class OperatorMetrics:
             f"{PREFIX}_partition_backlog_events",
             "Unprocessed events of one partition (last enqueued minus checkpoint).",
             [*LABELS, "partition"],
+            registry=r,
+        )
+        self.partition_lag = Gauge(
+            f"{PREFIX}_partition_lag_seconds",
+            "Age of one partition's oldest unprocessed event (0 when caught up; absent while unknown).",
+            [*LABELS, "partition"],
+            registry=r,
+        )
+        self.lag = Gauge(
+            f"{PREFIX}_lag_seconds",
+            "Age of the oldest unprocessed event over all partitions (the worst partition's lag).",
+            LABELS,
+            registry=r,
+        )
+        self.lag_unknown = Gauge(
+            f"{PREFIX}_lag_unknown_partitions",
+            "Partitions with a backlog whose oldest unprocessed event's enqueued time is not known yet.",
+            LABELS,
+            registry=r,
+        )
+        self.lag_reads = Counter(
+            f"{PREFIX}_lag_event_reads",
+            "Events the control loop read itself to learn an enqueued time, by result (ok, failed).",
+            [*LABELS, "result"],
+            registry=r,
+        )
+        self.partition_owner = Gauge(
+            f"{PREFIX}_partition_owner",
+            "1 for the consumer (pod) holding the partition's lease now; absent while nobody does.",
+            [*LABELS, "partition", "owner"],
+            registry=r,
+        )
+        self.unowned = Gauge(
+            f"{PREFIX}_unowned_partitions",
+            "Partitions no live consumer holds (nobody reads them).",
+            LABELS,
+            registry=r,
+        )
+        self.phase_duration = Gauge(
+            f"{PREFIX}_phase_duration_seconds", "Seconds since the phase last changed.", LABELS, registry=r
+        )
+        self.phase_bound = Gauge(
+            f"{PREFIX}_phase_bound_seconds",
+            "How long the current phase may last (Holddown: the delay; Rebalancing: the handoff deadline "
+            "plus a membership lease; Ready: +Inf).",
+            LABELS,
             registry=r,
         )
         self.phase = Gauge(
@@ -104,6 +167,22 @@ class OperatorMetrics:
             registry=r,
         )
         self._partitions_seen: dict[tuple[str, str], set[str]] = {}
+        self._lag_seen: dict[tuple[str, str], set[str]] = {}
+        self._owners_seen: dict[tuple[str, str], set[tuple[str, str]]] = {}
+
+    def initialise(self, namespace: str, consumer: str) -> None:
+        """Every counter and histogram of one PartitionedConsumer at 0, so their series exist before the
+        first event they count (a query for errors or moves then says 0, not nothing)."""
+        self.cycle_errors.labels(namespace, consumer)
+        self.cycle_duration.labels(namespace, consumer)
+        self.moves.labels(namespace, consumer)
+        self.handoff_duration.labels(namespace, consumer)
+        for reason in PublishReason:
+            self.rebalances.labels(namespace, consumer, reason.value)
+        for direction in ("up", "down"):
+            self.scale_events.labels(namespace, consumer, direction)
+        for result in LAG_READ_RESULTS:
+            self.lag_reads.labels(namespace, consumer, result)
 
     # helpers for the label sets that must be replaced, not just set
 
@@ -120,6 +199,29 @@ class OperatorMetrics:
             self.partition_backlog.labels(namespace, consumer, partition).set(value)
         self._partitions_seen[key] = set(per_partition)
         self.backlog.labels(namespace, consumer).set(sum(per_partition.values()))
+
+    def set_lag(self, namespace: str, consumer: str, per_partition: Mapping[str, float | None]) -> None:
+        """Per-partition lag in seconds and the worst; a partition whose lag is unknown is not exported
+        (rather than a guess), and counted in `hubshift_lag_unknown_partitions`."""
+        key = (namespace, consumer)
+        known = {p: v for p, v in per_partition.items() if v is not None}
+        for gone in self._lag_seen.get(key, set()) - set(known):
+            self.partition_lag.remove(namespace, consumer, gone)
+        for partition, value in known.items():
+            self.partition_lag.labels(namespace, consumer, partition).set(value)
+        self._lag_seen[key] = set(known)
+        self.lag.labels(namespace, consumer).set(max(known.values(), default=0.0))
+        self.lag_unknown.labels(namespace, consumer).set(len(per_partition) - len(known))
+
+    def set_owners(self, namespace: str, consumer: str, holders: Mapping[str, str | None]) -> None:
+        """Who holds each partition now (`hubshift_partition_owner`): a changed owner replaces the series."""
+        key = (namespace, consumer)
+        now = {(p, owner) for p, owner in holders.items() if owner is not None}
+        for partition, owner in self._owners_seen.get(key, set()) - now:
+            self.partition_owner.remove(namespace, consumer, partition, owner)
+        for partition, owner in now:
+            self.partition_owner.labels(namespace, consumer, partition, owner).set(1)
+        self._owners_seen[key] = now
 
     def record_scale(self, namespace: str, consumer: str, before: int, after: int) -> None:
         if after != before:
@@ -140,10 +242,21 @@ class OperatorMetrics:
             self.cycle_errors,
             self.paused,
             self.fallback_active,
+            self.lag,
+            self.lag_unknown,
+            self.unowned,
+            self.phase_duration,
+            self.phase_bound,
         ):
             _remove(metric, (namespace, consumer))
         for partition in self._partitions_seen.pop((namespace, consumer), set()):
             _remove(self.partition_backlog, (namespace, consumer, partition))
+        for partition in self._lag_seen.pop((namespace, consumer), set()):
+            _remove(self.partition_lag, (namespace, consumer, partition))
+        for result in LAG_READ_RESULTS:
+            _remove(self.lag_reads, (namespace, consumer, result))
+        for partition, owner in self._owners_seen.pop((namespace, consumer), set()):
+            _remove(self.partition_owner, (namespace, consumer, partition, owner))
         for phase in PHASES:
             _remove(self.phase, (namespace, consumer, phase))
         for direction in ("up", "down"):

@@ -4,6 +4,7 @@ hub's partitions and the consumers the runtime reports (no I/O, no clock of thei
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from hubshift.eventhubs.model import PartitionInfo
 from hubshift.operator.autoscaler import partition_backlog
@@ -12,10 +13,14 @@ from hubshift.operator.runtime import ConsumerInstance
 from hubshift.ownership.model import Assignment, OwnershipSnapshot, Phase
 from hubshift.ownership.planner import consumer_sort_key
 from hubshift.ownership.records import encode_assignment
-from hubshift.spec import StartPosition
+from hubshift.spec import RebalanceSpec, StartPosition
 
 # While a holddown runs or handoffs are pending, cycles come this often (the state machine's clock).
 BUSY_CYCLE_SECONDS = 1.0
+# Lag in seconds: at most this many events read by the control loop per cycle, each (partition, sequence
+# number) tried again at most this often.
+LAG_READS_PER_CYCLE = 4
+LAG_READ_RETRY_SECONDS = 60.0
 
 
 def lease_holders(snapshot: OwnershipSnapshot, partitions: Iterable[str]) -> dict[str, str | None]:
@@ -78,3 +83,121 @@ def next_cycle_in(state: RebalanceState, now: float, polling_interval: float) ->
         if deadline is not None:
             wait = min(wait, max(0.0, deadline - now))
     return wait
+
+
+# --- lag in seconds (docs/observability.md) -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """How old one partition's oldest unprocessed event is. `seconds` is None while the enqueued time of
+    that event (`first_unprocessed`) is not known; `source` says where it came from."""
+
+    partition: str
+    seconds: float | None
+    source: str  # "caught-up", "checkpoint" (the owner wrote it), "last-enqueued", "read", "unknown"
+    first_unprocessed: int | None = None
+
+
+def first_unprocessed(info: PartitionInfo, backlog: int) -> int | None:
+    """The sequence number of the oldest event not yet processed; None when there is none."""
+    if backlog <= 0 or info.last_enqueued < 0:
+        return None
+    return info.last_enqueued - backlog + 1
+
+
+def lag_per_partition(
+    partitions: Mapping[str, PartitionInfo],
+    snapshot: OwnershipSnapshot,
+    backlog: Mapping[str, int],
+    read: Mapping[str, tuple[int, float]],
+    now: float,
+) -> dict[str, PartitionLag]:
+    """Now minus the enqueued time of each partition's oldest unprocessed event, 0 when caught up, from
+    what is known without reading events: the time the owner wrote beside its checkpoint (the event after
+    it), the probe's last enqueued time (when only that one event is unprocessed), or an event the control
+    loop read itself (`read`: partition -> (sequence number, enqueued time))."""
+    rows = {row.partition: row for row in snapshot.partitions}
+    lags: dict[str, PartitionLag] = {}
+    for partition, info in partitions.items():
+        first = first_unprocessed(info, backlog.get(partition, 0))
+        if first is None:
+            lags[partition] = PartitionLag(partition, 0.0, "caught-up")
+            continue
+        row = rows.get(partition)
+        enqueued: float | None = None
+        source = "unknown"
+        if (
+            row is not None
+            and row.next_enqueued is not None
+            and row.checkpoint.sequence_number >= 0
+            and row.checkpoint.sequence_number + 1 == first
+        ):
+            enqueued, source = row.next_enqueued.timestamp(), "checkpoint"
+        elif first == info.last_enqueued and info.last_enqueued_time is not None:
+            enqueued, source = info.last_enqueued_time, "last-enqueued"
+        elif partition in read and read[partition][0] == first:
+            enqueued, source = read[partition][1], "read"
+        seconds = None if enqueued is None else max(0.0, now - enqueued)
+        lags[partition] = PartitionLag(partition, seconds, source, first)
+    return lags
+
+
+def lag_reads(
+    lags: Mapping[str, PartitionLag],
+    backlog: Mapping[str, int],
+    holders: Mapping[str, str | None],
+    alive: Iterable[str],
+    tried: Mapping[str, tuple[int, float]],
+    now: float,
+    *,
+    limit: int = LAG_READS_PER_CYCLE,
+    retry_seconds: float = LAG_READ_RETRY_SECONDS,
+) -> list[tuple[str, int]]:
+    """The events the control loop reads itself this cycle, as (partition, sequence number): only where
+    nobody reads the partition (no live holder: its owner would write the time soon, and Event Hubs refuses
+    a second reader beside the owner's epoch receiver), the time is unknown, and this event was not tried
+    within `retry_seconds` (`tried`: partition -> (sequence number, when)); the largest backlog first, at
+    most `limit`."""
+    live = set(alive)
+    wanted = []
+    for partition, lag in lags.items():
+        if lag.seconds is not None or lag.first_unprocessed is None:
+            continue
+        holder = holders.get(partition)
+        if holder is not None and holder in live:
+            continue
+        last = tried.get(partition)
+        if last is not None and last[0] == lag.first_unprocessed and now - last[1] < retry_seconds:
+            continue
+        wanted.append((partition, lag.first_unprocessed))
+    wanted.sort(key=lambda item: (-backlog.get(item[0], 0), item[0]))
+    return wanted[:limit]
+
+
+def worst_lag(lags: Mapping[str, PartitionLag]) -> PartitionLag | None:
+    """The partition whose oldest unprocessed event is oldest (among the known); None when none is known."""
+    known = [lag for lag in lags.values() if lag.seconds is not None]
+    if not known:
+        return None
+    return max(known, key=lambda lag: (lag.seconds or 0.0, lag.partition))
+
+
+# --- phases and owners (the metrics the alert rules read) ----------------------------------------------
+
+
+def phase_bound(phase: Phase, config: RebalanceSpec) -> float:
+    """How long a phase may last before something is wrong: a holddown its delay, a rebalance the handoff
+    deadline plus a membership lease (a forced move waits for the old owner's membership at most that
+    long); Ready has no bound."""
+    if phase is Phase.HOLDDOWN:
+        return config.delay_seconds
+    if phase is Phase.REBALANCING:
+        return config.max_handoff_seconds + config.lease_duration_seconds
+    return float("inf")
+
+
+def unowned(holders: Mapping[str, str | None], alive: Iterable[str]) -> list[str]:
+    """Partitions nobody alive holds: nobody reads them."""
+    live = set(alive)
+    return [p for p, holder in holders.items() if holder is None or holder not in live]

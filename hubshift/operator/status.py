@@ -83,6 +83,14 @@ class PartitionedConsumerStatus(Model):
     total_backlog: int | None = Field(
         default=None, ge=0, description="Unprocessed events over all partitions."
     )
+    lag_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="Age in seconds of the oldest unprocessed event, in the worst partition (0: caught up).",
+    )
+    lagging_partition: str | None = Field(
+        default=None, description="The partition whose oldest unprocessed event is oldest (lagSeconds)."
+    )
     assignment_generation: int | None = Field(
         default=None, ge=0, description="Generation of the published assignment record."
     )
@@ -175,6 +183,7 @@ def build_status(
     now: float,
     last_scale_time: float | None,
     probe_error: str | None,
+    worst_lag: tuple[str, float] | None = None,
 ) -> PartitionedConsumerStatus:
     """The status subresource for this cycle (pure)."""
     moment = _datetime(now).replace(microsecond=0)
@@ -249,6 +258,8 @@ def build_status(
         ready_replicas=sum(1 for i in instances if i.ready and not i.terminating),
         partition_count=partition_count,
         total_backlog=total_backlog,
+        lag_seconds=None if worst_lag is None else round(worst_lag[1], 3),
+        lagging_partition=None if worst_lag is None else worst_lag[0],
         assignment_generation=state.generation,
         assignment=assignment_by_consumer(state.assignment),
         holddown_until=None if state.holddown_until is None else _datetime(state.holddown_until),

@@ -7,9 +7,16 @@ opens its Event Hubs receiver with it and the service disconnects any older read
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from hubshift.ownership.checkpoints import write_checkpoint
 from hubshift.ownership.model import EARLIEST, Checkpoint, PartitionLease
-from hubshift.ownership.records import checkpoint_metadata, parse_checkpoint, parse_owner_level
+from hubshift.ownership.records import (
+    checkpoint_metadata,
+    parse_checkpoint,
+    parse_next_enqueued,
+    parse_owner_level,
+)
 from hubshift.ownership.scope import Scope, consumer_id, partition_id
 from hubshift.ownership.store import INFINITE, BlobNotFound, LeaseConflict, LeaseLost, LeaseStore
 
@@ -52,20 +59,30 @@ def claim_partition(
         checkpoint=parse_checkpoint(entry.metadata) or initial,
     )
     try:
-        return write_checkpoint(store, lease, lease.checkpoint)
+        # The position is unchanged, and so is when the event after it was enqueued.
+        return write_checkpoint(
+            store, lease, lease.checkpoint, next_enqueued=parse_next_enqueued(entry.metadata)
+        )
     except LeaseLost:
         # Broken by a forced claim between our acquire and this write: the other claimer won.
         raise LeaseConflict(f"{name} was taken while it was being claimed") from None
 
 
-def release_partition(store: LeaseStore, lease: PartitionLease, *, final: Checkpoint | None = None) -> bool:
-    """Give the partition up, after writing `final` (the handoff's last checkpoint) if given.
+def release_partition(
+    store: LeaseStore,
+    lease: PartitionLease,
+    *,
+    final: Checkpoint | None = None,
+    next_enqueued: datetime | None = None,
+) -> bool:
+    """Give the partition up, after writing `final` (the handoff's last checkpoint) if given, with when the
+    event after it was enqueued (`next_enqueued`) if known.
 
     False when the lease was already lost (the final checkpoint was then not written either).
     """
     try:
         if final is not None:
-            write_checkpoint(store, lease, final)
+            write_checkpoint(store, lease, final, next_enqueued=next_enqueued)
         store.release_lease(lease.scope.checkpoint_blob(lease.partition), lease.lease_id)
     except (LeaseLost, BlobNotFound):
         return False

@@ -68,6 +68,8 @@ class PartitionOwnership:
     last_modified: datetime
     checkpoint: Checkpoint
     last_owner: str | None = None  # the last consumer that claimed it, even after a release
+    # when the event after `checkpoint` was enqueued, as its owner wrote it (None: not known)
+    next_enqueued: datetime | None = None
 
     @property
     def free(self) -> bool:

@@ -1,6 +1,7 @@
 """How hubshift's records are written in the store, as pure functions (no I/O): the checkpoint blob's
-metadata (the Azure SDKs' `offset` and `sequencenumber`, plus `ownerid`, `ownerlevel` and `hubshiftstart`)
-and the assignment record's JSON. docs/architecture.md lists every record and its layout."""
+metadata (the Azure SDKs' `offset` and `sequencenumber`, plus `ownerid`, `ownerlevel`, `hubshiftstart` and
+`hubshiftnextenqueued`) and the assignment record's JSON. docs/architecture.md lists every record and its
+layout."""
 
 from __future__ import annotations
 
@@ -18,14 +19,23 @@ SEQUENCE_NUMBER = "sequencenumber"
 OWNER = "ownerid"
 OWNER_LEVEL = "ownerlevel"
 START = "hubshiftstart"
+# When the event after the checkpoint was enqueued, if the consumer had received it: the control loop's lag
+# in seconds without reading events (docs/observability.md). It belongs to the `sequencenumber` beside it.
+NEXT_ENQUEUED = "hubshiftnextenqueued"
 
 
 def checkpoint_metadata(
-    checkpoint: Checkpoint, *, owner: str | None = None, owner_level: int | None = None
+    checkpoint: Checkpoint,
+    *,
+    owner: str | None = None,
+    owner_level: int | None = None,
+    next_enqueued: datetime | None = None,
 ) -> dict[str, str]:
     metadata = {OFFSET: str(checkpoint.offset), SEQUENCE_NUMBER: str(checkpoint.sequence_number)}
     if checkpoint.start is not None:
         metadata[START] = checkpoint.start.isoformat()
+    if next_enqueued is not None:
+        metadata[NEXT_ENQUEUED] = next_enqueued.isoformat()
     if owner is not None:
         metadata[OWNER] = owner
     if owner_level is not None:
@@ -44,6 +54,18 @@ def parse_checkpoint(metadata: Mapping[str, str]) -> Checkpoint | None:
     except ValueError:
         return None
     return Checkpoint(offset=offset, sequence_number=sequence_number, start=start)
+
+
+def parse_next_enqueued(metadata: Mapping[str, str]) -> datetime | None:
+    """When the event after the checkpoint in `metadata` was enqueued; None when not written (or garbage)."""
+    text = metadata.get(NEXT_ENQUEUED)
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
 
 
 def parse_owner_level(metadata: Mapping[str, str]) -> int:

@@ -10,7 +10,7 @@ from hubshift.ownership.model import (
     PartitionOwnership,
     partition_sort_key,
 )
-from hubshift.ownership.records import OWNER, parse_checkpoint, parse_owner_level
+from hubshift.ownership.records import OWNER, parse_checkpoint, parse_next_enqueued, parse_owner_level
 from hubshift.ownership.scope import ASSIGNMENT, CHECKPOINT, MEMBERS, Scope
 from hubshift.ownership.store import BlobEntry, LeaseState, LeaseStore
 
@@ -61,6 +61,7 @@ def snapshot_from_entries(scope: Scope, entries: list[BlobEntry]) -> OwnershipSn
                 last_modified=entry.last_modified,
                 checkpoint=parse_checkpoint(entry.metadata) or EARLIEST,
                 last_owner=last_owner,
+                next_enqueued=parse_next_enqueued(entry.metadata),
             )
         )
     members.sort(key=lambda m: m.consumer)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from hubshift.operator.kubernetes import crd
 from hubshift.operator.kubernetes.render import consumer_from_body
 from hubshift.spec import PartitionedConsumerSpec
 from tests.fixtures.cluster import eventually
@@ -28,32 +29,112 @@ def create(plane: Any, namespace: str, document: dict[str, Any], strict: bool = 
     return result
 
 
+def _set(path: str, value: Any) -> Any:
+    """A mutation of the example: the field at the dotted `path` (under spec) set to `value`."""
+
+    def mutate(document: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node = document["spec"]
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = value
+
+    return mutate
+
+
+def _rename(name: str) -> Any:
+    return lambda d: d["metadata"].update(name=name)
+
+
+# Every CEL rule of the CRD (crd.CEL_RULES and the name rule) and every kind of value the schema bounds,
+# refused by the API server with the field named.
+BAD_RESOURCES: list[tuple[str, Any, list[str]]] = [
+    (
+        "lease-out-of-range",
+        _set("rebalance.leaseDurationSeconds", 90),
+        ["spec.rebalance.leaseDurationSeconds"],
+    ),
+    ("hub-missing", lambda d: d["spec"]["eventHubs"].pop("hub"), ["spec.eventHubs.hub", "Required value"]),
+    (
+        "blob-and-sqlite",
+        _set("checkpointStore.sqlite", {"path": "/tmp/x.db"}),
+        ["spec.checkpointStore", "set exactly one of blob or sqlite"],
+    ),
+    (
+        "max-below-min",
+        lambda d: d["spec"]["scaling"].update(minReplicas=8, maxReplicas=4),
+        ["spec.scaling.maxReplicas", "maxReplicas must be at least minReplicas"],
+    ),
+    (
+        "enqueued-time-missing",
+        _set("consumer.startPosition.type", "enqueuedTime"),
+        ["spec.consumer.startPosition.enqueuedTime", "enqueuedTime is required when type is enqueuedTime"],
+    ),
+    (
+        "function-missing",
+        _set("consumer.pipeline", {"type": "function"}),
+        ["spec.consumer.pipeline.function", "function (module:function) is required when type is function"],
+    ),
+    (
+        "replicate-target-missing",
+        _set("consumer.pipeline", {"type": "replicate"}),
+        ["spec.consumer.pipeline.replicate", "replicate (the target hub) is required when type is replicate"],
+    ),
+    (
+        "blob-sink-missing",
+        _set("consumer.sink", {"type": "blob"}),
+        ["spec.consumer.sink.blob", "blob is required when type is blob"],
+    ),
+    (
+        "claim-and-size",
+        _set("consumer.sink", {"type": "folder", "folder": {"volume": {"claimName": "c", "size": "1Gi"}}}),
+        ["spec.consumer.sink.folder.volume", "set claimName or size, not both"],
+    ),
+    (
+        "storage-class-without-size",
+        _set("consumer.sink", {"type": "folder", "folder": {"volume": {"storageClassName": "fast"}}}),
+        ["spec.consumer.sink.folder.volume.storageClassName", "storageClassName goes with size"],
+    ),
+    ("unknown-field", _set("scaling.maxReplcas", 3), ['unknown field "spec.scaling.maxReplcas"']),
+    ("idle-replicas-not-zero", _set("scaling.idleReplicas", 1), ["spec.scaling.idleReplicas"]),
+    ("port-out-of-range", _set("consumer.metricsPort", 70000), ["spec.consumer.metricsPort"]),
+    ("name-too-long", _rename("h" * 53), ["metadata.name"]),
+    ("name-starts-with-a-digit", _rename("1homes"), ["metadata.name"]),
+    ("empty-image", _set("consumer.image", ""), ["spec.consumer.image"]),
+    (
+        "malformed-cpu",
+        _set("consumer.resources.requests.cpu", "two cores"),
+        ["spec.consumer.resources.requests.cpu"],
+    ),
+    (
+        "malformed-memory",
+        _set("consumer.resources.limits.memory", "3 GB"),
+        ["spec.consumer.resources.limits.memory"],
+    ),
+    (
+        "malformed-driver-memory",
+        _set("consumer.spark.driverMemory", "1.5GB"),
+        ["spec.consumer.spark.driverMemory"],
+    ),
+    (
+        "bad-function-name",
+        _set("consumer.pipeline", {"type": "function", "function": "no colon"}),
+        ["spec.consumer.pipeline.function"],
+    ),
+]
+
+
+def test_every_rule_of_the_crd_has_a_bad_resource_above() -> None:
+    expected = " ".join(fragment for _, _, fragments in BAD_RESOURCES for fragment in fragments)
+    for rules in crd.CEL_RULES.values():
+        for rule in rules:
+            assert rule["message"] in expected, f"no bad resource shows the rule {rule['message']!r}"
+    assert len(BAD_RESOURCES) >= 15
+
+
 @pytest.mark.parametrize(
     ("mutate", "expected"),
-    [
-        (
-            lambda d: d["spec"]["rebalance"].update(leaseDurationSeconds=90),
-            ["spec.rebalance.leaseDurationSeconds"],
-        ),
-        (lambda d: d["spec"]["eventHubs"].pop("hub"), ["spec.eventHubs.hub", "Required value"]),
-        (
-            lambda d: d["spec"]["checkpointStore"].update(sqlite={"path": "/tmp/x.db"}),
-            ["spec.checkpointStore", "set exactly one of blob or sqlite"],
-        ),
-        (
-            lambda d: d["spec"]["scaling"].update(minReplicas=8, maxReplicas=4),
-            ["spec.scaling.maxReplicas", "maxReplicas must be at least minReplicas"],
-        ),
-        (
-            lambda d: d["spec"]["consumer"]["startPosition"].update(type="enqueuedTime"),
-            [
-                "spec.consumer.startPosition.enqueuedTime",
-                "enqueuedTime is required when type is enqueuedTime",
-            ],
-        ),
-        (lambda d: d["spec"]["scaling"].update(maxReplcas=3), ['unknown field "spec.scaling.maxReplcas"']),
-        (lambda d: d["spec"]["consumer"].update(metricsPort=70000), ["spec.consumer.metricsPort"]),
-    ],
+    [pytest.param(mutate, expected, id=name) for name, mutate, expected in BAD_RESOURCES],
 )
 def test_a_bad_resource_is_refused_naming_the_field(
     control_plane: Any, kube_namespace: str, hubshift_crd: str, mutate: Any, expected: list[str]

@@ -1,2 +1,2 @@
-"""Starting the real servers hubshift is tested and benchmarked against (one way to do it, used by
-tests, benchmarks and the demo)."""
+"""The harness the tests and benchmarks share (never imported by hubshift itself): Azurite, the Kubernetes
+control plane, the node tier's cluster, the report-only control loop and replay counting."""

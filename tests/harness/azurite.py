@@ -6,9 +6,11 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,11 +57,11 @@ def azurite_binary() -> Path:
     return binary
 
 
-def connection_string(port: int) -> str:
+def connection_string(port: int, host: str = "127.0.0.1") -> str:
     return (
         "DefaultEndpointsProtocol=http;"
         f"AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
-        f"BlobEndpoint=http://127.0.0.1:{port}/{ACCOUNT};"
+        f"BlobEndpoint=http://{host}:{port}/{ACCOUNT};"
     )
 
 
@@ -68,10 +70,21 @@ class Azurite:
     port: int
     process: subprocess.Popen[bytes]
     data_dir: Path
+    host: str = "127.0.0.1"
 
     @property
     def connection_string(self) -> str:
-        return connection_string(self.port)
+        return connection_string(self.port, self.host)
+
+    @contextmanager
+    def unreachable(self) -> Iterator[None]:
+        """Azurite frozen (SIGSTOP): connections open but nothing answers, like a store that went away;
+        it answers again (SIGCONT) when the block ends, whatever happens inside."""
+        self.process.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self.process.send_signal(signal.SIGCONT)
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -83,19 +96,31 @@ class Azurite:
                 self.process.wait(timeout=10)
 
 
-def start_azurite(data_dir: Path | None = None, attempts: int = 3) -> Azurite:
+def start_azurite(
+    data_dir: Path | None = None,
+    attempts: int = 3,
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    wrapper: Sequence[str] = (),
+) -> Azurite:
+    """Azurite on a free port (or `port`: a restart where clients expect it), its data in `data_dir`. It
+    listens on `host` (the address its connection string names), under `wrapper` (a command that execs
+    it, e.g. `ip netns exec NS` to serve inside a network namespace)."""
     binary = azurite_binary()
     data = data_dir or Path(tempfile.mkdtemp(prefix="hubshift-azurite-"))
     last_error = ""
-    for _ in range(attempts):
-        port = free_port()
+    for attempt in range(attempts if port is None else attempts * 3):
+        if port is not None and attempt:
+            time.sleep(1)  # the old process's port may take a moment to come free
+        port_now = free_port() if port is None else port
         process = subprocess.Popen(
             [
+                *wrapper,
                 str(binary),
                 "--blobHost",
-                "127.0.0.1",
+                host,
                 "--blobPort",
-                str(port),
+                str(port_now),
                 "--location",
                 str(data),
                 "--silent",
@@ -106,8 +131,8 @@ def start_azurite(data_dir: Path | None = None, attempts: int = 3) -> Azurite:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        if wait_for_port(port, timeout=30):
-            return Azurite(port=port, process=process, data_dir=data)
+        if wait_for_port(port_now, timeout=30, host=host):
+            return Azurite(port=port_now, process=process, data_dir=data, host=host)
         process.kill()
         _, err = process.communicate(timeout=10)
         last_error = err.decode(errors="replace")[-500:]

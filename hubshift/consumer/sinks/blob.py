@@ -3,15 +3,30 @@
 The connection string comes from the environment variable the manifest names (`connectionStringEnv`); in
 a cluster the operator fills that variable from `connectionStringSecretRef`. It is held in memory only,
 never in a message, a log line or `repr`.
+
+A write the storage account does not answer is tried again (1 s doubling to 30 s) for up to
+`retry_seconds`: the micro-batch waits, so Spark plans no new one and the receivers stop at their bound
+ahead of what was committed (back-pressure), and no checkpoint moves past output not yet written. Only
+after that does the batch fail (the query starts again from what was committed).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay, wait_exponential
+
 from hubshift.consumer.sinks.layout import join
 from hubshift.errors import UserError
+
+log = logging.getLogger(__name__)
+
+# How long a write may keep failing before the micro-batch gives up; one request's own time limits.
+RETRY_SECONDS = 300.0
+CONNECTION_TIMEOUT_SECONDS = 5
+READ_TIMEOUT_SECONDS = 20
 
 if TYPE_CHECKING:
     from azure.storage.blob import ContainerClient
@@ -22,6 +37,7 @@ class BlobStore:
     connection_string: str = field(repr=False)
     container: str
     prefix: str = ""
+    retry_seconds: float = RETRY_SECONDS
     _client: ContainerClient | None = field(default=None, init=False, repr=False, compare=False)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -35,7 +51,14 @@ class BlobStore:
         if self._client is None:
             from azure.storage.blob import ContainerClient
 
-            self._client = ContainerClient.from_connection_string(self.connection_string, self.container)
+            # No retries of its own (`put` retries, with a bound); each attempt bounded in time.
+            self._client = ContainerClient.from_connection_string(
+                self.connection_string,
+                self.container,
+                retry_total=0,
+                connection_timeout=CONNECTION_TIMEOUT_SECONDS,
+                read_timeout=READ_TIMEOUT_SECONDS,
+            )
         return self._client
 
     def ensure_container(self) -> None:
@@ -62,7 +85,25 @@ class BlobStore:
 
     def put(self, name: str, data: bytes) -> None:
         # One Put Blob (or Put Block List for a large one): the blob changes whole or not at all.
-        self.client.upload_blob(self._name(name), data, overwrite=True)
+        for attempt in Retrying(
+            retry=retry_if_exception(_transient),
+            wait=wait_exponential(multiplier=1, min=1, max=30),
+            stop=stop_after_delay(self.retry_seconds),
+            before_sleep=self._waiting,
+            reraise=True,
+        ):
+            with attempt:
+                self.client.upload_blob(self._name(name), data, overwrite=True)
+
+    def _waiting(self, state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        reason = " ".join(str(getattr(error, "reason", None) or type(error).__name__).split())
+        log.warning(
+            "%s: a write failed (%s); trying again in %.0f s (the batch waits)",
+            self.describe(),
+            reason,
+            state.next_action.sleep if state.next_action is not None else 0.0,
+        )
 
     def get(self, name: str) -> bytes:
         from azure.core.exceptions import ResourceNotFoundError
@@ -79,3 +120,23 @@ class BlobStore:
 
     def describe(self) -> str:
         return f"blob container {self.container}" + (f" prefix {self.prefix}" if self.prefix else "")
+
+
+def _transient(error: BaseException) -> bool:
+    """A failure worth waiting out: the service unreachable, timing out, throttling or failing itself;
+    not a refusal (credentials, a missing container), which no wait mends."""
+    from azure.core.exceptions import (
+        ClientAuthenticationError,
+        HttpResponseError,
+        ResourceNotFoundError,
+        ServiceRequestError,
+        ServiceResponseError,
+    )
+
+    if isinstance(error, ServiceRequestError | ServiceResponseError):
+        return True
+    if isinstance(error, ClientAuthenticationError | ResourceNotFoundError):
+        return False
+    if isinstance(error, HttpResponseError):
+        return error.status_code is None or error.status_code in (408, 429) or error.status_code >= 500
+    return False

@@ -20,10 +20,17 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from hubshift.consumer.pipelines.base import FramePipeline, Pipeline, TaskPipeline
+from hubshift.consumer.pipelines.base import (
+    DEAD_LETTER_REASON,
+    FramePipeline,
+    Pipeline,
+    PipelineResult,
+    TaskPipeline,
+)
 from hubshift.consumer.sinks.base import Sink, TaskWriter, files_from_rows, sink_summary, written_batch
 from hubshift.consumer.sinks.commits import BatchRecord, BatchSummary, PartitionRange, WrittenFile
 from hubshift.consumer.sinks.layout import batch_stem
+from hubshift.consumer.spark.poison import Key, find_poison_events, keys_where
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -229,9 +236,49 @@ def _run_on_frames(
         ranges = partition_ranges(prepared)
         if not ranges:
             return {}, []
-        return ranges, sink.write(pipeline.transform(prepared), stem, moment)
+        result = pipeline.transform(prepared)  # a function broken for every batch fails here, as itself
+        try:
+            return ranges, sink.write(result, stem, moment)
+        except Exception as failure:
+            try:
+                poison = find_poison_events(pipeline, prepared)
+            except ValueError:
+                raise failure from None
+            if not poison:
+                raise  # the pipeline alone succeeds: the sink failed, not an event
+            return ranges, sink.write(_without_poison(pipeline, prepared, poison), stem, moment)
     finally:
         prepared.unpersist(blocking=False)
+
+
+def _without_poison(pipeline: FramePipeline, prepared: DataFrame, poison: dict[Key, str]) -> PipelineResult:
+    """The pipeline's result over the batch without its poison events, which become dead letters with
+    their own errors as reasons."""
+    from pyspark.sql import functions as F
+
+    reasons = prepared.sparkSession.createDataFrame(
+        [(p, s, reason) for (p, s), reason in poison.items()],
+        f"partition string, sequence_number bigint, {DEAD_LETTER_REASON} string",
+    )
+    where = keys_where(sorted(poison))
+    poisoned = prepared.where(where).join(reasons, ["partition", "sequence_number"])
+    dead = poisoned.select(
+        *(
+            F.col(c)
+            for c in ("partition", "sequence_number", "offset", "enqueued_time", "body")
+            if c in prepared.columns
+        ),
+        F.concat(F.lit("the pipeline fails on this event: "), F.col(DEAD_LETTER_REASON)).alias(
+            DEAD_LETTER_REASON
+        ),
+    )
+    result = pipeline.transform(prepared.where(~where))
+    letters = (
+        dead
+        if result.dead_letters is None
+        else result.dead_letters.unionByName(dead, allowMissingColumns=True)
+    )
+    return PipelineResult(outputs=result.outputs, dead_letters=letters)
 
 
 def partition_ranges(prepared: DataFrame) -> dict[str, PartitionRange]:

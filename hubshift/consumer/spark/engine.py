@@ -17,6 +17,7 @@ started again from what was committed.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -26,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -122,6 +124,7 @@ class SparkEngine:
         self._monitor: threading.Thread | None = None
         self._closing = threading.Event()
         self._restarts = 0
+        self._scratch_full_reported = False
         # Receivers stay at most this far ahead of what was committed (per partition).
         self.max_ahead = max(2 * spec.spark.max_events_per_trigger, 20_000)
 
@@ -271,9 +274,15 @@ class SparkEngine:
                 state = self._partitions.get(partition)
                 if state is None or state.owner_level != owner_level or state.draining_since is not None:
                     return
-            spool.write_segment(self.spool_root, partition, owner_level, batch)
+            try:
+                spool.write_segment(self.spool_root, partition, owner_level, batch)
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    self._scratch_full(exc)
+                raise  # the receiver delivers the same events again once it may
             with self._lock:
                 state.spooled_next = int(batch.column("sequence_number")[-1].as_py()) + 1
+            self._report_spool()
 
         def stolen(partition_id: str, level: int) -> None:
             self.notify(Stolen(partition_id, level))
@@ -308,6 +317,21 @@ class SparkEngine:
         if receiver is not None:
             receiver.close(wait=None)
 
+    def _scratch_full(self, error: OSError) -> None:
+        """The spool cannot grow: stop the consumer (in bounded time, each partition released at what was
+        committed, nothing lost) with one line that says what to do, rather than retry forever."""
+        with self._lock:
+            if self._scratch_full_reported:
+                return
+            self._scratch_full_reported = True
+        self.notify(
+            EngineFailed(
+                f"the scratch folder {self.scratch} is full ({error.strerror}): events are read again from "
+                "the last checkpoint once there is room; give the consumer more scratch space (in a pod: "
+                "the /tmp emptyDir's node disk or sizeLimit)"
+            )
+        )
+
     def stop_partition(self, partition: str) -> None:
         with self._lock:
             state = self._partitions.pop(partition, None)
@@ -335,6 +359,12 @@ class SparkEngine:
             backlog[partition] = max(0, receiver.last_enqueued_sequence - done)
         return backlog
 
+    def enqueued_time(self, partition: str, sequence_number: int) -> datetime | None:
+        with self._lock:
+            state = self._partitions.get(partition)
+            receiver = None if state is None else state.receiver
+        return None if receiver is None else receiver.enqueued_time(sequence_number)
+
     def _write_ownership(self) -> None:
         view = OwnershipView(
             self._ownership_version,
@@ -344,6 +374,18 @@ class SparkEngine:
             },
         )
         write_ownership(self.scratch, view)
+
+    def _report_spool(self) -> None:
+        """The spool's depth: events received, not yet committed, over the partitions owned."""
+        if self.metrics is None:
+            return
+        depth = 0
+        with self._lock:
+            for state in self._partitions.values():
+                base = state.committed_next if state.committed_next is not None else state.next_sequence
+                if base is not None and state.spooled_next is not None:
+                    depth += max(0, state.spooled_next - base)
+        self.metrics.set_spool(depth)
 
     def _has_room(self, partition: str, owner_level: int) -> bool:
         """Back-pressure: a partition is not read while its spool is `max_ahead` beyond what was committed
@@ -396,6 +438,7 @@ class SparkEngine:
                 if state.draining_since is not None and end.ownership_version >= state.draining_since:
                     del self._partitions[partition]
                     drained.append((partition, state))
+        self._report_spool()
         for event in committed:
             self.notify(event)
         for partition, state in drained:

@@ -70,18 +70,23 @@ CEL_RULES: dict[type[BaseModel], list[JSON]] = {
             "fieldPath": ".blob",
         },
     ],
+    spec.FolderVolume: [
+        {
+            "rule": "!has(self.claimName) || !has(self.size)",
+            "message": "set claimName or size, not both",
+        },
+        {
+            "rule": "!has(self.storageClassName) || has(self.size)",
+            "message": "storageClassName goes with size",
+            "fieldPath": ".storageClassName",
+        },
+    ],
     spec.ScalingSpec: [
         {
             "rule": "!has(self.maxReplicas) || !has(self.minReplicas) || "
             "self.maxReplicas >= self.minReplicas",
             "message": "maxReplicas must be at least minReplicas",
             "fieldPath": ".maxReplicas",
-        },
-        {
-            "rule": "!has(self.idleReplicas) || !has(self.minReplicas) || "
-            "self.idleReplicas < (self.minReplicas > 1 ? self.minReplicas : 1)",
-            "message": "idleReplicas must be less than minReplicas",
-            "fieldPath": ".idleReplicas",
         },
     ],
 }
@@ -279,6 +284,7 @@ def printer_columns() -> list[JSON]:
         {"name": "Replicas", "type": "integer", "jsonPath": ".status.currentReplicas"},
         {"name": "Desired", "type": "integer", "jsonPath": ".status.desiredReplicas", "priority": 1},
         {"name": "Backlog", "type": "integer", "jsonPath": ".status.totalBacklog"},
+        {"name": "Lag (s)", "type": "number", "jsonPath": ".status.lagSeconds"},
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]

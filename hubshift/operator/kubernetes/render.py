@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from hubshift import __version__
+from hubshift.errors import UserError
 from hubshift.manifest import parse_manifest
 from hubshift.spec import API_VERSION, GROUP, KIND, PartitionedConsumer, SecretKeyRef
 
@@ -94,7 +95,23 @@ def consumer_from_body(body: Mapping[str, Any]) -> PartitionedConsumer:
         "spec": body.get("spec"),
     }
     where = f"{KIND} {document['metadata']['namespace']}/{document['metadata']['name']}"
-    return parse_manifest(document, source=where)
+    consumer = parse_manifest(document, source=where)
+    try:
+        check_for_cluster(consumer)
+    except UserError as error:
+        raise UserError(f"{where}: {error}") from None
+    return consumer
+
+
+def check_for_cluster(consumer: PartitionedConsumer) -> None:
+    """What only a cluster refuses (`UserError`): a SQLite store, which pods on different nodes cannot
+    share, and a folder sink with nowhere to write."""
+    if consumer.spec.checkpoint_store.sqlite is not None:
+        raise UserError(
+            "spec.checkpointStore.sqlite: consumer pods cannot share a SQLite file; "
+            "in a cluster use spec.checkpointStore.blob"
+        )
+    sink_volume(consumer)
 
 
 # --- labels and ownership --------------------------------------------------------------------------
@@ -231,6 +248,44 @@ def _field_env(name: str, path: str) -> JSON:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
+SINK_VOLUME = "sink"
+
+
+def sink_volume(consumer: PartitionedConsumer) -> tuple[JSON | None, JSON | None, JSON | None]:
+    """A folder sink's (volume, volume mount, claim template); Nones for other sinks. The folder is mounted
+    where the consumer writes it (a relative path lies under the working directory); dead letters go under
+    it unless the spec puts them elsewhere, which then needs the folder sink's volume too (refused)."""
+    sink = consumer.spec.consumer.sink
+    if sink.type != "folder":
+        return None, None, None
+    path = sink.folder.path.rstrip("/") or "/"
+    mount_path = path if path.startswith("/") else f"{WORK_DIR}/{path}"
+    if sink.dead_letter_path is not None:
+        dead = (
+            sink.dead_letter_path
+            if sink.dead_letter_path.startswith("/")
+            else f"{WORK_DIR}/{sink.dead_letter_path}"
+        )
+        if not (dead == mount_path or dead.startswith(mount_path + "/")):
+            raise UserError(
+                "spec.consumer.sink.deadLetterPath: in a cluster it must lie under sink.folder.path "
+                f"({mount_path}), the only writable place for the folder sink"
+            )
+    volume = sink.folder.volume
+    mount = {"name": SINK_VOLUME, "mountPath": mount_path}
+    if volume.claim_name is not None:
+        return {"name": SINK_VOLUME, "persistentVolumeClaim": {"claimName": volume.claim_name}}, mount, None
+    if volume.size is not None:
+        claim: JSON = {
+            "metadata": {"name": SINK_VOLUME},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": volume.size}}},
+        }
+        if volume.storage_class_name is not None:
+            claim["spec"]["storageClassName"] = volume.storage_class_name
+        return None, mount, claim
+    return {"name": SINK_VOLUME, "emptyDir": {}}, mount, None
+
+
 def render_statefulset(consumer: PartitionedConsumer, owner: Owner, replicas: int) -> JSON:
     names = ChildNames.of(owner.name)
     port = consumer.spec.consumer.metrics_port
@@ -284,6 +339,16 @@ def render_statefulset(consumer: PartitionedConsumer, owner: Owner, replicas: in
     resources = _resources(consumer)
     if resources:
         container["resources"] = resources
+    volumes: list[JSON] = [
+        {"name": "manifest", "configMap": {"name": names.config_map}},
+        {"name": "work", "emptyDir": {}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    sink, sink_mount, sink_claim = sink_volume(consumer)
+    if sink_mount is not None:
+        container["volumeMounts"].append(sink_mount)
+    if sink is not None:
+        volumes.append(sink)
     selector = selector_labels(owner.name)
     return {
         "apiVersion": "apps/v1",
@@ -323,13 +388,10 @@ def render_statefulset(consumer: PartitionedConsumer, owner: Owner, replicas: in
                             "labelSelector": {"matchLabels": selector},
                         }
                     ],
-                    "volumes": [
-                        {"name": "manifest", "configMap": {"name": names.config_map}},
-                        {"name": "work", "emptyDir": {}},
-                        {"name": "tmp", "emptyDir": {}},
-                    ],
+                    "volumes": volumes,
                 },
             },
+            **({"volumeClaimTemplates": [sink_claim]} if sink_claim is not None else {}),
         },
     }
 

@@ -8,7 +8,6 @@ Secret's value, puts it in an error message, an Event or a status.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterable, Sequence
 
 from httpx2 import HTTPStatusError
@@ -73,9 +72,10 @@ class KubernetesRuntime:
         return await self.kube.read_secret(self.owner.namespace, ref)
 
     async def connection_environment(self, consumer: PartitionedConsumer) -> dict[str, str]:
-        """The connection strings under the variable names the spec gives, as the consumer pods get them
-        (from the Secrets the spec names; without a Secret reference, the operator's own variable)."""
-        environment = dict(os.environ)
+        """The connection strings under the variable names the spec gives, as the consumer pods get them:
+        only from the Secrets the spec names. Never the operator's own environment: whoever may create a
+        PartitionedConsumer must not make the operator use credentials it holds for itself."""
+        environment: dict[str, str] = {}
         spec = consumer.spec
         if spec.event_hubs.connection_string_secret_ref is not None:
             secret = await self.read_secret(spec.event_hubs.connection_string_secret_ref)

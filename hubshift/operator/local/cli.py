@@ -55,7 +55,13 @@ def run(
     configure_logging(log_level)
     consumer = load_manifest(manifest_path)
     folder = Path(workdir) if workdir else Path(".hubshift") / consumer.metadata.name
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "logs").mkdir(exist_ok=True)
+    except OSError as exc:
+        raise UserError(
+            f"--workdir {folder}: {exc.strerror or exc} (choose a folder you can write)"
+        ) from None
     code = asyncio.run(_run(Path(manifest_path), consumer, folder, engine, duration, metrics_port))
     if code:
         raise SystemExit(code)
@@ -89,6 +95,14 @@ async def _run(
         f"consumer logs in {workdir / 'logs'}; Ctrl-C stops them gracefully",
         err=True,
     )
+    if metrics_port:
+        from hubshift.operator.local.processes import TARGETS_FILE
+
+        click.echo(
+            f"metrics: the operator's at http://127.0.0.1:{metrics_port}/metrics, each consumer's listed in "
+            f"{workdir / TARGETS_FILE} (Prometheus file_sd)",
+            err=True,
+        )
     watcher = asyncio.get_running_loop().create_task(_watch_manifest(manifest_path, operator, stop))
     try:
         await operator.run(stop)

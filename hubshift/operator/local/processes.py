@@ -9,7 +9,10 @@ ordinals, which hand their partitions off and exit. Each process runs in its own
 the terminal reaches only `hubshift run`, which then stops them in order.
 
 Status goes to `<workdir>/status.json`, Events to `<workdir>/events.log`; `hubshift status` reads the
-assignment record from the store. `runner.LocalOperator` runs the control loop over it.
+assignment record from the store. Every consumer's `/metrics` is listed in `<workdir>/prometheus-targets.json`
+(Prometheus's file_sd format, with the labels the chart's PodMonitor gives a pod: `namespace`, `consumer`,
+`pod`), so a local Prometheus scrapes the pool as it changes. `runner.LocalOperator` runs the control loop
+over it.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ log = logging.getLogger(__name__)
 READINESS_POLL_SECONDS = 0.25
 RESTART_BACKOFF_SECONDS = (1.0, 2.0, 5.0, 10.0)
 EVENTS_KEPT = 50
+TARGETS_FILE = "prometheus-targets.json"
 
 
 @dataclass
@@ -153,10 +157,21 @@ class LocalRuntime:
                 for _, p in sorted(self.processes.items())
             ],
         }
-        path = self.workdir / "status.json"
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(document, indent=1))
-        temporary.replace(path)
+        _write_atomically(self.workdir / "status.json", json.dumps(document, indent=1))
+        self.write_targets()
+
+    def write_targets(self) -> None:
+        """The consumers' `/metrics` for Prometheus (file_sd), labelled as in a cluster."""
+        namespace = self.consumer.metadata.namespace
+        targets = [
+            {
+                "targets": [p.address],
+                "labels": {"namespace": namespace, "consumer": self.name, "pod": p.name},
+            }
+            for _, p in sorted(self.processes.items())
+            if not p.terminating
+        ]
+        _write_atomically(self.workdir / TARGETS_FILE, json.dumps(targets, indent=1))
 
     # --- processes -------------------------------------------------------------------------------
 
@@ -187,7 +202,7 @@ class LocalRuntime:
 
     def _start(self, ordinal: int) -> ConsumerProcess:
         name = consumer_name(self.name, ordinal)  # the StatefulSet's naming, which planned changes rely on
-        port = _free_port()
+        port = free_port()
         log_path = self.workdir / "logs" / f"{name}.log"
         log_file = log_path.open("ab")
         process = subprocess.Popen(
@@ -322,7 +337,13 @@ class LocalRuntime:
                 running.process.kill()
 
 
-def _free_port() -> int:
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
+
+
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]

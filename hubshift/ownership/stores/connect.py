@@ -60,6 +60,9 @@ def sqlite_url(path: str | Path) -> str:
     return SQLITE_SCHEME + str(path)
 
 
+_KEY_NAME_RE = re.compile(r"[A-Za-z]{1,32}")
+
+
 def parse_store(store: str, container: str | None = None) -> SqliteLocation | BlobLocation:
     """Parse and check a store string without contacting anything; `UserError` if it is malformed."""
     text = store.strip()
@@ -113,7 +116,11 @@ def _check_connection_string(text: str) -> None:
         if not sep or not key.strip():
             raise UserError(f"the store is not a valid connection string (a part has no Key=Value): {_HINT}")
         if key.strip().lower() not in _KNOWN_KEYS:
-            raise UserError(f"the connection string has an unknown key {key.strip()!r}: {_HINT}")
+            # Name the key only when it looks like one: a key pasted without its name must not be echoed.
+            name = key.strip()
+            known = _KEY_NAME_RE.fullmatch(name)
+            what = f"an unknown key {name!r}" if known else "a part that is no Key=Value"
+            raise UserError(f"the connection string has {what}: {_HINT}")
         pairs[key.strip().lower()] = value.strip()
     if pairs.get("usedevelopmentstorage", "").lower() == "true":
         return

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hubshift.consumer.agent import AgentSettings, OwnershipAgent
+from hubshift.consumer.agent import NUDGE_FLOOR_SECONDS, AgentSettings, OwnershipAgent
 from hubshift.consumer.engine import Committed, Drained, Notify, Stolen
 from hubshift.eventhubs.receiver import StartAt
 from hubshift.ownership.assignment import publish_assignment, read_assignment
@@ -36,6 +36,7 @@ class RecordingEngine:
     started: dict[str, tuple[int, StartAt, int | None]] = field(default_factory=dict)
     drained: list[str] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
+    enqueued: dict[tuple[str, int], datetime] = field(default_factory=dict)
 
     def start(self, notify: Notify) -> None:
         pass
@@ -53,6 +54,9 @@ class RecordingEngine:
 
     def backlog(self) -> dict[str, int]:
         return {}
+
+    def enqueued_time(self, partition: str, sequence_number: int) -> datetime | None:
+        return self.enqueued.get((partition, sequence_number))
 
     def close(self) -> None:
         pass
@@ -119,6 +123,7 @@ def make_agent(
         AgentSettings(**options),  # type: ignore[arg-type]
         clock=lambda: clocks.mono,
         wall=lambda: clocks.now,
+        watchdog=False,  # a real-time timer: these tests move the clock by hand
     )
     agent.start()
     return agent, engine
@@ -150,6 +155,42 @@ def test_claims_start_reading_and_checkpoints_follow_commits(
     assert read_checkpoint(store, SCOPE, "1") == Checkpoint("4096", 41)
 
 
+def test_checkpoints_carry_the_next_events_enqueued_time(
+    store_url: str, stores: list[LeaseStore], clocks: Clocks
+) -> None:
+    """The control loop's lag in seconds: each checkpoint says when the event after it was enqueued."""
+    agent, engine = make_agent("a", store_url, stores, clocks, start=StartPosition(type="latest"))
+    agent.step()
+    store = stores[0]
+
+    def row(partition: str) -> tuple[int, datetime | None]:
+        found = take_snapshot(store, SCOPE).partition(partition)
+        assert found is not None
+        return found.checkpoint.sequence_number, found.next_enqueued
+
+    t = clocks.now
+    # claimed at 41 (latest); once the receiver has event 42, the unmoved checkpoint gets its time
+    assert row("0") == (41, None)
+    engine.enqueued[("0", 42)] = t
+    agent.step()
+    assert row("0") == (41, t)
+    # a due checkpoint goes to the newest commit whose neighbour's time is known: 59 (60 is known), not 69
+    engine.enqueued[("0", 50)] = t + timedelta(seconds=1)
+    engine.enqueued[("0", 60)] = t + timedelta(seconds=2)
+    agent.notify(Committed("0", 1, Checkpoint("490", 49), 8))
+    agent.notify(Committed("0", 1, Checkpoint("590", 59), 10))
+    agent.notify(Committed("0", 1, Checkpoint("690", 69), 10))
+    agent.step()
+    assert row("0") == (59, t + timedelta(seconds=2))
+    # when none is known (caught up), the newest commit, without a time; the time follows when it is known
+    agent.notify(Committed("0", 1, Checkpoint("790", 79), 10))
+    agent.step()
+    assert row("0") == (79, None)
+    engine.enqueued[("0", 80)] = t + timedelta(seconds=9)
+    agent.step()
+    assert row("0") == (79, t + timedelta(seconds=9))
+
+
 def test_sigterm_drains_writes_the_final_checkpoint_and_releases(
     store_url: str, stores: list[LeaseStore], clocks: Clocks
 ) -> None:
@@ -177,6 +218,7 @@ def test_a_graceful_move_by_assignment(store_url: str, stores: list[LeaseStore],
     b.step()
     assert sorted(engine_a.started) == PARTITIONS and engine_b.started == {}
     publish(stores[0], {"0": "a", "1": "b", "2": "a", "3": "a"}, 2, clocks)
+    clocks.advance(NUDGE_FLOOR_SECONDS)  # nudges list at most this often
     a.reread_assignment()
     b.reread_assignment()
     a.step()
@@ -258,6 +300,7 @@ def test_a_consumer_lost_long_after_the_publication_keeps_its_partitions_for_a_w
     assert b.step() == 0
     b.leave()
     stale_after = a.settings.stale_after_seconds
+    clocks.advance(NUDGE_FLOOR_SECONDS)  # nudges list at most this often
     a.reread_assignment()
     a.step()
     clocks.advance(stale_after - 1)

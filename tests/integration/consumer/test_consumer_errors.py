@@ -76,3 +76,21 @@ def test_bad_store_credentials(
     assert code != 0
     line = error_line(stderr)
     assert "AccountKey=" not in line
+
+
+def test_an_unknown_log_level(manifest: Path, tmp_path: Path) -> None:
+    code, stderr = consume_to_exit(manifest, {}, tmp_path, "--log-level", "nonsense")
+    assert code != 0 and "--log-level 'nonsense'" in error_line(stderr)
+
+
+def test_a_scratch_folder_holding_other_files_is_refused_and_left_alone(
+    emulator_factory: object, manifest: Path, tmp_path: Path
+) -> None:
+    emulator: RunningEmulator = emulator_factory(["hub:2"])  # type: ignore[operator]
+    precious = tmp_path / "home"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("years of work")
+    environ = consumer_environ(emulator.connection_string)
+    code, stderr = consume_to_exit(manifest, environ, tmp_path, scratch=precious)
+    assert code != 0 and "holds files hubshift did not write" in error_line(stderr)
+    assert (precious / "thesis.tex").read_text() == "years of work"

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 
 import pytest
 
+from hubshift.consumer import http
 from hubshift.consumer.http import ConsumerHTTPServer
 from hubshift.consumer.metrics import ConsumerMetrics
 from hubshift.errors import UserError
@@ -59,9 +62,10 @@ def test_endpoints() -> None:
         assert post(f"{base}/assignment", b'{"generation": 7}')[0] == 202
         assert post(f"{base}/assignment", b"{not json")[0] == 400
         assert post(f"{base}/assignment", b'{"generation": "7"}')[0] == 400
-        assert post(f"{base}/assignment", b"x" * 5000)[0] == 400
+        assert post(f"{base}/assignment", b"x" * 5000)[0] == 413
         assert post(f"{base}/elsewhere")[0] == 404
         assert nudges == [None, 7]
+        assert "hubshift_consumer_nudges_total 2.0" in get(f"{base}/metrics")[2]  # the refused ones: not
     with pytest.raises(RuntimeError):
         server.port  # noqa: B018
 
@@ -99,3 +103,51 @@ def test_metrics_after_a_batch_are_scraped_as_json_friendly_numbers() -> None:
     }
     assert all(name.startswith("hubshift_consumer_") for name in names)
     assert json.dumps(sorted(names))
+
+
+def raw_exchange(
+    port: int, request: bytes, send_more: bytes = b"", timeout: float = 5.0
+) -> tuple[str, float]:
+    """Send `request` (then `send_more`) on one socket; (the status line, seconds until the server answered
+    and closed)."""
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(request)
+        if send_more:
+            try:
+                sock.sendall(send_more)
+            except OSError:
+                pass  # the server stopped reading and closed: what it should do
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    return answer.split(b"\r\n", 1)[0].decode(), time.monotonic() - started
+
+
+def test_hostile_bodies_are_refused_without_being_read() -> None:
+    nudges: list[int | None] = []
+    with ConsumerHTTPServer(ConsumerMetrics("c"), on_assignment=nudges.append) as server:
+        head = b"POST /assignment HTTP/1.1\r\nHost: x\r\n"
+        # Content-Length -1 once made the server read until the client closed (10 MiB answered 202).
+        status, took = raw_exchange(server.port, head + b"Content-Length: -1\r\n\r\n", b"x" * (10 << 20))
+        assert status.endswith("400 Bad Request") and took < 3
+        status, _ = raw_exchange(server.port, head + b"Content-Length: 10485760\r\n\r\n", b"x" * 65536)
+        assert status.endswith("413 Request Entity Too Large")
+        chunked = head + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+        assert raw_exchange(server.port, chunked)[0].endswith("411 Length Required")
+        assert raw_exchange(server.port, head + b"Content-Length: 12abc\r\n\r\n")[0].endswith(
+            "400 Bad Request"
+        )
+    assert nudges == []
+
+
+def test_an_idle_connection_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert 0 < http.IDLE_TIMEOUT_SECONDS <= 30 and http._Handler.timeout == http.IDLE_TIMEOUT_SECONDS
+    monkeypatch.setattr(http._Handler, "timeout", 0.5)  # the same mechanism, quicker
+    with ConsumerHTTPServer(ConsumerMetrics("c")) as server:
+        # Headers that never end: the server gives up after its idle timeout instead of waiting forever.
+        started = time.monotonic()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            assert sock.recv(4096) == b""  # closed, nothing answered
+        assert time.monotonic() - started < 5

@@ -98,3 +98,53 @@ def test_an_empty_batch_writes_nothing(event_frame: Callable[..., Any], tmp_path
     assert summary.partitions == {}
     assert summary.stem is None
     assert not tmp_path.joinpath("_batches").exists()
+
+
+def parse_reading(events: DataFrame) -> DataFrame:
+    """A user's function with a bug: its UDF raises on one particular event, every time."""
+    from pyspark.sql.types import IntegerType
+
+    @F.udf(IntegerType())
+    def reading(body: bytes) -> int:
+        if body == b"poison":
+            raise ValueError("cannot parse a reading from 'poison'")
+        return len(body)
+
+    return events.select("partition", "sequence_number", reading("body").alias("reading"))
+
+
+def test_an_event_that_fails_the_function_every_time_is_dead_lettered_and_the_partition_moves_on(
+    event_frame: Callable[..., Any], tmp_path: Path
+) -> None:
+    rows = [event_row("0", n, b"x" * n) for n in range(1, 8)]
+    rows[3] = event_row("0", 4, b"poison")
+    rows.append(event_row("1", 20, b"abc"))
+    pipeline = FunctionPipeline("jobs:parse_reading", parse_reading)
+    summary = process_batch(event_frame(rows), 0, "fn-0", pipeline, sink(tmp_path))
+    # The batch commits as a whole: the checkpoint may move past the poison event.
+    assert summary.partitions["0"].last_sequence_number == 7 and summary.partitions["1"].events == 1
+    assert summary.outputs == {"results": 7} and summary.dead_letters == 1
+    written = {
+        (r["partition"], r["sequence_number"]): r["reading"] for r in lines(tmp_path, "results/*.jsonl")
+    }
+    assert sorted(written) == [("0", n) for n in (1, 2, 3, 5, 6, 7)] + [("1", 20)]
+    (letter,) = lines(tmp_path / "dead-letter", "date=*/*.jsonl")
+    assert (letter["partition"], letter["sequenceNumber"], letter["body"]) == ("0", 4, "poison")
+    assert "ValueError: cannot parse a reading from 'poison'" in letter["reason"]
+
+
+def test_a_sink_that_fails_is_not_blamed_on_an_event(event_frame: Callable[..., Any], tmp_path: Path) -> None:
+    class Broken(FileSink):
+        def write(self, *args: Any, **kwargs: Any) -> Any:
+            raise OSError("the sink is away")
+
+    rows = [event_row("0", n, b"x") for n in range(1, 4)]
+    with pytest.raises(OSError, match="the sink is away"):
+        process_batch(
+            event_frame(rows),
+            0,
+            "fn-0",
+            FunctionPipeline("t:sizes", sizes),
+            Broken(FolderStore(tmp_path), FolderStore(tmp_path / "dead-letter")),
+        )
+    assert not (tmp_path / "dead-letter").exists() or not list((tmp_path / "dead-letter").rglob("*.jsonl"))

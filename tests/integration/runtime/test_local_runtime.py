@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from hubshift.operator.rebalance import PublishAssignment
 from tests.fixtures.runtime import Load, PoolFactory
 
 
@@ -122,13 +123,14 @@ async def test_a_consumer_that_does_not_return_is_replaced_without_waiting_for_i
 
 
 @pytest.mark.timeout(150)
-async def test_an_operator_restart_mid_rebalance_leaves_no_partition_with_two_owners(
+async def test_an_operator_killed_mid_rebalance_leaves_no_partition_with_two_owners_and_no_extra_move(
     local_pool: PoolFactory,
 ) -> None:
     pool = await local_pool(8, rebalance={"delaySeconds": 2, "maxHandoffSeconds": 20})
     await pool.until(lambda: pool.balanced_over(2), 60, "two consumers balanced")
     load = Load(pool.emulator.connection_string, rate=200)
     load.start()
+    before = len(pool.reports)
     try:
         manifest = pool.operator.consumer
         scaling = manifest.spec.scaling.model_copy(update={"min_replicas": 4, "max_replicas": 4})
@@ -138,7 +140,7 @@ async def test_an_operator_restart_mid_rebalance_leaves_no_partition_with_two_ow
         await pool.until(
             lambda: pool.last_status().get("phase") == "Rebalancing", 40, "a rebalance under way"
         )
-        await pool.restart_operator()
+        await pool.restart_operator(kill=True)
         await pool.until(lambda: pool.balanced_over(4), 60, "four consumers balanced after the restart")
         await asyncio.sleep(2)
     finally:
@@ -149,3 +151,6 @@ async def test_an_operator_restart_mid_rebalance_leaves_no_partition_with_two_ow
     assert replayed == 0, "no partition was read by two consumers at once, and no handoff replayed"
     generations = [r.state.generation for r in pool.reports]
     assert generations == sorted(generations), "the restarted operator continued the record, never went back"
+    published = [a for r in pool.reports[before:] for a in r.actions if isinstance(a, PublishAssignment)]
+    moves = sum(len(a.moves) for a in published)
+    assert moves == 4, f"{moves} moves: 2 -> 4 consumers over 8 partitions needs 4, the restart adds none"

@@ -61,6 +61,23 @@ def test_a_missing_connection_string_is_one_line_and_a_non_zero_exit(tmp_path: P
     assert DEFAULT_EVENTHUBS_ENV in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.timeout(60)
+def test_an_unwritable_workdir_is_one_line(tmp_path: Path) -> None:
+    manifest = write_manifest(tmp_path / "m.yaml", tmp_path / "store.db")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    result = subprocess.run(
+        [*HUBSHIFT, "run", "-f", str(manifest), "--engine", "sdk", "--workdir", str(blocker / "work")],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        cwd=tmp_path,
+    )
+    assert result.returncode != 0
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert result.stderr.startswith(f"hubshift: error: --workdir {blocker / 'work'}")
+
+
 def assigned(workdir: Path) -> set[str]:
     try:
         status = json.loads((workdir / "status.json").read_text())["status"]

@@ -35,10 +35,37 @@ def test_names_match_what_the_operator_dashboards_read() -> None:
     metrics = ConsumerMetrics("homes-0", process_metrics=False)
     metrics.partition_acquired("0")
     metrics.checkpoint_written("0")
-    metrics.partition_lost("1")
+    metrics.set_backlog("0", 3)
     metrics.events.labels("0").inc(0)
     names = {name for name, _ in samples(metrics)}
-    assert set(CONSUMER_METRICS.values()) <= names
+    histograms = {n.removesuffix("_count") for n in names if n.endswith("_count")}
+    assert set(CONSUMER_METRICS.values()) <= names | histograms
+
+
+def test_counters_that_matter_before_the_first_failure_exist_from_the_start() -> None:
+    got = samples(ConsumerMetrics("homes-0", process_metrics=False))
+    for name, labels in [
+        ("hubshift_consumer_lease_lost_total", ()),
+        ("hubshift_consumer_lease_renewals_total", (("result", "failed"),)),
+        ("hubshift_consumer_checkpoints_total", (("result", "failed"),)),
+        ("hubshift_consumer_batches_total", (("result", "failed"),)),
+        ("hubshift_consumer_handoff_duration_seconds_count", ()),
+        ("hubshift_consumer_spool_events", ()),
+    ]:
+        assert got[(name, labels)] == 0, name
+
+
+def test_the_sdk_engine_counts_events_as_spark_does() -> None:
+    clock = Clock(2_000.0)
+    metrics = ConsumerMetrics("homes-0", clock=clock, process_metrics=False)
+    metrics.handled("4", 25, 0.2, datetime.fromtimestamp(1_990.0, UTC))
+    got = samples(metrics)
+    assert got[("hubshift_consumer_events_total", (("partition", "4"),))] == 25
+    assert got[("hubshift_consumer_batches_total", (("result", "ok"),))] == 1
+    assert got[("hubshift_consumer_enqueue_to_sink_seconds_sum", ())] == pytest.approx(10.0)
+    metrics.partition_acquired("4")
+    metrics.partition_released("4", drain_seconds=1.5)
+    assert samples(metrics)[("hubshift_consumer_handoff_duration_seconds_sum", ())] == 1.5
 
 
 def test_a_batch_moves_the_counters() -> None:
@@ -97,7 +124,7 @@ def test_ownership_gauges_follow_the_partitions_owned() -> None:
     assert not any(name == "hubshift_consumer_backlog_events" for name, _ in got)
     assert not any(name == "hubshift_consumer_checkpoint_age_seconds" for name, _ in got)
     assert got[("hubshift_consumer_partitions_released_total", ())] == 1
-    assert got[("hubshift_consumer_lease_lost_total", (("partition", "1"),))] == 1
+    assert got[("hubshift_consumer_lease_lost_total", ())] == 1
 
 
 def test_lease_and_checkpoint_results() -> None:
@@ -118,7 +145,9 @@ def test_lease_and_checkpoint_results() -> None:
 def test_info_and_process_metrics_and_openmetrics() -> None:
     metrics = ConsumerMetrics("homes-7")
     got = samples(metrics)
-    assert any(name == "hubshift_consumer_info" and ("consumer", "homes-7") in labels for name, labels in got)
+    assert any(
+        name == "hubshift_consumer_info" and ("consumer_id", "homes-7") in labels for name, labels in got
+    )
     assert any(name.startswith("process_") for name, _ in got)
     body, content_type = metrics.render("application/openmetrics-text; version=1.0.0")
     assert content_type.startswith("application/openmetrics-text")

@@ -385,3 +385,17 @@ def test_batches_keep_every_event_body(bodies: list[bytes]) -> None:
     log.append(publication.events, 1)
     messages, _ = log.read(0, len(bodies), 1 << 30)
     assert [b"".join(delivered(message).data) for message in messages] == bodies
+
+
+def test_a_reloaded_configuration_adds_hubs_and_partitions_but_never_removes_any() -> None:
+    broker = Broker(
+        [HubSpec("homes", 2)], clock=time.time, retention_seconds=3600, partition_max_bytes=1 << 20
+    )
+    changes = broker.reconfigure([HubSpec("homes", 4, ("audit",)), HubSpec("alarms", 1)])
+    homes = broker.find_hub("homes")
+    assert homes is not None and homes.partition_ids == ["0", "1", "2", "3"]
+    assert homes.has_consumer_group("audit") and broker.find_hub("alarms") is not None
+    assert changes == ["hub homes: 2 -> 4 partitions", "hub alarms created with 1 partitions"]
+    refused = broker.reconfigure([HubSpec("homes", 3)])
+    assert homes.partition_ids == ["0", "1", "2", "3"] and "can only be added" in refused[0]
+    assert homes.partition("3") is not None and homes.partition("4") is None

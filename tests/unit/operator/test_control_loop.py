@@ -226,12 +226,18 @@ class FakeProbe:
         self.last = {str(p): -1 for p in range(partitions)}
         self.fail = False
         self.calls = 0
+        self.enqueued: dict[tuple[str, int], float] = {}  # what `enqueued_time` answers
+        self.reads: list[tuple[str, int]] = []
 
     async def partitions(self) -> dict[str, PartitionInfo]:
         self.calls += 1
         if self.fail:
             raise ProbeError("Event Hubs namespace x: cannot connect")
         return {p: PartitionInfo(p, 0, last, last < 0) for p, last in self.last.items()}
+
+    async def enqueued_time(self, partition: str, sequence_number: int) -> float | None:
+        self.reads.append((partition, sequence_number))
+        return self.enqueued.get((partition, sequence_number))
 
     async def close(self) -> None:
         pass
@@ -370,6 +376,35 @@ def test_a_settled_pool_costs_one_listing_per_cycle_and_writes_nothing(harness: 
     assert harness.probe.calls == calls
     assert harness.loop.store.counts  # counted
     assert report.store_requests == 1  # one list, nothing written
+
+
+def test_lag_in_seconds_from_the_owners_metadata_and_the_loops_own_reads(harness: Harness) -> None:
+    from hubshift.ownership.checkpoints import write_checkpoint
+
+    harness.settle()
+    now = harness.clock.now
+    harness.probe.last = {str(p): 99 for p in range(8)}
+    # partition 0: its owner wrote when event 40 was enqueued; partition 1: nobody holds it any more
+    record = read_assignment(harness.store, SCOPE)
+    assert record is not None
+    owner = record.assignment.partitions["0"]
+    lease = claim_partition(harness.store, SCOPE, "0", owner)
+    write_checkpoint(
+        harness.store, lease, Checkpoint("390", 39), next_enqueued=datetime.fromtimestamp(now - 30, UTC)
+    )
+    harness.store.break_lease(SCOPE.checkpoint_blob("1"))
+    harness.probe.enqueued[("1", 0)] = now - 45
+    harness.clock.now += 6  # a new poll of the hub
+    report = harness.cycle()
+    assert report.lag is not None
+    assert report.lag["0"].seconds == 36 and report.lag["0"].source == "checkpoint"
+    assert report.lag["1"].seconds is None and harness.probe.reads[:1] == [("1", 0)]
+    assert ("2", 0) not in harness.probe.reads  # held by a live consumer: it writes the time itself
+    harness.clock.now += 1
+    report = harness.cycle()  # the read landed meanwhile
+    assert report.lag is not None and report.lag["1"].seconds == 52 and report.lag["1"].source == "read"
+    assert report.status.lag_seconds == 52 and report.status.lagging_partition == "1"
+    assert harness.runtime.status["lagSeconds"] == 52
 
 
 def test_a_lost_compare_and_swap_reads_again_and_still_publishes(harness: Harness) -> None:

@@ -88,6 +88,7 @@ def test_names_and_columns() -> None:
         "Replicas": ".status.currentReplicas",
         "Desired": ".status.desiredReplicas",
         "Backlog": ".status.totalBacklog",
+        "Lag (s)": ".status.lagSeconds",
         "Phase": ".status.phase",
         "Age": ".metadata.creationTimestamp",
     }

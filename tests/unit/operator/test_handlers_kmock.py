@@ -419,6 +419,16 @@ async def test_an_invalid_spec_is_reported_not_rendered(running: RunningOperator
     assert "homes" not in live_objects(running.kmock, "statefulsets")
 
 
+async def test_a_sqlite_store_is_refused_in_a_cluster_with_a_status_that_says_why(
+    running: RunningOperator, recorder: Recorder
+) -> None:
+    await running.create_consumer(manifest(checkpointStore={"sqlite": {"path": "/var/lib/hubshift/x.db"}}))
+    status = await eventually(lambda: running.status().get("phase") == "Invalid" and running.status())
+    assert "consumer pods cannot share a SQLite file" in status["message"]
+    assert "use spec.checkpointStore.blob" in status["message"]
+    assert "homes" not in live_objects(running.kmock, "statefulsets") and recorder.calls == []
+
+
 async def test_deleting_the_consumer_stops_its_loop_and_forgets_its_metrics(
     running: RunningOperator, recorder: Recorder
 ) -> None:
@@ -531,6 +541,20 @@ async def test_runtime_scales_lists_and_reports_without_kopf(kube: KubeAdapter, 
     assert stored["phase"] == "Holddown"
 
 
+async def test_a_spec_without_secret_references_never_gets_the_operators_own_credentials(
+    kube: KubeAdapter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = manifest()
+    del body["spec"]["eventHubs"]["connectionStringSecretRef"]
+    del body["spec"]["checkpointStore"]["blob"]["connectionStringSecretRef"]
+    consumer = consumer_from_body(body)
+    variable = consumer.spec.event_hubs.connection_string_env
+    monkeypatch.setenv(variable, SENTINEL)  # the operator's own, e.g. for another purpose
+    runtime = KubernetesRuntime(kube, Owner.from_body(body))
+    environment = await runtime.connection_environment(consumer)
+    assert variable not in environment and SENTINEL not in environment.values()
+
+
 async def test_a_missing_secret_is_named_without_any_content(kube: KubeAdapter) -> None:
     with pytest.raises(SecretUnavailable, match=r"Secret sensors/nowhere: not found"):
         await kube.read_secret(NAMESPACE, SecretKeyRef(name="nowhere", key="k"))
@@ -609,6 +633,20 @@ def test_settings_are_applied_in_one_place() -> None:
     standalone = kopf.OperatorSettings()
     apply_settings(standalone, OperatorConfig())
     assert standalone.peering.standalone is True
+
+
+def test_in_a_pod_kopf_reaches_the_api_server_at_the_service_address_not_a_dns_name() -> None:
+    """kopf's own service-account login names `https://kubernetes.default.svc`, which needs cluster DNS;
+    a pod always has the Service's address in its environment (client-go and lightkube use it)."""
+    info = kopf.ConnectionInfo(server="https://kubernetes.default.svc", token="t", ca_path="/ca.crt")
+    environ = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    login = handlers.service_account_login(info, environ)
+    assert login is not None
+    assert (login.server, login.token, login.ca_path) == ("https://10.96.0.1:443", "t", "/ca.crt")
+    ipv6 = handlers.service_account_login(info, {**environ, "KUBERNETES_SERVICE_HOST": "fd00::1"})
+    assert ipv6 is not None and ipv6.server == "https://[fd00::1]:443"
+    assert handlers.service_account_login(info, {}) is info  # not in a pod: kopf's answer as it is
+    assert handlers.service_account_login(None, environ) is None  # no token: the kubeconfig next
 
 
 def test_metrics_replace_stale_label_sets() -> None:

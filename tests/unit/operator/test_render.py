@@ -145,6 +145,7 @@ def test_secret_refs_become_the_env_vars_the_spec_names() -> None:
     def no_refs(doc: dict[str, Any]) -> None:
         del doc["spec"]["eventHubs"]["connectionStringSecretRef"]
         del doc["spec"]["checkpointStore"]["blob"]["connectionStringSecretRef"]
+        del doc["spec"]["consumer"]["sink"]["blob"]["connectionStringSecretRef"]
 
     assert not [item for item in container(no_refs)["env"] if "secretKeyRef" in item.get("valueFrom", {})]
 
@@ -239,3 +240,58 @@ def test_consumer_from_body_reads_what_the_api_server_returns() -> None:
 def test_rendering_is_pure() -> None:
     assert render.render_children(consumer(), OWNER, 2) == render.render_children(consumer(), OWNER, 2)
     assert render.initial_replicas(consumer()) == 1
+
+
+def folder_sink(path: str, **volume: Any) -> Any:
+    def mutate(doc: dict[str, Any]) -> None:
+        doc["spec"]["consumer"]["sink"] = {"type": "folder", "folder": {"path": path, "volume": volume}}
+
+    return mutate
+
+
+def mounts_and_volumes(mutate: Any) -> tuple[dict[str, str], dict[str, Any], list[Any]]:
+    sts = statefulset(mutate)
+    pod = sts["spec"]["template"]["spec"]
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    return mounts, volumes, sts["spec"].get("volumeClaimTemplates", [])
+
+
+def test_a_folder_sink_gets_a_writable_volume_on_the_read_only_root() -> None:
+    mounts, volumes, claims = mounts_and_volumes(folder_sink("/data/aggregates"))
+    assert mounts["sink"] == "/data/aggregates" and "emptyDir" in volumes["sink"] and claims == []
+    mounts, _, _ = mounts_and_volumes(folder_sink("out"))
+    assert mounts["sink"] == f"{render.WORK_DIR}/out"  # relative: under the working directory
+    _, volumes, _ = mounts_and_volumes(folder_sink("/data/aggregates", claimName="shared-aggregates"))
+    assert volumes["sink"]["persistentVolumeClaim"] == {"claimName": "shared-aggregates"}
+    mounts, volumes, claims = mounts_and_volumes(
+        folder_sink("/data/aggregates", size="2Gi", storageClassName="fast")
+    )
+    assert "sink" not in volumes and mounts["sink"] == "/data/aggregates"
+    assert claims == [
+        {
+            "metadata": {"name": "sink"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "2Gi"}},
+                "storageClassName": "fast",
+            },
+        }
+    ]
+
+
+def test_a_blob_sink_needs_no_volume() -> None:
+    mounts, volumes, claims = mounts_and_volumes(None)  # the example writes to Blob storage
+    assert "sink" not in mounts and "sink" not in volumes and claims == []
+
+
+def test_dead_letters_outside_the_folder_sink_are_refused_in_a_cluster() -> None:
+    def outside(doc: dict[str, Any]) -> None:
+        folder_sink("/data/aggregates")(doc)
+        doc["spec"]["consumer"]["sink"]["deadLetterPath"] = "/data/dead"
+
+    body = document()
+    outside(body)
+    body["metadata"]["uid"] = "u"
+    with pytest.raises(UserError, match="deadLetterPath: in a cluster it must lie under"):
+        render.consumer_from_body(body)
