@@ -105,7 +105,6 @@ CREDENTIAL_NEEDS_NAMESPACE = (
     "a credential needs namespace, the fully qualified namespace (myns.servicebus.windows.net)"
 )
 CREDENTIAL_NEEDS_ACCOUNT_URL = "a credential needs accountUrl, the storage account's Blob endpoint (https://ACCOUNT.blob.core.windows.net)"
-ACCOUNT_URL_NEEDS_CREDENTIAL = "accountUrl goes with a credential (a connection string names its own account)"
 
 
 def _check_credentials(
@@ -175,8 +174,8 @@ class BlobStoreSpec(Model):
     account_url: str | None = Field(
         default=None,
         pattern=STORAGE_ACCOUNT_URL,
-        description="With a credential: the storage account's Blob endpoint "
-        "(https://ACCOUNT.blob.core.windows.net).",
+        description="The storage account's Blob endpoint (https://ACCOUNT.blob.core.windows.net), required "
+        "with a credential (and with a command line's --credential); a connection string names its own.",
     )
     connection_string_secret_ref: SecretKeyRef | None = Field(
         default=None, description="Secret holding the Azure Storage connection string (in a cluster)."
@@ -378,8 +377,8 @@ class BlobSink(Model):
     account_url: str | None = Field(
         default=None,
         pattern=STORAGE_ACCOUNT_URL,
-        description="With a credential: the storage account's Blob endpoint "
-        "(https://ACCOUNT.blob.core.windows.net).",
+        description="The storage account's Blob endpoint (https://ACCOUNT.blob.core.windows.net), required "
+        "with a credential (and with a command line's --credential); a connection string names its own.",
     )
     connection_string_secret_ref: SecretKeyRef | None = Field(
         default=None, description="Secret holding the Azure Storage connection string (in a cluster)."
@@ -405,8 +404,6 @@ class BlobSink(Model):
 
 
 def _check_blob_credentials(blob: BlobStoreSpec | BlobSink) -> None:
-    if blob.account_url is not None and blob.credential is None:
-        raise ValueError(ACCOUNT_URL_NEEDS_CREDENTIAL)
     _check_credentials(
         blob.credential,
         blob.connection_string_secret_ref,

@@ -8,6 +8,7 @@ A connection string is never part of a message, a log line or a metric (it holds
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,7 +103,12 @@ def sdk_client(client_class: Any, target: EventHubsTarget, **kwargs: Any) -> Any
     """An azure-eventhub client of `client_class` (a consumer or producer client, synchronous or from
     `azure.eventhub.aio`) for the target: from its connection string, or from its namespace and token
     credential. A namespace with a port (`host:port`, a proxy or a local emulator) is connected to there,
-    over TLS as the service is."""
+    over TLS as the service is. The SDK trusts certifi's authorities only; the process's own bundle
+    (`SSL_CERT_FILE`, else `REQUESTS_CA_BUNDLE`, the one azure-identity and the Storage SDK use), when
+    set, replaces them (a proxy that inspects TLS, a private certificate authority)."""
+    bundle = os.environ.get("SSL_CERT_FILE") or os.environ.get("REQUESTS_CA_BUNDLE")
+    if bundle:
+        kwargs.setdefault("connection_verify", bundle)
     if target.connection_string is not None:
         return client_class.from_connection_string(
             target.connection_string, eventhub_name=target.hub, **kwargs
@@ -111,7 +117,11 @@ def sdk_client(client_class: Any, target: EventHubsTarget, **kwargs: Any) -> Any
     asynchronous = client_class.__module__.startswith("azure.eventhub.aio")
     credential: Any = AsyncCredential(target.identity) if asynchronous else token_credential(target.identity)
     if urlparse(f"sb://{target.fqns}").port is not None:
+        from azure.eventhub import TransportType
+
+        # AMQP over TLS to that port (with a custom endpoint the SDK would default to WebSockets)
         kwargs.setdefault("custom_endpoint_address", f"sb://{target.fqns}")
+        kwargs.setdefault("transport_type", TransportType.Amqp)
     return client_class(
         fully_qualified_namespace=target.fqns, eventhub_name=target.hub, credential=credential, **kwargs
     )

@@ -1,5 +1,7 @@
 """Azurite, Microsoft's open-source Blob storage emulator, from npm: installed once into a cache outside
-the repository (keyed by version) and started on a free 127.0.0.1 port with a fresh data folder."""
+the repository (keyed by version) and started on a free 127.0.0.1 port with a fresh data folder; with
+`tls`, over HTTPS, and with `oauth`, accepting Microsoft Entra ID bearer tokens (`--oauth basic`: issuer,
+audience and lifetime checked, not the signature)."""
 
 from __future__ import annotations
 
@@ -56,11 +58,11 @@ def azurite_binary() -> Path:
     return binary
 
 
-def connection_string(port: int) -> str:
+def connection_string(port: int, scheme: str = "http") -> str:
     return (
-        "DefaultEndpointsProtocol=http;"
+        f"DefaultEndpointsProtocol={scheme};"
         f"AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
-        f"BlobEndpoint=http://127.0.0.1:{port}/{ACCOUNT};"
+        f"BlobEndpoint={scheme}://127.0.0.1:{port}/{ACCOUNT};"
     )
 
 
@@ -69,10 +71,16 @@ class Azurite:
     port: int
     process: subprocess.Popen[bytes]
     data_dir: Path
+    scheme: str = "http"
 
     @property
     def connection_string(self) -> str:
-        return connection_string(self.port)
+        return connection_string(self.port, self.scheme)
+
+    @property
+    def account_url(self) -> str:
+        """The account's Blob endpoint, for a token credential (HTTPS only: a bearer token needs TLS)."""
+        return f"{self.scheme}://127.0.0.1:{self.port}/{ACCOUNT}"
 
     @contextmanager
     def unreachable(self) -> Iterator[None]:
@@ -94,8 +102,21 @@ class Azurite:
                 self.process.wait(timeout=10)
 
 
-def start_azurite(data_dir: Path | None = None, attempts: int = 3) -> Azurite:
+def start_azurite(
+    data_dir: Path | None = None,
+    attempts: int = 3,
+    *,
+    tls: tuple[Path, Path] | None = None,
+    oauth: bool = False,
+) -> Azurite:
+    """Azurite on a free port; `tls`: (certificate, key) PEM files to serve HTTPS with; `oauth`: accept
+    bearer tokens (needs `tls`)."""
     binary = azurite_binary()
+    secure: list[str] = []
+    if tls is not None:
+        secure += ["--cert", str(tls[0]), "--key", str(tls[1])]
+    if oauth:
+        secure += ["--oauth", "basic"]
     data = data_dir or Path(tempfile.mkdtemp(prefix="hubshift-azurite-"))
     last_error = ""
     for _ in range(attempts):
@@ -113,12 +134,13 @@ def start_azurite(data_dir: Path | None = None, attempts: int = 3) -> Azurite:
                 "--skipApiVersionCheck",
                 "--loose",
                 "--disableProductStyleUrl",
+                *secure,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
         if wait_for_port(port, timeout=30):
-            return Azurite(port=port, process=process, data_dir=data)
+            return Azurite(port=port, process=process, data_dir=data, scheme="https" if tls else "http")
         process.kill()
         _, err = process.communicate(timeout=10)
         last_error = err.decode(errors="replace")[-500:]
@@ -126,8 +148,10 @@ def start_azurite(data_dir: Path | None = None, attempts: int = 3) -> Azurite:
 
 
 @contextmanager
-def running_azurite(data_dir: Path | None = None) -> Iterator[Azurite]:
-    server = start_azurite(data_dir)
+def running_azurite(
+    data_dir: Path | None = None, *, tls: tuple[Path, Path] | None = None, oauth: bool = False
+) -> Iterator[Azurite]:
+    server = start_azurite(data_dir, tls=tls, oauth=oauth)
     try:
         yield server
     finally:

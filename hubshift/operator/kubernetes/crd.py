@@ -38,10 +38,10 @@ REGENERATE = "python -m hubshift.operator.kubernetes.crd --write"
 JSON = dict[str, Any]
 
 
-def _connection_rules(address: str, address_message: str, *, address_needs_credential: bool) -> list[JSON]:
+def _connection_rules(address: str, address_message: str) -> list[JSON]:
     """One connection, one way to authenticate: a connection string, or a credential with the `address`
     field (namespace, accountUrl) it is for."""
-    rules: list[JSON] = [
+    return [
         {
             "rule": "!has(self.credential) || "
             "(!has(self.connectionStringSecretRef) && !has(self.connectionStringEnv))",
@@ -54,33 +54,16 @@ def _connection_rules(address: str, address_message: str, *, address_needs_crede
             "fieldPath": f".{address}",
         },
     ]
-    if address_needs_credential:
-        rules.append(
-            {
-                "rule": f"!has(self.{address}) || has(self.credential)",
-                "message": spec.ACCOUNT_URL_NEEDS_CREDENTIAL,
-                "fieldPath": f".{address}",
-            }
-        )
-    return rules
 
 
 # The model's cross-field validators (`@model_validator`), restated for the API server. Every model with
 # such a validator must appear here (a unit test checks it), with the model's own message. A rule guards
 # every optional field it reads with has(): the server also checks rules against defaults such as `{}`.
 CEL_RULES: dict[type[BaseModel], list[JSON]] = {
-    spec.EventHubsSpec: _connection_rules(
-        "namespace", spec.CREDENTIAL_NEEDS_NAMESPACE, address_needs_credential=False
-    ),
-    spec.ReplicatePipeline: _connection_rules(
-        "namespace", spec.CREDENTIAL_NEEDS_NAMESPACE, address_needs_credential=False
-    ),
-    spec.BlobStoreSpec: _connection_rules(
-        "accountUrl", spec.CREDENTIAL_NEEDS_ACCOUNT_URL, address_needs_credential=True
-    ),
-    spec.BlobSink: _connection_rules(
-        "accountUrl", spec.CREDENTIAL_NEEDS_ACCOUNT_URL, address_needs_credential=True
-    ),
+    spec.EventHubsSpec: _connection_rules("namespace", spec.CREDENTIAL_NEEDS_NAMESPACE),
+    spec.ReplicatePipeline: _connection_rules("namespace", spec.CREDENTIAL_NEEDS_NAMESPACE),
+    spec.BlobStoreSpec: _connection_rules("accountUrl", spec.CREDENTIAL_NEEDS_ACCOUNT_URL),
+    spec.BlobSink: _connection_rules("accountUrl", spec.CREDENTIAL_NEEDS_ACCOUNT_URL),
     spec.CheckpointStoreSpec: [
         {"rule": "has(self.blob) != has(self.sqlite)", "message": "set exactly one of blob or sqlite"},
     ],

@@ -284,7 +284,7 @@ def _answered_by(exc: HttpResponseError, account_url: str) -> bool:
 def _auth_detail(exc: HttpResponseError) -> str:
     """`: The token is expired.`: Azure Storage's AuthenticationErrorDetail, when it gave one."""
     for line in str(exc.message or "").splitlines():
-        if line.startswith("AuthenticationErrorDetail:"):
+        if line.lower().startswith("authenticationerrordetail:"):
             return ": " + _SECRET_RE.sub(r"\1\2=REDACTED", line.partition(":")[2].strip())[:200]
     return ""
 
