@@ -212,6 +212,11 @@ class OwnershipAgent:
             "waiting": list(plan.waiting) if plan else [],
         }
 
+    @property
+    def failure(self) -> str | None:
+        """Why the engine could not go on, once it said so (the consumer then exits 1)."""
+        return self._failure
+
     def owned(self) -> dict[str, int]:
         """Partition -> owner level, for partitions read or being drained now."""
         with self._lock:

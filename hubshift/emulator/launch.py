@@ -77,6 +77,7 @@ def emulator_command(
     hubs: Sequence[str] = ("hub:4",),
     *,
     consumer_groups: Sequence[str] = (),
+    host: str | None = None,
     port: int = 0,
     data_dir: Path | None = None,
     retention_minutes: float | None = None,
@@ -88,6 +89,8 @@ def emulator_command(
     extra_args: Sequence[str] = (),
 ) -> list[str]:
     command = [sys.executable, "-m", "hubshift.cli", "emulator", "--port", str(port)]
+    if host is not None:
+        command += ["--host", host]
     if tls is not None:
         command += ["--tls-cert", str(tls[0]), "--tls-key", str(tls[1]), "--tls-port", "0"]
     if jwt_keys is not None:
@@ -124,11 +127,17 @@ def start_emulator(
     extra_args: Sequence[str] = (),
     in_process: bool = False,
     startup_timeout: float = 30,
+    host: str | None = None,
+    wrapper: Sequence[str] = (),
 ) -> RunningEmulator:
-    """Start an emulator on a free 127.0.0.1 port with these hubs (`NAME:PARTITIONS`); returns once it
-    accepts connections. `tls`: (certificate, key) PEM files for a TLS listener on another free port;
+    """Start an emulator on a free port with these hubs (`NAME:PARTITIONS`); returns once it accepts
+    connections. `host`: the address it listens on and its connection string names (default 127.0.0.1);
+    `wrapper`: a command it runs under, which must exec it (e.g. `ip netns exec NS`, to serve inside a
+    network namespace). `tls`: (certificate, key) PEM files for a TLS listener on another free port;
     `jwt_keys`: the keys Entra ID tokens are verified with."""
     if in_process:
+        if host is not None or wrapper:
+            raise ValueError("an in-process emulator listens on 127.0.0.1 of this process's network")
         return _start_in_process(
             hubs,
             consumer_groups,
@@ -143,6 +152,7 @@ def start_emulator(
     command = emulator_command(
         hubs,
         consumer_groups=consumer_groups,
+        host=host,
         data_dir=data_dir,
         retention_minutes=retention_minutes,
         partition_size_mb=partition_size_mb,
@@ -154,7 +164,9 @@ def start_emulator(
     )
     with tempfile.NamedTemporaryFile(prefix="hubshift-emulator-", suffix=".log", delete=False) as log_file:
         log_path = Path(log_file.name)
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            [*wrapper, *command], stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL
+        )
     assert process.stdout is not None
     lines = _read_lines(process.stdout, 2 if tls is not None else 1, startup_timeout)
     line = lines[0]

@@ -108,7 +108,7 @@ def operator(
     registry = kopf.OperatorRegistry()
     handlers.register_login(registry)
     handlers.register(registry, config, open_loop)
-    kopf.configure(verbose=verbose, log_format=kopf.LogFormat[log_format.upper()])
+    configure_operator_logging(log_format, verbose)
     if config.metrics_port is not None:
         try:
             METRICS.serve(config.metrics_port)
@@ -124,6 +124,18 @@ def operator(
         priority=config.priority,
         liveness_endpoint=config.liveness_endpoint,
     )
+
+
+def configure_operator_logging(log_format: str, verbose: bool) -> None:
+    """kopf's log format and level (INFO, DEBUG when verbose) for the operator's own lines, without the
+    libraries' per-request lines: at INFO the Azure SDK logs every storage request of every cycle with its
+    headers, httpx2 every API call and aiohttp every probe (`--verbose` keeps the API calls)."""
+    import kopf
+
+    from hubshift.log import quiet_libraries
+
+    kopf.configure(verbose=verbose, log_format=kopf.LogFormat[log_format.upper()])
+    quiet_libraries(requests=not verbose)
 
 
 def _load(target: str) -> Any:

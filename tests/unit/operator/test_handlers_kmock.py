@@ -635,6 +635,20 @@ def test_settings_are_applied_in_one_place() -> None:
     assert standalone.peering.standalone is True
 
 
+def test_in_a_pod_kopf_reaches_the_api_server_at_the_service_address_not_a_dns_name() -> None:
+    """kopf's own service-account login names `https://kubernetes.default.svc`, which needs cluster DNS;
+    a pod always has the Service's address in its environment (client-go and lightkube use it)."""
+    info = kopf.ConnectionInfo(server="https://kubernetes.default.svc", token="t", ca_path="/ca.crt")
+    environ = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    login = handlers.service_account_login(info, environ)
+    assert login is not None
+    assert (login.server, login.token, login.ca_path) == ("https://10.96.0.1:443", "t", "/ca.crt")
+    ipv6 = handlers.service_account_login(info, {**environ, "KUBERNETES_SERVICE_HOST": "fd00::1"})
+    assert ipv6 is not None and ipv6.server == "https://[fd00::1]:443"
+    assert handlers.service_account_login(info, {}) is info  # not in a pod: kopf's answer as it is
+    assert handlers.service_account_login(None, environ) is None  # no token: the kubeconfig next
+
+
 def test_metrics_replace_stale_label_sets() -> None:
     metrics = OperatorMetrics()
     metrics.set_backlog(NAMESPACE, "homes", {"0": 10, "1": 5})
