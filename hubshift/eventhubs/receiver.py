@@ -30,6 +30,7 @@ from azure.eventhub._utils import get_last_enqueued_event_properties
 
 from hubshift.eventhubs.rows import events_to_batch
 from hubshift.eventhubs.sdk_internals import create_partition_consumer, track_last
+from hubshift.eventhubs.target import EventHubsTarget, describe_error, sdk_client
 
 log = logging.getLogger(__name__)
 
@@ -160,15 +161,10 @@ class PartitionReceiver:
 class ReceiverPool:
     """The consumer's receivers, on one thread (started with the first partition)."""
 
-    def __init__(
-        self,
-        connection_string: str,
-        hub: str,
-        consumer_group: str,
-    ) -> None:
-        self._connection_string = connection_string
-        self._hub = hub
-        self._consumer_group = consumer_group
+    def __init__(self, target: EventHubsTarget) -> None:
+        self._target = target
+        self._consumer_group = target.consumer_group
+        self._failure: str | None = None  # the last failure reported, until a receive succeeds
         self._lock = threading.Lock()
         self._receivers: list[PartitionReceiver] = []
         self._wake = threading.Event()
@@ -245,22 +241,33 @@ class ReceiverPool:
                 self._shut(receiver)
                 receiver.on_stolen(receiver.partition, receiver.owner_level)
                 return False
-            log.warning(
-                "partition %s: receiving failed, reconnecting: %s", receiver.partition, _first_line(exc)
-            )
+            self._report_failure(receiver, exc)
             self._release(receiver)
             receiver.not_before = time.monotonic() + RETRY_SECONDS
             return False
+        self._failure = None
         if receiver.received == before:
             receiver.not_before = time.monotonic() + IDLE_SECONDS
             return False
         return True
 
+    def _report_failure(self, receiver: PartitionReceiver, error: BaseException) -> None:
+        """One warning per kind of failure while it lasts (a refused credential fails every partition on
+        every retry), with what to fix; repeats go to the debug log."""
+        text = str(error)
+        refused = type(error).__name__ == "AuthenticationError" or "401" in text.split("Description", 1)[0]
+        reason = describe_error(error, self._target) if refused else _first_line(error)
+        if reason == self._failure:
+            log.debug("partition %s: receiving failed again, reconnecting: %s", receiver.partition, reason)
+            return
+        self._failure = reason
+        log.warning("partition %s: receiving failed, reconnecting: %s", receiver.partition, reason)
+
     def _open(self, receiver: PartitionReceiver) -> None:
-        client: Any = EventHubConsumerClient.from_connection_string(
-            self._connection_string,
+        client: Any = sdk_client(
+            EventHubConsumerClient,
+            self._target,
             consumer_group=self._consumer_group,
-            eventhub_name=self._hub,
             socket_timeout=SOCKET_TIMEOUT_SECONDS,
         )
         position, inclusive = receiver.position()

@@ -47,6 +47,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
+{{/* The operator's own identity (`hubshift operator --credential`). */}}
+{{- define "hubshift.credential" -}}
+{{- if .Values.azure.credential -}}
+{{- .Values.azure.credential -}}
+{{- else if .Values.azure.workloadIdentity.enabled -}}
+workloadIdentity
+{{- else -}}
+default
+{{- end -}}
+{{- end -}}
+
 {{- define "hubshift.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
@@ -84,6 +95,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 - apiGroups: [""]
   resources: [services, configmaps]
   verbs: [create, patch]
+# The consumer pods' ServiceAccount when a spec uses a token credential: created when missing, an existing
+# one only read (never changed, never owned).
+- apiGroups: [""]
+  resources: [serviceaccounts]
+  verbs: [get, create, patch]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [create, patch]

@@ -113,7 +113,7 @@ class SparkEngine:
         self.pipeline = pipeline
         self.sink = sink
         self.metrics = metrics
-        self._pool = pool or ReceiverPool(target.connection_string, target.hub, target.consumer_group)
+        self._pool = pool or ReceiverPool(target)
         self._session_builder = session_builder
         self._lock = threading.RLock()
         self._partitions: dict[str, _Partition] = {}

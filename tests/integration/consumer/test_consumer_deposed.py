@@ -14,6 +14,7 @@ import pytest
 from hubshift.apps.produce import LoadSpec, send_load
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.eventhubs.receiver import ReceiverPool, StartAt
+from hubshift.eventhubs.target import EventHubsTarget
 from hubshift.ownership.checkpoints import read_checkpoint
 from hubshift.ownership.leases import claim_partition
 from hubshift.ownership.membership import join
@@ -74,7 +75,9 @@ def test_a_deposed_consumer_stops_at_once_and_cannot_move_the_checkpoint(
         )
         taken = claim_partition(store, scope, "0", "x", force=True)
         received: list[int] = []
-        thieves = ReceiverPool(emulator.connection_string, "hub", "$Default")
+        thieves = ReceiverPool(
+            EventHubsTarget(emulator.connection_string, f"127.0.0.1:{emulator.port}", "hub", "$Default")
+        )
         thieves.open(
             "0",
             taken.owner_level,

@@ -48,7 +48,7 @@ class PodRuntime:
         self.status = status
 
     async def connection_environment(self, consumer: PartitionedConsumer) -> dict[str, str]:
-        return {consumer.spec.event_hubs.connection_string_env: self.secret}
+        return {consumer.spec.event_hubs.connection_string_variable: self.secret}
 
 
 def resource(store: Path, generation: int = 2, max_replicas: int = 2) -> dict[str, Any]:

@@ -467,9 +467,9 @@ async def test_secrets_never_reach_status_events_children_or_logs(
         consumer: PartitionedConsumer, inputs: CycleInputs, runtime: KubernetesRuntime
     ) -> None:
         environment = await runtime.connection_environment(consumer)
-        hubs = environment[consumer.spec.event_hubs.connection_string_env]
+        hubs = environment[consumer.spec.event_hubs.connection_string_variable]
         assert consumer.spec.checkpoint_store.blob is not None
-        storage = environment[consumer.spec.checkpoint_store.blob.connection_string_env]
+        storage = environment[consumer.spec.checkpoint_store.blob.connection_string_variable]
         read.append(hubs)
         secret = await runtime.read_secret(SecretKeyRef(name="telemetry-eventhubs", key="connectionString"))
         logging.getLogger("hubshift.test").info("connected with %s and %r", secret, secret)
@@ -548,7 +548,7 @@ async def test_a_spec_without_secret_references_never_gets_the_operators_own_cre
     del body["spec"]["eventHubs"]["connectionStringSecretRef"]
     del body["spec"]["checkpointStore"]["blob"]["connectionStringSecretRef"]
     consumer = consumer_from_body(body)
-    variable = consumer.spec.event_hubs.connection_string_env
+    variable = consumer.spec.event_hubs.connection_string_variable
     monkeypatch.setenv(variable, SENTINEL)  # the operator's own, e.g. for another purpose
     runtime = KubernetesRuntime(kube, Owner.from_body(body))
     environment = await runtime.connection_environment(consumer)
