@@ -62,6 +62,73 @@ CEL_RULES: dict[type[BaseModel], list[JSON]] = {
             "message": "replicate (the target hub) is required when type is replicate",
             "fieldPath": ".replicate",
         },
+        {
+            "rule": "!has(self.type) || self.type != 'route' || has(self.route)",
+            "message": "route (targets and rules) is required when type is route",
+            "fieldPath": ".route",
+        },
+        {
+            "rule": "!has(self.type) || self.type != 'projection' || has(self.projection)",
+            "message": "projection (the table) is required when type is projection",
+            "fieldPath": ".projection",
+        },
+        {
+            "rule": "!has(self.editor) || size(self.editor) == 0 || "
+            "(has(self.type) && self.type in ['replicate', 'route', 'projection'])",
+            "message": "editor goes with type replicate, route or projection",
+            "fieldPath": ".editor",
+        },
+    ],
+    spec.SequenceMatch: [
+        {
+            "rule": "has(self.modulo) == has(self.remainder)",
+            "message": "set modulo and remainder together",
+        },
+        {
+            "rule": "!has(self.modulo) || !has(self.remainder) || self.remainder < self.modulo",
+            "message": "remainder must be below modulo",
+            "fieldPath": ".remainder",
+        },
+    ],
+    spec.RoutePipeline: [
+        {
+            "rule": "self.targets.all(t, self.targets.exists_one(u, u.name == t.name))",
+            "message": "target names must be unique",
+            "fieldPath": ".targets",
+        },
+        {
+            "rule": "self.rules.all(r, r.to.all(n, self.targets.exists(t, t.name == n))) && "
+            "(!has(self.defaultTarget) || self.targets.exists(t, t.name == self.defaultTarget))",
+            "message": "rules and defaultTarget must name declared targets",
+        },
+    ],
+    spec.EventField: [
+        {
+            "rule": "(has(self.partitionKey) && self.partitionKey ? 1 : 0) + (has(self.property) ? 1 : 0) "
+            "+ (has(self.json) ? 1 : 0) == 1",
+            "message": "set exactly one of partitionKey (true), property or json",
+        },
+    ],
+    spec.EnrichStep: [
+        {"rule": "has(self.table) != has(self.path)", "message": "set exactly one of table or path"},
+    ],
+    spec.EditorStep: [
+        {
+            "rule": " + ".join(
+                f"(has(self.{name}) ? 1 : 0)"
+                for name in ("function", "filter", "select", "flatten", "validate", "dedupe", "enrich")
+                + ("gzip", "gunzip")
+            )
+            + " == 1",
+            "message": "set exactly one step per editor entry",
+        },
+    ],
+    spec.ProjectionPipeline: [
+        {
+            "rule": "!has(self.database) || self.database != 'postgres' || has(self.postgres)",
+            "message": "postgres is required when database is postgres",
+            "fieldPath": ".postgres",
+        },
     ],
     spec.SinkSpec: [
         {
@@ -216,8 +283,10 @@ class _Converter:
                 out[key] = value
         if out.get("type") == "object" and "additionalProperties" in schema:
             extra_values = schema["additionalProperties"]
-            if isinstance(extra_values, dict):  # dict[str, X]
+            if isinstance(extra_values, dict) and extra_values:  # dict[str, X]
                 out["additionalProperties"] = self.node(extra_values)
+            elif extra_values is True or extra_values == {}:  # dict[str, Any]: kept as it is (a JSON Schema)
+                out["x-kubernetes-preserve-unknown-fields"] = True
         return out
 
 
@@ -238,6 +307,7 @@ _KEY_ORDER = [
     "additionalProperties",
     "required",
     "default",
+    "x-kubernetes-preserve-unknown-fields",
     "x-kubernetes-validations",
 ]
 
