@@ -280,9 +280,7 @@ class RouteRule(Model):
 
 
 class RouteTarget(HubTarget):
-    name: str = Field(
-        min_length=1, max_length=NAME_LENGTH, description="The name rules use for this target."
-    )
+    name: str = Field(min_length=1, max_length=NAME_LENGTH, description="The name rules use for this target.")
 
 
 class RoutePipeline(Model):
@@ -294,7 +292,8 @@ class RoutePipeline(Model):
     )
     match: Literal["first", "all"] = Field(
         default="first",
-        description="first: the first matching rule picks the targets; all: every matching rule adds its own.",
+        description="first: the first matching rule picks the targets; all: every matching rule adds its "
+        "own.",
     )
     default_target: str | None = Field(
         default=None,
@@ -367,7 +366,8 @@ class EnrichStep(Model):
         default=None, min_length=1, description="Add the fields under this name (absent: at the top)."
     )
     on_missing: Literal["keep", "drop", "deadLetter"] = Field(
-        default="keep", description="An event whose key is not in the table: kept as it is, dropped, or a dead letter."
+        default="keep",
+        description="An event whose key is not in the table: kept as it is, dropped, or a dead letter.",
     )
 
     @model_validator(mode="after")

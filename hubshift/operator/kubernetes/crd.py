@@ -37,6 +37,8 @@ REGENERATE = "python -m hubshift.operator.kubernetes.crd --write"
 
 JSON = dict[str, Any]
 
+EDITOR_STEPS = ("function", "filter", "select", "flatten", "validate", "dedupe", "enrich", "gzip", "gunzip")
+
 # The model's cross-field validators (`@model_validator`), restated for the API server. Every model with
 # such a validator must appear here (a unit test checks it), with the model's own message. A rule guards
 # every optional field it reads with has(): the server also checks rules against defaults such as `{}`.
@@ -114,12 +116,7 @@ CEL_RULES: dict[type[BaseModel], list[JSON]] = {
     ],
     spec.EditorStep: [
         {
-            "rule": " + ".join(
-                f"(has(self.{name}) ? 1 : 0)"
-                for name in ("function", "filter", "select", "flatten", "validate", "dedupe", "enrich")
-                + ("gzip", "gunzip")
-            )
-            + " == 1",
+            "rule": " + ".join(f"(has(self.{name}) ? 1 : 0)" for name in EDITOR_STEPS) + " == 1",
             "message": "set exactly one step per editor entry",
         },
     ],
