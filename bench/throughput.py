@@ -52,7 +52,7 @@ def percentile(values: list[float], q: float) -> float:
 # --- the load ---------------------------------------------------------------------------------------------
 
 
-def load_partitions(connection_string: str, per_partition: int, size: int = 200) -> float:
+def load_partitions(connection_string: str, per_partition: int, size: int = 200, hub: str = HUB) -> float:
     """Send `per_partition` events to every partition as fast as the SDK goes; seconds taken."""
     from azure.eventhub import EventData, EventHubProducerClient
 
@@ -61,7 +61,7 @@ def load_partitions(connection_string: str, per_partition: int, size: int = 200)
     started = time.monotonic()
 
     def send(partition: str) -> None:
-        client = EventHubProducerClient.from_connection_string(connection_string, eventhub_name=HUB)
+        client = EventHubProducerClient.from_connection_string(connection_string, eventhub_name=hub)
         with client:
             sent = 0
             while sent < per_partition:
@@ -119,12 +119,12 @@ def steady_load(connection_string: str, rate_per_partition: float, seconds: floa
     return sent
 
 
-def tails(connection_string: str) -> dict[str, int]:
+def tails(connection_string: str, hub: str = HUB) -> dict[str, int]:
     """Each partition's next sequence number."""
     from azure.eventhub import EventHubConsumerClient
 
     client = EventHubConsumerClient.from_connection_string(
-        connection_string, consumer_group="$Default", eventhub_name=HUB
+        connection_string, consumer_group="$Default", eventhub_name=hub
     )
     with client:
         found = {}
@@ -172,11 +172,24 @@ def raw_loop(connection_string: str, start: dict[str, int], events: int) -> dict
 
 
 class Consumer:
-    def __init__(self, workdir: Path, connection_string: str, trigger_seconds: float) -> None:
+    """One `hubshift consume` (`pipeline`: the manifest's `consumer.pipeline`, default the aggregate) with its
+    own sink and store under `workdir`; `environ` adds connection strings (a pipeline's targets)."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        connection_string: str,
+        trigger_seconds: float,
+        *,
+        pipeline: dict[str, Any] | None = None,
+        environ: dict[str, str] | None = None,
+        hub: str = HUB,
+        name: str = "consumer",
+    ) -> None:
         self.workdir = workdir
-        self.sink = workdir / "sink"
-        self.database = workdir / "store.db"
-        manifest = workdir / "consumer.yaml"
+        self.sink = workdir / f"{name}-sink"
+        self.database = workdir / f"{name}-store.db"
+        manifest = workdir / f"{name}.yaml"
         import yaml
 
         manifest.write_text(
@@ -186,7 +199,7 @@ class Consumer:
                     "kind": "PartitionedConsumer",
                     "metadata": {"name": "bench"},
                     "spec": {
-                        "eventHubs": {"hub": HUB},
+                        "eventHubs": {"hub": hub},
                         "checkpointStore": {"sqlite": {"path": str(self.database)}},
                         "consumer": {
                             "spark": {
@@ -196,6 +209,7 @@ class Consumer:
                             },
                             "checkpoint": {"everySeconds": 5, "everyEvents": 50_000},
                             "sink": {"type": "folder", "folder": {"path": str(self.sink)}},
+                            **({"pipeline": pipeline} if pipeline else {}),
                         },
                         "rebalance": {"maxHandoffSeconds": 15, "leaseDurationSeconds": 30},
                     },
@@ -205,12 +219,20 @@ class Consumer:
         from hubshift.spec import DEFAULT_EVENTHUBS_ENV
 
         self._records: dict[Path, dict[str, Any]] = {}
-        self.log_path = workdir / "consumer.log"
+        self.log_path = workdir / f"{name}.log"
         command = [sys.executable, "-m", "hubshift.cli", "consume", "-f", str(manifest), "--id", CONSUMER]
         with self.log_path.open("w") as log:
             self.process = subprocess.Popen(
-                [*command, "--http-port", "0", "--list-interval", "5", "--scratch", str(workdir / "scratch")],
-                env={**os.environ, DEFAULT_EVENTHUBS_ENV: connection_string},
+                [
+                    *command,
+                    "--http-port",
+                    "0",
+                    "--list-interval",
+                    "5",
+                    "--scratch",
+                    str(workdir / f"{name}-scratch"),
+                ],
+                env={**os.environ, DEFAULT_EVENTHUBS_ENV: connection_string, **(environ or {})},
                 stdout=subprocess.PIPE,
                 stderr=log,
                 text=True,

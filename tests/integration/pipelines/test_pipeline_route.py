@@ -116,7 +116,9 @@ def test_rules_on_key_property_json_and_sql_with_all_matches_and_a_default(
 
     assert summary.events == 7 and summary.partitions["0"].last_sequence_number == 7
     bodies = {
-        hub: sorted(json.loads(e["body"])["n"] if e["body"] != b"not json" else 7 for e in read_hub(hubs, hub, n))
+        hub: sorted(
+            json.loads(e["body"])["n"] if e["body"] != b"not json" else 7 for e in read_hub(hubs, hub, n)
+        )
         for hub, n in (("dest1", 3), ("dest2", 4), ("other", 2))
     }
     assert bodies == {"dest1": [1, 3, 5], "dest2": [2, 3, 4, 5], "other": [6, 7]}

@@ -109,7 +109,9 @@ def test_schema_is_structural() -> None:
         assert node.get("additionalProperties") is not False, path
         if node["type"] == "object" and path not in ("", ".metadata"):
             kept = node.get("x-kubernetes-preserve-unknown-fields") is True
-            assert "properties" in node or "additionalProperties" in node or kept, f"{path}: an untyped object"
+            assert "properties" in node or "additionalProperties" in node or kept, (
+                f"{path}: an untyped object"
+            )
         if "exclusiveMinimum" in node:
             assert node["exclusiveMinimum"] is True and "minimum" in node, path
 
