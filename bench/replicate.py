@@ -23,11 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
 import tempfile
-import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,7 +36,9 @@ from throughput import (  # bench/throughput.py: the load, the parked consumer, 
     CONSUMER,
     PARTITIONS,
     Consumer,
+    finish,
     load_partitions,
+    receive_loop,
     steady_load,
     tails,
     wait_until,
@@ -56,19 +55,11 @@ TARGET = "copy"
 
 def plain_replicate(connection_string: str, start: dict[str, int], events: int) -> dict[str, float]:
     """Receive with one consumer client, send each batch to the same partition of the plain target."""
-    from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
+    from azure.eventhub import EventData, EventHubProducerClient
 
-    client = EventHubConsumerClient.from_connection_string(
-        connection_string, consumer_group="raw", eventhub_name=SOURCE
-    )
     producer = EventHubProducerClient.from_connection_string(connection_string, eventhub_name=PLAIN_TARGET)
-    sent = [0]
-    done = threading.Event()
-    lock = threading.Lock()
 
-    def on_batch(context: Any, batch: list[Any]) -> None:
-        if not batch:
-            return
+    def forward(context: Any, batch: list[Any]) -> None:
         out = producer.create_batch(partition_id=context.partition_id)
         for event in batch:
             copy = EventData(b"".join(event.body))
@@ -84,26 +75,11 @@ def plain_replicate(connection_string: str, start: dict[str, int], events: int) 
                 out = producer.create_batch(partition_id=context.partition_id)
                 out.add(copy)
         producer.send_batch(out)
-        with lock:
-            sent[0] += len(batch)
-            if sent[0] >= events:
-                done.set()
 
-    positions = {p: s - 1 if s > 0 else "-1" for p, s in start.items()}
-    worker = threading.Thread(
-        target=client.receive_batch,
-        kwargs={"on_event_batch": on_batch, "starting_position": positions, "max_batch_size": 300},
-        daemon=True,
-    )
-    cpu, started = time.process_time(), time.monotonic()
-    worker.start()
-    done.wait(900)
-    elapsed = time.monotonic() - started
-    cpu = time.process_time() - cpu
-    client.close()
-    worker.join(10)
-    producer.close()
-    return {"events": sent[0], "seconds": elapsed, "rate": sent[0] / elapsed, "cpuSeconds": cpu}
+    try:
+        return receive_loop(connection_string, start, events, forward, hub=SOURCE)
+    finally:
+        producer.close()
 
 
 UPSERT = (
@@ -120,14 +96,10 @@ UPSERT = (
 
 def plain_project(
     connection_string: str, conninfo: str, start: dict[str, int], events: int
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Receive with one consumer client; per batch, one psycopg executemany of the upsert, committed."""
     import psycopg
-    from azure.eventhub import EventHubConsumerClient
 
-    client = EventHubConsumerClient.from_connection_string(
-        connection_string, consumer_group="raw", eventhub_name=SOURCE
-    )
     database = psycopg.connect(conninfo)
     database.execute(
         "CREATE TABLE IF NOT EXISTS plain_latest (home text PRIMARY KEY, payload jsonb, "
@@ -135,19 +107,15 @@ def plain_project(
         "enqueued_time timestamptz, projected_at timestamptz NOT NULL)"
     )
     database.commit()
-    done_events = [0]
-    done = threading.Event()
-    lock = threading.Lock()
 
-    def on_batch(context: Any, batch: list[Any]) -> None:
-        if not batch:
-            return
+    def upsert(context: Any, batch: list[Any]) -> None:
         rows = []
         for event in batch:
             text = b"".join(event.body).decode()
+            home = json.loads(text)["homeId"]
             rows.append(
                 (
-                    json.loads(text)["homeId"],
+                    home,
                     text,
                     context.partition_id,
                     event.sequence_number,
@@ -155,36 +123,17 @@ def plain_project(
                     event.enqueued_time,
                 )
             )
-        with lock:  # one connection: the callbacks of the four partitions take turns
-            with database.cursor() as cursor:
-                cursor.executemany(UPSERT, rows)
-            database.commit()
-            done_events[0] += len(batch)
-            if done_events[0] >= events:
-                done.set()
+        with database.cursor() as cursor:
+            cursor.executemany(UPSERT, rows)
+        database.commit()
 
-    positions = {p: s - 1 if s > 0 else "-1" for p, s in start.items()}
-    worker = threading.Thread(
-        target=client.receive_batch,
-        kwargs={"on_event_batch": on_batch, "starting_position": positions, "max_batch_size": 300},
-        daemon=True,
-    )
-    cpu, started = time.process_time(), time.monotonic()
-    worker.start()
-    done.wait(900)
-    elapsed = time.monotonic() - started
-    cpu = time.process_time() - cpu
-    client.close()
-    worker.join(10)
-    found = database.execute("SELECT count(*) FROM plain_latest").fetchone()
-    database.close()
-    return {
-        "events": done_events[0],
-        "seconds": elapsed,
-        "rate": done_events[0] / elapsed,
-        "cpuSeconds": cpu,
-        "rows": int(found[0]) if found else 0,
-    }
+    try:
+        result: dict[str, Any] = receive_loop(connection_string, start, events, upsert, hub=SOURCE)
+        found = database.execute("SELECT count(*) FROM plain_latest").fetchone()
+        result["rows"] = int(found[0]) if found else 0
+        return result
+    finally:
+        database.close()
 
 
 # --- the consumer's side ------------------------------------------------------------------------------------
@@ -368,16 +317,7 @@ def main() -> None:
                 if parking is not None:
                     parking.close()
                 server.stop()
-    results["when"] = datetime.now(UTC).isoformat()
-    results["cpus"] = os.cpu_count()
-    results["loadAverage"] = os.getloadavg()[0]
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print_table(results)
-    if args.keep:
-        print(f"work folder: {workdir}")
-    else:
-        shutil.rmtree(workdir, ignore_errors=True)
+    finish(RESULTS, results, print_table, workdir, keep=args.keep)
 
 
 def print_table(results: dict[str, Any]) -> None:

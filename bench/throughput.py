@@ -31,6 +31,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -137,20 +138,35 @@ def tails(connection_string: str, hub: str = HUB) -> dict[str, int]:
 # --- the raw SDK loop -------------------------------------------------------------------------------------
 
 
-def raw_loop(connection_string: str, start: dict[str, int], events: int) -> dict[str, float]:
-    """A plain receive loop over all four partitions (one client, `receive_batch`) from `start`."""
+def receive_loop(
+    connection_string: str,
+    start: dict[str, int],
+    events: int,
+    handle: Callable[[Any, list[Any]], None] | None = None,
+    hub: str = HUB,
+    timeout: float = 900,
+) -> dict[str, float]:
+    """A plain receive loop over all four partitions (one client, `receive_batch`, consumer group `raw`)
+    from `start`, each batch given to `handle` (the callbacks of the partitions take turns), until `events`
+    were handled: events, seconds, rate, CPU seconds of this process."""
     from azure.eventhub import EventHubConsumerClient
 
     client = EventHubConsumerClient.from_connection_string(
-        connection_string, consumer_group="raw", eventhub_name=HUB
+        connection_string, consumer_group="raw", eventhub_name=hub
     )
     received = [0]
     done = threading.Event()
+    turn = threading.Lock()
 
     def on_batch(context: Any, batch: list[Any]) -> None:
-        received[0] += len(batch)
-        if received[0] >= events:
-            done.set()
+        if not batch:
+            return
+        with turn:
+            if handle is not None:
+                handle(context, batch)
+            received[0] += len(batch)
+            if received[0] >= events:
+                done.set()
 
     positions = {p: s - 1 if s > 0 else "-1" for p, s in start.items()}
     worker = threading.Thread(
@@ -160,12 +176,17 @@ def raw_loop(connection_string: str, start: dict[str, int], events: int) -> dict
     )
     cpu, started = time.process_time(), time.monotonic()
     worker.start()
-    done.wait(600)
+    done.wait(timeout)
     elapsed = time.monotonic() - started
     cpu = time.process_time() - cpu
     client.close()
     worker.join(10)
     return {"events": received[0], "seconds": elapsed, "rate": received[0] / elapsed, "cpuSeconds": cpu}
+
+
+def raw_loop(connection_string: str, start: dict[str, int], events: int) -> dict[str, float]:
+    """A plain receive loop over all four partitions (one client, `receive_batch`) from `start`."""
+    return receive_loop(connection_string, start, events, timeout=600)
 
 
 # --- the consumer -----------------------------------------------------------------------------------------
@@ -452,12 +473,20 @@ def main() -> None:
         finally:
             results["consumerExit"] = consumer.stop()
             store.close()
+    finish(RESULTS, results, print_table, workdir, keep=args.keep)
+
+
+def finish(
+    path: Path, results: dict[str, Any], table: Callable[[dict[str, Any]], None], workdir: Path, *, keep: bool
+) -> None:
+    """Write the results as JSON, print the table, remove the work folder unless kept."""
     results["when"] = datetime.now(UTC).isoformat()
     results["cpus"] = os.cpu_count()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print_table(results)
-    if args.keep:
+    results["loadAverage"] = os.getloadavg()[0]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    table(results)
+    if keep:
         print(f"work folder: {workdir}")
     else:
         shutil.rmtree(workdir, ignore_errors=True)

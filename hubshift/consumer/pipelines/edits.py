@@ -163,13 +163,16 @@ class PythonStep(Protocol):
         ...
 
 
-class SelectStep:
-    """A new JSON body of chosen fields: output name -> path in the body (absent fields are left out)."""
+class JsonStep:
+    """A step over the JSON body: an event whose body is not JSON (or, with `objects_only`, not an object)
+    is refused; `edit` changes the document and says whether the event goes on."""
 
-    name = "select"
+    name = "json"
+    objects_only = False
 
-    def __init__(self, fields: Mapping[str, str]) -> None:
-        self.fields = {out: json_path(path) for out, path in fields.items()}
+    def edit(self, event: Event, document: Any) -> str | bool:
+        """True: the event goes on; False: it is dropped; a text: it is refused for that reason."""
+        raise NotImplementedError
 
     def apply(self, events: list[Event], dead: Dead) -> list[Event]:
         kept = []
@@ -177,12 +180,31 @@ class SelectStep:
             try:
                 document = event.document()
             except NotJson as exc:
-                dead.append((event, f"select: {exc}"))
+                dead.append((event, f"{self.name}: {exc}"))
                 continue
-            chosen = {out: json_value(document, path) for out, path in self.fields.items()}
-            event.set_document({out: value for out, value in chosen.items() if value is not MISSING})
-            kept.append(event)
+            if self.objects_only and not isinstance(document, dict):
+                dead.append((event, f"{self.name}: the body is not a JSON object"))
+                continue
+            outcome = self.edit(event, document)
+            if outcome is True:
+                kept.append(event)
+            elif outcome is not False:
+                dead.append((event, f"{self.name}: {outcome}"))
         return kept
+
+
+class SelectStep(JsonStep):
+    """A new JSON body of chosen fields: output name -> path in the body (absent fields are left out)."""
+
+    name = "select"
+
+    def __init__(self, fields: Mapping[str, str]) -> None:
+        self.fields = {out: json_path(path) for out, path in fields.items()}
+
+    def edit(self, event: Event, document: Any) -> str | bool:
+        chosen = {out: json_value(document, path) for out, path in self.fields.items()}
+        event.set_document({out: value for out, value in chosen.items() if value is not MISSING})
+        return True
 
 
 def flatten_document(document: Mapping[str, Any], separator: str, prefix: str = "") -> dict[str, Any]:
@@ -197,26 +219,16 @@ def flatten_document(document: Mapping[str, Any], separator: str, prefix: str = 
     return flat
 
 
-class FlattenStep:
+class FlattenStep(JsonStep):
     name = "flatten"
+    objects_only = True
 
     def __init__(self, separator: str = ".") -> None:
         self.separator = separator
 
-    def apply(self, events: list[Event], dead: Dead) -> list[Event]:
-        kept = []
-        for event in events:
-            try:
-                document = event.document()
-            except NotJson as exc:
-                dead.append((event, f"flatten: {exc}"))
-                continue
-            if not isinstance(document, dict):
-                dead.append((event, "flatten: the body is not a JSON object"))
-                continue
-            event.set_document(flatten_document(document, self.separator))
-            kept.append(event)
-        return kept
+    def edit(self, event: Event, document: Any) -> str | bool:
+        event.set_document(flatten_document(document, self.separator))
+        return True
 
 
 @cache
@@ -240,7 +252,7 @@ def check_json_schema(schema: Mapping[str, Any], where: str) -> None:
         raise UserError(f"{where}: not a valid JSON Schema: {_short(exc.message)}") from None
 
 
-class ValidateStep:
+class ValidateStep(JsonStep):
     """Events whose JSON body does not satisfy the schema are dead letters with the first reason."""
 
     name = "validate"
@@ -249,29 +261,14 @@ class ValidateStep:
         # Text: the compiled validator is made once per Python worker (`_schema_validator`), not pickled.
         self.schema_text = json.dumps(schema, sort_keys=True)
 
-    def apply(self, events: list[Event], dead: Dead) -> list[Event]:
+    def edit(self, event: Event, document: Any) -> str | bool:
         import jsonschema
 
-        validator = _schema_validator(self.schema_text)
-        kept = []
-        for event in events:
-            try:
-                document = event.document()
-            except NotJson as exc:
-                dead.append((event, f"validate: {exc}"))
-                continue
-            error = jsonschema.exceptions.best_match(validator.iter_errors(document))
-            if error is None:
-                kept.append(event)
-                continue
-            where = "/".join(str(part) for part in error.absolute_path) or "(the body)"
-            dead.append(
-                (
-                    event,
-                    f"validate: the body does not match the JSON Schema at {where}: {_short(error.message)}",
-                )
-            )
-        return kept
+        error = jsonschema.exceptions.best_match(_schema_validator(self.schema_text).iter_errors(document))
+        if error is None:
+            return True
+        where = "/".join(str(part) for part in error.absolute_path) or "(the body)"
+        return f"the body does not match the JSON Schema at {where}: {_short(error.message)}"
 
 
 def load_table(path: str) -> dict[str, dict[str, Any]]:
@@ -288,10 +285,11 @@ def load_table(path: str) -> dict[str, dict[str, Any]]:
     return {str(key): row for key, row in table.items()}
 
 
-class EnrichStep:
+class EnrichStep(JsonStep):
     """Fields from a static lookup table added to the JSON body (at the top, or under `into`)."""
 
     name = "enrich"
+    objects_only = True
 
     def __init__(
         self,
@@ -306,30 +304,24 @@ class EnrichStep:
         self.on_missing = on_missing
 
     def apply(self, events: list[Event], dead: Dead) -> list[Event]:
-        kept = []
+        # Events whose key is not in the table are decided first: kept as they are need not be JSON.
+        kept: list[Event] = []
+        found: list[Event] = []
         for event in events:
             value = self.key.read(event)
-            extra = None if value is None else self.table.get(value)
-            if extra is None:
-                if self.on_missing == "deadLetter":
-                    dead.append((event, f"enrich: {self.key.describe()} {value!r} is not in the table"))
-                elif self.on_missing == "keep":
-                    kept.append(event)
-                continue
-            try:
-                document = event.document()
-            except NotJson as exc:
-                dead.append((event, f"enrich: {exc}"))
-                continue
-            if not isinstance(document, dict):
-                dead.append((event, "enrich: the body is not a JSON object"))
-                continue
-            if self.into is None:
-                event.set_document({**document, **extra})
-            else:
-                event.set_document({**document, self.into: extra})
-            kept.append(event)
-        return kept
+            if value is not None and value in self.table:
+                found.append(event)
+            elif self.on_missing == "deadLetter":
+                dead.append((event, f"enrich: {self.key.describe()} {value!r} is not in the table"))
+            elif self.on_missing == "keep":
+                kept.append(event)
+        going_on = {id(event) for event in kept} | {id(event) for event in super().apply(found, dead)}
+        return [event for event in events if id(event) in going_on]
+
+    def edit(self, event: Event, document: Any) -> str | bool:
+        extra = self.table[self.key.read(event) or ""]
+        event.set_document({**document, **extra} if self.into is None else {**document, self.into: extra})
+        return True
 
 
 class GzipStep:

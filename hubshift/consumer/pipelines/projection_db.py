@@ -285,15 +285,8 @@ class SqliteProjection:
         )
 
         def values(record: Record) -> tuple[Any, ...]:
-            return (
-                record.key,
-                record.payload,
-                record.partition,
-                record.sequence,
-                record.offset,
-                _iso(record.enqueued),
-                now,
-            )
+            key, payload, partition, sequence, offset, enqueued, _ = record_values(record, utc_now())
+            return (key, payload, partition, sequence, offset, _iso(enqueued), now)
 
         try:
             connection = cached_connection("sqlite", self.path, self._connect)
