@@ -165,13 +165,13 @@ def test_a_consumer_killed_and_a_hub_read_again_leave_the_reference_table(
         send_events(emulator, "hub", batch)
 
     first = consumer_pool.start(manifest("first"), "projector-0")
-    first.wait_ready()
+    first.wait_ready(360)
     produce(1500)
     wait_for(lambda: len(table_rows(postgres)) >= 30, 180, "the first rows", on_timeout=first.log)
     first.kill()  # SIGKILL: whatever came after its last checkpoint is read again
     produce(1500)
     again = consumer_pool.start(manifest("first"), "projector-0")
-    again.wait_ready()
+    again.wait_ready(360)
     expected = {home: n for home, n in sent}  # per key, the last one sent (each key is in one partition)
 
     def caught_up() -> bool:
@@ -182,7 +182,7 @@ def test_a_consumer_killed_and_a_hub_read_again_leave_the_reference_table(
     again.wait(60)
     # The whole hub read again into the same tables, by a new pool (a new checkpoint store).
     replay = consumer_pool.start(manifest("replay"), "projector-1")
-    replay.wait_ready()
+    replay.wait_ready(360)
     produced = tails(emulator, "hub")
     assert sum(produced.values()) == len(sent)
     wait_for(

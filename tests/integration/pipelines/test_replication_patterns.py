@@ -124,7 +124,7 @@ def test_two_hubs_mirrored_both_ways_under_load_never_send_an_event_back(
         for a, b in (("east", "west"), ("west", "east"))
     ]
     for mirror in mirrors:
-        mirror.wait_ready()
+        mirror.wait_ready(360)
     loads = [KeyedLoad(emulator, "east", "east", 40), KeyedLoad(emulator, "west", "west", 40)]
     for load in loads:
         load.start()
@@ -151,7 +151,7 @@ def test_no_event_is_lost_when_a_replicating_consumer_is_killed(
     consumer_pool.environ = environ(emulator)
     manifest = replicator(tmp_path, "copy", "hub", "copy")
     first = consumer_pool.start(manifest, "copy-0")
-    first.wait_ready()
+    first.wait_ready(360)
     load = KeyedLoad(emulator, "hub", "src", 60)
     load.start()
     wait_for(
