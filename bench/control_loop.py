@@ -204,7 +204,7 @@ async def measure(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             consumer = manifest(consumers)
             target = resolve_target(
                 consumer.spec.event_hubs,
-                {consumer.spec.event_hubs.connection_string_env: emulator.connection_string},
+                {consumer.spec.event_hubs.connection_string_variable: emulator.connection_string},
             )
             scope = Scope(target.fqns, target.hub, target.consumer_group)
             seed_seconds = await asyncio.to_thread(seed_store, store, scope, partitions, consumers, console)

@@ -1,5 +1,26 @@
 """Rebalancing 32 partitions: hubshift (the local runtime, delaySeconds 5) beside the Azure SDK's own
-processor (EventHubConsumerClient + BlobCheckpointStore at its defaults) on the same emulator and Azurite.
+processor (EventHubConsumerClient + BlobCheckpointStore) twice, at its defaults and tuned for speed, on the
+same emulator and Azurite.
+
+Sides (`--sides`, default all three):
+- `hubshift`: the control loop over `hubshift consume --engine sdk` processes. The scale-outs, the
+  scale-in and the cold start are changes of the spec's replica bounds, so they are planned (published at
+  once, each new consumer's share handed over when it is ready); the crash is unplanned and waits out the
+  holddown.
+- `sdk`: the processor at its defaults (greedy, 30 s load-balancing interval, 180 s ownership expiry).
+- `sdk-tuned`: the processor tuned for speed: `load_balancing_strategy=BALANCED`,
+  `load_balancing_interval` 0.1 s, `partition_ownership_expiration_interval` 2 s. azure-eventhub 5.15.1
+  checks neither value (`_eventprocessor/event_processor.py`: the expiry defaults to 6 x the interval, the
+  loop sleeps `interval x (1 + 0.2 x random())` after each `claim_ownership`; `ownership_manager.py`: an
+  ownership is claimable once `last_modified + expiry < now`, where `last_modified` is the blob's
+  Last-Modified, whole seconds). So the interval can go to zero, and below about 0.1 s a cycle (one
+  listing, one conditional write per owned partition) takes longer than the sleep: 0.1 s is the fastest
+  cadence. The expiry must cover a renewal cycle plus the second Last-Modified drops: measured with
+  `--probe-tuning` (eight balanced processors, 60-90 s once balanced, 64 events/s, this 2-core machine
+  under load; README, "Rebalancing"): an expiry of 1 s steals constantly, 1.5 s now and then (0 to 6 moves
+  at intervals of 0.05-0.25 s, constantly at 0.5 s), 2 s never did at intervals up to 0.5 s (a 1 s
+  interval needs 2.5 s). Its price: about 230 storage requests a second for eight processors (74 at 0.5 s,
+  41 at 1 s).
 
 Scenarios (`--scenarios`, default all): 1->8 consumers, 8->4 graceful, 8->4 crash (kill -9, the four do
 not come back), 0->8 cold start. Each scenario of each side reads its own fresh hub (32 partitions) while a
@@ -13,15 +34,18 @@ Per scenario and side:
   that opened the partition (`on_partition_initialize`) and has not closed it. Sampled every 0.25 s.
 - moves: a partition's reader becoming a different consumer (a first reader counts for the cold start).
 - events replayed: sequence numbers processed more than once, from every consumer's batch log.
-- unowned partition-seconds: partitions without a live reader, integrated from the start to balanced.
-- storage operations: real HTTP requests to Azurite through a counting proxy, from the start to balanced
-  (the SDK side's consumers; hubshift's consumers and its control loop).
+- unowned partition-seconds: partitions without a live reader, integrated over the same interval.
+- storage operations: real HTTP requests to Azurite through a counting proxy (one per side), over the same
+  interval (the SDK side's consumers; hubshift's consumers and its control loop).
+After the table, each scenario's speed-up over the tuned SDK and both sides' storage requests.
 
 The SDK runs are capped (`--sdk-timeout`, 240 s; 45 s with `--quick`) and reported as "> T".
 Consumers are SDK-engine processes (no Spark: this compares ownership protocols, not JVM start-up);
 `--engine spark` runs hubshift's side with Spark consumers instead (heavy on 2 cores).
 
-    .venv/bin/python bench/rebalance.py [--quick] [--scenarios 1to8,8to4-graceful,8to4-crash,0to8-cold]
+    .venv/bin/python bench/rebalance.py [--quick] [--sides hubshift,sdk-tuned,sdk]
+        [--scenarios 1to8,8to4-graceful,8to4-crash,0to8-cold]
+    .venv/bin/python bench/rebalance.py --probe-tuning 0.1:2,0.25:1.5,1:2    # steady-state stealing
 """
 
 from __future__ import annotations
@@ -67,6 +91,39 @@ CHECKPOINT_SECONDS = 5.0  # both sides checkpoint each partition at most this of
 # Once the starting pool is balanced, it reads this long before the change (checkpoints written, events
 # in flight), so a crash has something to replay.
 WARM_SECONDS = CHECKPOINT_SECONDS + 3
+
+
+@dataclass(frozen=True)
+class SdkTuning:
+    """How one SDK side configures `EventHubConsumerClient`; None keeps the SDK's own default."""
+
+    side: str  # its name in --sides
+    label: str  # its name in the table
+    strategy: str | None = None  # load_balancing_strategy
+    interval: float | None = None  # load_balancing_interval, seconds
+    expiry: float | None = None  # partition_ownership_expiration_interval, seconds
+
+    def client_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        if self.strategy is not None:
+            options["load_balancing_strategy"] = self.strategy
+        if self.interval is not None:
+            options["load_balancing_interval"] = self.interval
+        if self.expiry is not None:
+            options["partition_ownership_expiration_interval"] = self.expiry
+        return options
+
+
+# The SDK tuned for speed: the module's docstring says why these two numbers (measured with --probe-tuning).
+TUNED_INTERVAL_SECONDS = 0.1
+TUNED_EXPIRY_SECONDS = 2.0
+SDK_DEFAULTS = SdkTuning("sdk", "azure sdk (defaults)")
+SDK_TUNED = SdkTuning(
+    "sdk-tuned", "azure sdk (tuned)", "balanced", TUNED_INTERVAL_SECONDS, TUNED_EXPIRY_SECONDS
+)
+SDK_SIDES = {tuning.side: tuning for tuning in (SDK_DEFAULTS, SDK_TUNED)}
+SIDES = ("hubshift", *SDK_SIDES)
+HUB_PREFIX = {"hubshift": "h", "sdk": "s", "sdk-tuned": "t"}
 
 
 # --- counting storage requests ---------------------------------------------------------------------------
@@ -383,7 +440,7 @@ async def run_hubshift(
 
 
 def sdk_worker(config: dict[str, Any]) -> None:
-    """One EventHubConsumerClient + BlobCheckpointStore at the SDK's defaults (a separate process)."""
+    """One EventHubConsumerClient + BlobCheckpointStore with the side's options (a separate process)."""
     from azure.eventhub import EventHubConsumerClient
     from azure.eventhub.extensions.checkpointstoreblob import BlobCheckpointStore
 
@@ -398,7 +455,11 @@ def sdk_worker(config: dict[str, Any]) -> None:
 
     store = BlobCheckpointStore.from_connection_string(config["storage"], config["container"])
     client = EventHubConsumerClient.from_connection_string(
-        config["eventhubs"], consumer_group="$Default", eventhub_name=config["hub"], checkpoint_store=store
+        config["eventhubs"],
+        consumer_group="$Default",
+        eventhub_name=config["hub"],
+        checkpoint_store=store,
+        **config["options"],  # the side's tuning; nothing for the SDK's defaults
     )
     last_checkpoint: dict[str, float] = {}
 
@@ -444,6 +505,7 @@ class SdkPool:
     eventhubs: str
     storage: str
     folder: Path
+    tuning: SdkTuning
     workers: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def start(self, ordinal: int) -> None:
@@ -454,6 +516,7 @@ class SdkPool:
             "eventhubs": self.eventhubs,
             "storage": self.storage,
             "log": str(self.folder / f"sdk-{ordinal}.jsonl"),
+            "options": self.tuning.client_options(),
         }
         self.workers[ordinal] = subprocess.Popen(
             [sys.executable, __file__, "--sdk-worker", json.dumps(config)],
@@ -500,8 +563,23 @@ class SdkPool:
                 worker.wait(timeout=10)
 
 
+def sdk_pool(
+    tuning: SdkTuning, label: str, eventhubs: str, proxy: CountingProxy, workdir: Path, hub: str, azurite: str
+) -> SdkPool:
+    """An SDK pool over its own fresh container, its storage requests through `proxy`."""
+    from azure.storage.blob import BlobServiceClient
+
+    container = f"{tuning.side}-{label}-{int(time.time() * 10) % 1000000}".replace("_", "-")
+    with BlobServiceClient.from_connection_string(azurite) as service:
+        service.create_container(container)
+    folder = workdir / f"{tuning.side}-{label}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return SdkPool(hub, container, eventhubs, azurite_connection_string(proxy.port), folder, tuning)
+
+
 async def run_sdk(
     scenario: str,
+    tuning: SdkTuning,
     eventhubs: str,
     proxy: CountingProxy,
     workdir: Path,
@@ -509,15 +587,8 @@ async def run_sdk(
     timeout: float,
     azurite_direct: str,
 ) -> Outcome:
-    from azure.storage.blob import BlobServiceClient
-
     before, after = COUNTS[scenario]
-    container = f"sdk-{scenario.replace('to', '-')}-{int(time.time()) % 100000}"
-    with BlobServiceClient.from_connection_string(azurite_direct) as service:
-        service.create_container(container)
-    folder = workdir / f"sdk-{scenario}"
-    folder.mkdir(parents=True, exist_ok=True)
-    pool = SdkPool(hub, container, eventhubs, azurite_connection_string(proxy.port), folder)
+    pool = sdk_pool(tuning, scenario.replace("to", "-"), eventhubs, proxy, workdir, hub, azurite_direct)
 
     def change() -> None:
         if scenario in SCALE_OUTS:
@@ -533,7 +604,7 @@ async def run_sdk(
             pool.start(ordinal)
         # The SDK's own start: one pod claims all 32 in its first cycle.
         outcome = await run_scenario(
-            "azure sdk", scenario, pool.readers, pool.ready, change, proxy, timeout, SDK_SETTLE_SECONDS
+            tuning.label, scenario, pool.readers, pool.ready, change, proxy, timeout, SDK_SETTLE_SECONDS
         )
     finally:
         pool.stop_all()
@@ -552,32 +623,31 @@ async def bench(args: argparse.Namespace, console: Console) -> list[Outcome]:
 
     scenarios = [s for s in args.scenarios.split(",") if s]
     sides = [s for s in args.sides.split(",") if s]
-    hubs = [f"{side}{i}:{PARTITIONS}" for i, _ in enumerate(scenarios) for side in ("h", "s")]
+    hubs = [f"{HUB_PREFIX[side]}{i}:{PARTITIONS}" for i, _ in enumerate(scenarios) for side in sides]
     workdir = Path(tempfile.mkdtemp(prefix="hubshift-bench-rebalance-"))
     outcomes: list[Outcome] = []
     with running_emulator(hubs) as emulator, running_azurite(workdir / "azurite") as azurite:
-        hubshift_proxy = CountingProxy(azurite.port).start_and_wait()
-        sdk_proxy = CountingProxy(azurite.port).start_and_wait()
-        env = dict(
-            os.environ,
-            **{
-                DEFAULT_EVENTHUBS_ENV: emulator.connection_string,
-                DEFAULT_STORAGE_ENV: azurite_connection_string(hubshift_proxy.port),
-            },
-        )
+        proxies = {side: CountingProxy(azurite.port).start_and_wait() for side in sides}
         for index, scenario in enumerate(scenarios):
             for side in sides:
-                hub = f"{'h' if side == 'hubshift' else 's'}{index}"
+                hub = f"{HUB_PREFIX[side]}{index}"
                 load = Load(emulator.connection_string, hub, args.rate)
                 load.start()
                 console.print(f"[bold]{scenario}[/bold]: {side} ...")
                 try:
                     if side == "hubshift":
+                        env = dict(
+                            os.environ,
+                            **{
+                                DEFAULT_EVENTHUBS_ENV: emulator.connection_string,
+                                DEFAULT_STORAGE_ENV: azurite_connection_string(proxies[side].port),
+                            },
+                        )
                         outcome = await run_hubshift(
                             scenario,
                             env,
                             azurite.connection_string,
-                            hubshift_proxy,
+                            proxies[side],
                             workdir,
                             hub,
                             args.engine,
@@ -586,8 +656,9 @@ async def bench(args: argparse.Namespace, console: Console) -> list[Outcome]:
                     else:
                         outcome = await run_sdk(
                             scenario,
+                            SDK_SIDES[side],
                             emulator.connection_string,
-                            sdk_proxy,
+                            proxies[side],
                             workdir,
                             hub,
                             args.sdk_timeout,
@@ -603,6 +674,73 @@ async def bench(args: argparse.Namespace, console: Console) -> list[Outcome]:
                 )
                 outcomes.append(outcome)
     return outcomes
+
+
+@dataclass
+class Steady:
+    """A balanced pool of eight tuned SDK processors left alone: does it keep stealing?"""
+
+    interval: float
+    expiry: float
+    balanced_after: float | None  # seconds from the start of the eight processes
+    moves: int  # reader changes once balanced
+    unbalanced_seconds: float  # time not balanced once balanced
+    requests_per_second: float  # storage requests of the eight, once balanced
+
+
+async def probe_tuning(args: argparse.Namespace, console: Console) -> list[Steady]:
+    """For each INTERVAL:EXPIRY, eight balanced-strategy processors on a fresh hub: the time until they are
+    balanced, then `--probe-seconds` of steady state in which any move is a steal nobody needed."""
+    from hubshift.emulator.launch import running_emulator
+    from tests.harness.azurite import running_azurite
+
+    pairs = [tuple(float(x) for x in pair.split(":")) for pair in args.probe_tuning.split(",") if pair]
+    workdir = Path(tempfile.mkdtemp(prefix="hubshift-bench-tuning-"))
+    results: list[Steady] = []
+    with (
+        running_emulator([f"p{i}:{PARTITIONS}" for i in range(len(pairs))]) as emulator,
+        running_azurite(workdir / "azurite") as azurite,
+    ):
+        proxy = CountingProxy(azurite.port).start_and_wait()
+        for index, (interval, expiry) in enumerate(pairs):
+            tuning = SdkTuning("probe", f"balanced {interval:g}/{expiry:g}", "balanced", interval, expiry)
+            hub = f"p{index}"
+            load = Load(emulator.connection_string, hub, args.rate)
+            load.start()
+            pool = sdk_pool(
+                tuning, str(index), emulator.connection_string, proxy, workdir, hub, azurite.connection_string
+            )
+            try:
+                started = time.monotonic()
+                for ordinal in range(8):
+                    pool.start(ordinal)
+                watch = Watch(pool.readers, count_first=False)
+                balanced = await until_balanced(watch, 8, 120, started)
+                watch.moves = 0
+                requests = proxy.count
+                window = time.monotonic()
+                unbalanced = 0.0
+                while time.monotonic() - window < args.probe_seconds:
+                    before = time.monotonic()
+                    if not is_balanced(await asyncio.to_thread(watch.sample), 8):
+                        unbalanced += SAMPLE_SECONDS
+                    await asyncio.sleep(max(0.0, SAMPLE_SECONDS - (time.monotonic() - before)))
+                elapsed = time.monotonic() - window
+                result = Steady(
+                    interval,
+                    expiry,
+                    None if balanced is None else round(balanced, 1),
+                    watch.moves,
+                    round(unbalanced, 1),
+                    round((proxy.count - requests) / elapsed, 1),
+                )
+            finally:
+                pool.stop_all()
+                load.halt.set()
+                load.join(10)
+            console.print(f"  {tuning.label}: {result}")
+            results.append(result)
+    return results
 
 
 def report(outcomes: list[Outcome], args: argparse.Namespace, console: Console) -> dict[str, Any]:
@@ -631,14 +769,38 @@ def report(outcomes: list[Outcome], args: argparse.Namespace, console: Console) 
             str(o.storage_requests),
         )
     console.print(table)
+    comparisons = compare(outcomes)
+    for line in comparisons:
+        console.print(line)
     return {
         "partitions": PARTITIONS,
         "delaySeconds": DELAY_SECONDS,
         "ratePerHub": args.rate,
         "engine": args.engine,
         "checkpointSeconds": CHECKPOINT_SECONDS,
+        "sdkTuned": asdict(SDK_TUNED),
         "outcomes": [asdict(o) | {"balanced": o.balanced} for o in outcomes],
+        "againstTunedSdk": comparisons,
     }
+
+
+def compare(outcomes: list[Outcome]) -> list[str]:
+    """Per scenario: how much faster hubshift was than the tuned SDK, and the storage requests of each."""
+    lines = []
+    for scenario in SCENARIOS:
+        ours = next((o for o in outcomes if o.scenario == scenario and o.side.startswith("hubshift")), None)
+        peer = next((o for o in outcomes if o.scenario == scenario and o.side == SDK_TUNED.label), None)
+        if ours is None or peer is None or ours.balanced_seconds is None:
+            continue
+        peer_seconds = peer.timeout if peer.balanced_seconds is None else peer.balanced_seconds
+        factor = peer_seconds / max(ours.balanced_seconds, SAMPLE_SECONDS)
+        at_least = ">" if peer.balanced_seconds is None else ""
+        lines.append(
+            f"{scenario}: hubshift {at_least}{factor:.1f}x faster than the tuned SDK "
+            f"({ours.balanced} s vs {peer.balanced} s), storage requests {ours.storage_requests} vs "
+            f"{peer.storage_requests}"
+        )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -646,24 +808,56 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
-    parser.add_argument("--sides", default="hubshift,sdk", help="hubshift, sdk or both")
+    parser.add_argument("--sides", default=",".join(SIDES), help=f"any of {', '.join(SIDES)}")
     parser.add_argument("--engine", choices=["sdk", "spark"], default="sdk", help="hubshift's consumers")
     parser.add_argument("--rate", type=float, default=64.0, help="events/s per hub during each scenario")
     parser.add_argument("--sdk-timeout", type=float, default=240.0)
     parser.add_argument("--hubshift-timeout", type=float, default=60.0)
     parser.add_argument("--quick", action="store_true", help="cap the SDK at 45 s")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--probe-tuning",
+        metavar="INTERVAL:EXPIRY,...",
+        help="instead of the scenarios: steady-state stealing of 8 balanced-strategy SDK processors per pair",
+    )
+    parser.add_argument("--probe-seconds", type=float, default=60.0)
     parser.add_argument("--sdk-worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.sdk_worker:
         sdk_worker(json.loads(args.sdk_worker))
+        return 0
+    console = Console()
+    if args.probe_tuning:
+        steady = asyncio.run(probe_tuning(args, console))
+        table = Table(
+            title=f"8 SDK processors (balanced) on {PARTITIONS} partitions, {args.probe_seconds:g} s"
+        )
+        for column in (
+            "interval / expiry (s)",
+            "balanced after (s)",
+            "moves",
+            "unbalanced (s)",
+            "requests/s",
+        ):
+            table.add_column(column)
+        for r in steady:
+            after = "-" if r.balanced_after is None else f"{r.balanced_after:g}"
+            row = (f"{r.interval:g} / {r.expiry:g}", after, str(r.moves), f"{r.unbalanced_seconds:g}")
+            table.add_row(*row, f"{r.requests_per_second:g}")
+        console.print(table)
+        path = args.output.with_name("rebalance-tuning.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps([asdict(r) for r in steady], indent=1))
+        console.print(f"wrote {path}")
         return 0
     if args.quick:
         args.sdk_timeout = min(args.sdk_timeout, 45.0)
     unknown = set(args.scenarios.split(",")) - set(SCENARIOS)
     if unknown:
         parser.error(f"unknown scenarios {sorted(unknown)}; choose from {', '.join(SCENARIOS)}")
-    console = Console()
+    unknown = set(args.sides.split(",")) - set(SIDES)
+    if unknown:
+        parser.error(f"unknown sides {sorted(unknown)}; choose from {', '.join(SIDES)}")
     outcomes = asyncio.run(bench(args, console))
     result = report(outcomes, args, console)
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -1,27 +1,42 @@
 """From a manifest and an environment to the services it names: the one place where a spec's checkpoint
 store is opened and its Event Hub resolved, for the consumer, both operator runtimes and the applications.
 
-Credentials always come from environment variables whose names the spec gives (`...ConnectionStringEnv`);
-in a cluster the operator (for itself) and the pods (through their Secrets) put them there. Errors are one
-line (`UserError`) that names the variable or field to fix, never its value.
+Each connection authenticates with a connection string from the environment variable the spec names
+(`...ConnectionStringEnv`; in a cluster the operator, for itself, and the pods, through their Secrets, put
+it there) or with a Microsoft Entra ID token credential (`credential`), built by `hubshift.identity`. The
+operator passes its own identity (`identity`), which then stands in for every credential the spec names:
+it never acts as an identity a resource chose. Errors are one line (`UserError`) that names the variable
+or field to fix, never a secret.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+import click
 
 from hubshift.errors import UserError
 from hubshift.eventhubs.target import EventHubsTarget, resolve_target
+from hubshift.identity import CREDENTIAL_TYPES, parse_identity, token_credential
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import LeaseStore
-from hubshift.ownership.stores.connect import open_store, sqlite_url
+from hubshift.ownership.stores.connect import BlobLocation, check_container, open_store, sqlite_url
 from hubshift.ownership.timing import DEFAULT_TIMING, Timing
-from hubshift.spec import CheckpointStoreSpec, PartitionedConsumerSpec
+from hubshift.spec import CheckpointStoreSpec, PartitionedConsumerSpec, TokenCredentialSpec
+
+CREDENTIAL_ENV = "HUBSHIFT_CREDENTIAL"
+CLIENT_ID_ENV = "HUBSHIFT_CLIENT_ID"
+
+Command = TypeVar("Command", bound=Callable[..., object])
 
 
-def event_hubs_target(spec: PartitionedConsumerSpec, environ: Mapping[str, str]) -> EventHubsTarget:
-    """The hub the spec reads, with its connection string (checked for shape, not yet connected)."""
-    return resolve_target(spec.event_hubs, environ)
+def event_hubs_target(
+    spec: PartitionedConsumerSpec, environ: Mapping[str, str], *, identity: TokenCredentialSpec | None = None
+) -> EventHubsTarget:
+    """The hub the spec reads, with its connection string (checked for shape, not yet connected) or its
+    token credential (`identity` in its place when given)."""
+    return resolve_target(spec.event_hubs, environ, identity=identity)
 
 
 def ownership_scope(target: EventHubsTarget) -> Scope:
@@ -35,18 +50,67 @@ def open_checkpoint_store(
     *,
     timing: Timing = DEFAULT_TIMING,
     create: bool = True,
+    identity: TokenCredentialSpec | None = None,
 ) -> LeaseStore:
     """The checkpoint store the spec names, reachable and with its container (or file) in place (`create`
-    makes them)."""
+    makes them); a Blob store with a token credential uses `identity` in its place when given."""
     if spec.sqlite is not None:
         return open_store(sqlite_url(spec.sqlite.path), create=create, timing=timing)
     if spec.blob is None:  # the model requires exactly one of them
         raise UserError("spec.checkpointStore: set exactly one of blob or sqlite")
-    variable = spec.blob.connection_string_env
+    blob = spec.blob
+    if blob.credential is not None:
+        assert blob.account_url is not None  # the model requires it with a credential
+        chosen = identity or blob.credential
+        location = BlobLocation(
+            None,
+            check_container(blob.container),
+            blob.account_url.rstrip("/"),
+            token_credential(chosen),
+            chosen.describe(),
+        )
+        return open_store(location, create=create, timing=timing)
+    variable = blob.connection_string_variable
     connection_string = environ.get(variable, "").strip()
     if not connection_string:
         raise UserError(
             f"environment variable {variable} is not set: it must hold the Azure Storage connection string "
-            "of the checkpoint store (in a cluster, set spec.checkpointStore.blob.connectionStringSecretRef)"
+            "of the checkpoint store (in a cluster, set spec.checkpointStore.blob.connectionStringSecretRef; "
+            "or use a token credential, spec.checkpointStore.blob.credential)"
         )
-    return open_store(connection_string, spec.blob.container, create=create, timing=timing)
+    return open_store(connection_string, blob.container, create=create, timing=timing)
+
+
+def credential_options(help_text: str) -> Callable[[Command], Command]:
+    """A command's `--credential TYPE` and `--client-id ID` (also `HUBSHIFT_CREDENTIAL`,
+    `HUBSHIFT_CLIENT_ID`): a Microsoft Entra ID token credential; `help_text` says what it is used for."""
+
+    def decorate(command: Command) -> Command:
+        command = click.option(
+            "--client-id",
+            envvar=CLIENT_ID_ENV,
+            default=None,
+            help="With --credential: the client id of a user-assigned identity (or $HUBSHIFT_CLIENT_ID).",
+        )(command)
+        return click.option(
+            "--credential",
+            type=click.Choice(CREDENTIAL_TYPES),
+            envvar=CREDENTIAL_ENV,
+            default=None,
+            help=f"{help_text} (or ${CREDENTIAL_ENV}): workloadIdentity (AKS), managedIdentity, or default "
+            "(azure-identity's DefaultAzureCredential: environment, workload or managed identity, Azure "
+            "CLI).",
+        )(command)
+
+    return decorate
+
+
+def chosen_identity(credential: str | None, client_id: str | None) -> TokenCredentialSpec | None:
+    """The identity `--credential` and `--client-id` name; None without `--credential`."""
+    if credential is None:
+        if client_id:
+            raise UserError(
+                "--client-id goes with --credential (workloadIdentity, managedIdentity or default)"
+            )
+        return None
+    return parse_identity(credential, client_id)

@@ -11,6 +11,9 @@ from hubshift.errors import UserError
 LEVELS = ("debug", "info", "warning", "error", "critical")
 # The SDKs log every retry and reconnect at WARNING; their outcome reaches us as exceptions.
 QUIET = ("azure", "py4j", "uamqp")
+# HTTP clients and servers that log every request at INFO: lightkube's httpx2 (every API call), aiohttp's
+# access log (every probe). (The Azure SDK's request log, with headers, is under "azure" above.)
+CHATTY = ("httpx", "httpx2", "aiohttp.access")
 
 
 def configure_logging(level: str, stream: TextIO | None = None) -> None:
@@ -24,5 +27,14 @@ def configure_logging(level: str, stream: TextIO | None = None) -> None:
         force=True,
     )
     logging.getLogger("hubshift").setLevel(level.upper())
+    quiet_libraries()
+
+
+def quiet_libraries(requests: bool = True) -> None:
+    """The SDKs at ERROR whatever the root logger's level (kopf sets INFO, DEBUG when verbose); with
+    `requests`, the per-request lines of `CHATTY` at WARNING too (their failures still show)."""
     for noisy in QUIET:
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    if requests:
+        for chatty in CHATTY:
+            logging.getLogger(chatty).setLevel(logging.WARNING)

@@ -12,7 +12,9 @@ import yaml
 from pydantic import ValidationError
 
 from hubshift.errors import UserError
-from hubshift.spec import KIND, PartitionedConsumer
+from hubshift.spec import KIND, PartitionedConsumer, TokenCredentialSpec
+
+_CONNECTION_STRING_FIELDS = ("connectionStringSecretRef", "connectionStringEnv")
 
 
 def parse_manifest(document: Mapping[str, Any], source: str = "manifest") -> PartitionedConsumer:
@@ -53,3 +55,25 @@ def describe_validation_error(exc: ValidationError) -> str:
     count = exc.error_count()
     more = f" (and {count - 1} more problem{'s' if count > 2 else ''})" if count > 1 else ""
     return f"{path or 'document'}: {message}{more}"
+
+
+def with_credential(consumer: PartitionedConsumer, credential: TokenCredentialSpec) -> PartitionedConsumer:
+    """The manifest with every Azure connection its consumers make (the source, a Blob store, a Blob sink,
+    a replicate target) authenticated by `credential` instead of a connection string: what a command
+    line's `--credential` means. The manifest must name the namespaces and account URLs (`UserError`)."""
+    document = consumer.model_dump(by_alias=True, mode="json", exclude_none=True)
+    spec = document["spec"]
+    blocks = [spec["eventHubs"], spec["checkpointStore"].get("blob")]
+    sink, pipeline = spec.get("consumer", {}).get("sink", {}), spec.get("consumer", {}).get("pipeline", {})
+    if sink.get("type") == "blob":
+        blocks.append(sink.get("blob"))
+    if pipeline.get("type") == "replicate":
+        blocks.append(pipeline.get("replicate"))
+    chosen = credential.model_dump(by_alias=True, mode="json", exclude_none=True)
+    for block in blocks:
+        if block is None:
+            continue
+        for name in _CONNECTION_STRING_FIELDS:
+            block.pop(name, None)
+        block["credential"] = chosen
+    return parse_manifest(document, source=f"--credential {credential.type}")

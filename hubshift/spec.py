@@ -4,9 +4,14 @@ The same YAML a user `kubectl apply`s runs on this machine with `hubshift run -f
 `crds/` is generated from this model (`hubshift.operator.kubernetes.crd`), and a test proves they do not
 drift.
 
-Secrets never appear in the manifest. In a cluster the operator maps each `...SecretRef` into the pod's
-environment under the variable named by the matching `...Env` field; outside a cluster the consumer reads
-that environment variable directly. So the consumer always reads credentials from its environment.
+Each Azure connection (the Event Hubs source, the Blob checkpoint store, the Blob sink, the replicate
+target) authenticates one of two ways:
+
+- a connection string with a shared key. It never appears in the manifest: in a cluster the operator maps
+  the `connectionStringSecretRef` into the pod's environment under the variable `connectionStringEnv`
+  names (or its default); outside a cluster the consumer reads that environment variable directly;
+- a Microsoft Entra ID token `credential` (workload identity, managed identity or azure-identity's
+  `DefaultAzureCredential`) with the namespace or the storage account URL: no secret anywhere.
 """
 
 from __future__ import annotations
@@ -73,6 +78,64 @@ class SecretKeyRef(Model):
     key: str = Field(min_length=1, description="Key inside the Secret.")
 
 
+# A Kubernetes object name (DNS subdomain), e.g. a ServiceAccount's.
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+STORAGE_ACCOUNT_URL = r"^https://[^/\s]+(/[^/\s]+)?/?$"
+
+
+CredentialType = Literal["workloadIdentity", "managedIdentity", "default"]
+
+
+class TokenCredentialSpec(Model):
+    """A Microsoft Entra ID token credential from azure-identity, instead of a connection string: no key
+    and no Secret. The identity needs a data role on what it reads or writes (Azure Event Hubs Data
+    Receiver or Sender, Storage Blob Data Contributor)."""
+
+    type: CredentialType = Field(
+        description="workloadIdentity: Azure Workload Identity on AKS (the pods get the label "
+        "azure.workload.identity/use and a ServiceAccount, spec.consumer.serviceAccountName, federated with "
+        "the identity); managedIdentity: the node's or machine's managed identity; default: azure-identity's "
+        "DefaultAzureCredential chain."
+    )
+    client_id: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Client id of the user-assigned managed identity or app registration (default: "
+        "AZURE_CLIENT_ID, or the system-assigned identity).",
+    )
+
+    def describe(self) -> str:
+        """`workloadIdentity`, or `workloadIdentity (client id ...)`: a client id is no secret."""
+        return self.type if self.client_id is None else f"{self.type} (client id {self.client_id})"
+
+
+# The messages of the refusals below, shared by the model and the CRD's CEL rules.
+BOTH_CREDENTIALS = (
+    "set a connection string (connectionStringSecretRef, connectionStringEnv) or a credential, not both"
+)
+CREDENTIAL_NEEDS_NAMESPACE = (
+    "a credential needs namespace, the fully qualified namespace (myns.servicebus.windows.net)"
+)
+CREDENTIAL_NEEDS_ACCOUNT_URL = "a credential needs accountUrl, the storage account's Blob endpoint (https://ACCOUNT.blob.core.windows.net)"
+
+
+def _check_credentials(
+    credential: TokenCredentialSpec | None,
+    secret_ref: SecretKeyRef | None,
+    env: str | None,
+    address: str | None,
+    address_message: str,
+) -> None:
+    """One connection, one way to authenticate: a connection string or a token credential with the address
+    (namespace, account URL) it is for."""
+    if credential is None:
+        return
+    if secret_ref is not None or env is not None:
+        raise ValueError(BOTH_CREDENTIALS)
+    if address is None:
+        raise ValueError(address_message)
+
+
 # --- where events come from -------------------------------------------------------------------------
 
 
@@ -80,17 +143,37 @@ class EventHubsSpec(Model):
     namespace: str | None = Field(
         default=None,
         description="Fully qualified Event Hubs namespace (e.g. myns.servicebus.windows.net); "
-        "taken from the connection string's Endpoint when omitted.",
+        "taken from the connection string's Endpoint when omitted; required with a credential.",
     )
     hub: str = Field(min_length=1, description="Event Hub name.")
     consumer_group: str = Field(default="$Default", min_length=1, description="Consumer group.")
     connection_string_secret_ref: SecretKeyRef | None = Field(
         default=None, description="Secret holding the Event Hubs connection string (in a cluster)."
     )
-    connection_string_env: str = Field(
-        default=DEFAULT_EVENTHUBS_ENV,
-        description="Environment variable the consumer reads the connection string from.",
+    connection_string_env: str | None = Field(
+        default=None,
+        min_length=1,
+        description=f"Environment variable the consumer reads the connection string from (default "
+        f"{DEFAULT_EVENTHUBS_ENV}).",
     )
+    credential: TokenCredentialSpec | None = Field(
+        default=None, description="A Microsoft Entra ID token credential instead of a connection string."
+    )
+
+    @property
+    def connection_string_variable(self) -> str:
+        return self.connection_string_env or DEFAULT_EVENTHUBS_ENV
+
+    @model_validator(mode="after")
+    def _one_way_in(self) -> EventHubsSpec:
+        _check_credentials(
+            self.credential,
+            self.connection_string_secret_ref,
+            self.connection_string_env,
+            self.namespace,
+            CREDENTIAL_NEEDS_NAMESPACE,
+        )
+        return self
 
 
 # --- where ownership and checkpoints live ------------------------------------------------------------
@@ -100,13 +183,33 @@ class BlobStoreSpec(Model):
     container: str = Field(
         min_length=3, max_length=63, description="Blob container, one per PartitionedConsumer."
     )
+    account_url: str | None = Field(
+        default=None,
+        pattern=STORAGE_ACCOUNT_URL,
+        description="The storage account's Blob endpoint (https://ACCOUNT.blob.core.windows.net), required "
+        "with a credential (and with a command line's --credential); a connection string names its own.",
+    )
     connection_string_secret_ref: SecretKeyRef | None = Field(
         default=None, description="Secret holding the Azure Storage connection string (in a cluster)."
     )
-    connection_string_env: str = Field(
-        default=DEFAULT_STORAGE_ENV,
-        description="Environment variable the consumer reads the storage connection string from.",
+    connection_string_env: str | None = Field(
+        default=None,
+        min_length=1,
+        description=f"Environment variable the consumer reads the storage connection string from (default "
+        f"{DEFAULT_STORAGE_ENV}).",
     )
+    credential: TokenCredentialSpec | None = Field(
+        default=None, description="A Microsoft Entra ID token credential instead of a connection string."
+    )
+
+    @property
+    def connection_string_variable(self) -> str:
+        return self.connection_string_env or DEFAULT_STORAGE_ENV
+
+    @model_validator(mode="after")
+    def _one_way_in(self) -> BlobStoreSpec:
+        _check_blob_credentials(self)
+        return self
 
 
 class SqliteStoreSpec(Model):
@@ -189,20 +292,42 @@ class HubTarget(Model):
 
     hub: str = Field(min_length=1, description="Target Event Hub.")
     namespace: str | None = Field(
-        default=None, description="Target namespace; taken from the connection string when omitted."
+        default=None,
+        description="Target namespace; taken from the connection string when omitted; required with a "
+        "credential.",
     )
     connection_string_secret_ref: SecretKeyRef | None = Field(
         default=None, description="Secret holding the target's Event Hubs connection string (in a cluster)."
     )
-    connection_string_env: str = Field(
-        default=DEFAULT_REPLICATE_ENV,
-        description="Environment variable the consumer reads the target's connection string from.",
+    connection_string_env: str | None = Field(
+        default=None,
+        min_length=1,
+        description=f"Environment variable the consumer reads the target's connection string from (default "
+        f"{DEFAULT_REPLICATE_ENV}).",
+    )
+    credential: TokenCredentialSpec | None = Field(
+        default=None, description="A Microsoft Entra ID token credential instead of a connection string."
     )
     keep_partition: bool = Field(
         default=False,
         description="Events without a partition key go to the target partition of the same id (the target "
         "needs at least as many partitions); otherwise the service spreads them.",
     )
+
+    @property
+    def connection_string_variable(self) -> str:
+        return self.connection_string_env or DEFAULT_REPLICATE_ENV
+
+    @model_validator(mode="after")
+    def _one_way_in(self) -> HubTarget:
+        _check_credentials(
+            self.credential,
+            self.connection_string_secret_ref,
+            self.connection_string_env,
+            self.namespace,
+            CREDENTIAL_NEEDS_NAMESPACE,
+        )
+        return self
 
 
 class ReplicatePipeline(HubTarget):
@@ -548,8 +673,43 @@ class FolderSink(Model):
 class BlobSink(Model):
     container: str = Field(min_length=3, max_length=63)
     prefix: str = Field(default="", description="Blob name prefix.")
-    connection_string_secret_ref: SecretKeyRef | None = None
-    connection_string_env: str = DEFAULT_SINK_STORAGE_ENV
+    account_url: str | None = Field(
+        default=None,
+        pattern=STORAGE_ACCOUNT_URL,
+        description="The storage account's Blob endpoint (https://ACCOUNT.blob.core.windows.net), required "
+        "with a credential (and with a command line's --credential); a connection string names its own.",
+    )
+    connection_string_secret_ref: SecretKeyRef | None = Field(
+        default=None, description="Secret holding the Azure Storage connection string (in a cluster)."
+    )
+    connection_string_env: str | None = Field(
+        default=None,
+        min_length=1,
+        description=f"Environment variable the consumer reads the storage connection string from (default "
+        f"{DEFAULT_SINK_STORAGE_ENV}).",
+    )
+    credential: TokenCredentialSpec | None = Field(
+        default=None, description="A Microsoft Entra ID token credential instead of a connection string."
+    )
+
+    @property
+    def connection_string_variable(self) -> str:
+        return self.connection_string_env or DEFAULT_SINK_STORAGE_ENV
+
+    @model_validator(mode="after")
+    def _one_way_in(self) -> BlobSink:
+        _check_blob_credentials(self)
+        return self
+
+
+def _check_blob_credentials(blob: BlobStoreSpec | BlobSink) -> None:
+    _check_credentials(
+        blob.credential,
+        blob.connection_string_secret_ref,
+        blob.connection_string_env,
+        blob.account_url,
+        CREDENTIAL_NEEDS_ACCOUNT_URL,
+    )
 
 
 class SinkSpec(Model):
@@ -597,6 +757,15 @@ class ConsumerSpec(Model):
     sink: SinkSpec = Field(default_factory=SinkSpec)
     metrics_port: int = Field(
         default=9090, ge=1, le=65535, description="/metrics, /healthz, /readyz and the operator's nudges."
+    )
+    service_account_name: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="The consumer pods' ServiceAccount, the subject a workload identity is federated with "
+        "(system:serviceaccount:NAMESPACE:NAME). Default: the PartitionedConsumer's name when the spec uses "
+        "a credential, the namespace's default otherwise. The operator creates it when it does not exist "
+        "(annotated with the workload identity's client id) and uses an existing one as it is.",
     )
 
 
@@ -698,7 +867,9 @@ class RebalanceSpec(Model):
         default=10.0,
         ge=0,
         le=3600,
-        description="Holddown: wait this long for the consumer set to settle before any handoff.",
+        description="Holddown: after a change of the consumers nobody planned (a pod lost or back), wait "
+        "this long for the set to settle before any handoff. A scale the operator decides does not wait; "
+        "a partition it plans for a new consumer that nobody reads waits at most this long for it.",
     )
     max_handoff_seconds: float = Field(
         default=15.0,
@@ -731,6 +902,25 @@ class PartitionedConsumerSpec(Model):
     consumer: ConsumerSpec = Field(default_factory=ConsumerSpec)
     scaling: ScalingSpec = Field(default_factory=ScalingSpec)
     rebalance: RebalanceSpec = Field(default_factory=RebalanceSpec)
+
+
+def credentials_of(spec: PartitionedConsumerSpec) -> list[TokenCredentialSpec]:
+    """The token credentials of every connection the consumers make (the source, the Blob store, the Blob
+    sink, the replicate or route targets, an old hub's store after a failover), in that order."""
+    consumer = spec.consumer
+    blocks: list[TokenCredentialSpec | None] = [
+        spec.event_hubs.credential,
+        spec.checkpoint_store.blob.credential if spec.checkpoint_store.blob is not None else None,
+        consumer.sink.blob.credential if consumer.sink.type == "blob" and consumer.sink.blob else None,
+        consumer.pipeline.replicate.credential
+        if consumer.pipeline.type == "replicate" and consumer.pipeline.replicate
+        else None,
+    ]
+    if consumer.pipeline.type == "route" and consumer.pipeline.route is not None:
+        blocks.extend(target.credential for target in consumer.pipeline.route.targets)
+    if consumer.failover is not None and consumer.failover.checkpoint_store.blob is not None:
+        blocks.append(consumer.failover.checkpoint_store.blob.credential)
+    return [credential for credential in blocks if credential is not None]
 
 
 class ObjectMeta(Model):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.azurite import Azurite, start_azurite
+from tests.scenarios.cluster import SESSION_STARTED
 
 # Each part keeps its fixtures in tests/fixtures/<part>.py; all of them are loaded here.
 pytest_plugins = sorted(
@@ -43,6 +45,11 @@ def blob_container(azurite: Azurite) -> Iterator[str]:
         except Exception:
             pass
         service.close()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """When the run began (the node and kind tiers report their wall time)."""
+    session.config.stash[SESSION_STARTED] = time.monotonic()
 
 
 TIER_BY_FOLDER = {"unit", "integration", "cluster", "node", "kind"}

@@ -32,9 +32,11 @@ from typing import Any, Protocol
 
 import click
 
+from hubshift.connect import chosen_identity, credential_options
 from hubshift.consumer.pipelines import sensor_events as ev
 from hubshift.consumer.pipelines.sensor_events import SensorEvent
 from hubshift.errors import UserError
+from hubshift.eventhubs.target import EventHubsTarget, describe_error, sdk_client
 from hubshift.spec import DEFAULT_EVENTHUBS_ENV
 
 PROFILES = ("steady", "rise-fall")
@@ -258,32 +260,43 @@ class HubSender:
 
     @classmethod
     def connect(cls, connection_string: str, hub: str) -> HubSender:
-        """Connect and read the partition ids; `UserError` (one line, no secret) when that fails."""
+        """Connect with a connection string and read the partition ids; `UserError` (one line, no secret)
+        when that fails."""
+        return cls.connect_target(EventHubsTarget(connection_string, _namespace(connection_string), hub, ""))
+
+    @classmethod
+    def connect_target(cls, target: EventHubsTarget) -> HubSender:
+        """Connect (a connection string or a token credential) and read the partition ids; `UserError`
+        (one line, no secret) when that fails."""
         from azure.eventhub import EventHubProducerClient
         from azure.eventhub.exceptions import AuthenticationError, ConnectError, EventHubError
 
+        hub, namespace = target.hub, target.fqns
         try:
-            producer = EventHubProducerClient.from_connection_string(
-                connection_string, eventhub_name=hub, retry_total=2
-            )
+            producer = sdk_client(EventHubProducerClient, target, retry_total=2)
         except ValueError:
             raise UserError(
                 "the Event Hubs connection string is not valid (expected "
                 "Endpoint=sb://NAMESPACE/;SharedAccessKeyName=NAME;SharedAccessKey=KEY)"
             ) from None
-        namespace = _namespace(connection_string)
         try:
             partition_ids = list(producer.get_partition_ids())
         except AuthenticationError as exc:
             producer.close()
             if "404" in str(exc) or "could not be found" in str(exc):
                 raise UserError(f"Event Hub {hub!r} does not exist in namespace {namespace}") from None
+            if target.identity is not None:
+                raise UserError(describe_error(exc, target)) from None
             raise UserError(f"Event Hubs namespace {namespace} refused the credentials") from None
-        except ConnectError:
+        except ConnectError as exc:
             producer.close()
+            if target.identity is not None:
+                raise UserError(describe_error(exc, target)) from None
             raise UserError(f"cannot reach the Event Hubs namespace {namespace}") from None
         except EventHubError as exc:
             producer.close()
+            if target.identity is not None:
+                raise UserError(describe_error(exc, target)) from None
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise UserError(f"Event Hub {hub!r} in {namespace}: {first}") from None
         return cls(producer, hub, partition_ids)
@@ -433,6 +446,12 @@ def _send_round(
     help="Event Hubs connection string (default: from the environment variable).",
 )
 @click.option("--hub", required=True, help="Event Hub name.")
+@click.option(
+    "--namespace",
+    default=None,
+    help="With --credential: the fully qualified namespace (myns.servicebus.windows.net).",
+)
+@credential_options("Send with this token credential instead of a connection string (needs --namespace)")
 @click.option("--homes", type=int, default=1000, show_default=True, help="Homes (partition keys).")
 @click.option("--sensors-per-home", type=int, default=4, show_default=True)
 @click.option("--rate", type=float, default=100.0, show_default=True, help="Events per second (peak).")
@@ -452,6 +471,9 @@ def _send_round(
 def produce(
     connection_string: str | None,
     hub: str,
+    namespace: str | None,
+    credential: str | None,
+    client_id: str | None,
     homes: int,
     sensors_per_home: int,
     rate: float,
@@ -465,8 +487,21 @@ def produce(
     output: str,
 ) -> None:
     """Send a home-security sensor load to an Event Hub (partition key = home)."""
-    if not connection_string:
-        raise UserError(f"no connection string: pass --connection-string or set {DEFAULT_EVENTHUBS_ENV}")
+    identity = chosen_identity(credential, client_id)
+    if identity is not None:
+        source = click.get_current_context().get_parameter_source("connection_string")
+        if source is click.core.ParameterSource.COMMANDLINE:
+            raise UserError("pass --connection-string or --credential, not both")
+        if not namespace:
+            raise UserError("--credential needs --namespace (myns.servicebus.windows.net)")
+        target = EventHubsTarget(None, namespace.strip().lower(), hub, "", identity)
+    elif not connection_string:
+        raise UserError(
+            f"no connection string: pass --connection-string or set {DEFAULT_EVENTHUBS_ENV} (or use a token "
+            "credential: --credential with --namespace)"
+        )
+    else:
+        target = EventHubsTarget(connection_string, _namespace(connection_string), hub, "")
     if period <= 0:
         raise UserError("--period must be positive")
     spec = LoadSpec(
@@ -480,7 +515,7 @@ def produce(
         interval=interval,
         seed=seed,
     )
-    sender = HubSender.connect(connection_string, hub)
+    sender = HubSender.connect_target(target)
     stop = threading.Event()
     # Ctrl-C or SIGTERM end the load after the current round; the summary is still printed.
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -1,7 +1,7 @@
 """`hubshift status`: the ownership table of a hub's consumer group, its checkpoints and the assignment;
-with the hub's connection string (`--eventhubs`), each partition's backlog and lag in seconds, decided as
-the control loop decides them (`operator/observe.py`, from the times the owners write beside their
-checkpoints: no event is read)."""
+with the hub's connection string (`--eventhubs`) or a token credential (`--credential`), each partition's
+backlog and lag in seconds, decided as the control loop decides them (`operator/observe.py`, from the times
+the owners write beside their checkpoints: no event is read)."""
 
 from __future__ import annotations
 
@@ -14,16 +14,18 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from hubshift.connect import chosen_identity, credential_options
 from hubshift.errors import UserError
 from hubshift.eventhubs.management import EventHubsProbe, ProbeError
 from hubshift.eventhubs.model import PartitionInfo
 from hubshift.eventhubs.target import EventHubsTarget
+from hubshift.identity import token_credential
 from hubshift.operator.observe import PartitionLag, backlog_per_partition, lag_per_partition, worst_lag
 from hubshift.ownership.model import OwnershipSnapshot
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import StoreError
-from hubshift.ownership.stores.connect import open_store
+from hubshift.ownership.stores.connect import open_store, parse_store
 from hubshift.spec import StartPosition
 
 
@@ -32,8 +34,9 @@ from hubshift.spec import StartPosition
     "--store",
     envvar="HUBSHIFT_STORE",
     required=True,
-    help="sqlite:///PATH or an Azure Storage connection string (or set HUBSHIFT_STORE, to keep keys "
-    "out of the process list).",
+    help="sqlite:///PATH, an Azure Storage connection string (or set HUBSHIFT_STORE, to keep keys "
+    "out of the process list), or a storage account URL (https://ACCOUNT.blob.core.windows.net) read with "
+    "--credential.",
 )
 @click.option("--container", default=None, help="Blob container of the PartitionedConsumer (Azure only).")
 @click.option("--namespace", "fqns", required=True, help="Fully qualified Event Hubs namespace.")
@@ -54,6 +57,10 @@ from hubshift.spec import StartPosition
     help="Where a partition without a checkpoint starts (the manifest's startPosition): its backlog.",
 )
 @click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@credential_options(
+    "Read the hub at --namespace (its backlog and lag) and a store given as an account URL with this "
+    "token credential"
+)
 def status(
     store: str,
     container: str | None,
@@ -63,14 +70,23 @@ def status(
     eventhubs: str | None,
     start: str,
     output: str,
+    credential: str | None,
+    client_id: str | None,
 ) -> None:
-    """Show partition owners, checkpoints, the assignment and its phase (and, with --eventhubs, the backlog
-    and lag in seconds of each partition)."""
+    """Show partition owners, checkpoints, the assignment and its phase (and, with --eventhubs or
+    --credential, the backlog and lag in seconds of each partition)."""
     try:
         scope = Scope(fqns, hub, consumer_group)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    lease_store = open_store(store, container)
+    identity = chosen_identity(credential, client_id)
+    location = parse_store(
+        store,
+        container,
+        credential=token_credential(identity) if identity is not None and "://" in store else None,
+        credential_name=identity.describe() if identity is not None else "token credential",
+    )
+    lease_store = open_store(location)
     try:
         snapshot = take_snapshot(lease_store, scope)
     except StoreError as exc:
@@ -78,8 +94,12 @@ def status(
     finally:
         lease_store.close()
     lag: Lag | None = None
+    target: EventHubsTarget | None = None
     if eventhubs:
         target = EventHubsTarget(eventhubs.strip(), scope.fqns, hub, consumer_group)
+    elif identity is not None:
+        target = EventHubsTarget(None, scope.fqns, hub, consumer_group, identity)
+    if target is not None:
         lag = hub_lag(
             snapshot,
             asyncio.run(_read_hub(target)),
@@ -130,6 +150,7 @@ def status_document(snapshot: OwnershipSnapshot, lag: Lag | None = None) -> dict
             "ownerLevel": p.owner_level,
             "leaseState": p.lease_state.value,
             "assignedTo": None if assignment is None else assignment.owner_of(p.partition),
+            "plannedFor": None if assignment is None else assignment.planned.get(p.partition),
         }
         for p in snapshot.partitions
     ]
@@ -150,6 +171,8 @@ def status_document(snapshot: OwnershipSnapshot, lag: Lag | None = None) -> dict
         "phase": None if assignment is None else assignment.phase.value,
         "generation": None if assignment is None else assignment.generation,
         "assignment": None if assignment is None else dict(assignment.partitions),
+        "planned": None if assignment is None else dict(assignment.planned),
+        "change": None if assignment is None or assignment.change is None else assignment.change.value,
         "replicas": None if assignment is None else assignment.replicas,
         "holddownUntil": (
             None
@@ -168,6 +191,7 @@ def print_table(snapshot: OwnershipSnapshot, lag: Lag | None = None) -> None:
         "no assignment record (consumers balance themselves)"
         if assignment is None
         else f"assignment generation {assignment.generation}, phase {assignment.phase.value}"
+        + ("" if assignment.change is None else f", {assignment.change.value} change")
     )
     table = Table(title=f"{snapshot.scope}: {title}", title_justify="left")
     for column in ("Namespace", "Hub", "Consumer group", "Owner", "Partition", "Last modified"):
@@ -199,7 +223,9 @@ def print_table(snapshot: OwnershipSnapshot, lag: Lag | None = None) -> None:
             str(p.owner_level),
         ]
         if assignment is not None:
-            row.append(assignment.owner_of(p.partition) or "-")
+            reader = assignment.owner_of(p.partition) or "-"
+            planned = assignment.planned.get(p.partition)
+            row.append(reader if planned is None else f"{reader} -> {planned} (planned, not ready)")
         if lag is not None:
             known = lag[1].get(p.partition)
             row.append(str(lag[0].get(p.partition, "-")))
@@ -211,7 +237,10 @@ def print_table(snapshot: OwnershipSnapshot, lag: Lag | None = None) -> None:
     members = ", ".join(f"{m.consumer}{'' if m.alive else ' (gone)'}" for m in snapshot.members)
     console.print(f"consumers: {members or 'none registered'}")
     if lag is None:
-        console.print("backlog and lag in seconds: pass the hub's connection string (--eventhubs)")
+        console.print(
+            "backlog and lag in seconds: pass the hub's connection string (--eventhubs) or a token "
+            "credential (--credential)"
+        )
         return
     worst = worst_lag(lag[1])
     unknown = sum(1 for x in lag[1].values() if x.seconds is None)
@@ -220,3 +249,7 @@ def print_table(snapshot: OwnershipSnapshot, lag: Lag | None = None) -> None:
             f"lag: {worst.seconds:.1f}s (partition {worst.partition}), backlog {sum(lag[0].values())} events"
             + (f"; {unknown} partitions not known yet" if unknown else "")
         )
+
+
+def _is_url(store: str) -> bool:
+    return store.strip().lower().startswith(("https://", "http://"))

@@ -210,7 +210,13 @@ class OwnershipAgent:
             "assignmentGeneration": assignment.generation if assignment else None,
             "partitions": owned,
             "waiting": list(plan.waiting) if plan else [],
+            "planned": list(plan.planned) if plan else [],
         }
+
+    @property
+    def failure(self) -> str | None:
+        """Why the engine could not go on, once it said so (the consumer then exits 1)."""
+        return self._failure
 
     def owned(self) -> dict[str, int]:
         """Partition -> owner level, for partitions read or being drained now."""

@@ -177,6 +177,8 @@ class ConsumerApp:
             self.store.close()
             self.management.close()
             scratch.release()
+        if code and agent.failure:
+            log.error("consumer %s stopped: %s", me, agent.failure)
         log.info("consumer %s: stopped (exit %d)", me, code)
         return code
 

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import click
 
+from hubshift.connect import chosen_identity, credential_options
 from hubshift.errors import UserError
 from hubshift.log import configure_logging
-from hubshift.manifest import load_manifest
+from hubshift.manifest import load_manifest, with_credential
 from hubshift.ownership.scope import consumer_id
 
 log = logging.getLogger("hubshift.consume")
@@ -42,6 +43,10 @@ log = logging.getLogger("hubshift.consume")
 @click.option("--list-interval", type=float, help="Seconds between listings of the ownership table (20).")
 @click.option("--ranges", type=click.Path(dir_okay=False), help="--engine sdk: where to log batch ranges.")
 @click.option("--log-level", default="info", show_default=True, help="hubshift's log level.")
+@credential_options(
+    "Authenticate every Azure connection of the manifest with this token credential instead of its "
+    "connection string (the manifest names the namespace and account URLs)"
+)
 def consume(
     manifest_path: str,
     identity: str,
@@ -53,12 +58,17 @@ def consume(
     list_interval: float | None,
     ranges: str | None,
     log_level: str,
+    credential: str | None,
+    client_id: str | None,
 ) -> None:
     """Run one consumer: own partitions, read them, hand them off on SIGTERM."""
     from hubshift.consumer.app import ConsumerApp, ConsumerOptions
 
     configure_logging(log_level)
     manifest = load_manifest(manifest_path)
+    chosen = chosen_identity(credential, client_id)
+    if chosen is not None:
+        manifest = with_credential(manifest, chosen)
     try:
         me = consumer_id(identity)
     except ValueError as exc:

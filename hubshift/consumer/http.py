@@ -148,6 +148,7 @@ class _Handler(BaseHTTPRequestHandler):
             log.exception("the assignment nudge failed")
             self._send(HTTPStatus.INTERNAL_SERVER_ERROR, b"nudge failed\n")
             return
+        self.owner.metrics.nudges.inc()
         self._send(HTTPStatus.ACCEPTED, b'{"accepted":true}\n', "application/json")
 
     def _generation(self) -> int | None:

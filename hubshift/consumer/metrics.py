@@ -146,6 +146,9 @@ class ConsumerMetrics:
             "Events received and spooled but not yet committed, over the partitions owned.",
             registry=r,
         )
+        self.nudges = Counter(
+            f"{PREFIX}_nudges", "The operator's nudges taken: re-read the assignment now.", registry=r
+        )
         for result in ("ok", "failed"):
             self.batches.labels(result)
         for result in CHECKPOINT_RESULTS:

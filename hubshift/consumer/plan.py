@@ -2,6 +2,11 @@
 
 - `plan_ownership`: what to claim (and whether by force) and what to drain, from one ownership snapshot:
   follow the operator's assignment record while it is current, else balance with the fallback balancer.
+  A consumer reads exactly the record's `partitions`. Its `planned` entries (a planned change: partitions
+  planned for a consumer not ready yet) change nothing here: their reader keeps them and their planned
+  owner does not take them until the operator's next generation moves them into `partitions` for it
+  (docs/decisions.md, "Planned changes"), so a partition never has two readers and is never left unread
+  for a pod's start-up time. The plan only reports them (`OwnershipPlan.planned`).
 - `checkpoint_due`: the checkpoint cadence (events and seconds) of one partition.
 
 The agent (`agent.py`) does the I/O these decide.
@@ -57,6 +62,8 @@ class OwnershipPlan:
     # Assigned to me, still held by a live owner that has until `handoff_deadline` to release them.
     waiting: tuple[str, ...] = ()
     handoff_deadline: datetime | None = None
+    # Planned for me by a planned change, not handed over yet: the operator moves them to me once I am ready.
+    planned: tuple[str, ...] = ()
 
 
 def assignment_is_healthy(assignment: Assignment, partitions: Collection[str], live: Collection[str]) -> bool:
@@ -79,15 +86,16 @@ def assignment_is_current(
     only republishes on a change). One that leaves a partition to nobody alive (or that misses a partition)
     is followed for `stale_after_seconds` after the latest of: its publication, the end of the holddown it
     announces (the operator saw the change and holds the partitions for a consumer that may come back),
-    and `unhealthy_since` (when this consumer first saw it so); that is the time the operator needs to see
-    the change and publish a new generation. After that the consumers balance themselves.
+    the end of its wait for planned consumers (`planned_until`), and `unhealthy_since` (when this consumer
+    first saw it so); that is the time the operator needs to see the change and publish a new generation.
+    After that the consumers balance themselves.
     """
     if assignment is None:
         return False
     if assignment_is_healthy(assignment, partitions, live):
         return True
     since = assignment.updated_at
-    for later in (assignment.holddown_until, unhealthy_since):
+    for later in (assignment.holddown_until, assignment.planned_until, unhealthy_since):
         if later is not None and later > since:
             since = later
     return (now - since).total_seconds() < stale_after_seconds
@@ -135,6 +143,7 @@ def _follow(
     max_handoff_seconds: float,
 ) -> OwnershipPlan:
     mine = {p for p in assignment.partitions_of(me) if p in set(partitions)}
+    planned = tuple(p for p in assignment.planned_for(me) if p in set(partitions) and p not in mine)
     drains = tuple(sorted(active - mine))
     handoff = assignment.max_handoff_seconds if assignment.max_handoff_seconds is not None else None
     deadline_seconds = handoff if handoff is not None else max_handoff_seconds
@@ -165,6 +174,7 @@ def _follow(
         handoff_deadline=datetime.fromtimestamp(deadline, tz=assignment.updated_at.tzinfo)
         if waiting
         else None,
+        planned=planned,
     )
 
 

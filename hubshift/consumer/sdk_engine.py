@@ -51,7 +51,7 @@ class SdkEngine:
         self.metrics = metrics
         self.notify: Notify = not_started
         self.handler = handler
-        self._pool = pool or ReceiverPool(target.connection_string, target.hub, target.consumer_group)
+        self._pool = pool or ReceiverPool(target)
         self._lock = threading.Lock()
         self._reading: dict[str, _Reading] = {}
 

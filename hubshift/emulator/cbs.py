@@ -1,9 +1,11 @@
-"""Claims-based security (`$cbs` put-token) and Shared Access Signature checks.
+"""Claims-based security (`$cbs` put-token): Shared Access Signature checks, and Microsoft Entra ID
+bearer tokens (type `jwt`) handed to a JWT checker (`tokens.JwtVerifier`) when one is configured.
 
-Without a key the emulator accepts every token, like Microsoft's emulator. With a key, a token must be
+Without a key the emulator accepts every SAS token, like Microsoft's emulator. With a key, a token must be
 `SharedAccessSignature sr=..&sig=..&se=..&skn=..` signed with that key (HMAC-SHA256 over the URL-encoded
 resource, a newline and the expiry), not expired, under the configured key name, and its resource must
-cover the entity asked for (host compared without case or port, path by whole segments).
+cover the entity asked for (host compared without case or port, path by whole segments). Without a JWT
+checker a bearer token is treated as the SAS rules say (accepted without a key, refused with one).
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ import hashlib
 import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import quote_plus, unquote_plus, urlsplit
 
 SAS_TOKEN_TYPE = "servicebus.windows.net:sastoken"
+JWT_TOKEN_TYPE = "jwt"
+SAS_PREFIX = "SharedAccessSignature "
 DEFAULT_KEY_NAME = "RootManageSharedAccessKey"
 # What the connection string carries when the emulator runs without a key (Microsoft's placeholder).
 PLACEHOLDER_KEY = "SAS_KEY_VALUE"
@@ -106,3 +111,35 @@ class SasAuthorizer:
         assert self.key is not None
         digest = hmac.new(self.key.encode(), f"{resource}\n{expiry}".encode(), hashlib.sha256).digest()
         return base64.b64encode(digest).decode()
+
+
+class JwtChecker(Protocol):
+    def verify(self, token: object) -> TokenVerdict: ...
+
+
+class Authorizer:
+    """Every token the emulator is shown: SAS tokens by `sas`, bearer tokens by `jwt` when set."""
+
+    def __init__(self, sas: SasAuthorizer, jwt: JwtChecker | None = None) -> None:
+        self.sas = sas
+        self.jwt = jwt
+
+    @property
+    def enforcing(self) -> bool:
+        """Whether entity links need an accepted put-token first."""
+        return self.sas.enforcing or self.jwt is not None
+
+    def verify(self, token: object, audience: str, token_type: object = None) -> TokenVerdict:
+        """Whether `token` grants access to `audience`; `token_type` as put on `$cbs` (None: told apart by
+        its form, as in a `$management` request's security_token)."""
+        if self.jwt is not None and _is_bearer(token, token_type):
+            return self.jwt.verify(token)
+        return self.sas.verify(token, audience)
+
+
+def _is_bearer(token: object, token_type: object) -> bool:
+    if token_type is not None:
+        return token_type == JWT_TOKEN_TYPE
+    if isinstance(token, bytes):
+        token = token.decode("utf-8", "replace")
+    return isinstance(token, str) and not token.startswith(SAS_PREFIX)

@@ -49,6 +49,36 @@ from hubshift.emulator.config import EmulatorSettings, build_hubs
     "which keeps it out of the process list.",
 )
 @click.option(
+    "--tls-cert",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also serve AMQP over TLS, as the service does, with this certificate (PEM, the chain); token "
+    "credentials need TLS.",
+)
+@click.option(
+    "--tls-key", type=click.Path(path_type=Path, dir_okay=False), help="The certificate's key (PEM)."
+)
+@click.option(
+    "--tls-port",
+    type=click.IntRange(0, 65535),
+    default=5671,
+    show_default=True,
+    help="With --tls-cert: its port (0 picks a free one).",
+)
+@click.option(
+    "--jwt-key",
+    "jwt_keys",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Verify Microsoft Entra ID tokens (put-token type jwt) against these keys: PEM public keys or "
+    "certificates, or a JSON Web Key Set; without it every bearer token is treated as the SAS rules say.",
+)
+@click.option(
+    "--jwt-audience",
+    "jwt_audiences",
+    multiple=True,
+    help="An accepted token audience (repeatable; default: https://eventhubs.azure.net and Service Bus's).",
+)
+@click.option("--jwt-issuer", default=None, help="Tokens' issuer must start with this (default: any).")
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="warning",
@@ -64,9 +94,16 @@ def emulator(
     retention_minutes: float,
     partition_size_mb: int,
     key: str | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_port: int,
+    jwt_keys: Path | None,
+    jwt_audiences: tuple[str, ...],
+    jwt_issuer: str | None,
     log_level: str,
 ) -> None:
-    """Start a local Event Hubs that the azure-eventhub SDK talks to; prints its connection string."""
+    """Start a local Event Hubs that the azure-eventhub SDK talks to; prints its connection string (and,
+    with --tls-cert, the namespace token credentials use)."""
     from hubshift.emulator.server import run
 
     logging.basicConfig(
@@ -80,10 +117,16 @@ def emulator(
         retention_minutes=retention_minutes,
         partition_max_bytes=partition_size_mb << 20,
         key=key,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_port=tls_port,
+        jwt_keys=jwt_keys,
+        jwt_audiences=jwt_audiences,
+        jwt_issuer=jwt_issuer,
     )
 
-    def announce(connection_string: str) -> None:
-        click.echo(connection_string)
+    def announce(line: str) -> None:
+        click.echo(line)
         sys.stdout.flush()
 
     def reload() -> tuple[HubSpec, ...]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hubshift.emulator.broker import MAX_PARTITIONS, HubSpec
@@ -29,13 +29,32 @@ class EmulatorSettings:
     key: str | None = None
     key_name: str = DEFAULT_KEY_NAME
     max_frame_size: int = 65536
+    # AMQP over TLS, as the service speaks it (5671): the certificate chain and its key, PEM files
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_port: int = 5671
+    # Microsoft Entra ID tokens (put-token type jwt): the trusted signing keys, the accepted audiences
+    # (empty: Event Hubs'), the issuer they must start with (None: any)
+    jwt_keys: Path | None = None
+    jwt_audiences: tuple[str, ...] = field(default=())
+    jwt_issuer: str | None = None
 
-    def connection_string(self, port: int) -> str:
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
+
+    def tls_namespace(self, port: int) -> str:
+        """The fully qualified namespace a token credential uses to reach the TLS port (host:port)."""
+        return f"{self._client_host()}:{port}"
+
+    def _client_host(self) -> str:
         host = self.host
         if host in ("", "0.0.0.0", "::"):
-            host = "127.0.0.1"
-        elif ":" in host:
-            host = f"[{host}]"
+            return "127.0.0.1"
+        return f"[{host}]" if ":" in host else host
+
+    def connection_string(self, port: int) -> str:
+        host = self._client_host()
         return (
             f"Endpoint=sb://{host}:{port};SharedAccessKeyName={self.key_name};"
             f"SharedAccessKey={self.key or PLACEHOLDER_KEY};UseDevelopmentEmulator=true"

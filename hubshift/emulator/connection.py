@@ -20,7 +20,7 @@ from typing import Any
 
 from hubshift.emulator import frames
 from hubshift.emulator.broker import Broker, Hub, ReceiverRefused
-from hubshift.emulator.cbs import Entity, SasAuthorizer, parse_entity
+from hubshift.emulator.cbs import Authorizer, Entity, parse_entity
 from hubshift.emulator.codec import (
     Array,
     Buffer,
@@ -34,9 +34,12 @@ from hubshift.emulator.codec import (
 )
 from hubshift.emulator.management import handle_management_request
 from hubshift.emulator.messages import (
+    DELIVERY_ANNOTATIONS_PREFIX,
     RequestMessage,
     encode_reply,
+    merge_delivery_annotations,
     parse_request,
+    runtime_metric_entries,
     runtime_metric_section,
     unpack_publication,
 )
@@ -52,6 +55,8 @@ SELECTOR_FILTER = "apache.org:selector-filter:string"
 SELECTOR_FILTER_CODE = 0x0000468C00000004
 
 SESSION_WINDOW = 2**31 - 1
+# Grants expiring later than this (a SAS token without a key: never) are not watched.
+WATCHED_EXPIRY_MS = 10 * 24 * 3600 * 1000
 HANDLE_MAX = 65535
 PUBLISHER_CREDIT = 1000
 MAX_BYTES_PER_PUMP = 1 << 20
@@ -81,13 +86,17 @@ class ServerContext:
     """What every connection of one server shares."""
 
     broker: Broker
-    authorizer: SasAuthorizer
+    authorizer: Authorizer
     max_frame_size: int = 65536
     max_message_size: int = 1048576
     advertised_idle_timeout_ms: int | None = 240_000
     handshake_timeout: float = 30.0
     container_id: str = field(default_factory=lambda: f"hubshift-emulator-{uuid.uuid4()}")
     connections: set[AmqpConnection] = field(default_factory=set)
+    # what the tests of token refresh count: put-tokens that renewed a grant before it expired, and the
+    # addresses of links detached because their token expired unrenewed
+    tokens_renewed: int = 0
+    expired_links: list[str] = field(default_factory=list)
 
 
 def _address(terminus: object) -> str | None:
@@ -182,6 +191,10 @@ class Link:
         self.detached = False
         self.delivery_count = 0
         self.credit = 0
+        # the entity an event link reads or writes (and its address), whose token must stay valid while
+        # it is attached
+        self.entity: Entity | None = None
+        self.address = ""
 
     # our reply to the peer's attach
     def attach_fields(self, peer_fields: list[Any]) -> list[Any]:
@@ -533,15 +546,16 @@ class ConsumerLink(OutgoingLink):
         messages, header_lengths = log.read(
             self.next_sequence, min(self.credit, available), MAX_BYTES_PER_PUMP
         )
-        metric = b""
+        metric = metric_entries = b""
         if self.runtime_metric:
             state = log.state()
-            metric = runtime_metric_section(
+            metric_entries = runtime_metric_entries(
                 state.last_enqueued_sequence_number,
                 state.last_enqueued_offset,
                 state.last_enqueued_time_ms,
                 connection.context.broker.now_ms(),
             )
+            metric = runtime_metric_section(metric_entries)
         session = self.session
         delivery_id = session.next_delivery_id
         prefix = self._head_prefix
@@ -549,21 +563,27 @@ class ConsumerLink(OutgoingLink):
         max_frame = connection.remote_max_frame_size
         parts: list[Buffer] = []
         append = parts.append
-        extra = _TRANSFER_HEAD_SIZE + len(metric)
         for message, header_length in zip(messages, header_lengths, strict=True):
-            frame_size = extra + len(message)
+            # the delivery annotations go right after the header: the runtime metric, merged with the
+            # producer's own when the event carries some (they then end at `rest`)
+            section, rest = metric, header_length
+            if metric and message.startswith(DELIVERY_ANNOTATIONS_PREFIX, header_length):
+                section, rest = merge_delivery_annotations(metric_entries, message, header_length)
+            frame_size = _TRANSFER_HEAD_SIZE + header_length + len(section) + len(message) - rest
             if frame_size > max_frame:
-                parts.extend(self._fragments(delivery_id, message, header_length, metric, max_frame))
+                payload = message[:header_length] + section + message[rest:] if section else message
+                parts.extend(self._fragments(delivery_id, payload, max_frame))
             else:
                 append(pack(frame_size, prefix, delivery_id, _TAG_PREFIX, delivery_id, _TRANSFER_TAIL))
-                if metric:
-                    if header_length:
+                if section:
+                    if rest:
                         view = memoryview(message)
-                        append(view[:header_length])
-                        append(metric)
-                        append(view[header_length:])
+                        if header_length:
+                            append(view[:header_length])
+                        append(section)
+                        append(view[rest:])
                     else:
-                        append(metric)
+                        append(section)
                         append(message)
                 else:
                     append(message)
@@ -579,10 +599,7 @@ class ConsumerLink(OutgoingLink):
         if (self.credit > 0 and self.next_sequence < log.next_sequence_number) or self._drain:
             self.wake()
 
-    def _fragments(
-        self, delivery_id: int, message: bytes, header_length: int, metric: bytes, max_frame: int
-    ) -> list[bytes]:
-        payload = message[:header_length] + metric + message[header_length:] if metric else message
+    def _fragments(self, delivery_id: int, payload: bytes, max_frame: int) -> list[bytes]:
         chunk_size = max(max_frame - 64, 256)
         chunks = [payload[start : start + chunk_size] for start in range(0, len(payload), chunk_size)]
         tag = _I.pack(delivery_id)
@@ -672,6 +689,7 @@ class AmqpConnection(asyncio.Protocol):
         self._out: list[Buffer] = []
         self._flush_scheduled = False
         self._authorized: list[tuple[Entity, int]] = []
+        self._expiry: asyncio.TimerHandle | None = None
         # the handshake deadline until `open`, then the heartbeat (when the peer asked for one)
         self._timer: asyncio.TimerHandle | None = None
         self._last_write = time.monotonic()
@@ -694,6 +712,8 @@ class AmqpConnection(asyncio.Protocol):
         self.context.connections.discard(self)
         if self._timer is not None:
             self._timer.cancel()
+        if self._expiry is not None:
+            self._expiry.cancel()
         for session in self._sessions.values():
             session.close_links()
         self._sessions.clear()
@@ -1014,6 +1034,9 @@ class AmqpConnection(asyncio.Protocol):
             self._refuse(session, fields, peer_is_receiver, refusal.condition, refusal.description)
             return
         session.links[remote_handle] = link
+        if isinstance(link, PublisherLink | ConsumerLink):
+            link.address = _address(target if isinstance(link, PublisherLink) else source) or ""
+            link.entity = parse_entity(link.address)
         if isinstance(link, ConsumerLink):
             try:
                 link.register()
@@ -1170,10 +1193,50 @@ class AmqpConnection(asyncio.Protocol):
             )
             if hub is None or group_missing:
                 return 404, f"The messaging entity '{audience}' could not be found.", None
-        verdict = self.context.authorizer.verify(request.body, audience)
+        verdict = self.context.authorizer.verify(request.body, audience, properties.get("type"))
         if verdict.accepted:
+            now_ms = self.context.broker.now_ms()
+            if any(granted.covers(entity) and now_ms < expiry for granted, expiry in self._authorized):
+                self.context.tokens_renewed += 1
+                LOG.info("connection %s: token for %s renewed", self.peer, audience)
+            self._authorized = [(g, e) for g, e in self._authorized if e > now_ms]
             self._authorized.append((entity, verdict.expires_at_ms))
+            self._watch_expiry()
+        else:
+            LOG.info("connection %s: token for %s refused: %s", self.peer, audience, verdict.description)
         return verdict.status_code, verdict.description, None
+
+    def _watch_expiry(self) -> None:
+        """Detach, when its token expires unrenewed, every event link the token allowed, as the service
+        does; checked at the earliest expiry of the grants held (far-off ones are not watched)."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+        if not self.context.authorizer.enforcing or self.closing:
+            return
+        now_ms = self.context.broker.now_ms()
+        pending = [expiry for _, expiry in self._authorized if now_ms < expiry < now_ms + WATCHED_EXPIRY_MS]
+        if pending:
+            self._expiry = self.loop.call_later((min(pending) - now_ms) / 1000 + 0.01, self._expire_links)
+
+    def _expire_links(self) -> None:
+        self._expiry = None
+        if self.closing:
+            return
+        for session in list(self._sessions.values()):
+            for link in list(session.links.values()):
+                if link.entity is None or link.detached or self._is_authorized(link.entity):
+                    continue
+                self.context.expired_links.append(link.address)
+                LOG.info("connection %s: the token for %s expired: link detached", self.peer, link.address)
+                link.detach(
+                    frames.amqp_error(
+                        "amqp:unauthorized-access",
+                        "The token has expired; put a new one on $cbs before its expiration time.",
+                    )
+                )
+        self.flush()
+        self._watch_expiry()
 
 
 def _enable_keepalive(sock: socket.socket) -> None:

@@ -34,6 +34,8 @@ class RunningEmulator:
     data_dir: Path | None = None
     log_path: Path | None = None
     _thread: object | None = field(default=None, repr=False)
+    # with TLS: `host:port`, the fully qualified namespace a token credential connects to
+    tls_namespace: str | None = None
 
     @property
     def pid(self) -> int:
@@ -75,15 +77,24 @@ def emulator_command(
     hubs: Sequence[str] = ("hub:4",),
     *,
     consumer_groups: Sequence[str] = (),
+    host: str | None = None,
     port: int = 0,
     data_dir: Path | None = None,
     retention_minutes: float | None = None,
     partition_size_mb: int | None = None,
     key: str | None = None,
     config_file: Path | None = None,
+    tls: tuple[Path, Path] | None = None,
+    jwt_keys: Path | None = None,
     extra_args: Sequence[str] = (),
 ) -> list[str]:
     command = [sys.executable, "-m", "hubshift.cli", "emulator", "--port", str(port)]
+    if host is not None:
+        command += ["--host", host]
+    if tls is not None:
+        command += ["--tls-cert", str(tls[0]), "--tls-key", str(tls[1]), "--tls-port", "0"]
+    if jwt_keys is not None:
+        command += ["--jwt-key", str(jwt_keys)]
     for hub in hubs:
         command += ["--hub", hub]
     for group in consumer_groups:
@@ -111,32 +122,55 @@ def start_emulator(
     partition_size_mb: int | None = None,
     key: str | None = None,
     config_file: Path | None = None,
+    tls: tuple[Path, Path] | None = None,
+    jwt_keys: Path | None = None,
     extra_args: Sequence[str] = (),
     in_process: bool = False,
     startup_timeout: float = 30,
+    host: str | None = None,
+    wrapper: Sequence[str] = (),
 ) -> RunningEmulator:
-    """Start an emulator on a free 127.0.0.1 port with these hubs (`NAME:PARTITIONS`); returns once it
-    accepts connections."""
+    """Start an emulator on a free port with these hubs (`NAME:PARTITIONS`); returns once it accepts
+    connections. `host`: the address it listens on and its connection string names (default 127.0.0.1);
+    `wrapper`: a command it runs under, which must exec it (e.g. `ip netns exec NS`, to serve inside a
+    network namespace). `tls`: (certificate, key) PEM files for a TLS listener on another free port;
+    `jwt_keys`: the keys Entra ID tokens are verified with."""
     if in_process:
+        if host is not None or wrapper:
+            raise ValueError("an in-process emulator listens on 127.0.0.1 of this process's network")
         return _start_in_process(
-            hubs, consumer_groups, data_dir, retention_minutes, partition_size_mb, key, config_file
+            hubs,
+            consumer_groups,
+            data_dir,
+            retention_minutes,
+            partition_size_mb,
+            key,
+            config_file,
+            tls,
+            jwt_keys,
         )
     command = emulator_command(
         hubs,
         consumer_groups=consumer_groups,
+        host=host,
         data_dir=data_dir,
         retention_minutes=retention_minutes,
         partition_size_mb=partition_size_mb,
         key=key,
         config_file=config_file,
+        tls=tls,
+        jwt_keys=jwt_keys,
         extra_args=extra_args,
     )
     with tempfile.NamedTemporaryFile(prefix="hubshift-emulator-", suffix=".log", delete=False) as log_file:
         log_path = Path(log_file.name)
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            [*wrapper, *command], stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL
+        )
     assert process.stdout is not None
-    line = _read_line(process.stdout, startup_timeout)
-    if not line.startswith(ENDPOINT_PREFIX):
+    lines = _read_lines(process.stdout, 2 if tls is not None else 1, startup_timeout)
+    line = lines[0]
+    if not line.startswith(ENDPOINT_PREFIX) or len(lines) < (2 if tls is not None else 1):
         process.kill()
         process.wait(timeout=10)
         raise RuntimeError(
@@ -144,17 +178,19 @@ def start_emulator(
             f"{(line + ' ' + log_path.read_text(errors='replace')).strip()[-2000:]}"
         )
     port = int(line.split(";")[0].rsplit(":", 1)[1])
-    return RunningEmulator(line, port, process, data_dir, log_path)
+    tls_namespace = lines[1].rsplit(" ", 1)[-1] if tls is not None else None
+    return RunningEmulator(line, port, process, data_dir, log_path, tls_namespace=tls_namespace)
 
 
-def _read_line(stream: object, timeout: float) -> str:
-    """The first stdout line, or "" when the process exits or the timeout passes first."""
+def _read_lines(stream: object, count: int, timeout: float) -> list[str]:
+    """The first `count` stdout lines (fewer, the first "", when the process exits or the timeout passes
+    first)."""
     assert hasattr(stream, "fileno")
     deadline = time.monotonic() + timeout
     collected = b""
     with selectors.DefaultSelector() as selector:
         selector.register(stream, selectors.EVENT_READ)
-        while b"\n" not in collected:
+        while collected.count(b"\n") < count:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not selector.select(remaining):
                 break
@@ -162,7 +198,8 @@ def _read_line(stream: object, timeout: float) -> str:
             if not chunk:
                 break
             collected += chunk
-    return collected.decode(errors="replace").split("\n", 1)[0].strip()
+    lines = [line.strip() for line in collected.decode(errors="replace").split("\n")[:count]]
+    return [line for line in lines if line] or [""]
 
 
 def _start_in_process(
@@ -173,6 +210,8 @@ def _start_in_process(
     partition_size_mb: int | None,
     key: str | None,
     config_file: Path | None,
+    tls: tuple[Path, Path] | None,
+    jwt_keys: Path | None,
 ) -> RunningEmulator:
     from hubshift.emulator.config import EmulatorSettings, build_hubs
     from hubshift.emulator.server import EmulatorThread
@@ -185,10 +224,22 @@ def _start_in_process(
         retention_minutes=retention_minutes if retention_minutes is not None else defaults.retention_minutes,
         partition_max_bytes=(partition_size_mb << 20) if partition_size_mb else defaults.partition_max_bytes,
         key=key,
+        tls_cert=tls[0] if tls is not None else None,
+        tls_key=tls[1] if tls is not None else None,
+        tls_port=0,
+        jwt_keys=jwt_keys,
     )
     thread = EmulatorThread(settings)
     thread.start()
-    return RunningEmulator(thread.connection_string, thread.port, None, data_dir, None, thread)
+    return RunningEmulator(
+        thread.connection_string,
+        thread.port,
+        None,
+        data_dir,
+        None,
+        thread,
+        tls_namespace=thread.tls_namespace,
+    )
 
 
 def _stopping_on_exit(

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hubshift.emulator.broker import Broker
-from hubshift.emulator.cbs import SasAuthorizer
+from hubshift.emulator.cbs import Authorizer
 from hubshift.emulator.codec import Array, Int, Long, Timestamp
 from hubshift.emulator.messages import RequestMessage
 
@@ -23,7 +23,7 @@ class ManagementReply:
 
 
 def handle_management_request(
-    request: RequestMessage, broker: Broker, authorizer: SasAuthorizer, namespace_host: str
+    request: RequestMessage, broker: Broker, authorizer: Authorizer, namespace_host: str
 ) -> ManagementReply:
     properties = request.application_properties
     operation = properties.get("operation")

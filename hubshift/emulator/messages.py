@@ -1,9 +1,11 @@
 """AMQP messages as the emulator sees them: events kept as raw section bytes, service annotations stamped
 on once at enqueue time, and the request/reply messages of `$cbs` and `$management`.
 
-An event is stored exactly as it will be delivered: the producer's header, one message-annotations
-section that carries the service's `x-opt-*` annotations plus the producer's own annotations, then every
-other section byte for byte. Delivering it is then a frame header and a copy.
+An event is stored exactly as it will be delivered: the producer's header, its delivery annotations (the
+service round-trips them), one message-annotations section that carries the service's `x-opt-*`
+annotations plus the producer's own annotations, then every other section byte for byte. Delivering it is
+then a frame header and a copy; a receiver that asked for the last-enqueued event's properties gets them as
+delivery annotations, merged with the producer's.
 """
 
 from __future__ import annotations
@@ -69,10 +71,17 @@ class IncomingEvent:
     partition_key: str | None
     # every other section (properties, application properties, body, footer) in the order sent
     sections: list[Buffer] = field(default_factory=list)
+    # the producer's delivery annotations, as one `00 53 71` map section (b"": none)
+    delivery_annotations: bytes = b""
 
     @property
     def size(self) -> int:
-        return len(self.header) + len(self.annotation_entries) + sum(len(part) for part in self.sections)
+        return (
+            len(self.header)
+            + len(self.delivery_annotations)
+            + len(self.annotation_entries)
+            + sum(len(part) for part in self.sections)
+        )
 
 
 _ONE_BYTE_SIZED = frozenset((0xA0, 0xA1, 0xA3, 0xC0, 0xC1, 0xE0))
@@ -99,6 +108,30 @@ def _key_text(data: Buffer, start: int, end: int) -> str | None:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return None
+
+
+def _map_entries(data: Buffer, start: int, end: int, drop: frozenset[str] = frozenset()) -> tuple[bytes, int]:
+    """The raw key/value pairs of the map encoded at `start` (null: none) without the keys in `drop`, and
+    their element count."""
+    code = data[start]
+    if code == 0x40:
+        return b"", 0
+    if code == 0xC1:
+        count, pos = data[start + 2], start + 3
+    elif code == 0xD1:
+        count, pos = _I.unpack_from(data, start + 5)[0], start + 9
+    else:
+        raise DecodeError("annotations are not a map")
+    kept: list[Buffer] = []
+    for _ in range(count // 2):
+        key, value_start = decode_value(data, pos)
+        value_end = skip_value(data, value_start)
+        if not (isinstance(key, str) and key in drop):
+            kept.append(data[pos:value_end])
+        pos = value_end
+    if pos != end:
+        raise DecodeError("annotations size does not match their content")
+    return b"".join(bytes(part) for part in kept), 2 * len(kept)
 
 
 def _split_annotations(data: Buffer, start: int, end: int) -> tuple[bytes, int, str | None]:
@@ -132,8 +165,10 @@ def _split_annotations(data: Buffer, start: int, end: int) -> tuple[bytes, int, 
 
 
 def parse_event(data: Buffer) -> IncomingEvent:
-    """Split one encoded message into its sections; delivery annotations (hop-by-hop) are dropped."""
+    """Split one encoded message into its sections: the producer's delivery annotations are kept (as the
+    service keeps them), as one normalised section."""
     header: Buffer = b""
+    delivery = b""
     entries = b""
     count = 0
     partition_key: str | None = None
@@ -165,6 +200,10 @@ def parse_event(data: Buffer) -> IncomingEvent:
                 run_start = -1
             if code == frames.HEADER:
                 header = data[pos:end]
+            elif code == frames.DELIVERY_ANNOTATIONS:
+                delivery_entries, delivery_count = _map_entries(data, value_start, end)
+                if delivery_count:
+                    delivery = _map_section(frames.DELIVERY_ANNOTATIONS, delivery_entries, delivery_count)
             elif code == frames.MESSAGE_ANNOTATIONS:
                 entries, count, partition_key = _split_annotations(data, value_start, end)
         elif run_start < 0:
@@ -172,7 +211,7 @@ def parse_event(data: Buffer) -> IncomingEvent:
         pos = end
     if run_start >= 0:
         sections.append(data[run_start:] if run_start else data)
-    return IncomingEvent(header, entries, count, partition_key, sections)
+    return IncomingEvent(header, entries, count, partition_key, sections, delivery)
 
 
 @dataclass(slots=True)
@@ -266,7 +305,14 @@ def stamp_event(
     if envelope_key_entry and event.partition_key is None:
         entries += envelope_key_entry
         count += 2
-    return b"".join((event.header, _map_section(frames.MESSAGE_ANNOTATIONS, entries, count), *event.sections))
+    return b"".join(
+        (
+            event.header,
+            event.delivery_annotations,
+            _map_section(frames.MESSAGE_ANNOTATIONS, entries, count),
+            *event.sections,
+        )
+    )
 
 
 _LAST_SEQUENCE_KEY = _symbol_key("last_enqueued_sequence_number") + b"\x81"
@@ -275,9 +321,23 @@ _LAST_TIME_KEY = _symbol_key("last_enqueued_time_utc") + b"\x83"
 _RETRIEVAL_TIME_KEY = _symbol_key("runtime_info_retrieval_time_utc") + b"\x83"
 
 
-def runtime_metric_section(last_sequence: int, last_offset: str, last_enqueued_ms: int, now_ms: int) -> bytes:
-    """Delivery annotations for a receiver that asked for the partition's last-enqueued event."""
-    entries = b"".join(
+# How a stored event's delivery annotations begin, right after its header.
+DELIVERY_ANNOTATIONS_PREFIX = b"\x00\x53\x71"
+_RUNTIME_KEYS = frozenset(
+    (
+        "last_enqueued_sequence_number",
+        "last_enqueued_offset",
+        "last_enqueued_time_utc",
+        "runtime_info_retrieval_time_utc",
+    )
+)
+RUNTIME_METRIC_COUNT = 8
+
+
+def runtime_metric_entries(last_sequence: int, last_offset: str, last_enqueued_ms: int, now_ms: int) -> bytes:
+    """The delivery-annotation entries for a receiver that asked for the partition's last-enqueued event
+    (`RUNTIME_METRIC_COUNT` elements)."""
+    return b"".join(
         (
             _LAST_SEQUENCE_KEY,
             _q.pack(last_sequence),
@@ -289,7 +349,23 @@ def runtime_metric_section(last_sequence: int, last_offset: str, last_enqueued_m
             _q.pack(now_ms),
         )
     )
-    return _map_section(frames.DELIVERY_ANNOTATIONS, entries, 8)
+
+
+def runtime_metric_section(entries: bytes) -> bytes:
+    """Delivery annotations of `runtime_metric_entries` alone (the event has none of its own)."""
+    return _map_section(frames.DELIVERY_ANNOTATIONS, entries, RUNTIME_METRIC_COUNT)
+
+
+def merge_delivery_annotations(runtime_entries: bytes, message: Buffer, start: int) -> tuple[bytes, int]:
+    """One delivery-annotations section of the runtime metric's entries and the producer's own (stored at
+    `start`, without any key the service sets), and where the stored section ends."""
+    value_start = start + len(DELIVERY_ANNOTATIONS_PREFIX)
+    end = skip_value(message, value_start)
+    entries, count = _map_entries(message, value_start, end, _RUNTIME_KEYS)
+    merged = _map_section(
+        frames.DELIVERY_ANNOTATIONS, runtime_entries + entries, RUNTIME_METRIC_COUNT + count
+    )
+    return merged, end
 
 
 @dataclass(slots=True)

@@ -8,12 +8,13 @@ import asyncio
 import contextlib
 import logging
 import signal
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable
 
 from hubshift.emulator.broker import Broker, Clock, HubSpec
-from hubshift.emulator.cbs import SasAuthorizer
+from hubshift.emulator.cbs import Authorizer, JwtChecker, SasAuthorizer
 from hubshift.emulator.config import EmulatorSettings
 from hubshift.emulator.connection import AmqpConnection, ServerContext
 from hubshift.emulator.persistence import EventStore
@@ -22,6 +23,7 @@ from hubshift.errors import UserError
 LOG = logging.getLogger(__name__)
 
 RETENTION_CHECK_SECONDS = 1.0
+TLS_NAMESPACE_PREFIX = "TLS namespace (token credentials): "
 
 
 class EmulatorServer:
@@ -29,14 +31,28 @@ class EmulatorServer:
         self.settings = settings
         self.clock = clock
         self.port = 0
+        self.tls_port: int | None = None
         self.broker: Broker | None = None
         self.context: ServerContext | None = None
         self._server: asyncio.Server | None = None
+        self._tls_server: asyncio.Server | None = None
         self._retention: asyncio.Task[None] | None = None
 
     @property
     def connection_string(self) -> str:
         return self.settings.connection_string(self.port)
+
+    @property
+    def tls_namespace(self) -> str | None:
+        """`host:port` of the TLS listener, the namespace for token credentials; None without TLS."""
+        return None if self.tls_port is None else self.settings.tls_namespace(self.tls_port)
+
+    def announcement(self) -> list[str]:
+        """What the command line prints once serving: the connection string, then the TLS namespace."""
+        lines = [self.connection_string]
+        if self.tls_namespace is not None:
+            lines.append(f"{TLS_NAMESPACE_PREFIX}{self.tls_namespace}")
+        return lines
 
     async def start(self) -> None:
         settings = self.settings
@@ -51,10 +67,16 @@ class EmulatorServer:
             partition_max_bytes=settings.partition_max_bytes,
             store=store,
         )
+        try:
+            authorizer = Authorizer(
+                SasAuthorizer(settings.key, self.clock, settings.key_name), self._jwt_checker()
+            )
+            tls_context = self._tls_context()
+        except UserError:
+            self.broker.close()
+            raise
         context = ServerContext(
-            broker=self.broker,
-            authorizer=SasAuthorizer(settings.key, self.clock, settings.key_name),
-            max_frame_size=settings.max_frame_size,
+            broker=self.broker, authorizer=authorizer, max_frame_size=settings.max_frame_size
         )
         self.context = context
         loop = asyncio.get_running_loop()
@@ -62,14 +84,52 @@ class EmulatorServer:
             self._server = await loop.create_server(
                 lambda: AmqpConnection(context, loop), settings.host, settings.port, backlog=1024
             )
+            if tls_context is not None:
+                self._tls_server = await loop.create_server(
+                    lambda: AmqpConnection(context, loop),
+                    settings.host,
+                    settings.tls_port,
+                    ssl=tls_context,
+                    backlog=1024,
+                )
         except OSError as exc:
+            if self._server is not None:
+                self._server.close()
             self.broker.close()
             raise UserError(
-                f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc} "
-                "(pick another --port, or --port 0 for a free one)"
+                f"cannot listen on {settings.host}: {exc.strerror or exc} "
+                "(pick another --port or --tls-port, or 0 for a free one)"
             ) from None
         self.port = self._server.sockets[0].getsockname()[1]
+        if self._tls_server is not None:
+            self.tls_port = self._tls_server.sockets[0].getsockname()[1]
         self._retention = asyncio.create_task(self._expire_forever())
+
+    def _jwt_checker(self) -> JwtChecker | None:
+        settings = self.settings
+        if settings.jwt_keys is None:
+            return None
+        from hubshift.emulator.tokens import EVENTHUBS_AUDIENCES, JwtVerifier, load_keys
+
+        return JwtVerifier(
+            load_keys(settings.jwt_keys),
+            audiences=settings.jwt_audiences or EVENTHUBS_AUDIENCES,
+            issuer=settings.jwt_issuer,
+            clock=self.clock,
+        )
+
+    def _tls_context(self) -> ssl.SSLContext | None:
+        settings = self.settings
+        if settings.tls_cert is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            context.load_cert_chain(settings.tls_cert, settings.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise UserError(
+                f"--tls-cert {settings.tls_cert}: cannot load the certificate and its key: {exc}"
+            ) from None
+        return context
 
     async def _expire_forever(self) -> None:
         assert self.broker is not None
@@ -99,14 +159,15 @@ class EmulatorServer:
             self._retention.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._retention
-        if self._server is not None:
-            self._server.close()
+        servers = [server for server in (self._server, self._tls_server) if server is not None]
+        for server in servers:
+            server.close()
         if self.context is not None:
             for connection in list(self.context.connections):
                 connection.abort()
-        if self._server is not None:
+        for server in servers:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._server.wait_closed(), 5)
+                await asyncio.wait_for(server.wait_closed(), 5)
         if self.broker is not None:
             self.broker.close()
 
@@ -116,8 +177,9 @@ async def serve(
     on_ready: Callable[[str], None],
     reload: Callable[[], Iterable[HubSpec]] | None = None,
 ) -> None:
-    """Run until SIGINT or SIGTERM; `on_ready` gets the connection string once connections are accepted.
-    SIGHUP applies `reload()`'s hubs (the configuration read again): new hubs, more partitions."""
+    """Run until SIGINT or SIGTERM; `on_ready` gets each line of the announcement (the connection string,
+    then the TLS namespace) once connections are accepted. SIGHUP applies `reload()`'s hubs (the
+    configuration read again): new hubs, more partitions."""
     server = EmulatorServer(settings)
     await server.start()
     stop = asyncio.Event()
@@ -127,7 +189,8 @@ async def serve(
     if reload is not None:
         loop.add_signal_handler(signal.SIGHUP, lambda: server.reconfigure(reload))
     try:
-        on_ready(server.connection_string)
+        for line in server.announcement():
+            on_ready(line)
         await stop.wait()
     finally:
         await server.stop()
@@ -159,6 +222,10 @@ class EmulatorThread:
     @property
     def port(self) -> int:
         return self.server.port
+
+    @property
+    def tls_namespace(self) -> str | None:
+        return self.server.tls_namespace
 
     def start(self, timeout: float = 30) -> None:
         self._thread = threading.Thread(target=self._run, name="hubshift-emulator", daemon=True)

@@ -8,7 +8,7 @@ the last enqueued sequence numbers. Two front ends over the same answers (`Parti
 The SDK's public `get_partition_properties` opens a new management session, two links and a CBS token for
 every call (about 0.45 s each on the emulator; 1,024 partitions would take minutes), so the probe keeps one
 management link open and sends its READ requests on it one after another (about 1 ms each;
-`sdk_internals`). A connection string never appears in an error or a log line.
+`sdk_internals`). A connection string or a token never appears in an error or a log line.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from hubshift.errors import UserError
 from hubshift.eventhubs.model import PartitionInfo
 from hubshift.eventhubs.sdk_internals import open_management_link, read_partition_properties
-from hubshift.eventhubs.target import EventHubsTarget, describe_error
+from hubshift.eventhubs.target import EventHubsTarget, describe_error, sdk_client
 from hubshift.ownership.model import Checkpoint, partition_sort_key
 
 log = logging.getLogger(__name__)
@@ -74,11 +74,8 @@ class EventHubsProbe:
         if self._client is None:
             from azure.eventhub.aio import EventHubConsumerClient
 
-            self._client = EventHubConsumerClient.from_connection_string(
-                self.target.connection_string,
-                consumer_group=self.target.consumer_group,
-                eventhub_name=self.target.hub,
-                retry_total=1,
+            self._client = sdk_client(
+                EventHubConsumerClient, self.target, consumer_group=self.target.consumer_group, retry_total=1
             )
         return self._client
 
@@ -120,11 +117,8 @@ class EventHubsProbe:
         from azure.eventhub.aio import EventHubConsumerClient
 
         self.requests += 1
-        client: Any = EventHubConsumerClient.from_connection_string(
-            self.target.connection_string,
-            consumer_group=self.target.consumer_group,
-            eventhub_name=self.target.hub,
-            retry_total=0,
+        client: Any = sdk_client(
+            EventHubConsumerClient, self.target, consumer_group=self.target.consumer_group, retry_total=0
         )
         found: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
 
@@ -185,10 +179,10 @@ class EventHubsManagement:
         if self._client is None:
             from azure.eventhub import EventHubConsumerClient
 
-            self._client = EventHubConsumerClient.from_connection_string(
-                self.target.connection_string,
+            self._client = sdk_client(
+                EventHubConsumerClient,
+                self.target,
                 consumer_group=self.target.consumer_group,
-                eventhub_name=self.target.hub,
                 retry_total=self._retry_total,
             )
         return self._client

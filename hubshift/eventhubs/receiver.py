@@ -30,6 +30,7 @@ from azure.eventhub._utils import get_last_enqueued_event_properties
 
 from hubshift.eventhubs.rows import events_to_batch
 from hubshift.eventhubs.sdk_internals import create_partition_consumer, track_last
+from hubshift.eventhubs.target import EventHubsTarget, describe_error, sdk_client
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,8 @@ class PartitionReceiver:
         self.received = 0
         self.last_sequence: int | None = None
         self.closing = threading.Event()
-        self.closed = threading.Event()
+        self.stopped = threading.Event()  # out of the pool's turns: no delivery follows
+        self.closed = threading.Event()  # and its link is closed
         self.client: Any = None
         self.consumer: Any = None
         self.not_before = 0.0
@@ -112,11 +114,12 @@ class PartitionReceiver:
         return not self.closed.is_set()
 
     def close(self, wait: float | None = 10.0) -> None:
-        """Stop delivering at once; the link is closed by the pool's thread (`wait`: until it is)."""
+        """Stop delivering at once (`wait`: until the pool's thread has delivered its last batch, so the
+        last position is final); the link is closed right after, off that thread."""
         self.closing.set()
         self.pool.wake()
         if wait:
-            self.closed.wait(wait)
+            self.stopped.wait(wait)
 
     def position(self) -> tuple[str | int | dt.datetime, bool]:
         if self.last_sequence is not None:
@@ -158,15 +161,10 @@ class PartitionReceiver:
 class ReceiverPool:
     """The consumer's receivers, on one thread (started with the first partition)."""
 
-    def __init__(
-        self,
-        connection_string: str,
-        hub: str,
-        consumer_group: str,
-    ) -> None:
-        self._connection_string = connection_string
-        self._hub = hub
-        self._consumer_group = consumer_group
+    def __init__(self, target: EventHubsTarget) -> None:
+        self._target = target
+        self._consumer_group = target.consumer_group
+        self._failure: str | None = None  # the last failure reported, until a receive succeeds
         self._lock = threading.Lock()
         self._receivers: list[PartitionReceiver] = []
         self._wake = threading.Event()
@@ -212,7 +210,7 @@ class ReceiverPool:
                 receivers = list(self._receivers)
             for receiver in receivers:
                 if receiver.closing.is_set():
-                    self._shut(receiver)
+                    self._retire(receiver)
             if self._stopping.is_set():
                 return
             worked = False
@@ -243,22 +241,33 @@ class ReceiverPool:
                 self._shut(receiver)
                 receiver.on_stolen(receiver.partition, receiver.owner_level)
                 return False
-            log.warning(
-                "partition %s: receiving failed, reconnecting: %s", receiver.partition, _first_line(exc)
-            )
+            self._report_failure(receiver, exc)
             self._release(receiver)
             receiver.not_before = time.monotonic() + RETRY_SECONDS
             return False
+        self._failure = None
         if receiver.received == before:
             receiver.not_before = time.monotonic() + IDLE_SECONDS
             return False
         return True
 
+    def _report_failure(self, receiver: PartitionReceiver, error: BaseException) -> None:
+        """One warning per kind of failure while it lasts (a refused credential fails every partition on
+        every retry), with what to fix; repeats go to the debug log."""
+        text = str(error)
+        refused = type(error).__name__ == "AuthenticationError" or "401" in text.split("Description", 1)[0]
+        reason = describe_error(error, self._target) if refused else _first_line(error)
+        if reason == self._failure:
+            log.debug("partition %s: receiving failed again, reconnecting: %s", receiver.partition, reason)
+            return
+        self._failure = reason
+        log.warning("partition %s: receiving failed, reconnecting: %s", receiver.partition, reason)
+
     def _open(self, receiver: PartitionReceiver) -> None:
-        client: Any = EventHubConsumerClient.from_connection_string(
-            self._connection_string,
+        client: Any = sdk_client(
+            EventHubConsumerClient,
+            self._target,
             consumer_group=self._consumer_group,
-            eventhub_name=self._hub,
             socket_timeout=SOCKET_TIMEOUT_SECONDS,
         )
         position, inclusive = receiver.position()
@@ -289,7 +298,24 @@ class ReceiverPool:
         with self._lock:
             if receiver in self._receivers:
                 self._receivers.remove(receiver)
+        receiver.stopped.set()
         receiver.closed.set()
+
+    def _retire(self, receiver: PartitionReceiver) -> None:
+        """Take a closing receiver out of the turns: this thread is the only one that delivers, so nothing
+        follows and whoever waits for it may go on (a drain's final checkpoint). Its link is closed on a
+        thread of its own: a consumer handing 28 partitions off at once waits for one close, not for 28 in
+        a row (about 0.2 s each)."""
+        with self._lock:
+            if receiver in self._receivers:
+                self._receivers.remove(receiver)
+        receiver.stopped.set()
+
+        def close_link() -> None:
+            self._release(receiver)
+            receiver.closed.set()
+
+        threading.Thread(target=close_link, name=f"close-{receiver.partition}", daemon=True).start()
 
 
 def _first_line(error: BaseException) -> str:

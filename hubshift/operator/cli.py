@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import random
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import click
 
 from hubshift.errors import UserError
+from hubshift.identity import CREDENTIAL_TYPES, parse_identity
 
 # --- hubshift operator ------------------------------------------------------------------------------
 
@@ -48,6 +50,17 @@ from hubshift.errors import UserError
 @click.option("--log-format", type=click.Choice(["plain", "full", "json"]), default="full", show_default=True)
 @click.option("--verbose", "-v", is_flag=True, help="Log what every handler does.")
 @click.option(
+    "--credential",
+    type=click.Choice(CREDENTIAL_TYPES),
+    default="default",
+    show_default=True,
+    help="The operator's own identity: it reads the backlog and the checkpoint store of every "
+    "PartitionedConsumer that uses a token credential with it, never with the identity the resource names. "
+    "workloadIdentity (the chart's azure.workloadIdentity), managedIdentity, or default (azure-identity's "
+    "DefaultAzureCredential).",
+)
+@click.option("--client-id", default=None, help="With --credential: a user-assigned identity's client id.")
+@click.option(
     "--control-loop",
     "control_loop",
     metavar="MODULE:FUNCTION",
@@ -64,6 +77,8 @@ def operator(
     liveness_port: int,
     log_format: str,
     verbose: bool,
+    credential: str,
+    client_id: str | None,
     control_loop: str | None,
 ) -> None:
     """Run the Kubernetes operator for PartitionedConsumers."""
@@ -85,11 +100,15 @@ def operator(
         metrics_port=metrics_port or None,
         liveness_port=liveness_port or None,
     )
-    open_loop = reconcile.open_cluster_loop if control_loop is None else _load(control_loop)
+    identity = parse_identity(credential, client_id)
+    if control_loop is None:
+        open_loop = functools.partial(reconcile.open_cluster_loop, identity=identity)
+    else:
+        open_loop = _load(control_loop)
     registry = kopf.OperatorRegistry()
     handlers.register_login(registry)
     handlers.register(registry, config, open_loop)
-    kopf.configure(verbose=verbose, log_format=kopf.LogFormat[log_format.upper()])
+    configure_operator_logging(log_format, verbose)
     if config.metrics_port is not None:
         try:
             METRICS.serve(config.metrics_port)
@@ -105,6 +124,18 @@ def operator(
         priority=config.priority,
         liveness_endpoint=config.liveness_endpoint,
     )
+
+
+def configure_operator_logging(log_format: str, verbose: bool) -> None:
+    """kopf's log format and level (INFO, DEBUG when verbose) for the operator's own lines, without the
+    libraries' per-request lines: at INFO the Azure SDK logs every storage request of every cycle with its
+    headers, httpx2 every API call and aiohttp every probe (`--verbose` keeps the API calls)."""
+    import kopf
+
+    from hubshift.log import quiet_libraries
+
+    kopf.configure(verbose=verbose, log_format=kopf.LogFormat[log_format.upper()])
+    quiet_libraries(requests=not verbose)
 
 
 def _load(target: str) -> Any:

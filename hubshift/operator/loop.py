@@ -25,6 +25,7 @@ store: the assignment record (the rebalance state) and the autoscaler's record (
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -73,7 +74,7 @@ from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import LeaseStore, StoreError, WriteConflict
 from hubshift.ownership.stores.counting import CountingStore
-from hubshift.spec import PartitionedConsumer
+from hubshift.spec import PartitionedConsumer, TokenCredentialSpec
 
 log = logging.getLogger(__name__)
 
@@ -368,6 +369,7 @@ class ControlLoop:
                 desired_replicas=desired,
                 current_replicas=current,
                 record=None if record is None else RebalanceState.from_record(record),
+                pool=self.consumer.metadata.name,  # replica i is `<name>-<i>` in both runtimes
             )
             step = rebalance.step(memory.rebalance, observation, now, self.config)
             written = step.state.to_record(self.config)
@@ -524,12 +526,16 @@ async def open_control_loop(
     *,
     metrics: OperatorMetrics | None = None,
     check_hub: bool = False,
+    identity: TokenCredentialSpec | None = None,
 ) -> ControlLoop:
     """A control loop with its clients for this spec: the hub (one probe, kept open) and the store, their
-    credentials from `environ`. A bad spec or credential is a `UserError` (one line); with `check_hub`, so
-    is a hub that cannot be read now (`hubshift run` checks up front; the operator reports it in status)."""
-    target = event_hubs_target(consumer.spec, environ)
-    store = await asyncio.to_thread(open_checkpoint_store, consumer.spec.checkpoint_store, environ)
+    connection strings from `environ`, their token credentials the spec's (or `identity`, the operator's
+    own, in their place). A bad spec or credential is a `UserError` (one line); with `check_hub`, so is a
+    hub that cannot be read now (`hubshift run` checks up front; the operator reports it in status)."""
+    target = event_hubs_target(consumer.spec, environ, identity=identity)
+    store = await asyncio.to_thread(
+        functools.partial(open_checkpoint_store, consumer.spec.checkpoint_store, environ, identity=identity)
+    )
     probe = EventHubsProbe(target)
     if check_hub:
         try:

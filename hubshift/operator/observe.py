@@ -74,12 +74,14 @@ def holders_to_expel(
 
 
 def next_cycle_in(state: RebalanceState, now: float, polling_interval: float) -> float:
-    """Seconds until the next cycle: the polling interval, sooner while a holddown or handoff runs."""
+    """Seconds until the next cycle: the polling interval, sooner while a holddown or handoff runs, and at the
+    end of the wait for planned consumers. (A planned consumer getting ready wakes the loop at once.)"""
     wait = polling_interval
     if state.phase is not Phase.READY:
         wait = min(wait, BUSY_CYCLE_SECONDS)
-    if state.holddown_until is not None:
-        wait = min(wait, max(0.0, state.holddown_until - now))
+    for deadline in (state.holddown_until, state.planned_until):
+        if deadline is not None:
+            wait = min(wait, max(0.0, deadline - now))
     return wait
 
 

@@ -14,17 +14,26 @@ Phases:
   of every partition is the assigned one, or at `published_at + maxHandoffSeconds`, when the new owners
   of the partitions still pending may break their leases (`BreakLeases`).
 
+Planned changes (no holddown): a change of the replica count the operator decides itself (the autoscaler,
+or the spec's bounds) names the consumers it brings in advance: replica `i` is `<pool>-<i>` (StatefulSet
+ordinals). The machine publishes the plan for the new set at once, from who reads what now, with the
+minimum moves. A partition planned for a consumer that is not ready yet keeps its current reader in the
+record (`assignment`) and is named in `planned`; in the cycle that consumer is ready, the machine publishes
+the generation that hands it over (graceful: the reader drains and releases). Partitions of the plan that
+nobody reads (a cold start) wait for their planned consumer at most `delaySeconds` from the first cycle in
+which another consumer could read them (`planned_until`); then the consumers not ready are dropped from the
+plan and count as unplanned arrivals when they come.
+
 Immediate publications (no holddown):
-- the partition set changed: a full plan over the consumers present;
-- a partition's owner is gone for good (named in `departed`, or an ordinal at or beyond the replica
+- the partition set changed: a full plan over the consumers present (and the planned ones);
+- a partition's owner is gone for good (named in `departed`, or an ordinal at or beyond the desired replica
   count and not present): an orphan;
 - a partition's owner is leaving (ordinal at or beyond the desired replica count, still present): the
-  drain before a scale-in.
+  drain before a (planned) scale-in.
 Orphans and drained partitions are re-planned over the consumers the published assignment was planned
 for, minus those leaving or gone (standbys included: one takes over at once, as in Solace); other
 pending changes keep their holddown. The StatefulSet shrinks (`SetReplicas`) only once no partition is
-assigned to a leaving consumer and the handoffs are done or forced. Scale-out sets the replicas at once;
-the new consumers then go through the holddown.
+assigned to a leaving consumer and the handoffs are done or forced. Scale-out sets the replicas at once.
 
 Forced partitions: in a publication, a partition whose current holder (the observed lease owner, or
 the previous assignee if nobody holds it) is not present cannot be handed over gracefully, so its new
@@ -45,7 +54,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hubshift.ownership.model import Assignment as AssignmentRecord
-from hubshift.ownership.model import Phase
+from hubshift.ownership.model import ChangeKind, Phase
 from hubshift.ownership.planner import (
     Move,
     consumer_sort_key,
@@ -58,6 +67,7 @@ from hubshift.spec import RebalanceSpec
 __all__ = [
     "Action",
     "BreakLeases",
+    "ChangeKind",
     "EventReason",
     "Observation",
     "Phase",
@@ -67,6 +77,7 @@ __all__ = [
     "RecordEvent",
     "SetReplicas",
     "Step",
+    "consumer_name",
     "ordinal",
     "pending_handoffs",
     "step",
@@ -79,12 +90,25 @@ class RebalanceState:
 
     generation: int = 0
     phase: Phase = Phase.READY
-    assignment: Mapping[str, str | None] = field(default_factory=dict)  # every partition
-    consumers: tuple[str, ...] = ()  # the consumers the assignment was planned for (standbys too)
+    assignment: Mapping[str, str | None] = field(default_factory=dict)  # every partition: its reader now
+    consumers: tuple[str, ...] = ()  # the consumers the plan is for (standbys and planned ones too)
     forced: frozenset[str] = frozenset()  # partitions the new owner may break at once
     published_at: float | None = None
     holddown_until: float | None = None
     replicas: int = 0  # the replica count last asked of the StatefulSet
+    planned: Mapping[str, str] = field(default_factory=dict)  # partition -> its planned owner, not ready yet
+    planned_until: float | None = None  # unread partitions of `planned` wait for their owner until then
+    change: ChangeKind | None = None  # the kind of the last publication, until it is done
+
+    @property
+    def target(self) -> dict[str, str | None]:
+        """The plan: each partition's planned owner, or its reader when none is planned."""
+        return {p: self.planned.get(p, owner) for p, owner in self.assignment.items()}
+
+    @property
+    def running(self) -> ChangeKind | None:
+        """The kind of change under way: `holddown` while its timer runs, else the last publication's."""
+        return ChangeKind.HOLDDOWN if self.holddown_until is not None else self.change
 
     def handoff_deadline(self, config: RebalanceSpec) -> float | None:
         return None if self.published_at is None else self.published_at + config.max_handoff_seconds
@@ -102,6 +126,9 @@ class RebalanceState:
             "publishedAt": self.published_at,
             "holddownUntil": self.holddown_until,
             "replicas": self.replicas,
+            "planned": dict(self.planned),
+            "plannedUntil": self.planned_until,
+            "change": None if self.change is None else self.change.value,
         }
 
     @classmethod
@@ -116,6 +143,9 @@ class RebalanceState:
             published_at=_optional_float(data.get("publishedAt")),
             holddown_until=_optional_float(data.get("holddownUntil")),
             replicas=int(data.get("replicas", 0)),
+            planned={str(p): str(c) for p, c in (data.get("planned") or {}).items()},
+            planned_until=_optional_float(data.get("plannedUntil")),
+            change=None if data.get("change") is None else ChangeKind(data["change"]),
         )
 
     def to_record(self, config: RebalanceSpec) -> AssignmentRecord:
@@ -131,6 +161,9 @@ class RebalanceState:
             partition_ids=tuple(sorted_partitions(self.assignment)),
             consumers=self.consumers,
             forced=self.forced,
+            planned=dict(self.planned),
+            planned_until=None if self.planned_until is None else _datetime(self.planned_until),
+            change=self.change,
         )
 
     @classmethod
@@ -146,6 +179,9 @@ class RebalanceState:
             published_at=record.updated_at.timestamp() if record.generation else None,
             holddown_until=None if record.holddown_until is None else record.holddown_until.timestamp(),
             replicas=record.replicas,
+            planned=dict(record.planned),
+            planned_until=None if record.planned_until is None else record.planned_until.timestamp(),
+            change=record.change,
         )
 
 
@@ -160,6 +196,8 @@ class Observation:
     current_replicas: int  # the StatefulSet's spec.replicas
     record: RebalanceState | None = None  # the assignment record as read from the store
     departed: frozenset[str] = frozenset()  # consumers known to be gone for good (any naming)
+    # Replica i is `<pool>-<i>` (the StatefulSet's pods); None: unknown, so no change can be planned.
+    pool: str | None = None
 
 
 # --- actions --------------------------------------------------------------------------------------------
@@ -169,9 +207,14 @@ class PublishReason(enum.StrEnum):
     """Why a generation is published; the value is its metric label."""
 
     PARTITIONS_CHANGED = "partitions-changed"  # the hub's partition set changed (or the first cycle)
-    HOLDDOWN_OVER = "holddown-over"  # the consumer set changed and the holddown ran out
+    HOLDDOWN_OVER = "holddown-over"  # the consumer set changed unplanned and the holddown ran out
     ORPHANS = "orphans"  # partitions of consumers gone for good move at once
-    DRAIN = "drain"  # partitions of consumers about to be scaled in move before the StatefulSet shrinks
+    DRAIN = (
+        "drain"  # planned scale-in: partitions of the consumers leaving move before the StatefulSet shrinks
+    )
+    PLANNED = "planned"  # planned scale-out or cold start: the plan for the new consumer set, at once
+    JOINED = "joined"  # consumers of the plan are ready: the partitions planned for them are handed over
+    JOINERS_LATE = "joiners-late"  # planned consumers not ready by `planned_until`: their share is re-planned
 
 
 class EventReason(enum.StrEnum):
@@ -184,6 +227,8 @@ class EventReason(enum.StrEnum):
     HANDOFF_FORCED = "HandoffForced"
     SCALING_OUT = "ScalingOut"
     SCALING_IN = "ScalingIn"
+    PLANNED = "Planned"
+    JOINERS_LATE = "JoinersLate"
 
 
 @dataclass(frozen=True)
@@ -196,6 +241,8 @@ class PublishAssignment:
     moves: tuple[Move, ...]
     reason: PublishReason
     detail: str  # for people: which consumers, which change
+    planned: Mapping[str, str] = field(default_factory=dict)  # partitions kept for consumers not ready yet
+    kind: ChangeKind = ChangeKind.IMMEDIATE
 
 
 @dataclass(frozen=True)
@@ -243,6 +290,11 @@ def ordinal(consumer: str) -> int | None:
     return int(tail) if dash and tail.isdigit() else None
 
 
+def consumer_name(pool: str, number: int) -> str:
+    """Replica `number` of the pool: the StatefulSet's pod name (`homes`, 3 -> `homes-3`)."""
+    return f"{pool}-{number}"
+
+
 def pending_handoffs(state: RebalanceState, owners: Mapping[str, str | None]) -> list[str]:
     """Partitions whose observed owner is not (yet) the assigned one."""
     return [p for p, target in state.assignment.items() if owners.get(p) != target]
@@ -253,6 +305,7 @@ def step(state: RebalanceState | None, observation: Observation, now: float, con
     cycle = _Cycle(_View.of(observation), now, config)
     current = _starting_point(state, observation.record)
     current = _rebalance(current, cycle)
+    current = _joiner_wait(current, cycle)
     current = _settle(current, cycle)
     current = _replicas(current, cycle)
     return Step(current, tuple(cycle.actions))
@@ -263,7 +316,6 @@ class _View:
     observation: Observation
     partitions: list[str]
     present: list[str]
-    limit: int  # ordinals at or beyond it are leaving (present) or gone (absent)
 
     @classmethod
     def of(cls, observation: Observation) -> _View:
@@ -271,8 +323,13 @@ class _View:
             observation,
             sorted_partitions(observation.partitions),
             sorted(set(observation.consumers), key=consumer_sort_key),
-            min(observation.desired_replicas, observation.current_replicas),
         )
+
+    @property
+    def limit(self) -> int:
+        """Ordinals at or beyond it are leaving (present) or gone (absent): the desired replica count. An
+        ordinal the StatefulSet does not have yet but the machine scales out to is coming, not leaving."""
+        return self.observation.desired_replicas
 
     def leaving(self, consumer: str) -> bool:
         number = ordinal(consumer)
@@ -285,6 +342,16 @@ class _View:
     def candidates(self) -> list[str]:
         """Who may own partitions now: present, and neither leaving nor departed."""
         return [c for c in self.present if not self.leaving(c)]
+
+    @property
+    def arriving(self) -> list[str]:
+        """The consumers a scale-out brings (ordinals from the StatefulSet's count up to the desired one),
+        not ready yet; none when the pool's naming is unknown."""
+        observation = self.observation
+        if observation.pool is None:
+            return []
+        names = (consumer_name(observation.pool, i) for i in range(observation.current_replicas, self.limit))
+        return [name for name in names if name not in self.present]
 
 
 @dataclass
@@ -300,34 +367,86 @@ class _Cycle:
     def publish(
         self,
         state: RebalanceState,
-        assignment: Mapping[str, str | None],
-        consumers: Iterable[str],
+        plan: _Plan,
         previous: Mapping[str, str | None],
         reason: PublishReason,
+        kind: ChangeKind,
         detail: str,
     ) -> RebalanceState:
-        """Generation + 1 with `assignment`, planned for `consumers`, moving from `previous`."""
-        if state.generation and dict(assignment) == dict(state.assignment):
+        """Generation + 1 with `plan`, moving from `previous`: each partition read by its planned owner when
+        that consumer is ready, else (a joiner) kept by its current reader and named in `planned`."""
+        assignment, planned = plan.split(previous, self.view)
+        if state.generation and assignment == dict(state.assignment) and planned == dict(state.planned):
             return state
         generation = state.generation + 1
+        moved = assignment != dict(state.assignment)
         moves = plan_moves(previous, assignment)
         forced = _forced(assignment, previous, self.view)
-        planned_for = tuple(sorted(set(consumers), key=consumer_sort_key))
-        self.actions.append(PublishAssignment(generation, dict(assignment), forced, moves, reason, detail))
+        planned_for = tuple(sorted(set(plan.members), key=consumer_sort_key))
+        self.actions.append(
+            PublishAssignment(generation, assignment, forced, moves, reason, detail, planned, kind)
+        )
+        waiting = f", {len(planned)} planned for consumers not ready yet" if planned else ""
         self.event(
             EventReason.REBALANCING,
-            f"generation {generation}: {len(moves)} moves ({len(forced)} forced) "
+            f"generation {generation} ({kind.value}): {len(moves)} moves ({len(forced)} forced){waiting} "
             f"over {len(planned_for)} consumers: {detail}",
         )
         return replace(
             state,
             generation=generation,
-            phase=Phase.REBALANCING,
-            assignment=dict(assignment),
+            # A plan that only names consumers not ready yet moves nothing now: no handoff to wait for.
+            phase=Phase.REBALANCING if assignment != dict(previous) else state.phase,
+            assignment=assignment,
             consumers=planned_for,
             forced=forced,
-            published_at=self.now,
+            # The handoff time runs from the generation that moved something: naming planned consumers only
+            # gives the pending handoffs no extra time.
+            published_at=self.now if moved or state.published_at is None else state.published_at,
+            planned=planned,
+            change=kind,
         )
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A balanced plan (`target`: every partition's planned owner) over `members`, of which `joiners` are
+    expected but not ready yet."""
+
+    target: Mapping[str, str | None]
+    members: tuple[str, ...]
+    joiners: frozenset[str]
+
+    @classmethod
+    def over(
+        cls,
+        partitions: list[str],
+        members: Iterable[str],
+        joiners: Iterable[str],
+        current: Mapping[str, str | None],
+    ) -> _Plan:
+        """The planner's plan over `members` with the fewest moves from `current` (who reads what)."""
+        ordered = tuple(sorted(set(members), key=consumer_sort_key))
+        return cls(plan_assignment(partitions, ordered, current).assignment, ordered, frozenset(joiners))
+
+    def split(
+        self, previous: Mapping[str, str | None], view: _View
+    ) -> tuple[dict[str, str | None], dict[str, str]]:
+        """(who reads each partition now, the partitions kept for joiners): a partition planned for a joiner
+        stays with its reader as long as that one is still in the plan and not leaving (else nobody reads it
+        until the joiner is ready)."""
+        assignment: dict[str, str | None] = {}
+        planned: dict[str, str] = {}
+        members = set(self.members)
+        for partition, owner in self.target.items():
+            if owner is None or owner not in self.joiners:
+                assignment[partition] = owner
+                continue
+            planned[partition] = owner
+            reader = previous.get(partition)
+            keeps = reader is not None and reader in members and not view.leaving(reader)
+            assignment[partition] = reader if keeps else None
+        return assignment, planned
 
 
 def _starting_point(state: RebalanceState | None, record: RebalanceState | None) -> RebalanceState:
@@ -337,57 +456,132 @@ def _starting_point(state: RebalanceState | None, record: RebalanceState | None)
 
 
 def _rebalance(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
-    """Publish at once for a partition change, orphans or a drain; otherwise hold down, then publish."""
+    """Publish at once for a partition change, a planned change, orphans or a drain, and hand a joiner its
+    planned partitions when it is ready; otherwise hold down, then publish."""
     view = cycle.view
     parts = view.partitions
-    published = dict(state.assignment)
+    readers = dict(state.assignment)
     candidates = view.candidates
+    arriving = [c for c in view.arriving if c not in state.consumers]  # a scale-out decided this cycle
+    expected = _expected_joiners(state, cycle)
+    dropped = set(state.planned.values()) - set(expected) - set(view.present)  # late, or leaving
+    late = sorted((c for c in dropped if not view.leaving(c)), key=consumer_sort_key)
+    joiners = _unique([*expected, *arriving])
 
-    if set(parts) != set(published):
+    if set(parts) != set(readers):
         # Without any record yet, plan from who really holds what, so the first plan is sticky too.
-        base = published if state.generation else {p: view.observation.owners.get(p) for p in parts}
-        plan = plan_assignment(parts, candidates, base)
-        detail = f"partitions changed ({len(published)} -> {len(parts)})"
+        base = readers if state.generation else {p: view.observation.owners.get(p) for p in parts}
+        plan = _Plan.over(parts, [*candidates, *joiners], joiners, base)
+        planned_change = (PublishReason.PLANNED, ChangeKind.PLANNED) if arriving else None
+        reason, kind = planned_change or (PublishReason.PARTITIONS_CHANGED, ChangeKind.IMMEDIATE)
+        if arriving:
+            _announce(cycle, plan, arriving)
         return cycle.publish(
             replace(state, holddown_until=None),
-            plan.assignment,
-            candidates,
+            plan,
             base,
-            PublishReason.PARTITIONS_CHANGED,
-            detail,
+            reason,
+            kind,
+            f"partitions changed ({len(readers)} -> {len(parts)})",
         )
 
-    urgent = sorted(
-        {o for o in published.values() if o is not None and view.leaving(o)}, key=consumer_sort_key
-    )
-    # Orphans and drains are re-planned over the consumers the assignment was made for, so that a
-    # consumer that may still come back, or one that just arrived, keeps waiting for the holddown.
-    survivors = [c for c in state.consumers if not view.leaving(c)] or candidates
-    interim = plan_assignment(parts, survivors, published).assignment if urgent else published
+    urgent = sorted({o for o in readers.values() if o is not None and view.leaving(o)}, key=consumer_sort_key)
+    if urgent or arriving or dropped:
+        # Re-planned over the consumers the plan was made for (minus those leaving or dropped), so that a
+        # consumer that may still come back, or one that just arrived, keeps waiting for the holddown.
+        survivors = [c for c in state.consumers if not view.leaving(c) and c not in dropped] or candidates
+        plan = _Plan.over(parts, [*survivors, *arriving], joiners, readers)
+    else:
+        plan = _Plan(state.target, state.consumers, frozenset(joiners))
 
-    state = _holddown(state, cycle, needed=plan_assignment(parts, candidates, interim).assignment != interim)
+    present_plan = _Plan.over(parts, [*candidates, *joiners], joiners, plan.target)
+    state = _holddown(state, cycle, joiners, needed=present_plan.target != plan.target)
     if state.holddown_until is not None and cycle.now >= state.holddown_until:
-        plan = plan_assignment(parts, candidates, published)
         return cycle.publish(
             replace(state, holddown_until=None),
-            plan.assignment,
-            candidates,
-            published,
+            _Plan.over(parts, [*candidates, *joiners], joiners, readers),
+            readers,
             PublishReason.HOLDDOWN_OVER,
+            ChangeKind.HOLDDOWN,
             "holddown over",
         )
     if urgent:
-        return cycle.publish(state, interim, survivors, published, *_urgent_reason(urgent, view))
+        reason, detail = _urgent_reason(urgent, view)
+        kind = ChangeKind.IMMEDIATE if reason is PublishReason.ORPHANS else ChangeKind.PLANNED
+        return cycle.publish(state, plan, readers, reason, kind, detail)
+    if arriving:
+        _announce(cycle, plan, arriving)
+        return cycle.publish(
+            state, plan, readers, PublishReason.PLANNED, ChangeKind.PLANNED, f"scale-out to {view.limit}"
+        )
+    if late:
+        cycle.event(
+            EventReason.JOINERS_LATE,
+            f"{_names(late)} not ready within "
+            f"{cycle.config.delay_seconds:g}s while partitions planned for them went unread: "
+            "their share goes to the consumers present",
+        )
+        return cycle.publish(
+            state, plan, readers, PublishReason.JOINERS_LATE, ChangeKind.HOLDDOWN, "planned consumers late"
+        )
+    if dropped:  # a scale-in before they were ready
+        detail = f"scale-in to {view.limit} before {_names(sorted(dropped, key=consumer_sort_key))} was ready"
+        return cycle.publish(state, plan, readers, PublishReason.DRAIN, ChangeKind.PLANNED, detail)
+    ready = sorted(set(state.planned.values()) & set(view.present), key=consumer_sort_key)
+    kind = state.change or ChangeKind.PLANNED
+    return cycle.publish(state, plan, readers, PublishReason.JOINED, kind, f"{_names(ready)} ready")
+
+
+def _expected_joiners(state: RebalanceState, cycle: _Cycle) -> list[str]:
+    """The planned consumers still expected: not ready yet, not leaving, and not late (a partition planned
+    for them unread past `planned_until`)."""
+    view = cycle.view
+    late = state.planned_until is not None and cycle.now >= state.planned_until
+    unread = set(_unread(state, view)) if late else set()
+    return [
+        c
+        for c in sorted(set(state.planned.values()), key=consumer_sort_key)
+        if c not in view.present
+        and not view.leaving(c)
+        and not any(state.planned.get(p) == c for p in unread)
+    ]
+
+
+def _unread(state: RebalanceState, view: _View) -> list[str]:
+    """Partitions planned for a consumer not ready yet that no present consumer reads."""
+    present = set(view.present)
+    return [p for p in state.planned if state.assignment.get(p) not in present]
+
+
+def _joiner_wait(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
+    """Unread partitions wait for their planned consumer from the first cycle another consumer could read
+    them, `delaySeconds` at most; the wait ends when none is unread."""
+    if not _unread(state, cycle.view):
+        return replace(state, planned_until=None) if state.planned_until is not None else state
+    if state.planned_until is None and cycle.view.candidates:
+        return replace(state, planned_until=cycle.now + cycle.config.delay_seconds)
     return state
 
 
-def _holddown(state: RebalanceState, cycle: _Cycle, *, needed: bool) -> RebalanceState:
+def _announce(cycle: _Cycle, plan: _Plan, arriving: list[str]) -> None:
+    """The Event of a planned scale-out: who comes, and that nothing waits for a holddown."""
+    waiting = [p for p, owner in plan.target.items() if owner in plan.joiners]
+    observation = cycle.view.observation
+    cycle.event(
+        EventReason.PLANNED,
+        f"replicas {observation.current_replicas} -> {observation.desired_replicas}: {len(waiting)} "
+        f"partitions planned for {_names(arriving)}, each handed over as soon as its consumer is ready "
+        "(no holddown)",
+    )
+
+
+def _holddown(state: RebalanceState, cycle: _Cycle, joiners: list[str], *, needed: bool) -> RebalanceState:
     """Start the timer at the first change that would move partitions; drop it if none would any more."""
     if needed and state.holddown_until is None:
         until = cycle.now + cycle.config.delay_seconds
         cycle.event(
             EventReason.HOLDDOWN,
-            f"consumers changed ({_change(state.consumers, cycle.view)}); "
+            f"consumers changed ({_change(state.consumers, cycle.view, joiners)}); "
             f"rebalancing in {cycle.config.delay_seconds:g}s unless they settle back",
         )
         return replace(state, holddown_until=until)
@@ -423,14 +617,15 @@ def _forced(
 
 
 def _settle(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
-    """`Rebalancing` ends when every owner is the assigned one, or by force at the handoff deadline."""
+    """`Rebalancing` ends when every owner is the assigned one, or by force at the handoff deadline; the
+    change is over once nothing is planned for a consumer not ready yet."""
     idle = Phase.HOLDDOWN if state.holddown_until is not None else Phase.READY
     if state.phase is not Phase.REBALANCING:
-        return replace(state, phase=idle)
+        return replace(state, phase=idle, change=state.change if state.planned else None)
     pending = pending_handoffs(state, cycle.view.observation.owners)
     if not pending:
         cycle.event(EventReason.REBALANCED, f"generation {state.generation}: every handoff done")
-        return replace(state, phase=idle)
+        return replace(state, phase=idle, change=state.change if state.planned else None)
     deadline = state.handoff_deadline(cycle.config)
     if deadline is None or cycle.now < deadline:
         return state
@@ -443,7 +638,7 @@ def _settle(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
         f"{cycle.config.max_handoff_seconds:g}s; their new owners may break the leases",
         warning=True,
     )
-    return replace(state, phase=idle)
+    return replace(state, phase=idle, change=state.change if state.planned else None)
 
 
 def _replicas(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
@@ -467,11 +662,18 @@ def _drained(state: RebalanceState, view: _View) -> bool:
     return not any(owner is not None and view.leaving(owner) for owner in state.assignment.values())
 
 
-def _change(before: Iterable[str], view: _View) -> str:
+def _change(before: Iterable[str], view: _View, joiners: Iterable[str]) -> str:
     planned = set(before)
+    expected = set(joiners)
     joined = [f"+{c}" for c in view.candidates if c not in planned]
-    missing = [f"-{c}" for c in sorted(planned, key=consumer_sort_key) if c not in view.present]
+    missing = [
+        f"-{c}" for c in sorted(planned, key=consumer_sort_key) if c not in view.present and c not in expected
+    ]
     return " ".join(joined + missing) or "same names"
+
+
+def _unique(names: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(names))
 
 
 def _names(consumers: Iterable[str]) -> str:

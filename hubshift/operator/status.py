@@ -17,6 +17,7 @@ from hubshift.operator import rebalance
 from hubshift.operator.autoscaler import Pause, ScalingDecision
 from hubshift.operator.rebalance import RebalanceState
 from hubshift.operator.runtime import ConsumerInstance
+from hubshift.ownership.model import ChangeKind
 from hubshift.ownership.model import Phase as RebalancePhase
 from hubshift.ownership.planner import consumer_sort_key
 from hubshift.spec import Model
@@ -24,6 +25,14 @@ from hubshift.spec import Model
 # Pending: children created, no control-loop cycle yet. Invalid: the spec failed the operator's validation.
 Phase = Literal["Pending", "Ready", "Holddown", "Rebalancing", "Invalid"]
 PHASES: tuple[Phase, ...] = ("Pending", "Ready", "Holddown", "Rebalancing", "Invalid")
+# The kind of change under way (`hubshift.ownership.model.ChangeKind`).
+Change = Literal["planned", "holddown", "immediate"]
+# The Rebalancing condition's reason while a change of each kind runs.
+CHANGE_REASONS: dict[ChangeKind, str] = {
+    ChangeKind.PLANNED: "Planned",
+    ChangeKind.HOLDDOWN: "Holddown",
+    ChangeKind.IMMEDIATE: "Immediate",
+}
 
 # Condition types, KEDA's plus ours.
 READY = "Ready"
@@ -91,6 +100,22 @@ class PartitionedConsumerStatus(Model):
     holddown_until: datetime | None = Field(
         default=None, description="While in Holddown: when the new assignment will be published."
     )
+    change: Change | None = Field(
+        default=None,
+        description="The kind of change under way: planned (a scale the operator decided: published at once, "
+        "no holddown), holddown (the consumers changed unplanned: waited out) or immediate (the partitions "
+        "changed, or a consumer is gone for good).",
+    )
+    planned: list[AssignedPartitions] = Field(
+        default_factory=list,
+        description="Partitions planned for consumers not ready yet, one entry per consumer; each keeps its "
+        "current reader until its consumer is ready.",
+    )
+    planned_until: datetime | None = Field(
+        default=None,
+        description="Planned partitions that nobody reads wait for their consumer until then; then they go "
+        "to the consumers ready.",
+    )
     pending_handoffs: list[PendingHandoff] = Field(
         default_factory=list, description="Moves published but not yet done."
     )
@@ -125,9 +150,13 @@ def carry_transition_time(
 # --- the status of one cycle (pure) ---------------------------------------------------------------------
 
 
-def assignment_by_consumer(state: RebalanceState) -> list[AssignedPartitions]:
-    consumers = sorted({c for c in state.assignment.values() if c is not None}, key=consumer_sort_key)
-    return [AssignedPartitions(consumer=c, partitions=state.partitions_of(c)) for c in consumers]
+def assignment_by_consumer(assignment: Mapping[str, str | None]) -> list[AssignedPartitions]:
+    """One entry per consumer named in `assignment` (partition -> consumer), in natural order."""
+    consumers = sorted({c for c in assignment.values() if c is not None}, key=consumer_sort_key)
+    return [
+        AssignedPartitions(consumer=c, partitions=[p for p, owner in assignment.items() if owner == c])
+        for c in consumers
+    ]
 
 
 def pending(state: RebalanceState, holders: Mapping[str, str | None]) -> list[PendingHandoff]:
@@ -160,16 +189,23 @@ def build_status(
     moment = _datetime(now).replace(microsecond=0)
     handoffs = pending(state, holders)
     phase = state.phase.value
+    change = state.running
+    waiting = assignment_by_consumer(state.planned)
     if state.phase is RebalancePhase.HOLDDOWN and state.holddown_until is not None:
         message = (
             f"consumers changed; the assignment is held until {_datetime(state.holddown_until):%H:%M:%S} UTC"
         )
     elif state.phase is RebalancePhase.REBALANCING:
-        message = f"generation {state.generation}: {len(handoffs)} handoffs pending"
+        kind = f" ({change.value})" if change is not None else ""
+        message = f"generation {state.generation}{kind}: {len(handoffs)} handoffs pending"
     else:
         message = f"generation {state.generation}: balanced"
+    if waiting:
+        names = ", ".join(w.consumer for w in waiting)
+        message += f"; {len(state.planned)} partitions planned for {names} (not ready yet)"
     if probe_error:
         message += f"; {probe_error}"
+    moving = state.phase is RebalancePhase.REBALANCING or bool(waiting)
     conditions = [
         Condition(
             type=READY,
@@ -179,9 +215,9 @@ def build_status(
         ),
         Condition(
             type=REBALANCING,
-            status="True" if state.phase is RebalancePhase.REBALANCING else "False",
-            reason="HandoffsPending" if state.phase is RebalancePhase.REBALANCING else "NoHandoffs",
-            message=f"{len(handoffs)} partitions moving",
+            status="True" if moving else "False",
+            reason=CHANGE_REASONS[change] if moving and change is not None else "NoHandoffs",
+            message=f"{len(handoffs)} partitions moving; {len(state.planned)} planned, not ready yet",
         ),
     ]
     if decision is not None:
@@ -225,8 +261,11 @@ def build_status(
         lag_seconds=None if worst_lag is None else round(worst_lag[1], 3),
         lagging_partition=None if worst_lag is None else worst_lag[0],
         assignment_generation=state.generation,
-        assignment=assignment_by_consumer(state),
+        assignment=assignment_by_consumer(state.assignment),
         holddown_until=None if state.holddown_until is None else _datetime(state.holddown_until),
+        change=None if change is None else change.value,
+        planned=waiting,
+        planned_until=None if state.planned_until is None else _datetime(state.planned_until),
         pending_handoffs=handoffs,
         last_scale_time=None if last_scale_time is None else _datetime(last_scale_time),
         last_active_time=None if last_active is None else _datetime(last_active),

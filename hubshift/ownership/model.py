@@ -88,6 +88,14 @@ class Phase(enum.StrEnum):
     REBALANCING = "Rebalancing"
 
 
+class ChangeKind(enum.StrEnum):
+    """Which kind of change of the consumer set a generation carries out (docs/decisions.md)."""
+
+    PLANNED = "planned"  # decided by the operator (scale-out, scale-in, cold start): published at once
+    HOLDDOWN = "holddown"  # nobody planned it (a pod gone, a pod back): published when the holddown ends
+    IMMEDIATE = "immediate"  # the partition set changed, or a consumer is gone for good: published at once
+
+
 @dataclass(frozen=True)
 class Assignment:
     """The operator's decision, published with compare-and-swap: which consumer owns which partition.
@@ -98,6 +106,13 @@ class Assignment:
     owner is gone). `updated_at` is when this generation was published: a new owner may break the old
     owner's lease `max_handoff_seconds` after it. `extra` keeps fields this version does not know, so a
     round trip never drops them.
+
+    A planned change (docs/decisions.md, "Planned changes") names consumers that are not ready yet:
+    `planned` maps such a partition to its planned owner while `partitions` keeps its current reader (or
+    leaves it out when nobody reads it), so every consumer, of any version, reads exactly `partitions`; the
+    operator moves the partition into `partitions` for its planned owner in the generation it publishes
+    once that consumer is ready. `planned_until`: partitions of `planned` that nobody reads wait for their
+    planned owner until then. `change` is the kind of change this generation carries out, while it runs.
     """
 
     generation: int
@@ -110,6 +125,9 @@ class Assignment:
     partition_ids: tuple[str, ...] = ()
     consumers: tuple[str, ...] = ()
     forced: frozenset[str] = frozenset()
+    planned: Mapping[str, str] = field(default_factory=dict)
+    planned_until: datetime | None = None
+    change: ChangeKind | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def owner_of(self, partition: str) -> str | None:
@@ -123,6 +141,10 @@ class Assignment:
 
     def partitions_of(self, consumer: str) -> list[str]:
         return sorted((p for p, c in self.partitions.items() if c == consumer), key=partition_sort_key)
+
+    def planned_for(self, consumer: str) -> list[str]:
+        """The partitions planned for `consumer` that are not in `partitions` for it yet."""
+        return sorted((p for p, c in self.planned.items() if c == consumer), key=partition_sort_key)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from hubshift.ownership.model import Assignment, Checkpoint, Phase, partition_sort_key
+from hubshift.ownership.model import Assignment, ChangeKind, Checkpoint, Phase, partition_sort_key
 
 # --- checkpoint blobs ----------------------------------------------------------------------------------
 
@@ -88,15 +88,17 @@ _KNOWN = {
     "partitionIds",
     "consumers",
     "forced",
+    "planned",
+    "plannedUntil",
+    "change",
 }
 
 
 def encode_assignment(assignment: Assignment) -> bytes:
-    partitions = {p: assignment.partitions[p] for p in sorted(assignment.partitions, key=partition_sort_key)}
     document: dict[str, Any] = {
         **assignment.extra,
         "generation": assignment.generation,
-        "partitions": partitions,
+        "partitions": _by_partition(assignment.partitions),
         "phase": assignment.phase.value,
         "replicas": assignment.replicas,
         "updatedAt": assignment.updated_at.isoformat(),
@@ -110,6 +112,12 @@ def encode_assignment(assignment: Assignment) -> bytes:
         document["consumers"] = list(assignment.consumers)
     if assignment.forced:
         document["forced"] = sorted(assignment.forced, key=partition_sort_key)
+    if assignment.planned:
+        document["planned"] = _by_partition(assignment.planned)
+    if assignment.planned_until is not None:
+        document["plannedUntil"] = assignment.planned_until.isoformat()
+    if assignment.change is not None:
+        document["change"] = assignment.change.value
     return json.dumps(document, indent=1).encode()
 
 
@@ -124,6 +132,11 @@ def decode_assignment(data: bytes) -> Assignment:
             raise ValueError("partitions must be an object")
         holddown = document.get("holddownUntil")
         handoff = document.get("maxHandoffSeconds")
+        planned = document.get("planned") or {}
+        if not isinstance(planned, Mapping):
+            raise ValueError("planned must be an object")
+        planned_until = document.get("plannedUntil")
+        change = document.get("change")
         return Assignment(
             generation=int(document["generation"]),
             partitions={str(p): str(c) for p, c in partitions.items()},
@@ -135,7 +148,19 @@ def decode_assignment(data: bytes) -> Assignment:
             partition_ids=tuple(str(p) for p in document.get("partitionIds") or ()),
             consumers=tuple(str(c) for c in document.get("consumers") or ()),
             forced=frozenset(str(p) for p in document.get("forced") or ()),
+            planned={str(p): str(c) for p, c in planned.items()},
+            planned_until=None if planned_until is None else datetime.fromisoformat(planned_until),
+            change=_change_kind(change),
             extra={k: v for k, v in document.items() if k not in _KNOWN},
         )
     except (KeyError, TypeError) as exc:
         raise ValueError(f"the assignment record lacks or mistypes {exc}") from None
+
+
+def _by_partition(owners: Mapping[str, str]) -> dict[str, str]:
+    return {p: owners[p] for p in sorted(owners, key=partition_sort_key)}
+
+
+def _change_kind(value: object) -> ChangeKind | None:
+    """A kind this version does not know (a newer operator's) reads as none: the record stays readable."""
+    return ChangeKind(value) if value in {kind.value for kind in ChangeKind} else None

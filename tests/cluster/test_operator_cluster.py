@@ -5,6 +5,7 @@ spec change, and leaving garbage collection to delete the children with the CR."
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 from pathlib import Path
@@ -15,7 +16,12 @@ import yaml
 
 from hubshift.operator.kubernetes import crd
 from hubshift.operator.kubernetes.render import consumer_from_body
-from hubshift.spec import PartitionedConsumerSpec
+from hubshift.spec import (
+    BOTH_CREDENTIALS,
+    CREDENTIAL_NEEDS_ACCOUNT_URL,
+    CREDENTIAL_NEEDS_NAMESPACE,
+    PartitionedConsumerSpec,
+)
 from tests.fixtures.cluster import eventually
 from tests.fixtures.operator import CRS, example_manifest
 from tests.harness.control_plane import ApiError
@@ -53,6 +59,20 @@ def _route(**changes: Any) -> dict[str, Any]:
 
 
 ROUTE: dict[str, Any] = {"targets": [{"name": "a", "hub": "x"}], "rules": [{"to": ["a"]}]}
+
+
+def _token_instead(block: str, *, drop: tuple[str, ...] = ("connectionStringSecretRef",)) -> Any:
+    """The example with a workload identity credential in `block` (a dotted path under spec), less `drop`."""
+
+    def mutate(document: dict[str, Any]) -> None:
+        node = document["spec"]
+        for key in block.split("."):
+            node = node[key]
+        for key in drop:
+            node.pop(key, None)
+        node["credential"] = {"type": "workloadIdentity"}
+
+    return mutate
 
 
 # Every CEL rule of the CRD (crd.CEL_RULES and the name rule) and every kind of value the schema bounds,
@@ -124,6 +144,36 @@ BAD_RESOURCES: list[tuple[str, Any, list[str]]] = [
         "malformed-driver-memory",
         _set("consumer.spark.driverMemory", "1.5GB"),
         ["spec.consumer.spark.driverMemory"],
+    ),
+    (
+        "credential-and-connection-string",
+        _token_instead("eventHubs", drop=()),
+        ["spec.eventHubs.credential", BOTH_CREDENTIALS],
+    ),
+    (
+        "credential-without-namespace",
+        _token_instead("eventHubs", drop=("connectionStringSecretRef", "namespace")),
+        ["spec.eventHubs.namespace", CREDENTIAL_NEEDS_NAMESPACE],
+    ),
+    (
+        "credential-without-account-url",
+        _token_instead("checkpointStore.blob"),
+        ["spec.checkpointStore.blob.accountUrl", CREDENTIAL_NEEDS_ACCOUNT_URL],
+    ),
+    (
+        "unknown-credential-type",
+        _set("eventHubs.credential", {"type": "sharedKey"}),
+        ["spec.eventHubs.credential.type"],
+    ),
+    (
+        "account-url-without-tls",
+        _set("checkpointStore.blob.accountUrl", "http://acct.blob.core.windows.net"),
+        ["spec.checkpointStore.blob.accountUrl"],
+    ),
+    (
+        "bad-service-account-name",
+        _set("consumer.serviceAccountName", "Not_A_Name"),
+        ["spec.consumer.serviceAccountName"],
     ),
     (
         "bad-function-name",
@@ -315,6 +365,58 @@ def test_the_operator_creates_owned_children_reports_status_and_lets_gc_delete_t
     eventually(lambda: gone(f"{CRS.format(ns=ns)}/homes"), what="the CR gone (its finalizer released)")
     for path, kind in children.items():
         eventually(lambda p=path: gone(p), timeout=90, what=f"{kind} garbage-collected")  # type: ignore[misc]
+    assert hubshift_operator.process.poll() is None, hubshift_operator.log()
+
+
+def test_a_keyless_resource_gets_its_service_account_and_labelled_pods_and_no_secret(
+    control_plane: Any, kube_namespace: str, hubshift_operator: Any
+) -> None:
+    """examples/homes-keyless.yaml: the operator creates the pods' ServiceAccount (owned, annotated with
+    the workload identity's client id), labels the pods for Azure Workload Identity and renders no Secret;
+    a ServiceAccount that exists already is used as it is, never changed or owned."""
+    ns = kube_namespace
+    accounts = f"/api/v1/namespaces/{ns}/serviceaccounts"
+    control_plane.request(
+        "POST", accounts, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "theirs"}}
+    )
+    keyless = yaml.safe_load((Path(crd.REPO_ROOT) / "examples" / "homes-keyless.yaml").read_text())
+    keyless["metadata"]["namespace"] = ns
+    uid = create(control_plane, ns, keyless)["metadata"]["uid"]
+    account = eventually(lambda: control_plane.request("GET", f"{accounts}/homes"), what="the ServiceAccount")
+    assert account["metadata"]["annotations"]["azure.workload.identity/client-id"] == (
+        "00000000-0000-0000-0000-000000000001"
+    )
+    assert account["metadata"]["ownerReferences"][0]["uid"] == uid
+    sts = eventually(
+        lambda: control_plane.request("GET", f"/apis/apps/v1/namespaces/{ns}/statefulsets/homes"),
+        what="the StatefulSet",
+    )
+    template = sts["spec"]["template"]
+    assert template["metadata"]["labels"]["azure.workload.identity/use"] == "true"
+    assert template["spec"]["serviceAccountName"] == "homes"
+    assert "secretKeyRef" not in json.dumps(template)
+
+    def pod() -> dict[str, Any] | None:
+        items = control_plane.request(
+            "GET", f"/api/v1/namespaces/{ns}/pods?labelSelector=hubshift.dev/consumer=homes"
+        )
+        return items["items"][0] if items["items"] else None
+
+    running = eventually(pod, timeout=90, what="a consumer pod (KWOK)")
+    assert running["spec"]["serviceAccountName"] == "homes"
+    assert running["metadata"]["labels"]["azure.workload.identity/use"] == "true"
+
+    porch = copy.deepcopy(keyless)
+    porch["metadata"]["name"] = "porch"
+    porch["spec"]["consumer"]["serviceAccountName"] = "theirs"
+    create(control_plane, ns, porch)
+    sts = eventually(
+        lambda: control_plane.request("GET", f"/apis/apps/v1/namespaces/{ns}/statefulsets/porch"),
+        what="the second StatefulSet",
+    )
+    assert sts["spec"]["template"]["spec"]["serviceAccountName"] == "theirs"
+    theirs = control_plane.request("GET", f"{accounts}/theirs")
+    assert "ownerReferences" not in theirs["metadata"] and "annotations" not in theirs["metadata"]
     assert hubshift_operator.process.poll() is None, hubshift_operator.log()
 
 

@@ -270,8 +270,8 @@ def test_the_operator_drives_real_consumer_processes_through_scale_out(
             # 2. Events are read and checkpointed by their owners.
             produce_and_wait_for_checkpoints(first=0)
 
-            # 3. Scale out: the control loop scales the StatefulSet, KWOK runs the new pods, and after the
-            #    holddown a new generation spreads the partitions over four consumers.
+            # 3. Scale out (planned): the control loop publishes the plan for four consumers and scales the
+            #    StatefulSet, KWOK runs the new pods, and each takes its planned share when it is ready.
             control_plane.request(
                 "PATCH", f"{CRS.format(ns=ns)}/{NAME}", {"spec": {"scaling": {"minReplicas": 4}}}
             )
@@ -350,11 +350,40 @@ def test_the_operator_drives_real_consumer_processes_through_scale_out(
             reasons = event_reasons(control_plane, ns)
             assert "ScalingOut" in reasons, reasons
             assert reasons[-2:] == ["Holddown", "HolddownCancelled"], reasons
+            assert operator.process.poll() is None, operator.log()
+            assert "control-loop cycle failed" not in operator.log()
+
+            # 5. The operator killed (SIGKILL) mid-rebalance: a scale-in to two starts the drain of two
+            #    consumers; a new operator continues the published generation (no extra move), the pool
+            #    ends balanced over two, and no partition ever had two readers.
+            two = {f"{NAME}-0", f"{NAME}-1"}
+            control_plane.request(
+                "PATCH",
+                f"{CRS.format(ns=ns)}/{NAME}",
+                {"metadata": {"annotations": {"autoscaling.hubshift.dev/paused-replicas": "2"}}},
+            )
+            draining_deadline = time.monotonic() + 10
+            while world.status().get("phase") != "Rebalancing" and time.monotonic() < draining_deadline:
+                time.sleep(0.05)
+            drain_generation = world.status().get("assignmentGeneration")
+            operator.process.kill()  # SIGKILL: nothing finished, nothing closed
+            operator.process.wait(timeout=10)
+            operator = start_operator(control_loop=None)
+            world.operator = operator
+            runner.wait_for_pods(two, timeout=60)
+            status, snapshot = eventually(
+                lambda: world.balanced(two), timeout=90, what=world.describe("two balanced after the kill")
+            )
+            assert status["assignmentGeneration"] <= drain_generation + 1, "the new operator moved more"
+            produce_and_wait_for_checkpoints(first=20)
+            read = ranges_read(ranges)
+            for partition in PARTITIONS:
+                numbers = [n for first_, last in read.get(partition, []) for n in range(first_, last + 1)]
+                assert sorted(set(numbers)) == list(range(30)), (partition, read.get(partition))
+            assert operator.process.poll() is None, operator.log()
         print(
             f"balanced over 2 after {ready_at:.1f} s, over 4 after {scaled_at:.1f} s; "
             f"holddown {away:.1f} s of {DELAY_SECONDS}"
         )
-        assert operator.process.poll() is None, operator.log()
-        assert "control-loop cycle failed" not in operator.log()
     finally:
         store.close()

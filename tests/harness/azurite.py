@@ -1,5 +1,7 @@
 """Azurite, Microsoft's open-source Blob storage emulator, from npm: installed once into a cache outside
-the repository (keyed by version) and started on a free 127.0.0.1 port with a fresh data folder."""
+the repository (keyed by version) and started on a free 127.0.0.1 port with a fresh data folder; with
+`tls`, over HTTPS, and with `oauth`, accepting Microsoft Entra ID bearer tokens (`--oauth basic`: issuer,
+audience and lifetime checked, not the signature)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,11 +59,11 @@ def azurite_binary() -> Path:
     return binary
 
 
-def connection_string(port: int) -> str:
+def connection_string(port: int, host: str = "127.0.0.1", scheme: str = "http") -> str:
     return (
-        "DefaultEndpointsProtocol=http;"
+        f"DefaultEndpointsProtocol={scheme};"
         f"AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
-        f"BlobEndpoint=http://127.0.0.1:{port}/{ACCOUNT};"
+        f"BlobEndpoint={scheme}://{host}:{port}/{ACCOUNT};"
     )
 
 
@@ -69,10 +72,17 @@ class Azurite:
     port: int
     process: subprocess.Popen[bytes]
     data_dir: Path
+    scheme: str = "http"
+    host: str = "127.0.0.1"
 
     @property
     def connection_string(self) -> str:
-        return connection_string(self.port)
+        return connection_string(self.port, self.host, self.scheme)
+
+    @property
+    def account_url(self) -> str:
+        """The account's Blob endpoint, for a token credential (HTTPS only: a bearer token needs TLS)."""
+        return f"{self.scheme}://{self.host}:{self.port}/{ACCOUNT}"
 
     @contextmanager
     def unreachable(self) -> Iterator[None]:
@@ -94,31 +104,54 @@ class Azurite:
                 self.process.wait(timeout=10)
 
 
-def start_azurite(data_dir: Path | None = None, attempts: int = 3) -> Azurite:
+def start_azurite(
+    data_dir: Path | None = None,
+    attempts: int = 3,
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    wrapper: Sequence[str] = (),
+    *,
+    tls: tuple[Path, Path] | None = None,
+    oauth: bool = False,
+) -> Azurite:
+    """Azurite on a free port (or `port`: a restart where clients expect it), its data in `data_dir`. It
+    listens on `host` (the address its connection string names), under `wrapper` (a command that execs
+    it, e.g. `ip netns exec NS` to serve inside a network namespace). `tls`: (certificate, key) PEM files
+    to serve HTTPS with; `oauth`: accept bearer tokens (needs `tls`)."""
     binary = azurite_binary()
+    secure: list[str] = []
+    if tls is not None:
+        secure += ["--cert", str(tls[0]), "--key", str(tls[1])]
+    if oauth:
+        secure += ["--oauth", "basic"]
     data = data_dir or Path(tempfile.mkdtemp(prefix="hubshift-azurite-"))
     last_error = ""
-    for _ in range(attempts):
-        port = free_port()
+    for attempt in range(attempts if port is None else attempts * 3):
+        if port is not None and attempt:
+            time.sleep(1)  # the old process's port may take a moment to come free
+        port_now = free_port() if port is None else port
         process = subprocess.Popen(
             [
+                *wrapper,
                 str(binary),
                 "--blobHost",
-                "127.0.0.1",
+                host,
                 "--blobPort",
-                str(port),
+                str(port_now),
                 "--location",
                 str(data),
                 "--silent",
                 "--skipApiVersionCheck",
                 "--loose",
                 "--disableProductStyleUrl",
+                *secure,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        if wait_for_port(port, timeout=30):
-            return Azurite(port=port, process=process, data_dir=data)
+        if wait_for_port(port_now, timeout=30, host=host):
+            scheme = "https" if tls else "http"
+            return Azurite(port=port_now, process=process, data_dir=data, scheme=scheme, host=host)
         process.kill()
         _, err = process.communicate(timeout=10)
         last_error = err.decode(errors="replace")[-500:]
@@ -126,8 +159,10 @@ def start_azurite(data_dir: Path | None = None, attempts: int = 3) -> Azurite:
 
 
 @contextmanager
-def running_azurite(data_dir: Path | None = None) -> Iterator[Azurite]:
-    server = start_azurite(data_dir)
+def running_azurite(
+    data_dir: Path | None = None, *, tls: tuple[Path, Path] | None = None, oauth: bool = False
+) -> Iterator[Azurite]:
+    server = start_azurite(data_dir, tls=tls, oauth=oauth)
     try:
         yield server
     finally:

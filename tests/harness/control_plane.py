@@ -282,6 +282,27 @@ def _terminate(processes: Sequence[subprocess.Popen[bytes]], timeout: float) -> 
 # --------------------------------------------------------------------------- the control plane
 
 
+# What service accounts ask the API server (an operator under a chart's role), one JSON line per request:
+# tests compare what was asked and refused with what the role grants.
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: Metadata
+  userGroups: ["system:serviceaccounts"]
+- level: None
+"""
+
+
+@dataclass(frozen=True)
+class AuditedRequest:
+    user: str
+    verb: str
+    group: str
+    resource: str  # with its subresource: "statefulsets/scale"
+    code: int
+
+
 @dataclass
 class ControlPlane:
     """A running control plane. `kubeconfig` is an admin (system:masters) kubeconfig for `server`."""
@@ -298,6 +319,24 @@ class ControlPlane:
     _ca: _CertificateAuthority | None = field(default=None, repr=False)
     _admin_ssl: ssl.SSLContext | None = field(default=None, repr=False)
     _remove_workdir: bool = field(default=False, repr=False)
+
+    def audited(self) -> list[AuditedRequest]:
+        """Every resource request a service account made so far (the audit log)."""
+        found = []
+        path = self.workdir / "audit.log"
+        for line in path.read_text().splitlines() if path.exists() else []:
+            event = json.loads(line)
+            target = event.get("objectRef") or {}
+            if not target.get("resource"):
+                continue  # discovery and other non-resource requests
+            resource = target["resource"] + (f"/{target['subresource']}" if target.get("subresource") else "")
+            code = int((event.get("responseStatus") or {}).get("code") or 0)
+            found.append(
+                AuditedRequest(
+                    event["user"]["username"], event["verb"], target.get("apiGroup", ""), resource, code
+                )
+            )
+        return found
 
     # -- lifecycle
 
@@ -645,6 +684,10 @@ def start_control_plane(
                 f"--service-account-signing-key-file={sa_key}",
                 f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
                 "--authorization-mode=RBAC",
+                f"--audit-policy-file={_write(work / 'audit-policy.yaml', AUDIT_POLICY.encode())}",
+                f"--audit-log-path={work / 'audit.log'}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",
                 "--allow-privileged=true",
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",

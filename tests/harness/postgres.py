@@ -5,7 +5,6 @@ by its own pid and removed after. As root (PostgreSQL refuses to run as root) th
 
 from __future__ import annotations
 
-import glob
 import os
 import pwd
 import secrets
@@ -27,8 +26,8 @@ def server_binaries() -> Path | None:
     on_path = shutil.which("initdb")
     if on_path is not None and (Path(on_path).resolve().parent / "postgres").exists():
         return Path(on_path).resolve().parent
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
-    return Path(found[-1]).parent if found else None
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[4]))
+    return found[-1].parent if found else None
 
 
 def missing_reason() -> str | None:

@@ -1,30 +1,33 @@
-"""The kind tier: the same scenarios as the cluster tier on a kind cluster with the real image installed
-by `helm install charts/hubshift` (.github/workflows/kind.yml sets it up). Every test here is skipped
-unless Docker is running, `kind` is on PATH and the cluster named $HUBSHIFT_KIND_CLUSTER (default
-"hubshift") exists; these CI machines have no Docker engine, so the tier runs on GitHub Actions."""
+"""The kind tier: the deployed scenarios (tests/scenarios/deployed.py) on a kind cluster, with the image
+`docker build` made and `kind load` put on its node (.github/workflows/kind.yml sets it up). Every test
+here is skipped, saying why, unless Docker is running, `kind`, `kubectl` and `helm` are on PATH and the
+cluster named $HUBSHIFT_KIND_CLUSTER (default "hubshift") exists; these CI machines have no Docker engine,
+so the tier runs on GitHub Actions (and the same scenarios run here on the node tier's real node)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.scenarios.cluster import Image, ScenarioCluster, ScenarioError
+from tests.scenarios.deployed import summarize_figures
+
 CLUSTER = os.environ.get("HUBSHIFT_KIND_CLUSTER", "hubshift")
-RELEASE = os.environ.get("HUBSHIFT_KIND_RELEASE", "hubshift")
-RELEASE_NAMESPACE = os.environ.get("HUBSHIFT_KIND_NAMESPACE", "hubshift-system")
-IMAGE = os.environ.get("HUBSHIFT_KIND_IMAGE", "hubshift:ci")
+# What the workflow built and loaded: `docker build -t hubshift:<version> .`, the chart's default image.
+IMAGE = os.environ.get("HUBSHIFT_KIND_IMAGE", "hubshift:0.1.0")
+# The API server's audit log, as the workflow's kind configuration (tests/kind/cluster.yaml) writes it.
+AUDIT_LOG = "/var/log/kubernetes/kube-apiserver-audit.log"
 
 
 def _why_not_available() -> str | None:
-    if shutil.which("docker") is None:
-        return "docker is not installed"
-    if shutil.which("kind") is None:
-        return "kind is not installed"
+    for tool in ("docker", "kind", "kubectl", "helm"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
     try:
         info = subprocess.run(["docker", "info"], capture_output=True, timeout=30, check=False)
         if info.returncode != 0:
@@ -39,9 +42,43 @@ def _why_not_available() -> str | None:
     return None
 
 
+def _docker(*args: str, timeout: float = 60) -> str:
+    result = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, check=False)
+    if result.returncode != 0:
+        raise ScenarioError(f"docker {' '.join(args)}: {result.stderr.strip()}")
+    return result.stdout
+
+
+class KindScenarioCluster(ScenarioCluster):
+    """A kind cluster for the deployed scenarios: the servers on this machine at the kind network's
+    gateway (the address its nodes, hence the pods, reach this machine by), containers killed with the
+    node container's own `ctr`, the audit log read from the control-plane container."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        repository, tag = IMAGE.rsplit(":", 1)
+        gateways = _docker("network", "inspect", "kind", "-f", "{{range .IPAM.Config}}{{.Gateway}} {{end}}")
+        ipv4 = [address for address in gateways.split() if "." in address]
+        if not ipv4:
+            raise ScenarioError(f"the kind network has no IPv4 gateway ({gateways.strip()!r})")
+        super().__init__(
+            name="kind",
+            kubeconfig=kubeconfig,
+            kubectl="kubectl",
+            helm="helm",
+            image=Image(repository, tag, "IfNotPresent"),
+            server_host=ipv4[0],
+        )
+
+    def kill_container(self, node: str, container_id: str) -> None:
+        _docker("exec", node, "ctr", "-n", "k8s.io", "tasks", "kill", "--signal", "SIGKILL", container_id)
+
+    def audit_log(self) -> str:
+        return _docker("exec", f"{CLUSTER}-control-plane", "cat", AUDIT_LOG, timeout=120)
+
+
 @pytest.fixture(scope="session")
-def kind_kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A kubeconfig for the kind cluster (the test is skipped when there is none)."""
+def scenario_cluster(tmp_path_factory: pytest.TempPathFactory) -> KindScenarioCluster:
+    """The kind cluster (every test is skipped when there is none)."""
     reason = _why_not_available()
     if reason is not None:
         pytest.skip(f"kind tier: {reason}")
@@ -54,27 +91,8 @@ def kind_kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Path:
         check=True,
     )
     path.write_text(config.stdout)
-    return path
+    return KindScenarioCluster(path)
 
 
-@pytest.fixture(autouse=True)
-def _kind_available(kind_kubeconfig: Path) -> None:
-    """Every test in tests/kind needs the cluster: requesting the fixture skips them all without it."""
-
-
-@pytest.fixture
-def kind_release_namespace() -> str:
-    """The namespace the chart was installed into ($HUBSHIFT_KIND_NAMESPACE)."""
-    return RELEASE_NAMESPACE
-
-
-@pytest.fixture
-def kind_api(kind_kubeconfig: Path) -> Iterator[Any]:
-    """An admin `kubernetes.client.ApiClient` for the kind cluster."""
-    import kubernetes
-
-    client = kubernetes.config.new_client_from_config(config_file=str(kind_kubeconfig))
-    try:
-        yield client
-    finally:
-        client.close()
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    summarize_figures(config, "kind", terminalreporter.write)

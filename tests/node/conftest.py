@@ -1,16 +1,21 @@
 """Fixtures of the node tier: one real one-node cluster per test session (tools/node up, inside a network
-namespace; tests/harness/node.py) and a fresh namespace per test. When the tier cannot run here (not root,
-nothing built, no Go) every test is skipped, saying why; tools/run-tests runs `tools/node build` first."""
+namespace; tests/harness/node.py), a fresh namespace per test, and that cluster as the deployed scenarios
+see it (tests/scenarios). When the tier cannot run here (not root, nothing built, no Go) every test is
+skipped, saying why; tools/run-tests runs `tools/node build` first."""
 
 from __future__ import annotations
 
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.harness.node import NodeCluster, node_unavailable, start_node_cluster
+from tests.harness.node import NodeCluster, image_ref, node_unavailable, start_node_cluster
+from tests.scenarios.cluster import Image, ScenarioCluster, ScenarioError
+from tests.scenarios.deployed import summarize_figures
 
 
 @pytest.fixture(scope="session")
@@ -34,3 +39,43 @@ def node_namespace(node_cluster: NodeCluster) -> Iterator[str]:
         yield name
     finally:
         node_cluster.delete_namespace(name)
+
+
+class NodeScenarioCluster(ScenarioCluster):
+    """The node tier's cluster for the deployed scenarios: the image tools/image built (imported into
+    containerd, so `IfNotPresent`, the chart's default, never pulls), the servers inside the node's network
+    namespace on its address (pods reach it locally, the test through the veth), containers killed with
+    containerd's own `ctr`, the audit log tools/node has the API server write."""
+
+    def __init__(self, node: NodeCluster) -> None:
+        tag = image_ref("hubshift").rsplit(":", 1)[1]  # docker.io/library/hubshift:<version>
+        super().__init__(
+            name="node",
+            kubeconfig=node.kubeconfig,
+            kubectl=node.kubectl_path,
+            helm=node.kubectl_path.parent / "helm",  # the control plane's bin folder holds both
+            image=Image("hubshift", tag, "IfNotPresent"),
+            server_host=node.node_ip,
+            server_wrapper=("ip", "netns", "exec", node.state["netns"]),
+        )
+        self.node = node
+
+    def kill_container(self, node: str, container_id: str) -> None:
+        assert node == self.node.node_name, node
+        socket = self.node.run_dir / "containerd" / "containerd.sock"
+        command = ["ctr", "--address", str(socket), "-n", "k8s.io", "tasks", "kill", "--signal", "SIGKILL"]
+        result = self.node.in_node(*command, container_id)
+        if result.returncode != 0:
+            raise ScenarioError(f"ctr tasks kill {container_id}: {result.stderr.strip()}")
+
+    def audit_log(self) -> str:
+        return Path(self.node.state["audit_log"]).read_text(errors="replace")
+
+
+@pytest.fixture(scope="session")
+def scenario_cluster(node_cluster: NodeCluster) -> NodeScenarioCluster:
+    return NodeScenarioCluster(node_cluster)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    summarize_figures(config, "node", terminalreporter.write)

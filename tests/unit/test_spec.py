@@ -76,7 +76,7 @@ def test_the_pattern_examples_load(name: str) -> None:
     pipeline = consumer.spec.consumer.pipeline
     assert pipeline.type in ("route", "projection")
     if pipeline.route is not None:
-        assert [step.gunzip is not None for step in pipeline.editor][0]
+        assert pipeline.editor[0].gunzip is not None
         assert pipeline.route.default_target == "archive"
     if pipeline.projection is not None:
         assert pipeline.projection.history_table == "homes_history"

@@ -47,6 +47,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
+{{/* The operator's own identity (`hubshift operator --credential`). */}}
+{{- define "hubshift.credential" -}}
+{{- if .Values.azure.credential -}}
+{{- .Values.azure.credential -}}
+{{- else if .Values.azure.workloadIdentity.enabled -}}
+workloadIdentity
+{{- else -}}
+default
+{{- end -}}
+{{- end -}}
+
 {{- define "hubshift.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
@@ -58,38 +69,49 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* The rules the operator needs in every namespace it watches. */}}
 {{- define "hubshift.namespacedRules" -}}
-# The PartitionedConsumers themselves, their status, and blockOwnerDeletion on their children.
+# Exactly what the operator asks (tests/cluster/test_operator_rbac.py compares the API server's audit log
+# with these): kopf lists, watches and patches the PartitionedConsumers (its finalizer and annotations),
+# the status is applied server-side (patch), children are applied server-side (patch creates them too) and
+# garbage-collected (never deleted here).
 - apiGroups: [hubshift.dev]
   resources: [partitionedconsumers]
-  verbs: [get, list, watch, patch, update]
+  verbs: [list, watch, patch]
 - apiGroups: [hubshift.dev]
   resources: [partitionedconsumers/status]
-  verbs: [get, patch, update]
+  verbs: [patch]
+# Not a request of the operator's: the OwnerReferencesPermissionEnforcement admission plugin (OpenShift and
+# some managed clusters) checks it when a child sets blockOwnerDeletion.
 - apiGroups: [hubshift.dev]
   resources: [partitionedconsumers/finalizers]
   verbs: [update]
-# The children (server-side apply is `patch`; garbage collection deletes them, not the operator).
+# A server-side apply that creates a child is authorized as create as well (the audit log records it as
+# the patch it is).
 - apiGroups: [apps]
   resources: [statefulsets]
-  verbs: [get, list, watch, create, patch, update]
+  verbs: [get, create, patch]
 - apiGroups: [apps]
   resources: [statefulsets/scale]
-  verbs: [get, patch, update]
+  verbs: [patch]
 - apiGroups: [""]
   resources: [services, configmaps]
-  verbs: [get, list, watch, create, patch, update]
+  verbs: [create, patch]
+# The consumer pods' ServiceAccount when a spec uses a token credential: created when missing, an existing
+# one only read (never changed, never owned).
+- apiGroups: [""]
+  resources: [serviceaccounts]
+  verbs: [get, create, patch]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
-  verbs: [get, list, watch, create, patch, update]
+  verbs: [create, patch]
 # Consumer pods: watched, never changed.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch]
+  verbs: [list, watch]
 # The Event Hubs and storage connection strings the CRs name: read one by one, never listed.
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get]
-- apiGroups: ["", events.k8s.io]
+- apiGroups: [""]
   resources: [events]
-  verbs: [create, patch]
+  verbs: [create]
 {{- end -}}

@@ -204,30 +204,33 @@ def replicate_target(
     environ: Mapping[str, str],
     secret_field: str = "spec.consumer.pipeline.replicate.connectionStringSecretRef",
 ) -> EventHubsTarget:
-    """The target hub, with its connection string from the environment variable the manifest names."""
+    """The target hub, with its connection string from the environment variable the manifest names, or its
+    namespace and token credential."""
     from hubshift.eventhubs.target import resolve_target
     from hubshift.spec import EventHubsSpec
 
     as_source = EventHubsSpec(
-        hub=spec.hub, namespace=spec.namespace, connection_string_env=spec.connection_string_env
+        hub=spec.hub,
+        namespace=spec.namespace,
+        connection_string_env=spec.connection_string_variable if spec.credential is None else None,
+        credential=spec.credential,
     )
     return resolve_target(as_source, environ, secret_field=secret_field)
 
 
 # One producer per target in each Python worker, kept across micro-batches: Spark reuses its workers, and a
 # new producer per batch would be a new connection and token every trigger. The SDK reconnects it as needed.
-_PRODUCERS: dict[tuple[str, str], EventHubProducerClient] = {}
+_PRODUCERS: dict[EventHubsTarget, EventHubProducerClient] = {}
 _PRODUCERS_LOCK = threading.Lock()
 
 
 def producer_for(target: EventHubsTarget) -> EventHubProducerClient:
-    key = (target.connection_string, target.hub)
+    from hubshift.eventhubs.target import sdk_client
+
     with _PRODUCERS_LOCK:
-        producer = _PRODUCERS.get(key)
+        producer = _PRODUCERS.get(target)
         if producer is None:
-            producer = _PRODUCERS[key] = EventHubProducerClient.from_connection_string(
-                target.connection_string, eventhub_name=target.hub
-            )
+            producer = _PRODUCERS[target] = sdk_client(EventHubProducerClient, target)
         return producer
 
 

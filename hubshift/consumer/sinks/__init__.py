@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from hubshift.consumer.sinks.base import FileSink, ObjectStore, Sink
@@ -40,17 +41,29 @@ def _stores(spec: SinkSpec, environ: Mapping[str, str], *, check: bool) -> tuple
     if spec.type == "blob":
         blob = spec.blob
         assert blob is not None  # the model requires it for type blob
-        connection_string = environ.get(blob.connection_string_env, "")
-        if not connection_string:
-            raise UserError(
-                f"sink blob: environment variable {blob.connection_string_env} is not set (the storage "
-                "connection string; in a cluster, set sink.blob.connectionStringSecretRef)"
+        if blob.credential is not None:
+            assert blob.account_url is not None  # the model requires it with a credential
+            store = BlobStore(
+                None,
+                blob.container,
+                blob.prefix.strip("/"),
+                account_url=blob.account_url.rstrip("/"),
+                identity=blob.credential,
             )
-        store = BlobStore(connection_string, blob.container, blob.prefix.strip("/"))
+        else:
+            variable = blob.connection_string_variable
+            connection_string = environ.get(variable, "")
+            if not connection_string:
+                raise UserError(
+                    f"sink blob: environment variable {variable} is not set (the storage connection string; "
+                    "in a cluster, set sink.blob.connectionStringSecretRef; or use a token credential, "
+                    "sink.blob.credential)"
+                )
+            store = BlobStore(connection_string, blob.container, blob.prefix.strip("/"))
         if check:
             store.ensure_container()
         dead_prefix = spec.dead_letter_path or "/".join(p for p in (store.prefix, DEFAULT_DEAD_LETTER) if p)
-        return store, BlobStore(connection_string, blob.container, dead_prefix.strip("/"))
+        return store, replace(store, prefix=dead_prefix.strip("/"))
     root = Path(spec.folder.path)
     dead_root = Path(spec.dead_letter_path) if spec.dead_letter_path else root / DEFAULT_DEAD_LETTER
     stores = FolderStore(root), FolderStore(dead_root)

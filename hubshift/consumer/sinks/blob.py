@@ -1,8 +1,9 @@
 """The `blob` sink: files as block blobs in an Azure Storage container, under an optional name prefix.
 
-The connection string comes from the environment variable the manifest names (`connectionStringEnv`); in
-a cluster the operator fills that variable from `connectionStringSecretRef`. It is held in memory only,
-never in a message, a log line or `repr`.
+The container is reached with a connection string, from the environment variable the manifest names
+(`connectionStringEnv`; in a cluster the operator fills that variable from `connectionStringSecretRef`),
+held in memory only, never in a message, a log line or `repr`; or with the account URL and a token
+credential (`credential`), which each process (Spark's Python workers too) builds for itself.
 
 A write the storage account does not answer is tried again (1 s doubling to 30 s) for up to
 `retry_seconds`: the micro-batch waits, so Spark plans no new one and the receivers stop at their bound
@@ -20,6 +21,8 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_de
 
 from hubshift.consumer.sinks.layout import join
 from hubshift.errors import UserError
+from hubshift.identity import describe_credential_error, token_credential
+from hubshift.spec import TokenCredentialSpec
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +37,14 @@ if TYPE_CHECKING:
 
 @dataclass
 class BlobStore:
-    connection_string: str = field(repr=False)
+    """`connection_string`, or `account_url` with the token credential `identity`."""
+
+    connection_string: str | None = field(repr=False)
     container: str
     prefix: str = ""
     retry_seconds: float = RETRY_SECONDS
+    account_url: str | None = None
+    identity: TokenCredentialSpec | None = None
     _client: ContainerClient | None = field(default=None, init=False, repr=False, compare=False)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -52,13 +59,21 @@ class BlobStore:
             from azure.storage.blob import ContainerClient
 
             # No retries of its own (`put` retries, with a bound); each attempt bounded in time.
-            self._client = ContainerClient.from_connection_string(
-                self.connection_string,
-                self.container,
-                retry_total=0,
-                connection_timeout=CONNECTION_TIMEOUT_SECONDS,
-                read_timeout=READ_TIMEOUT_SECONDS,
-            )
+            options: dict[str, Any] = {
+                "retry_total": 0,
+                "connection_timeout": CONNECTION_TIMEOUT_SECONDS,
+                "read_timeout": READ_TIMEOUT_SECONDS,
+            }
+            if self.connection_string is not None:
+                self._client = ContainerClient.from_connection_string(
+                    self.connection_string, self.container, **options
+                )
+            else:
+                assert self.account_url is not None and self.identity is not None
+                credential = token_credential(self.identity)
+                self._client = ContainerClient(
+                    self.account_url, self.container, credential=credential, **options
+                )
         return self._client
 
     def ensure_container(self) -> None:
@@ -74,7 +89,16 @@ class BlobStore:
             client.create_container()
         except ResourceExistsError:
             pass
-        except ClientAuthenticationError:
+        except ClientAuthenticationError as exc:
+            if self.identity is not None:
+                from_identity = describe_credential_error(exc, self.identity)
+                if from_identity is not None and not _answered_by_storage(exc, self.account_url):
+                    raise UserError(f"{where}: {from_identity}") from None
+                raise UserError(
+                    f"{where}: the storage account refused the token of credential "
+                    f"{self.identity.describe()} (check that the identity has Storage Blob Data Contributor "
+                    "on the account or the container)"
+                ) from None
             raise UserError(f"{where}: the storage account refused the credentials") from None
         except AzureError as exc:
             reason = " ".join(str(getattr(exc, "reason", None) or type(exc).__name__).split())
@@ -120,6 +144,11 @@ class BlobStore:
 
     def describe(self) -> str:
         return f"blob container {self.container}" + (f" prefix {self.prefix}" if self.prefix else "")
+
+
+def _answered_by_storage(error: BaseException, account_url: str | None) -> bool:
+    request = getattr(getattr(error, "response", None), "request", None)
+    return request is not None and account_url is not None and str(request.url).startswith(account_url)
 
 
 def _transient(error: BaseException) -> bool:

@@ -17,6 +17,7 @@ started again from what was committed.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -115,7 +116,7 @@ class SparkEngine:
         self.metrics = metrics
         # After a failover: per partition, the old hub's checkpoint (pipelines/failover.py).
         self.handled = dict(handled or {})
-        self._pool = pool or ReceiverPool(target.connection_string, target.hub, target.consumer_group)
+        self._pool = pool or ReceiverPool(target)
         self._session_builder = session_builder
         self._lock = threading.RLock()
         self._partitions: dict[str, _Partition] = {}
@@ -126,6 +127,7 @@ class SparkEngine:
         self._monitor: threading.Thread | None = None
         self._closing = threading.Event()
         self._restarts = 0
+        self._scratch_full_reported = False
         # Receivers stay at most this far ahead of what was committed (per partition).
         self.max_ahead = max(2 * spec.spark.max_events_per_trigger, 20_000)
 
@@ -277,7 +279,12 @@ class SparkEngine:
                 state = self._partitions.get(partition)
                 if state is None or state.owner_level != owner_level or state.draining_since is not None:
                     return
-            spool.write_segment(self.spool_root, partition, owner_level, batch)
+            try:
+                spool.write_segment(self.spool_root, partition, owner_level, batch)
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    self._scratch_full(exc)
+                raise  # the receiver delivers the same events again once it may
             with self._lock:
                 state.spooled_next = int(batch.column("sequence_number")[-1].as_py()) + 1
             self._report_spool()
@@ -314,6 +321,21 @@ class SparkEngine:
         # What is spooled stays for the batch in flight; nothing more needs receiving.
         if receiver is not None:
             receiver.close(wait=None)
+
+    def _scratch_full(self, error: OSError) -> None:
+        """The spool cannot grow: stop the consumer (in bounded time, each partition released at what was
+        committed, nothing lost) with one line that says what to do, rather than retry forever."""
+        with self._lock:
+            if self._scratch_full_reported:
+                return
+            self._scratch_full_reported = True
+        self.notify(
+            EngineFailed(
+                f"the scratch folder {self.scratch} is full ({error.strerror}): events are read again from "
+                "the last checkpoint once there is room; give the consumer more scratch space (in a pod: "
+                "the /tmp emptyDir's node disk or sizeLimit)"
+            )
+        )
 
     def stop_partition(self, partition: str) -> None:
         with self._lock:

@@ -25,7 +25,7 @@ from lightkube import AsyncClient, KubeConfig
 from lightkube.core.resource_registry import resource_registry
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import StatefulSet
-from lightkube.resources.core_v1 import Event, Pod, Secret
+from lightkube.resources.core_v1 import Event, Pod, Secret, ServiceAccount
 from lightkube.types import PatchType
 from pydantic import SecretStr
 
@@ -180,6 +180,20 @@ class KubeAdapter:
             namespace=namespace,
             patch_type=PatchType.MERGE,
         )
+
+    async def service_account_owner(self, namespace: str, name: str) -> str | None:
+        """Who keeps the ServiceAccount: the PartitionedConsumer whose operator created it (its name),
+        "" when someone else did, None when there is none."""
+        try:
+            account = await self.client.get(ServiceAccount, name, namespace=namespace)
+        except HTTPStatusError as error:
+            if status_code(error) == 404:
+                return None
+            raise
+        labels = (account.metadata.labels if account.metadata is not None else None) or {}
+        if labels.get("app.kubernetes.io/managed-by") != MANAGER:
+            return ""
+        return str(labels.get(CONSUMER_LABEL, ""))
 
     async def list_pods(self, namespace: str, labels: Mapping[str, str]) -> list[JSON]:
         """The pods carrying all of `labels` (checked here too: some emulators ignore the selector)."""

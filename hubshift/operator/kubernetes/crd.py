@@ -39,10 +39,34 @@ JSON = dict[str, Any]
 
 EDITOR_STEPS = ("function", "filter", "select", "flatten", "validate", "dedupe", "enrich", "gzip", "gunzip")
 
+
+def _connection_rules(address: str, address_message: str) -> list[JSON]:
+    """One connection, one way to authenticate: a connection string, or a credential with the `address`
+    field (namespace, accountUrl) it is for."""
+    return [
+        {
+            "rule": "!has(self.credential) || "
+            "(!has(self.connectionStringSecretRef) && !has(self.connectionStringEnv))",
+            "message": spec.BOTH_CREDENTIALS,
+            "fieldPath": ".credential",
+        },
+        {
+            "rule": f"!has(self.credential) || has(self.{address})",
+            "message": address_message,
+            "fieldPath": f".{address}",
+        },
+    ]
+
+
 # The model's cross-field validators (`@model_validator`), restated for the API server. Every model with
 # such a validator must appear here (a unit test checks it), with the model's own message. A rule guards
 # every optional field it reads with has(): the server also checks rules against defaults such as `{}`.
 CEL_RULES: dict[type[BaseModel], list[JSON]] = {
+    spec.EventHubsSpec: _connection_rules("namespace", spec.CREDENTIAL_NEEDS_NAMESPACE),
+    spec.ReplicatePipeline: _connection_rules("namespace", spec.CREDENTIAL_NEEDS_NAMESPACE),
+    spec.RouteTarget: _connection_rules("namespace", spec.CREDENTIAL_NEEDS_NAMESPACE),
+    spec.BlobStoreSpec: _connection_rules("accountUrl", spec.CREDENTIAL_NEEDS_ACCOUNT_URL),
+    spec.BlobSink: _connection_rules("accountUrl", spec.CREDENTIAL_NEEDS_ACCOUNT_URL),
     spec.CheckpointStoreSpec: [
         {"rule": "has(self.blob) != has(self.sqlite)", "message": "set exactly one of blob or sqlite"},
     ],

@@ -10,6 +10,8 @@ Each PartitionedConsumer's control-loop daemon runs the control loop that `open_
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,14 +29,36 @@ CR = (GROUP, VERSION, PLURAL)
 CONSUMER_PODS = {"app.kubernetes.io/managed-by": MANAGER, "app.kubernetes.io/component": CONSUMER_COMPONENT}
 
 
+def in_cluster_server(environ: Mapping[str, str]) -> str | None:
+    """The API server as a pod reaches it: the `kubernetes` Service's address from the environment the
+    kubelet sets (client-go's in-cluster config does the same), or None outside a pod."""
+    host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT")
+    if not host or not port:
+        return None
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+
+
+def service_account_login(
+    info: kopf.ConnectionInfo | None, environ: Mapping[str, str]
+) -> kopf.ConnectionInfo | None:
+    """kopf's service-account credentials, aimed at the Service address rather than kopf's
+    `https://kubernetes.default.svc`: that name needs cluster DNS, which not every cluster runs for every
+    pod, while the address is always in the pod's environment (and in the API server's certificate)."""
+    server = in_cluster_server(environ)
+    if info is None or server is None:
+        return info
+    return dataclasses.replace(info, server=server)
+
+
 def register_login(registry: kopf.OperatorRegistry) -> None:
-    """Credentials as `KubeAdapter.from_environment` finds them: the pod's service account, else
-    `$KUBECONFIG` or `~/.kube/config` (kopf's own readers; no client library needed). Tests log in to
-    their server with their own handler instead."""
+    """Credentials as `KubeAdapter.from_environment` finds them: the pod's service account (at the
+    `kubernetes` Service's address, as lightkube uses it), else `$KUBECONFIG` or `~/.kube/config` (kopf's
+    own readers; no client library needed). Tests log in to their server with their own handler instead."""
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+        in_pod = service_account_login(kopf.login_with_service_account(**kwargs), os.environ)
+        return in_pod or kopf.login_with_kubeconfig(**kwargs)
 
 
 def register(

@@ -22,18 +22,20 @@ from hubshift.operator.driver import MIN_CYCLE_SECONDS, CycleRunner, Desired, Lo
 from hubshift.operator.kubernetes.api import KubeAdapter, consumer_instance
 from hubshift.operator.kubernetes.render import (
     CONSUMER_LABEL,
+    JSON,
     ChildNames,
     Owner,
     consumer_from_body,
     initial_replicas,
     render_children,
+    service_account_name,
 )
 from hubshift.operator.kubernetes.runtime import KubernetesRuntime
 from hubshift.operator.loop import CycleInputs, open_control_loop
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.operator.status import READY, Condition, PartitionedConsumerStatus, carry_transition_time
-from hubshift.spec import PartitionedConsumer
+from hubshift.spec import PartitionedConsumer, TokenCredentialSpec
 
 ConsumerKey = tuple[str, str]  # (namespace, PartitionedConsumer name)
 Logger = logging.Logger | logging.LoggerAdapter[Any]  # what kopf passes handlers
@@ -43,6 +45,10 @@ Logger = logging.Logger | logging.LoggerAdapter[Any]  # what kopf passes handler
 ClusterLoopOpener = Callable[
     [PartitionedConsumer, KubernetesRuntime, OperatorMetrics], Awaitable[CycleRunner]
 ]
+
+# The operator's own identity, for the specs that name a token credential: azure-identity's chain, which
+# finds the workload identity the chart gives the operator's pod (`hubshift operator --credential`).
+OPERATOR_IDENTITY = TokenCredentialSpec(type="default")
 
 CONTEXT_KEY = "hubshift_operator"
 STATE_KEY = "hubshift_consumer"
@@ -120,7 +126,10 @@ async def reconcile_children(body: Mapping[str, Any], memo: kopf.Memo, logger: L
         replicas = current if current is not None else initial_replicas(consumer)
         if current is not None:
             state.statefulset_seen = True  # cycles may scale it even if applying fails below
-        await context.kube.apply_all(render_children(consumer, owner, replicas))
+        children = await _without_foreign_account(
+            context, consumer, owner, render_children(consumer, owner, replicas)
+        )
+        await context.kube.apply_all(children)
         state.statefulset_seen = True
     if current is None:
         logger.info("created the consumer StatefulSet %s with %d replicas", names.statefulset, replicas)
@@ -133,6 +142,21 @@ async def reconcile_children(body: Mapping[str, Any], memo: kopf.Memo, logger: L
     else:
         logger.info("children of %s are up to date", owner.name)
     context.wake(consumer_key(body))
+
+
+async def _without_foreign_account(
+    context: OperatorContext, consumer: PartitionedConsumer, owner: Owner, children: list[JSON]
+) -> list[JSON]:
+    """The children, less the pods' ServiceAccount when one of that name exists that this resource's
+    operator did not create: it is used as it is, never changed or owned (deleting the resource must not
+    delete it)."""
+    name = service_account_name(consumer)
+    if name is None:
+        return children
+    keeper = await context.kube.service_account_owner(owner.namespace, name)
+    if keeper is None or keeper == owner.name:
+        return children
+    return [child for child in children if child.get("kind") != "ServiceAccount"]
 
 
 async def report_invalid(
@@ -200,11 +224,17 @@ def pods_of(index: PodIndex, key: ConsumerKey) -> list[ConsumerInstance]:
 
 
 async def open_cluster_loop(
-    consumer: PartitionedConsumer, runtime: KubernetesRuntime, metrics: OperatorMetrics
+    consumer: PartitionedConsumer,
+    runtime: KubernetesRuntime,
+    metrics: OperatorMetrics,
+    *,
+    identity: TokenCredentialSpec = OPERATOR_IDENTITY,
 ) -> CycleRunner:
-    """The control loop of a PartitionedConsumer in the cluster: connection strings from its Secrets."""
+    """The control loop of a PartitionedConsumer in the cluster: connection strings from its Secrets; where
+    the spec names a token credential, the operator's own `identity` instead (never the spec's: a resource
+    must not make the operator act as an identity it chose)."""
     environment = await runtime.connection_environment(consumer)
-    return await open_control_loop(consumer, environment, runtime, metrics=metrics)
+    return await open_control_loop(consumer, environment, runtime, metrics=metrics, identity=identity)
 
 
 async def run_control_loop(

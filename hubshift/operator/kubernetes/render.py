@@ -2,8 +2,12 @@
 
 Children: the manifest the pods read (a ConfigMap, never a secret in it), a StatefulSet of consumer pods
 (stable identities `<name>-<ordinal>`), a headless Service (stable DNS names), a metrics Service and a
-PodDisruptionBudget. Each carries the standard `app.kubernetes.io/*` labels and an owner reference to the
-CR, so deleting the CR garbage-collects them.
+PodDisruptionBudget; with a token credential, the pods' ServiceAccount. Each carries the standard
+`app.kubernetes.io/*` labels and an owner reference to the CR, so deleting the CR garbage-collects them.
+
+A spec with token credentials gives its pods what Azure Workload Identity on AKS needs: a ServiceAccount
+(`spec.consumer.serviceAccountName`, default the CR's name; annotated with the identity's client id when
+the operator creates it) and the label `azure.workload.identity/use: "true"`, and no Secret at all.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import yaml
 from hubshift import __version__
 from hubshift.errors import UserError
 from hubshift.manifest import parse_manifest
-from hubshift.spec import API_VERSION, GROUP, KIND, PartitionedConsumer, SecretKeyRef
+from hubshift.spec import API_VERSION, GROUP, KIND, PartitionedConsumer, SecretKeyRef, credentials_of
 
 JSON = dict[str, Any]
 
@@ -38,6 +42,12 @@ CONTAINER_NAME = "consumer"
 METRICS_PORT_NAME = "metrics"
 
 RUN_AS_USER = 10001  # the image's `hubshift` user (Dockerfile)
+# Azure Workload Identity: the webhook injects the federated token and AZURE_* into pods with this label,
+# for the client id its ServiceAccount carries in this annotation.
+WORKLOAD_IDENTITY_LABEL = "azure.workload.identity/use"
+WORKLOAD_IDENTITY_CLIENT_ID = "azure.workload.identity/client-id"
+# Credential types that use the pod's workload identity (DefaultAzureCredential tries it first on AKS).
+WORKLOAD_IDENTITY_TYPES = frozenset(("workloadIdentity", "default"))
 # Beyond the handoff bound: time for Spark to stop and the process to exit after its last release.
 TERMINATION_MARGIN_SECONDS = 30
 
@@ -143,6 +153,42 @@ def pod_labels(consumer_name: str) -> dict[str, str]:
     return labels
 
 
+def uses_workload_identity(consumer: PartitionedConsumer) -> bool:
+    """Whether a credential of the spec reads the pod's workload identity (its pods get the label)."""
+    return any(credential.type in WORKLOAD_IDENTITY_TYPES for credential in credentials_of(consumer.spec))
+
+
+def service_account_name(consumer: PartitionedConsumer) -> str | None:
+    """The consumer pods' ServiceAccount: the spec's, or the CR's name when the spec uses a token credential;
+    None: the namespace's default (connection strings only)."""
+    named = consumer.spec.consumer.service_account_name
+    if named is not None:
+        return named
+    return consumer.metadata.name if credentials_of(consumer.spec) else None
+
+
+def render_service_account(consumer: PartitionedConsumer, owner: Owner) -> JSON | None:
+    """The pods' ServiceAccount as the operator creates it when none of that name exists (an existing one
+    is used as it is): annotated with the workload identity's client id when the spec names exactly one."""
+    name = service_account_name(consumer)
+    if name is None:
+        return None
+    metadata = _metadata(name, owner)
+    client_ids = {
+        credential.client_id
+        for credential in credentials_of(consumer.spec)
+        if credential.type in WORKLOAD_IDENTITY_TYPES and credential.client_id is not None
+    }
+    if len(client_ids) == 1:
+        metadata["annotations"] = {WORKLOAD_IDENTITY_CLIENT_ID: client_ids.pop()}
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata,
+        "automountServiceAccountToken": False,  # consumers never talk to Kubernetes
+    }
+
+
 def owner_reference(owner: Owner) -> JSON:
     return {
         "apiVersion": API_VERSION,
@@ -202,27 +248,27 @@ def secret_env(consumer: PartitionedConsumer) -> list[JSON]:
     """Each Secret reference of the spec, as the environment variable the spec names for it."""
     spec = consumer.spec
     pairs: list[tuple[str, SecretKeyRef | None]] = [
-        (spec.event_hubs.connection_string_env, spec.event_hubs.connection_string_secret_ref),
+        (spec.event_hubs.connection_string_variable, spec.event_hubs.connection_string_secret_ref),
     ]
     if spec.checkpoint_store.blob is not None:
         blob = spec.checkpoint_store.blob
-        pairs.append((blob.connection_string_env, blob.connection_string_secret_ref))
+        pairs.append((blob.connection_string_variable, blob.connection_string_secret_ref))
     if spec.consumer.sink.blob is not None:
         sink = spec.consumer.sink.blob
-        pairs.append((sink.connection_string_env, sink.connection_string_secret_ref))
+        pairs.append((sink.connection_string_variable, sink.connection_string_secret_ref))
     pipeline = spec.consumer.pipeline
     if pipeline.replicate is not None:
         target = pipeline.replicate
-        pairs.append((target.connection_string_env, target.connection_string_secret_ref))
+        pairs.append((target.connection_string_variable, target.connection_string_secret_ref))
     for route_target in pipeline.route.targets if pipeline.route is not None else []:
-        pairs.append((route_target.connection_string_env, route_target.connection_string_secret_ref))
+        pairs.append((route_target.connection_string_variable, route_target.connection_string_secret_ref))
     if pipeline.projection is not None and pipeline.projection.postgres is not None:
         database = pipeline.projection.postgres
         pairs.append((database.connection_string_env, database.connection_string_secret_ref))
     failover = spec.consumer.failover
     if failover is not None and failover.checkpoint_store.blob is not None:
         old = failover.checkpoint_store.blob
-        pairs.append((old.connection_string_env, old.connection_string_secret_ref))
+        pairs.append((old.connection_string_variable, old.connection_string_secret_ref))
     env: list[JSON] = []
     seen: set[str] = set()
     for name, ref in pairs:
@@ -360,6 +406,10 @@ def render_statefulset(consumer: PartitionedConsumer, owner: Owner, replicas: in
     if sink is not None:
         volumes.append(sink)
     selector = selector_labels(owner.name)
+    template_labels = pod_labels(owner.name)
+    if uses_workload_identity(consumer):
+        template_labels[WORKLOAD_IDENTITY_LABEL] = "true"
+    account = service_account_name(consumer)
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -374,11 +424,12 @@ def render_statefulset(consumer: PartitionedConsumer, owner: Owner, replicas: in
             "selector": {"matchLabels": selector},
             "template": {
                 "metadata": {
-                    "labels": pod_labels(owner.name),
+                    "labels": template_labels,
                     # A changed manifest rolls the pods one by one (each returns within the holddown).
                     "annotations": {MANIFEST_HASH_ANNOTATION: manifest_hash(consumer)},
                 },
                 "spec": {
+                    **({"serviceAccountName": account} if account is not None else {}),
                     "containers": [container],
                     "terminationGracePeriodSeconds": termination_grace_seconds(consumer),
                     "automountServiceAccountToken": False,  # consumers never talk to Kubernetes
@@ -453,8 +504,10 @@ def render_pod_disruption_budget(consumer: PartitionedConsumer, owner: Owner) ->
 
 
 def render_children(consumer: PartitionedConsumer, owner: Owner, replicas: int) -> list[JSON]:
-    """Every child, in the order to apply them (the manifest before the pods that mount it)."""
+    """Every child, in the order to apply them (the manifest and the ServiceAccount before the pods)."""
+    account = render_service_account(consumer, owner)
     return [
+        *([account] if account is not None else []),
         render_config_map(consumer, owner),
         render_headless_service(consumer, owner),
         render_metrics_service(consumer, owner),

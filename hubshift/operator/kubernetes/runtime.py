@@ -79,9 +79,9 @@ class KubernetesRuntime:
         spec = consumer.spec
         if spec.event_hubs.connection_string_secret_ref is not None:
             secret = await self.read_secret(spec.event_hubs.connection_string_secret_ref)
-            environment[spec.event_hubs.connection_string_env] = secret.get_secret_value()
+            environment[spec.event_hubs.connection_string_variable] = secret.get_secret_value()
         blob = spec.checkpoint_store.blob
         if blob is not None and blob.connection_string_secret_ref is not None:
             secret = await self.read_secret(blob.connection_string_secret_ref)
-            environment[blob.connection_string_env] = secret.get_secret_value()
+            environment[blob.connection_string_variable] = secret.get_secret_value()
         return environment

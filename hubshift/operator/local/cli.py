@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING
 
 import click
 
+from hubshift.connect import chosen_identity, credential_options
 from hubshift.errors import UserError
 from hubshift.log import configure_logging
-from hubshift.manifest import load_manifest
-from hubshift.spec import PartitionedConsumer
+from hubshift.manifest import load_manifest, with_credential
+from hubshift.spec import PartitionedConsumer, TokenCredentialSpec
 
 if TYPE_CHECKING:
     from hubshift.operator.local.runner import LocalOperator
@@ -42,6 +43,10 @@ log = logging.getLogger("hubshift.run")
     help="Serve the operator's /metrics on 127.0.0.1:PORT (0: none).",
 )
 @click.option("--log-level", default="info", show_default=True, help="hubshift's log level.")
+@credential_options(
+    "Authenticate every Azure connection of the manifest (the control loop's and the consumers') with this "
+    "token credential instead of its connection string (the manifest names the namespace and account URLs)"
+)
 def run(
     manifest_path: str,
     engine: str,
@@ -49,11 +54,15 @@ def run(
     duration: float | None,
     metrics_port: int,
     log_level: str,
+    credential: str | None,
+    client_id: str | None,
 ) -> None:
     """Run a PartitionedConsumer manifest on this machine: the control loop and one `hubshift consume`
-    process per replica. Connection strings come from the environment variables the manifest names."""
+    process per replica. Connection strings come from the environment variables the manifest names; token
+    credentials are built here, by each process."""
     configure_logging(log_level)
-    consumer = load_manifest(manifest_path)
+    identity = chosen_identity(credential, client_id)
+    consumer = _load(Path(manifest_path), identity)
     folder = Path(workdir) if workdir else Path(".hubshift") / consumer.metadata.name
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -62,9 +71,28 @@ def run(
         raise UserError(
             f"--workdir {folder}: {exc.strerror or exc} (choose a folder you can write)"
         ) from None
-    code = asyncio.run(_run(Path(manifest_path), consumer, folder, engine, duration, metrics_port))
+    code = asyncio.run(_run(Path(manifest_path), consumer, folder, engine, duration, metrics_port, identity))
     if code:
         raise SystemExit(code)
+
+
+def _load(path: Path, identity: TokenCredentialSpec | None) -> PartitionedConsumer:
+    """The manifest, with the command line's credential in place of its connection strings."""
+    consumer = load_manifest(path)
+    if identity is None:
+        return consumer
+    return with_credential(consumer, identity)
+
+
+def _consume_args(identity: TokenCredentialSpec | None) -> tuple[str, ...]:
+    """What each `hubshift consume` is told of the command line's credential."""
+    if identity is None:
+        return ()
+    return (
+        "--credential",
+        identity.type,
+        *(("--client-id", identity.client_id) if identity.client_id else ()),
+    )
 
 
 async def _run(
@@ -74,6 +102,7 @@ async def _run(
     engine: str,
     duration: float | None,
     metrics_port: int = 0,
+    identity: TokenCredentialSpec | None = None,
 ) -> int:
     from hubshift.operator.local.runner import LocalOperator, install_stop_signals
     from hubshift.operator.metrics import OperatorMetrics
@@ -84,7 +113,9 @@ async def _run(
             metrics.serve(metrics_port, address="127.0.0.1")
         except OSError as exc:
             raise UserError(f"--metrics-port {metrics_port}: {exc.strerror}") from None
-    operator = LocalOperator(manifest_path, consumer, workdir, engine=engine, metrics=metrics)
+    operator = LocalOperator(
+        manifest_path, consumer, workdir, engine=engine, metrics=metrics, extra_args=_consume_args(identity)
+    )
     await operator.open()
     stop = asyncio.Event()
     install_stop_signals(stop)
@@ -103,7 +134,7 @@ async def _run(
             f"{workdir / TARGETS_FILE} (Prometheus file_sd)",
             err=True,
         )
-    watcher = asyncio.get_running_loop().create_task(_watch_manifest(manifest_path, operator, stop))
+    watcher = asyncio.get_running_loop().create_task(_watch_manifest(manifest_path, operator, stop, identity))
     try:
         await operator.run(stop)
     finally:
@@ -113,7 +144,9 @@ async def _run(
     return 0
 
 
-async def _watch_manifest(path: Path, operator: LocalOperator, stop: asyncio.Event) -> None:
+async def _watch_manifest(
+    path: Path, operator: LocalOperator, stop: asyncio.Event, identity: TokenCredentialSpec | None = None
+) -> None:
     """Apply the manifest again when the file changes, as `kubectl apply` would."""
     seen = path.stat().st_mtime_ns
     while not stop.is_set():
@@ -126,7 +159,7 @@ async def _watch_manifest(path: Path, operator: LocalOperator, stop: asyncio.Eve
             continue
         seen = changed
         try:
-            operator.apply(load_manifest(path))
+            operator.apply(_load(path, identity))
             log.info("%s changed: applied", path)
         except UserError as exc:
             log.warning("%s changed but was not applied: %s", path, exc)

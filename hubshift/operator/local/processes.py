@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from hubshift.operator.consumer_http import consumer_ready
+from hubshift.operator.rebalance import consumer_name
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.spec import PartitionedConsumer
 
@@ -200,7 +201,7 @@ class LocalRuntime:
         ]
 
     def _start(self, ordinal: int) -> ConsumerProcess:
-        name = f"{self.name}-{ordinal}"
+        name = consumer_name(self.name, ordinal)  # the StatefulSet's naming, which planned changes rely on
         port = free_port()
         log_path = self.workdir / "logs" / f"{name}.log"
         log_file = log_path.open("ab")

@@ -1,7 +1,8 @@
 """The Azure Blob backend of `LeaseStore`: real blob leases, ETag conditions, one container.
 
 Each method is one storage request (a listing may page past 5,000 blobs). Failures become the store's
-errors; their messages never carry the connection string, a key or a SAS token.
+errors; their messages never carry the connection string, a key, a SAS token or a bearer token. The
+container is reached with a connection string or with a token credential and the account's URL.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from azure.core import MatchConditions
+from azure.core.credentials import TokenCredential
 from azure.core.exceptions import (
     AzureError,
     ClientAuthenticationError,
@@ -56,8 +58,10 @@ _SECRET_RE = re.compile(
 class BlobLeaseStore:
     """`LeaseStore` over one Azure Blob container (or Azurite)."""
 
-    def __init__(self, container: ContainerClient) -> None:
+    def __init__(self, container: ContainerClient, *, token_credential: str | None = None) -> None:
         self._container = container
+        # With a token credential, its name (`managedIdentity`, ...) for the messages of refusals.
+        self._token_credential = token_credential
         self.account_url = container.url.split("?", 1)[0].rsplit("/", 1)[0]
         self.container_name = container.container_name
 
@@ -66,12 +70,28 @@ class BlobLeaseStore:
         cls, connection_string: str, container: str, *, timing: Timing = DEFAULT_TIMING, **client_kwargs: Any
     ) -> BlobLeaseStore:
         """A store over `container`; `client_kwargs` go to azure-core (e.g. `per_call_policies`)."""
-        client_kwargs.setdefault("connection_timeout", timing.request_timeout_seconds)
-        client_kwargs.setdefault("read_timeout", timing.request_timeout_seconds)
-        # The SDK's default backs off 15 s before its first retry: longer than half a membership lease.
-        client_kwargs.setdefault("retry_policy", LinearRetry(backoff=1, retry_total=2, random_jitter_range=1))
-        client = ContainerClient.from_connection_string(connection_string, container, **client_kwargs)
+        client = ContainerClient.from_connection_string(
+            connection_string, container, **_client_options(timing, client_kwargs)
+        )
         return cls(client)
+
+    @classmethod
+    def from_account_url(
+        cls,
+        account_url: str,
+        container: str,
+        credential: TokenCredential,
+        *,
+        credential_name: str = "token credential",
+        timing: Timing = DEFAULT_TIMING,
+        **client_kwargs: Any,
+    ) -> BlobLeaseStore:
+        """A store over `container` of the account at `account_url`, with a token credential
+        (`credential_name` says which, in messages)."""
+        client = ContainerClient(
+            account_url, container, credential=credential, **_client_options(timing, client_kwargs)
+        )
+        return cls(client, token_credential=credential_name)
 
     # -- reading ---------------------------------------------------------------------------------------
 
@@ -165,6 +185,17 @@ class BlobLeaseStore:
 
     # -- internals -------------------------------------------------------------------------------------
 
+    def _refused(self, exc: HttpResponseError) -> str:
+        why = _code(exc) or exc.status_code
+        detail = _auth_detail(exc)
+        text = f"Blob storage at {self.account_url} refused the credentials ({why}{detail})"
+        if self._token_credential is None:
+            return text
+        return (
+            f"{text}: the token of credential {self._token_credential} (check that the identity has Storage "
+            "Blob Data Contributor on the account or the container, and the credential's client id)"
+        )
+
     def _lease(self, name: str, lease_id: str | None) -> BlobLeaseClient:
         return BlobLeaseClient(self._container.get_blob_client(name), lease_id=lease_id)
 
@@ -175,10 +206,12 @@ class BlobLeaseStore:
         except StoreError:
             raise
         except ClientAuthenticationError as exc:
-            why = _code(exc) or exc.status_code
-            raise StoreUnavailable(
-                f"Blob storage at {self.account_url} refused the credentials ({why})"
-            ) from None
+            if self._token_credential is not None and not _answered_by(exc, self.account_url):
+                raise StoreUnavailable(
+                    f"Blob storage at {self.account_url}: no token from credential {self._token_credential}: "
+                    f"{_reason(exc)}"
+                ) from None
+            raise StoreUnavailable(self._refused(exc)) from None
         except (ServiceRequestError, ServiceResponseError) as exc:
             raise StoreUnavailable(
                 f"cannot reach Blob storage at {self.account_url}: {_reason(exc)}"
@@ -186,9 +219,7 @@ class BlobLeaseStore:
         except HttpResponseError as exc:
             code = _code(exc)
             if exc.status_code in (401, 403):
-                raise StoreUnavailable(
-                    f"Blob storage at {self.account_url} refused the credentials ({code or exc.status_code})"
-                ) from None
+                raise StoreUnavailable(self._refused(exc)) from None
             if code == "ContainerNotFound":
                 raise ContainerNotFound(
                     f"container {self.container_name!r} does not exist at {self.account_url}"
@@ -208,6 +239,16 @@ class BlobLeaseStore:
             raise StoreError(f"{name}: {exc.status_code} {code}") from None
         except AzureError as exc:
             raise StoreUnavailable(f"Blob storage at {self.account_url} failed: {_reason(exc)}") from None
+
+
+def _client_options(timing: Timing, client_kwargs: dict[str, Any]) -> dict[str, Any]:
+    options = {
+        "connection_timeout": timing.request_timeout_seconds,
+        "read_timeout": timing.request_timeout_seconds,
+        # The SDK's default backs off 15 s before its first retry: longer than half a membership lease.
+        "retry_policy": LinearRetry(backoff=1, retry_total=2, random_jitter_range=1),
+    }
+    return {**options, **client_kwargs}
 
 
 def _entry(blob: BlobProperties) -> BlobEntry:
@@ -232,6 +273,20 @@ def _quoted(etag: str) -> str:
 def _code(exc: HttpResponseError) -> str:
     code = getattr(exc, "error_code", None)
     return str(getattr(code, "value", code) or "")
+
+
+def _answered_by(exc: HttpResponseError, account_url: str) -> bool:
+    """Whether the storage account itself refused (rather than the token endpoint of a credential)."""
+    request = getattr(exc.response, "request", None)
+    return request is not None and str(request.url).startswith(account_url)
+
+
+def _auth_detail(exc: HttpResponseError) -> str:
+    """`: The token is expired.`: Azure Storage's AuthenticationErrorDetail, when it gave one."""
+    for line in str(exc.message or "").splitlines():
+        if line.lower().startswith("authenticationerrordetail:"):
+            return ": " + _SECRET_RE.sub(r"\1\2=REDACTED", line.partition(":")[2].strip())[:200]
+    return ""
 
 
 def _reason(exc: AzureError) -> str:

@@ -2,7 +2,9 @@
 
 - `sqlite:///relative/path.db` or `sqlite:////absolute/path.db` (SQLAlchemy's form; `sqlite_url` builds it);
 - an Azure Storage connection string (`AccountName=...;AccountKey=...;` or `BlobEndpoint=...;...`), with a
-  container.
+  container;
+- a storage account's Blob endpoint (`https://ACCOUNT.blob.core.windows.net`) with a container and a token
+  credential.
 
 Bad input becomes `hubshift.errors.UserError`: one line that says what to fix and never repeats the
 connection string (it holds a key).
@@ -17,12 +19,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hubshift.errors import UserError
 from hubshift.ownership.store import ContainerNotFound, LeaseStore, StoreError
 from hubshift.ownership.stores.sqlite import DEFAULT_CONTAINER
 from hubshift.ownership.timing import DEFAULT_TIMING, Timing
+
+if TYPE_CHECKING:
+    from azure.core.credentials import TokenCredential
 
 SQLITE_SCHEME = "sqlite:///"
 _KNOWN_KEYS = {
@@ -51,8 +56,14 @@ class SqliteLocation:
 
 @dataclass(frozen=True)
 class BlobLocation:
-    connection_string: str = field(repr=False)
+    """A Blob container, reached with a connection string or with a token credential and its account's URL
+    (`credential_name` says which credential, in messages)."""
+
+    connection_string: str | None = field(repr=False)
     container: str
+    account_url: str | None = None
+    credential: TokenCredential | None = field(default=None, repr=False, compare=False)
+    credential_name: str = "token credential"
 
 
 def sqlite_url(path: str | Path) -> str:
@@ -63,21 +74,44 @@ def sqlite_url(path: str | Path) -> str:
 _KEY_NAME_RE = re.compile(r"[A-Za-z]{1,32}")
 
 
-def parse_store(store: str, container: str | None = None) -> SqliteLocation | BlobLocation:
-    """Parse and check a store string without contacting anything; `UserError` if it is malformed."""
+def parse_store(
+    store: str,
+    container: str | None = None,
+    *,
+    credential: TokenCredential | None = None,
+    credential_name: str = "token credential",
+) -> SqliteLocation | BlobLocation:
+    """Parse and check a store string without contacting anything; `UserError` if it is malformed. An
+    account URL needs the token `credential` it is read with."""
     text = store.strip()
     if not text:
         raise UserError(f"the store is empty: {_HINT}")
     if text.lower().startswith("sqlite:"):
         return _parse_sqlite(text, container)
+    if "://" in text and "=" not in text:
+        if not re.match(r"^https://[^/\s]+(/[^/\s]+)?/?$", text):
+            raise UserError(
+                "a storage account URL is https://ACCOUNT.blob.core.windows.net (a token is only sent over "
+                "TLS)"
+            )
+        if credential is None:
+            raise UserError(
+                "a storage account URL is read with a token credential: pass --credential "
+                "(workloadIdentity, managedIdentity or default), or give a connection string"
+            )
+        return BlobLocation(None, check_container(container), text.rstrip("/"), credential, credential_name)
     _check_connection_string(text)
+    return BlobLocation(connection_string=text, container=check_container(container))
+
+
+def check_container(container: str | None) -> str:
     if not container:
         raise UserError("an Azure Storage store needs a container: pass --container NAME")
     if not _CONTAINER_RE.match(container):
         raise UserError(
             f"container name {container!r} is not valid: 3-63 lower-case letters, digits and single hyphens"
         )
-    return BlobLocation(connection_string=text, container=container)
+    return container
 
 
 def open_store(
@@ -164,9 +198,20 @@ def _open_blob(location: BlobLocation, *, create: bool, timing: Timing, **client
     from hubshift.ownership.stores.blob import BlobLeaseStore
 
     try:
-        store = BlobLeaseStore.from_connection_string(
-            location.connection_string, location.container, timing=timing, **client_kwargs
-        )
+        if location.connection_string is not None:
+            store = BlobLeaseStore.from_connection_string(
+                location.connection_string, location.container, timing=timing, **client_kwargs
+            )
+        else:
+            assert location.account_url is not None and location.credential is not None
+            store = BlobLeaseStore.from_account_url(
+                location.account_url,
+                location.container,
+                location.credential,
+                credential_name=location.credential_name,
+                timing=timing,
+                **client_kwargs,
+            )
     except ValueError:
         raise UserError(f"the store is not a valid Azure Storage connection string: {_HINT}") from None
     try:

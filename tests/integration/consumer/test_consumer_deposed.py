@@ -14,6 +14,7 @@ import pytest
 from hubshift.apps.produce import LoadSpec, send_load
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.eventhubs.receiver import ReceiverPool, StartAt
+from hubshift.eventhubs.target import EventHubsTarget
 from hubshift.ownership.checkpoints import read_checkpoint
 from hubshift.ownership.leases import claim_partition
 from hubshift.ownership.membership import join
@@ -74,7 +75,9 @@ def test_a_deposed_consumer_stops_at_once_and_cannot_move_the_checkpoint(
         )
         taken = claim_partition(store, scope, "0", "x", force=True)
         received: list[int] = []
-        thieves = ReceiverPool(emulator.connection_string, "hub", "$Default")
+        thieves = ReceiverPool(
+            EventHubsTarget(emulator.connection_string, f"127.0.0.1:{emulator.port}", "hub", "$Default")
+        )
         thieves.open(
             "0",
             taken.owner_level,
@@ -84,18 +87,18 @@ def test_a_deposed_consumer_stops_at_once_and_cannot_move_the_checkpoint(
         )
         stolen_at = datetime.now(UTC)
         wait_for(
-            lambda: consumer.metric("hubshift_consumer_lease_lost_total", 'partition="0"') >= 1,
+            lambda: consumer.metric("hubshift_consumer_lease_lost_total") >= 1,
             10,
-            "c0 to stop partition 0",
+            "c0 to stop partition 0 (its first lease lost)",
             on_timeout=consumer.log,
         )
 
         # Partition 1: the lease broken, no new receiver. The next checkpoint write is refused.
         taken_1 = claim_partition(store, scope, "1", "x", force=True)
         wait_for(
-            lambda: consumer.metric("hubshift_consumer_lease_lost_total", 'partition="1"') >= 1,
+            lambda: consumer.metric("hubshift_consumer_lease_lost_total") >= 2,
             30,
-            "c0 to stop partition 1",
+            "c0 to stop partition 1 (its second lease lost)",
             on_timeout=consumer.log,
         )
         assert consumer.metric("hubshift_consumer_checkpoints_total", 'result="fenced"') >= 1

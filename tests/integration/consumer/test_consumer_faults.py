@@ -4,6 +4,10 @@ restarting when the sink answers again."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -11,11 +15,12 @@ from pathlib import Path
 import pytest
 
 from hubshift.apps.produce import LoadSpec, send_load
+from hubshift.consumer.app import Scratch
 from hubshift.consumer.pipelines.aggregate_view import AggregateView
 from hubshift.consumer.sinks import BlobStore
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.ownership.checkpoints import list_checkpoints
-from tests.fixtures.consumer import ConsumerPool, consumer_environ, consumer_manifest, wait_for
+from tests.fixtures.consumer import ConsumerPool, all_in_sink, consumer_environ, consumer_manifest, wait_for
 from tests.harness.azurite import start_azurite
 
 pytestmark = pytest.mark.timeout(600)
@@ -107,3 +112,58 @@ def test_a_blob_sink_away_for_a_minute_holds_the_batch_and_loses_nothing(
         assert "trying again" in consumer.log()  # the writes waited for the sink
     finally:
         sink_server.stop()
+
+
+def test_a_full_scratch_disk_stops_the_consumer_with_one_line_and_loses_nothing(
+    tmp_path: Path, emulator_factory: object, consumer_pool: ConsumerPool
+) -> None:
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root to mount a small tmpfs as the consumer's spool")
+    emulator: RunningEmulator = emulator_factory(["hub:2"])  # type: ignore[operator]
+    sink = tmp_path / "sink"
+    manifest = consumer_manifest(
+        tmp_path / "consumer.yaml", store={"sqlite": {"path": str(tmp_path / "store.db")}}, sink=sink
+    )
+    consumer_pool.environ.update(consumer_environ(emulator.connection_string))
+    # The consumer's scratch (ConsumerPool puts it at scratch-<id>), its spool on a 512 KiB tmpfs.
+    scratch = tmp_path / "scratch-c0"
+    spool = scratch / "spool"
+    spool.mkdir(parents=True)
+    (scratch / Scratch.MARKER).touch()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(spool)], check=True)
+    try:
+        consumer = consumer_pool.start(manifest, "c0")
+        consumer.wait_ready()
+        wait_for(lambda: consumer.metric("hubshift_consumer_owned_partitions") == 2, 60, "both partitions")
+        produced = send_padded(emulator.connection_string, per_partition=40, size=20_000)
+        code = consumer.wait(timeout=180)  # a bounded stop, not a retry loop
+        assert code == 1
+        errors = [line for line in consumer.log().splitlines() if " ERROR " in line]
+        assert any("is full" in line and "scratch" in line for line in errors), errors
+    finally:
+        subprocess.run(["umount", str(spool)], check=False)
+    # Room again: the consumer picks up where the committed checkpoints are, nothing lost.
+    again = consumer_pool.start(manifest, "c0")
+    again.wait_ready()
+    wait_for(lambda: all_in_sink(sink, produced), 240, "every event in the sink", on_timeout=again.log)
+
+
+def send_padded(connection_string: str, per_partition: int, size: int) -> dict[str, int]:
+    """Sensor events with a large extra field (the aggregate ignores it), `per_partition` to each."""
+    from azure.eventhub import EventData, EventHubProducerClient
+
+    event = {
+        "homeId": "h1",
+        "sensorId": "h1-s00",
+        "sensorType": "motion",
+        "eventType": "detected",
+        "eventTime": "2026-11-21T10:00:00.000Z",
+        "padding": "x" * size,
+    }
+    with EventHubProducerClient.from_connection_string(connection_string, eventhub_name="hub") as producer:
+        for partition in ("0", "1"):
+            for _ in range(per_partition):
+                batch = producer.create_batch(partition_id=partition)
+                batch.add(EventData(json.dumps(event)))
+                producer.send_batch(batch)
+    return {"0": per_partition, "1": per_partition}

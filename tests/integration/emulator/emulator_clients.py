@@ -24,6 +24,7 @@ class Received:
     partition_key: bytes | None
     body: bytes
     properties: dict[Any, Any]
+    delivery_annotations: dict[Any, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -49,6 +50,7 @@ class Collector:
                     event.partition_key,
                     b"".join(event.body),
                     dict(event.properties or {}),
+                    dict(event.raw_amqp_message.delivery_annotations or {}),
                 )
             )
             self.last_enqueued.append(context.last_enqueued_event_properties)

@@ -190,6 +190,45 @@ def test_last_enqueued_event_properties(emulator: RunningEmulator) -> None:
     assert without.last_enqueued[-1] is None
 
 
+def test_a_producers_delivery_annotations_reach_receivers_merged_with_the_services(
+    emulator: RunningEmulator,
+) -> None:
+    """The service round-trips the delivery annotations a producer sets on an AmqpAnnotatedMessage; a
+    receiver that asks for the last-enqueued event's properties gets both in one map."""
+    from azure.eventhub.amqp import AmqpAnnotatedMessage
+
+    def annotated(index: int) -> AmqpAnnotatedMessage:
+        return AmqpAnnotatedMessage(
+            data_body=f"a{index}".encode(), delivery_annotations={"x-hop": f"v{index}", "x-count": index}
+        )
+
+    with producer(emulator.connection_string) as client:
+        client.send_event(annotated(0), partition_id="0")
+        batch = client.create_batch(partition_id="0")
+        for index in (1, 2):
+            batch.add(annotated(index))
+        client.send_batch(batch)
+        client.send_event(EventData("plain"), partition_id="0")
+    plain = receive(emulator.connection_string, 4, partition_id="0").events
+    assert [event.delivery_annotations for event in plain] == [
+        {b"x-hop": b"v0", b"x-count": 0},
+        {b"x-hop": b"v1", b"x-count": 1},
+        {b"x-hop": b"v2", b"x-count": 2},
+        {},
+    ]
+    tracked = receive(
+        emulator.connection_string, 4, partition_id="0", track_last_enqueued_event_properties=True
+    )
+    for index, event in enumerate(tracked.events):
+        annotations = event.delivery_annotations
+        assert annotations[b"last_enqueued_sequence_number"] == 3
+        if index < 3:
+            assert (annotations[b"x-hop"], annotations[b"x-count"]) == (f"v{index}".encode(), index)
+        assert tracked.last_enqueued[index] is not None
+        assert tracked.last_enqueued[index]["sequence_number"] == 3  # type: ignore[index]
+    assert [event.body for event in tracked.events] == [b"a0", b"a1", b"a2", b"plain"]
+
+
 def test_a_higher_owner_level_takes_the_partition(emulator: RunningEmulator) -> None:
     from azure.eventhub import CloseReason
 

@@ -65,6 +65,7 @@ def test_endpoints() -> None:
         assert post(f"{base}/assignment", b"x" * 5000)[0] == 413
         assert post(f"{base}/elsewhere")[0] == 404
         assert nudges == [None, 7]
+        assert "hubshift_consumer_nudges_total 2.0" in get(f"{base}/metrics")[2]  # the refused ones: not
     with pytest.raises(RuntimeError):
         server.port  # noqa: B018
 

@@ -48,7 +48,7 @@ class PodRuntime:
         self.status = status
 
     async def connection_environment(self, consumer: PartitionedConsumer) -> dict[str, str]:
-        return {consumer.spec.event_hubs.connection_string_env: self.secret}
+        return {consumer.spec.event_hubs.connection_string_variable: self.secret}
 
 
 def resource(store: Path, generation: int = 2, max_replicas: int = 2) -> dict[str, Any]:
@@ -94,7 +94,8 @@ async def test_the_operators_loop_reads_secrets_keeps_its_clients_applies_edits_
         runtime.pods = [ConsumerInstance(f"homes-{i}", i, True, f"127.0.0.1:{1 + i}") for i in range(2)]
         wait = await driver.cycle(desired(body))
         assert len(opened) == 1, "the same loop, clients and memory across cycles"
-        assert runtime.status["phase"] == "Holddown"
+        # The cold start was planned: each ready pod is handed its share at once, no holddown.
+        assert runtime.status["phase"] == "Rebalancing" and runtime.status["change"] == "planned"
         assert wait < polling, "a busy loop runs its next cycle soon"
 
         edited = resource(tmp_path / "store.db", generation=3, max_replicas=4)

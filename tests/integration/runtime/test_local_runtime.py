@@ -51,6 +51,40 @@ async def test_scales_out_under_load_then_in_when_idle_without_replaying_an_even
     assert all(code == 0 for _, code in pool.runtime.exits), "scaled-in consumers exit 0 after handing off"
 
 
+@pytest.mark.timeout(150)
+async def test_a_planned_scale_out_hands_each_new_consumer_its_share_without_a_holddown(
+    local_pool: PoolFactory,
+) -> None:
+    # A minute of holddown: a scale-out that waited for it could not be balanced within the bound below.
+    pool = await local_pool(8, scaling={"minReplicas": 1, "maxReplicas": 1}, rebalance={"delaySeconds": 60})
+    await pool.until(lambda: pool.balanced_over(1), 40, "one consumer holding all 8 partitions")
+    load = Load(pool.emulator.connection_string, rate=200)
+    load.start()
+    try:
+        await asyncio.sleep(2)
+        manifest = pool.operator.consumer
+        scaling = manifest.spec.scaling.model_copy(update={"min_replicas": 4, "max_replicas": 4})
+        pool.operator.apply(
+            manifest.model_copy(update={"spec": manifest.spec.model_copy(update={"scaling": scaling})})
+        )
+        await pool.until(lambda: pool.last_status().get("change") == "planned", 10, "the plan published")
+        planned = pool.last_status().get("planned") or []
+        assert sorted(entry["consumer"] for entry in planned) == ["homes-1", "homes-2", "homes-3"]
+        await pool.until(lambda: len(pool.ready()) == 4, 40, "four consumers ready")
+        balanced = await pool.until(lambda: pool.balanced_over(4), 15, "balanced over four")
+        await asyncio.sleep(2)
+    finally:
+        sent = load.finish()
+    assert balanced < 10, f"balanced {balanced:.1f}s after the last consumer was ready (holddown: 60 s)"
+    await pool.until(lambda: pool.processed()[0] >= sent, 30, "every event processed")
+    distinct, replayed = pool.processed()
+    assert distinct == sent
+    assert replayed == 0, "each planned handoff was graceful"
+    events = pool.events()
+    assert "Planned" in events and "Holddown" not in events
+    assert pool.last_status().get("change") is None and pool.last_status().get("phase") == "Ready"
+
+
 @pytest.mark.timeout(120)
 async def test_a_consumer_that_dies_and_returns_within_the_delay_causes_no_handoff(
     local_pool: PoolFactory,

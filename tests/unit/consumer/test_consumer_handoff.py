@@ -210,3 +210,42 @@ def test_checkpoint_cadence() -> None:
     assert not due(moved, 10, 4.0)
     assert due(moved, 10, 5.0)  # time
     assert due(moved, 100, 0.1)  # events
+
+
+def planned_snapshot(owners: dict[str, str | None], members: list[str]) -> OwnershipSnapshot:
+    """A planned scale-out 1 -> 2 under way: "b" is planned to take 2 and 3, which "a" reads until then."""
+    record = Assignment(
+        generation=3,
+        partitions={p: "a" for p in PARTITIONS},
+        phase=Phase.READY,
+        replicas=2,
+        updated_at=T0,
+        consumers=("a", "b"),
+        planned={"2": "b", "3": "b"},
+    )
+    rows = tuple(row(p, o) for p, o in owners.items())
+    return OwnershipSnapshot(SCOPE, rows, tuple(Member(m, True, T0) for m in members), record, "etag")
+
+
+def test_the_reader_of_a_planned_partition_keeps_it_and_its_planned_owner_waits_for_the_operator() -> None:
+    snap = planned_snapshot({p: "a" for p in PARTITIONS}, ["a", "b"])
+    a = plan("a", snap, PARTITIONS)
+    assert a.mode == "assignment" and a.drains == () and a.claims == () and a.planned == ()
+    b = plan("b", snap, [], now=T0 + timedelta(hours=1))  # long past any handoff deadline
+    assert b.claims == () and b.waiting == () and b.planned == ("2", "3")
+
+
+def test_a_planned_partition_nobody_reads_is_not_taken_before_it_is_handed_over() -> None:
+    record = Assignment(
+        generation=1,
+        partitions={},
+        phase=Phase.READY,
+        replicas=2,
+        updated_at=T0,
+        planned={"0": "a", "1": "a", "2": "b", "3": "b"},
+        planned_until=T0 + timedelta(seconds=10),
+    )
+    snap = OwnershipSnapshot(SCOPE, (), (Member("b", True, T0),), record, "etag")
+    b = plan("b", snap, [], now=T0 + timedelta(seconds=65))  # the operator announced it waits until +10 s
+    assert b.mode == "assignment" and b.claims == () and b.planned == ("2", "3")
+    assert not assignment_is_current(record, PARTITIONS, ["b"], T0 + timedelta(seconds=71), 60)

@@ -64,6 +64,8 @@ def test_default_values_match_their_schema() -> None:
         (lambda v: v["metrics"]["serviceMonitor"].update(interval="soon"), "metrics.serviceMonitor.interval"),
         (lambda v: v.update(unknown=True), "Additional properties"),
         (lambda v: v["image"].update(pullPolicy="Sometimes"), "image.pullPolicy"),
+        (lambda v: v["azure"].update(credential="keys"), "azure.credential"),
+        (lambda v: v["azure"]["workloadIdentity"].update(enabled=True), "azure.workloadIdentity"),
     ],
 )
 def test_bad_values_are_refused(change: Any, fragment: str) -> None:
@@ -282,6 +284,9 @@ SETUPS: dict[str, dict[str, Any]] = {
         },
         "dashboards": {"enabled": True},
     },
+    "workload-identity": {
+        "azure": {"workloadIdentity": {"enabled": True, "clientId": "cid-1", "tenantId": "tid-1"}},
+    },
 }
 
 
@@ -358,9 +363,21 @@ def test_helm_template(helm: str, tmp_path: Path, setup: str) -> None:
     rules = [rule for d in documents if d["kind"] in ("Role", "ClusterRole") for rule in d["rules"]]
     secrets = [rule for rule in rules if "secrets" in rule["resources"]]
     assert secrets and all(rule["verbs"] == ["get"] for rule in secrets)
+    accounts = [rule for rule in rules if "serviceaccounts" in rule["resources"]]
+    assert accounts and all(rule["verbs"] == ["get", "create", "patch"] for rule in accounts)
     if setup == "defaults":
         assert "--all-namespaces" in container["args"] and "--standalone" in container["args"]
         assert deployment["spec"]["strategy"]["type"] == "Recreate"
+        assert "--credential=default" in container["args"]
+        assert "azure.workload.identity/use" not in deployment["spec"]["template"]["metadata"]["labels"]
+    if setup == "workload-identity":
+        assert "--credential=workloadIdentity" in container["args"]
+        assert deployment["spec"]["template"]["metadata"]["labels"]["azure.workload.identity/use"] == "true"
+        account = next(d for d in documents if d["kind"] == "ServiceAccount")
+        assert account["metadata"]["annotations"] == {
+            "azure.workload.identity/client-id": "cid-1",
+            "azure.workload.identity/tenant-id": "tid-1",
+        }
     if setup == "namespaced-with-peering":
         assert "--peering=hubshift" in container["args"]
         assert {d["metadata"]["namespace"] for d in documents if d["kind"] == "Role"} == {"team-a", "team-b"}

@@ -33,7 +33,7 @@ from hubshift.operator.status import build_status
 from hubshift.ownership.assignment import publish_assignment, read_assignment
 from hubshift.ownership.leases import claim_partition
 from hubshift.ownership.membership import join
-from hubshift.ownership.model import Checkpoint, OwnershipSnapshot
+from hubshift.ownership.model import ChangeKind, Checkpoint, OwnershipSnapshot
 from hubshift.ownership.records import decode_assignment, encode_assignment
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
@@ -117,6 +117,9 @@ def states(draw: st.DrawFn) -> RebalanceState:
         published_at=published,
         holddown_until=draw(st.none() | st.floats(1.6e9, 2.0e9, allow_nan=False)),
         replicas=draw(st.integers(0, 8)),
+        planned={p: f"homes-{draw(st.integers(4, 7))}" for p in draw(st.sets(st.sampled_from(partitions)))},
+        planned_until=draw(st.none() | st.floats(1.6e9, 2.0e9, allow_nan=False)),
+        change=draw(st.none() | st.sampled_from(list(ChangeKind))),
     )
 
 
@@ -287,16 +290,15 @@ class Harness:
         return asyncio.run(self.loop.cycle(CycleInputs()))
 
     def settle(self) -> None:
-        """From a cold start to Ready: homes-0 and homes-1 up, generation 2 published after the holddown
-        and followed by them."""
+        """From a cold start to Ready: the plan for homes-0 and homes-1 published at once, handed to them
+        when they are ready (generation 2) and followed by them."""
         self.cycle()
         self.runtime.ready(0, 1)
-        self.cycle()
-        self.clock.now += 6
+        self.clock.now += 1
         report = self.cycle()
         hold(self.store, dict(report.state.assignment))
         self.clock.now += 1
-        self.cycle()
+        assert self.cycle().state.phase is Phase.READY
 
     def restart(self) -> Harness:
         """A new operator process: nothing in memory, the same store."""
@@ -329,31 +331,41 @@ def hold(store: SqliteLeaseStore, assignment: dict[str, str | None]) -> None:
             claim_partition(store, SCOPE, partition, consumer, force=True)
 
 
-def test_cold_start_scales_out_publishes_after_the_holddown_and_nudges(harness: Harness) -> None:
+def test_cold_start_publishes_the_plan_at_once_and_hands_each_consumer_its_share_when_ready(
+    harness: Harness,
+) -> None:
     report = harness.cycle()
     assert harness.runtime.target == 2  # minReplicas, at once
     record = read_assignment(harness.store, SCOPE)
-    assert record is not None and record.assignment.generation == 1  # nothing to assign yet
+    assert record is not None and record.assignment.generation == 1
+    assert record.assignment.partitions == {}  # nobody reads yet
+    assert sorted(set(record.assignment.planned.values())) == ["homes-0", "homes-1"]  # the plan, at once
+    assert record.assignment.change is ChangeKind.PLANNED
+    assert report.status.to_body()["change"] == "planned"
+
+    harness.runtime.ready(0)
+    harness.clock.now += 1
+    report = harness.cycle()
+    assert report.state.generation == 2 and report.state.phase is Phase.REBALANCING
+    assert harness.nudges == [("127.0.0.1:9000", 2)]
+    stored = read_assignment(harness.store, SCOPE)
+    assert stored is not None and set(stored.assignment.partitions.values()) == {"homes-0"}
+    assert set(stored.assignment.planned.values()) == {"homes-1"}
+    body = report.status.to_body()
+    assert body["planned"] == [{"consumer": "homes-1", "partitions": ["4", "5", "6", "7"]}]
+    assert body["plannedUntil"]  # unread partitions wait for homes-1 at most delaySeconds
 
     harness.runtime.ready(0, 1)
     harness.clock.now += 1
     report = harness.cycle()
-    assert report.state.phase is Phase.HOLDDOWN
-    harness.clock.now += 5
-    report = harness.cycle()
-    assert report.state.generation == 2 and report.state.phase is Phase.REBALANCING
-    assert sorted(harness.nudges) == [("127.0.0.1:9000", 2), ("127.0.0.1:9001", 2)]
-    stored = read_assignment(harness.store, SCOPE)
-    assert stored is not None and stored.assignment.generation == 2
-    assert sorted(set(stored.assignment.partitions.values())) == ["homes-0", "homes-1"]
-
+    assert report.state.generation == 3 and not report.state.planned
     hold(harness.store, dict(report.state.assignment))
     harness.clock.now += 1
     report = harness.cycle()
-    assert report.state.phase is Phase.READY
-    assert report.status.to_body()["phase"] == "Ready"
+    assert report.state.phase is Phase.READY and report.state.running is None
+    assert report.status.to_body()["phase"] == "Ready" and "change" not in report.status.to_body()
     reasons = [reason for reason, _ in harness.runtime.events]
-    assert reasons.count("Rebalanced") == 2 and "ScalingOut" in reasons and "Holddown" in reasons
+    assert "Planned" in reasons and "ScalingOut" in reasons and "Holddown" not in reasons
 
 
 def test_a_settled_pool_costs_one_listing_per_cycle_and_writes_nothing(harness: Harness) -> None:
@@ -398,12 +410,11 @@ def test_lag_in_seconds_from_the_owners_metadata_and_the_loops_own_reads(harness
 def test_a_lost_compare_and_swap_reads_again_and_still_publishes(harness: Harness) -> None:
     harness.cycle()
     harness.runtime.ready(0, 1)
-    harness.cycle()
     # Another writer bumps the record behind the loop's back (same content, new ETag).
     record = read_assignment(harness.store, SCOPE)
     assert record is not None
     publish_assignment(harness.store, SCOPE, record.assignment, etag=record.etag)
-    harness.clock.now += 6
+    harness.clock.now += 1
     report = harness.cycle()
     assert report.state.generation == 2
     stored = read_assignment(harness.store, SCOPE)
@@ -411,20 +422,25 @@ def test_a_lost_compare_and_swap_reads_again_and_still_publishes(harness: Harnes
 
 
 def test_an_operator_restart_keeps_the_holddown_and_publishes_once(harness: Harness) -> None:
-    harness.cycle()
-    harness.runtime.ready(0, 1)
-    harness.cycle()  # holddown starts
+    harness.settle()
+    settled = read_assignment(harness.store, SCOPE)
+    assert settled is not None
+    generation = settled.assignment.generation
+    harness.runtime.ready(0)  # homes-1 is gone: unplanned
+    harness.clock.now += 1
+    assert harness.cycle().state.phase is Phase.HOLDDOWN
     restarted = harness.restart()
     restarted.clock.now += 2
     report = restarted.cycle()
-    assert report.state.phase is Phase.HOLDDOWN and report.state.generation == 1
+    assert report.state.phase is Phase.HOLDDOWN and report.state.generation == generation
+    assert report.status.to_body()["change"] == "holddown"
     restarted.clock.now += 4
     report = restarted.cycle()
-    assert report.state.generation == 2
+    assert report.state.generation == generation + 1
     again = restarted.restart()
     again.clock.now += 1
     report = again.cycle()
-    assert report.state.generation == 2  # not published twice
+    assert report.state.generation == generation + 1  # not published twice
 
 
 def test_the_autoscalers_history_survives_a_restart(harness: Harness) -> None:

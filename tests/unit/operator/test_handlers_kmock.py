@@ -467,9 +467,9 @@ async def test_secrets_never_reach_status_events_children_or_logs(
         consumer: PartitionedConsumer, inputs: CycleInputs, runtime: KubernetesRuntime
     ) -> None:
         environment = await runtime.connection_environment(consumer)
-        hubs = environment[consumer.spec.event_hubs.connection_string_env]
+        hubs = environment[consumer.spec.event_hubs.connection_string_variable]
         assert consumer.spec.checkpoint_store.blob is not None
-        storage = environment[consumer.spec.checkpoint_store.blob.connection_string_env]
+        storage = environment[consumer.spec.checkpoint_store.blob.connection_string_variable]
         read.append(hubs)
         secret = await runtime.read_secret(SecretKeyRef(name="telemetry-eventhubs", key="connectionString"))
         logging.getLogger("hubshift.test").info("connected with %s and %r", secret, secret)
@@ -548,7 +548,7 @@ async def test_a_spec_without_secret_references_never_gets_the_operators_own_cre
     del body["spec"]["eventHubs"]["connectionStringSecretRef"]
     del body["spec"]["checkpointStore"]["blob"]["connectionStringSecretRef"]
     consumer = consumer_from_body(body)
-    variable = consumer.spec.event_hubs.connection_string_env
+    variable = consumer.spec.event_hubs.connection_string_variable
     monkeypatch.setenv(variable, SENTINEL)  # the operator's own, e.g. for another purpose
     runtime = KubernetesRuntime(kube, Owner.from_body(body))
     environment = await runtime.connection_environment(consumer)
@@ -633,6 +633,20 @@ def test_settings_are_applied_in_one_place() -> None:
     standalone = kopf.OperatorSettings()
     apply_settings(standalone, OperatorConfig())
     assert standalone.peering.standalone is True
+
+
+def test_in_a_pod_kopf_reaches_the_api_server_at_the_service_address_not_a_dns_name() -> None:
+    """kopf's own service-account login names `https://kubernetes.default.svc`, which needs cluster DNS;
+    a pod always has the Service's address in its environment (client-go and lightkube use it)."""
+    info = kopf.ConnectionInfo(server="https://kubernetes.default.svc", token="t", ca_path="/ca.crt")
+    environ = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    login = handlers.service_account_login(info, environ)
+    assert login is not None
+    assert (login.server, login.token, login.ca_path) == ("https://10.96.0.1:443", "t", "/ca.crt")
+    ipv6 = handlers.service_account_login(info, {**environ, "KUBERNETES_SERVICE_HOST": "fd00::1"})
+    assert ipv6 is not None and ipv6.server == "https://[fd00::1]:443"
+    assert handlers.service_account_login(info, {}) is info  # not in a pod: kopf's answer as it is
+    assert handlers.service_account_login(None, environ) is None  # no token: the kubeconfig next
 
 
 def test_metrics_replace_stale_label_sets() -> None:

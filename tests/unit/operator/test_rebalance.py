@@ -1,4 +1,5 @@
-"""The rebalance state machine: holddown, handoffs, orphans, drain before scale-in, restarts."""
+"""The rebalance state machine: planned changes, holddown, handoffs, orphans, drain before scale-in,
+restarts."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from hypothesis import strategies as st
 
 from hubshift.operator.rebalance import (
     BreakLeases,
+    ChangeKind,
     Observation,
     Phase,
     PublishAssignment,
+    PublishReason,
     RebalanceState,
     RecordEvent,
     SetReplicas,
@@ -19,7 +22,7 @@ from hubshift.operator.rebalance import (
     ordinal,
     step,
 )
-from hubshift.ownership.planner import is_balanced, minimum_moves, plan_assignment
+from hubshift.ownership.planner import is_balanced, minimum_moves, plan_assignment, plan_moves
 from hubshift.spec import RebalanceSpec
 
 CONFIG = RebalanceSpec(delay_seconds=5.0, max_handoff_seconds=3.0)
@@ -56,6 +59,7 @@ class World:
     stuck: set[str] = field(default_factory=set)  # present consumers that never release (hung)
     early_breaks: list[str] = field(default_factory=list)  # live holders broken before the deadline
     breakable: set[str] = field(default_factory=set)
+    pool: str | None = "homes"  # None: names the operator cannot plan with (every change waits)
 
     def observe(self) -> Observation:
         return Observation(
@@ -66,6 +70,7 @@ class World:
             self.replicas,
             record=self.record,
             departed=frozenset(self.departed),
+            pool=self.pool,
         )
 
     def cycle(self, seconds: float = 1.0, *, consumers_act: bool = True) -> Step:
@@ -194,11 +199,13 @@ def test_the_holddown_deadline_is_set_by_the_first_change_only() -> None:
     assert len(publication.moves) == 8
 
 
-def test_scale_out_sets_replicas_at_once_then_one_rebalance_after_the_holddown() -> None:
+def test_without_ordinal_names_a_scale_out_waits_for_the_holddown() -> None:
     world = settled_world(consumers=4)
+    world.pool = None  # the operator cannot name the consumers a scale-out brings
     world.desired = 8
     result = world.cycle()
     assert SetReplicas(8, "scale out") in result.actions
+    assert result.published is None
     for pod in pods(4, start=4):  # the new pods get ready one second apart
         world.present.append(pod)
         world.cycle()
@@ -206,29 +213,149 @@ def test_scale_out_sets_replicas_at_once_then_one_rebalance_after_the_holddown()
     (publication,) = world.published
     assert len(publication.moves) == 16  # the minimum for 4 -> 8 over 32 partitions
     assert publication.forced == frozenset()
+    assert publication.reason is PublishReason.HOLDDOWN_OVER
     assert elapsed <= CONFIG.delay_seconds + 5  # measured from the first new consumer
 
 
-def test_one_to_eight_moves_28() -> None:
+# --- planned changes ------------------------------------------------------------------------------------
+
+
+def moves_of(world: World) -> int:
+    return sum(len(p.moves) for p in world.published)
+
+
+def test_a_planned_scale_out_publishes_the_plan_at_once_and_hands_each_joiner_its_share_when_ready() -> None:
+    world = settled_world(consumers=4)
+    before = dict(world.owners)
+    world.desired = 8
+    decided = world.cycle()
+    assert SetReplicas(8, "scale out") in decided.actions
+    plan = decided.published
+    assert plan is not None and plan.reason is PublishReason.PLANNED and plan.kind is ChangeKind.PLANNED
+    assert plan.moves == () and plan.assignment == before  # the current readers keep reading
+    assert sorted(set(plan.planned.values())) == pods(4, start=4)
+    assert len(plan.planned) == minimum_moves(ids(32), pods(8), before) == 16
+    assert world.state is not None and world.state.running is ChangeKind.PLANNED
+    assert "Planned" in world.events()
+    for pod in pods(4, start=4):  # each ready pod takes its share in the cycle that sees it
+        world.present.append(pod)
+        handover = world.cycle()
+        world.consumers_act()  # the old reader released: the joiner claims
+        assert handover.published is not None and handover.published.reason is PublishReason.JOINED
+        assert {m.target for m in handover.published.moves} == {pod}
+        assert sorted(world.owned_by(pod)) == sorted(p for p, c in plan.planned.items() if c == pod)
+        assert world.state is not None and pod not in world.state.planned.values()
+    assert world.balanced()
+    assert moves_of(world) == 16 and all(not p.forced for p in world.published)
+    assert world.early_breaks == []
+    assert "Holddown" not in world.events()
+    world.run(2)
+    assert world.state is not None and world.state.phase is Phase.READY and world.state.running is None
+
+
+def test_one_to_eight_planned_moves_28_and_is_balanced_the_cycle_the_last_is_ready() -> None:
     world = settled_world(consumers=1)
     world.desired = 8
     world.cycle()
+    world.run(10)  # the new pods start slowly: nothing moves, homes-0 keeps reading all 32
+    assert world.owned_by("homes-0") == ids(32) and len(world.published) == 1
     world.present.extend(pods(7, start=1))
-    world.run(CONFIG.delay_seconds + 3)
-    (publication,) = world.published
-    assert len(publication.moves) == 28
+    world.cycle()
+    world.consumers_act()  # homes-0 released: the new owners claim
     assert world.balanced()
+    assert moves_of(world) == 28
 
 
-def test_cold_start_waits_for_the_consumers_then_assigns_each_partition_once() -> None:
+def test_a_planned_cold_start_gives_each_consumer_its_share_when_it_is_ready() -> None:
     world = World(ids(32), [], {}, replicas=0, desired=8)
-    world.cycle()  # no record yet: generation 1, nobody to own anything
-    assert world.published[0].assignment == dict.fromkeys(ids(32))
-    world.present.extend(pods(8))
-    world.run(CONFIG.delay_seconds + 3)
-    assert len(world.published) == 2
-    assert len(world.published[1].moves) == 32
+    first = world.cycle()
+    assert first.published is not None and first.published.reason is PublishReason.PLANNED
+    assert first.published.assignment == dict.fromkeys(ids(32))  # nobody reads yet
+    assert first.published.planned == plan_assignment(ids(32), pods(8), {}).assignment
+    for pod in pods(8):
+        world.present.append(pod)
+        world.cycle(0.5)
+        assert len(world.owned_by(pod)) == 4
     assert world.balanced()
+    assert moves_of(world) == 32
+    assert "Holddown" not in world.events()
+
+
+def test_partitions_planned_for_a_late_consumer_go_to_those_present_after_the_delay() -> None:
+    world = World(ids(32), [], {}, replicas=0, desired=8)
+    world.cycle()
+    world.present.extend(pods(7))  # homes-7 does not start
+    world.cycle()
+    assert world.state is not None and world.state.planned_until == world.now - 1 + CONFIG.delay_seconds
+    assert all(world.owners.get(p) is None for p in world.state.planned)
+    world.run(CONFIG.delay_seconds - 1)
+    assert world.state.planned and all(world.owners.get(p) is None for p in world.state.planned)
+    world.run(2)
+    late = world.published[-1]
+    assert late.reason is PublishReason.JOINERS_LATE and not late.planned
+    assert is_balanced(world.owners, pods(7)) and "JoinersLate" in world.events()
+    world.present.append("homes-7")  # arrives after all: an unplanned arrival, held down
+    world.cycle()
+    assert world.state is not None and world.state.phase is Phase.HOLDDOWN
+    assert world.state.running is ChangeKind.HOLDDOWN
+    world.run(CONFIG.delay_seconds + 2)
+    assert world.balanced()
+
+
+def test_a_joiner_that_never_comes_leaves_its_planned_partitions_with_their_readers() -> None:
+    world = settled_world(consumers=4)
+    world.desired = 8
+    world.cycle()
+    world.present.extend(pods(3, start=4))  # homes-7 never becomes ready
+    world.run(30)
+    assert world.state is not None
+    assert sorted(world.state.planned) == sorted(
+        plan_assignment(ids(32), pods(8), {}).partitions_of("homes-7")
+    )
+    assert all(world.owners[p] in pods(4) for p in world.state.planned)  # still read
+    assert world.state.phase is Phase.READY and world.state.planned_until is None
+    assert "Holddown" not in world.events()
+
+
+def test_a_crash_during_a_planned_scale_out_falls_back_to_the_holddown() -> None:
+    world = settled_world(consumers=4)
+    crashed = world.owned_by("homes-1")
+    world.desired = 8
+    world.cycle()
+    world.present.remove("homes-1")  # unplanned: may come back
+    world.present.extend(pods(4, start=4))
+    result = world.cycle()
+    assert world.state is not None and world.state.holddown_until is not None
+    assert world.state.running is ChangeKind.HOLDDOWN
+    assert result.published is not None and result.published.reason is PublishReason.JOINED
+    # The joiners took their planned share, the part homes-1 was reading by force (it is gone).
+    assert all(world.owners[p] is None or world.owners[p] != "homes-1" for p in result.published.forced)
+    assert any(world.owners[p] == "homes-1" for p in crashed)  # the rest waits for the holddown
+    world.run(CONFIG.delay_seconds + 2)
+    assert world.published[-1].reason is PublishReason.HOLDDOWN_OVER
+    assert is_balanced(world.owners, [c for c in pods(8) if c != "homes-1"])
+
+
+def test_a_scale_in_before_the_joiners_are_ready_replans_without_them() -> None:
+    world = settled_world(consumers=2)
+    world.desired = 6
+    world.cycle()
+    world.desired = 3
+    result = world.cycle()
+    assert result.published is not None
+    assert set(result.published.planned.values()) == {"homes-2"}
+    world.present.append("homes-2")
+    world.run(3)
+    assert world.balanced() and world.replicas == 3
+
+
+def test_planning_is_deterministic() -> None:
+    world = settled_world(consumers=3)
+    world.desired = 7
+    observation = world.observe()
+    first = step(world.state, observation, world.now, CONFIG)
+    again = step(world.state, observation, world.now, CONFIG)
+    assert first == again
 
 
 def test_a_standby_joining_or_leaving_moves_nothing() -> None:
@@ -418,7 +545,7 @@ EVENTS = st.one_of(
 )
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.integers(1, 16), st.integers(0, 8), st.lists(EVENTS, min_size=1, max_size=40))
 def test_invariants_hold_over_random_event_sequences(
     partitions: int, consumers: int, events: list[tuple[str, object]]
@@ -452,18 +579,29 @@ def test_invariants_hold_over_random_event_sequences(
         holders = dict(world.owners)
         live = set(world.present)
         replicas = world.replicas
+        observation = world.observe()
+        assert step(world.state, observation, world.now, CONFIG) == step(
+            world.state, observation, world.now, CONFIG
+        ), "deterministic"
         result = world.cycle(0.0)
         publication = result.published
         after = result.state
+        for partition, joiner in after.planned.items():
+            assert joiner not in live, "a planned consumer takes its share in the cycle it is ready"
+            reader = after.assignment[partition]
+            assert reader != joiner and (reader is None or reader in after.consumers), "one reader"
+            previous = before.assignment.get(partition) if before is not None else None
+            if previous in live and previous in after.consumers:
+                assert reader == previous, "the current reader keeps reading until then"
         if publication is not None:
             assert publication.generation > last_generation
             assert seen.get(publication.generation, publication.assignment) == publication.assignment
             seen[publication.generation] = dict(publication.assignment)
             last_generation = publication.generation
-            assert is_balanced(publication.assignment, after.consumers)
+            assert is_balanced(after.target, after.consumers), "the plan is balanced over its consumers"
             if before is not None and before.generation and set(before.assignment) == set(world.partitions):
                 expected = minimum_moves(world.partitions, after.consumers, before.assignment)
-                assert len(publication.moves) == expected
+                assert len(plan_moves(before.assignment, after.target)) == expected, "minimum moves"
             for partition in publication.forced:
                 holder = holders.get(partition) or (before.assignment.get(partition) if before else None)
                 assert holder not in live, "a ready holder must be given the handoff time"

@@ -295,3 +295,85 @@ def test_dead_letters_outside_the_folder_sink_are_refused_in_a_cluster() -> None
     body["metadata"]["uid"] = "u"
     with pytest.raises(UserError, match="deadLetterPath: in a cluster it must lie under"):
         render.consumer_from_body(body)
+
+
+# --- token credentials: what Azure Workload Identity on AKS needs, and no Secret ------------------------
+
+KEYLESS = EXAMPLE.parent / "homes-keyless.yaml"
+
+
+def keyless(mutate: Any = None) -> PartitionedConsumer:
+    doc: dict[str, Any] = yaml.safe_load(KEYLESS.read_text())
+    doc["metadata"]["namespace"] = "sensors"
+    if mutate is not None:
+        mutate(doc)
+    return parse_manifest(doc)
+
+
+def keyless_children(mutate: Any = None) -> list[dict[str, Any]]:
+    return render.render_children(keyless(mutate), OWNER, 2)
+
+
+def test_a_keyless_spec_gets_a_service_account_the_workload_identity_label_and_no_secret() -> None:
+    rendered = keyless_children()
+    account = rendered[0]
+    assert (account["kind"], account["metadata"]["name"]) == ("ServiceAccount", "homes")
+    assert account["metadata"]["annotations"] == {
+        "azure.workload.identity/client-id": "00000000-0000-0000-0000-000000000001"
+    }
+    assert account["metadata"]["ownerReferences"][0]["uid"] == OWNER.uid
+    pod = next(c for c in rendered if c["kind"] == "StatefulSet")["spec"]["template"]
+    assert pod["metadata"]["labels"]["azure.workload.identity/use"] == "true"
+    assert pod["spec"]["serviceAccountName"] == "homes"
+    env = pod["spec"]["containers"][0]["env"]
+    assert not [e for e in env if "secretKeyRef" in e.get("valueFrom", {})]
+    assert "Secret" not in str(rendered) and "connectionString" not in render.manifest_text(keyless())
+
+
+def test_a_named_service_account_and_a_managed_identity() -> None:
+    def managed(doc: dict[str, Any]) -> None:
+        doc["spec"]["consumer"]["serviceAccountName"] = "consumers"
+        for block in (
+            doc["spec"]["eventHubs"],
+            doc["spec"]["checkpointStore"]["blob"],
+            doc["spec"]["consumer"]["sink"]["blob"],
+        ):
+            block["credential"] = {"type": "managedIdentity"}
+
+    rendered = keyless_children(managed)
+    assert rendered[0]["metadata"]["name"] == "consumers"
+    assert "annotations" not in rendered[0]["metadata"]  # no workload identity to name
+    pod = next(c for c in rendered if c["kind"] == "StatefulSet")["spec"]["template"]
+    assert pod["spec"]["serviceAccountName"] == "consumers"
+    assert "azure.workload.identity/use" not in pod["metadata"]["labels"]
+
+
+def test_connection_strings_keep_the_namespaces_default_service_account() -> None:
+    assert not [c for c in render.render_children(consumer(), OWNER, 1) if c["kind"] == "ServiceAccount"]
+    pod = statefulset()["spec"]["template"]
+    assert "serviceAccountName" not in pod["spec"]
+    assert "azure.workload.identity/use" not in pod["metadata"]["labels"]
+
+
+def test_an_existing_service_account_is_used_as_it_is() -> None:
+    import asyncio
+
+    from hubshift.operator.kubernetes import reconcile
+
+    class Kube:
+        def __init__(self, keeper: str | None) -> None:
+            self.keeper = keeper
+
+        async def service_account_owner(self, namespace: str, name: str) -> str | None:
+            assert (namespace, name) == ("sensors", "homes")
+            return self.keeper
+
+    def kinds(keeper: str | None) -> list[str]:
+        context: Any = type("Context", (), {"kube": Kube(keeper)})()
+        kept = asyncio.run(reconcile._without_foreign_account(context, keyless(), OWNER, keyless_children()))
+        return [child["kind"] for child in kept]
+
+    assert kinds(None)[0] == "ServiceAccount"  # none yet: the operator creates it
+    assert kinds("homes")[0] == "ServiceAccount"  # its own: kept up to date
+    assert "ServiceAccount" not in kinds("")  # someone else's: used, never changed or owned
+    assert "ServiceAccount" not in kinds("other-consumer")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hubshift.ownership.model import Assignment, Checkpoint, Phase, partition_sort_key
+from hubshift.ownership.model import Assignment, ChangeKind, Checkpoint, Phase, partition_sort_key
 from hubshift.ownership.records import (
     checkpoint_metadata,
     decode_assignment,
@@ -68,6 +68,9 @@ assignments = st.builds(
     partition_ids=st.lists(st.integers(0, 1023).map(str), max_size=5).map(tuple),
     consumers=st.lists(st.sampled_from(["c-0", "c-1", "pod-12"]), max_size=3).map(tuple),
     forced=st.frozensets(st.integers(0, 1023).map(str), max_size=3),
+    planned=st.dictionaries(st.integers(0, 1023).map(str), st.sampled_from(["c-2", "pod-13"]), max_size=3),
+    planned_until=st.none() | aware_times,
+    change=st.none() | st.sampled_from(list(ChangeKind)),
     extra=st.dictionaries(
         st.sampled_from(["observedGeneration", "note"]), st.integers() | st.text(max_size=5)
     ),
@@ -86,6 +89,15 @@ def test_assignment_records_round_trip(assignment: Assignment) -> None:
 def test_bad_assignment_records_are_refused(data: bytes) -> None:
     with pytest.raises(ValueError):
         decode_assignment(data)
+
+
+def test_an_older_record_reads_with_nothing_planned_and_a_newer_kind_reads_as_none() -> None:
+    older = b'{"generation": 3, "partitions": {"0": "c-0"}, "phase": "Ready", "replicas": 1, '
+    older += b'"updatedAt": "2026-11-21T08:00:00+00:00"}'
+    record = decode_assignment(older)
+    assert record.planned == {} and record.planned_until is None and record.change is None
+    newer = older.replace(b'"replicas"', b'"change": "telepathic", "replicas"')
+    assert decode_assignment(newer).change is None
 
 
 def test_partitions_sort_numerically() -> None:
