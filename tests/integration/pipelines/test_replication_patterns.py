@@ -21,7 +21,7 @@ from hubshift.eventhubs.target import EventHubsTarget
 from hubshift.spec import DEFAULT_REPLICATE_ENV
 from tests.fixtures.consumer import (
     ConsumerPool,
-    all_in_sink,
+    committed_at_least,
     consumer_environ,
     consumer_manifest,
     wait_for,
@@ -117,7 +117,7 @@ def test_two_sources_merge_into_one_target_with_every_stream_in_order(
 def test_two_hubs_mirrored_both_ways_under_load_never_send_an_event_back(
     emulator_factory: Callable[..., RunningEmulator], consumer_pool: ConsumerPool, tmp_path: Path
 ) -> None:
-    emulator = emulator_factory(["east:2", "west:2"])
+    emulator = emulator_factory(["east:2", "west:2"], consumer_groups=["check"])
     consumer_pool.environ = environ(emulator)
     mirrors = [
         consumer_pool.start(replicator(tmp_path, f"{a}-to-{b}", a, b, skipReplicated=True), f"{a}-to-{b}")
@@ -133,7 +133,8 @@ def test_two_hubs_mirrored_both_ways_under_load_never_send_an_event_back(
     everything = sorted(east_sent + west_sent)
 
     for hub in ("east", "west"):
-        events = read_hub(emulator, hub, len(everything), timeout=240, settle=10)  # and anything late
+        # Both hubs are read by a mirror in $Default: the check reads in a group of its own.
+        events = read_hub(emulator, hub, len(everything), timeout=240, settle=10, consumer_group="check")
         assert sorted(e["body"].decode() for e in events) == everything, f"{hub} differs"
         local = hub
         for event in events:
@@ -155,7 +156,7 @@ def test_no_event_is_lost_when_a_replicating_consumer_is_killed(
     load = KeyedLoad(emulator, "hub", "src", 60)
     load.start()
     wait_for(
-        lambda: all_in_sink(tmp_path / "sink-copy", {"0": 50, "1": 50}),
+        lambda: committed_at_least(tmp_path / "sink-copy", {"0": 50, "1": 50}),
         180,
         "the first batches",
         on_timeout=first.log,
