@@ -31,6 +31,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ def percentile(values: list[float], q: float) -> float:
 # --- the load ---------------------------------------------------------------------------------------------
 
 
-def load_partitions(connection_string: str, per_partition: int, size: int = 200) -> float:
+def load_partitions(connection_string: str, per_partition: int, size: int = 200, hub: str = HUB) -> float:
     """Send `per_partition` events to every partition as fast as the SDK goes; seconds taken."""
     from azure.eventhub import EventData, EventHubProducerClient
 
@@ -61,7 +62,7 @@ def load_partitions(connection_string: str, per_partition: int, size: int = 200)
     started = time.monotonic()
 
     def send(partition: str) -> None:
-        client = EventHubProducerClient.from_connection_string(connection_string, eventhub_name=HUB)
+        client = EventHubProducerClient.from_connection_string(connection_string, eventhub_name=hub)
         with client:
             sent = 0
             while sent < per_partition:
@@ -119,12 +120,12 @@ def steady_load(connection_string: str, rate_per_partition: float, seconds: floa
     return sent
 
 
-def tails(connection_string: str) -> dict[str, int]:
+def tails(connection_string: str, hub: str = HUB) -> dict[str, int]:
     """Each partition's next sequence number."""
     from azure.eventhub import EventHubConsumerClient
 
     client = EventHubConsumerClient.from_connection_string(
-        connection_string, consumer_group="$Default", eventhub_name=HUB
+        connection_string, consumer_group="$Default", eventhub_name=hub
     )
     with client:
         found = {}
@@ -137,20 +138,35 @@ def tails(connection_string: str) -> dict[str, int]:
 # --- the raw SDK loop -------------------------------------------------------------------------------------
 
 
-def raw_loop(connection_string: str, start: dict[str, int], events: int) -> dict[str, float]:
-    """A plain receive loop over all four partitions (one client, `receive_batch`) from `start`."""
+def receive_loop(
+    connection_string: str,
+    start: dict[str, int],
+    events: int,
+    handle: Callable[[Any, list[Any]], None] | None = None,
+    hub: str = HUB,
+    timeout: float = 900,
+) -> dict[str, float]:
+    """A plain receive loop over all four partitions (one client, `receive_batch`, consumer group `raw`)
+    from `start`, each batch given to `handle` (the callbacks of the partitions take turns), until `events`
+    were handled: events, seconds, rate, CPU seconds of this process."""
     from azure.eventhub import EventHubConsumerClient
 
     client = EventHubConsumerClient.from_connection_string(
-        connection_string, consumer_group="raw", eventhub_name=HUB
+        connection_string, consumer_group="raw", eventhub_name=hub
     )
     received = [0]
     done = threading.Event()
+    turn = threading.Lock()
 
     def on_batch(context: Any, batch: list[Any]) -> None:
-        received[0] += len(batch)
-        if received[0] >= events:
-            done.set()
+        if not batch:
+            return
+        with turn:
+            if handle is not None:
+                handle(context, batch)
+            received[0] += len(batch)
+            if received[0] >= events:
+                done.set()
 
     positions = {p: s - 1 if s > 0 else "-1" for p, s in start.items()}
     worker = threading.Thread(
@@ -160,7 +176,7 @@ def raw_loop(connection_string: str, start: dict[str, int], events: int) -> dict
     )
     cpu, started = time.process_time(), time.monotonic()
     worker.start()
-    done.wait(600)
+    done.wait(timeout)
     elapsed = time.monotonic() - started
     cpu = time.process_time() - cpu
     client.close()
@@ -168,15 +184,33 @@ def raw_loop(connection_string: str, start: dict[str, int], events: int) -> dict
     return {"events": received[0], "seconds": elapsed, "rate": received[0] / elapsed, "cpuSeconds": cpu}
 
 
+def raw_loop(connection_string: str, start: dict[str, int], events: int) -> dict[str, float]:
+    """A plain receive loop over all four partitions (one client, `receive_batch`) from `start`."""
+    return receive_loop(connection_string, start, events, timeout=600)
+
+
 # --- the consumer -----------------------------------------------------------------------------------------
 
 
 class Consumer:
-    def __init__(self, workdir: Path, connection_string: str, trigger_seconds: float) -> None:
+    """One `hubshift consume` (`pipeline`: the manifest's `consumer.pipeline`, default the aggregate) with its
+    own sink and store under `workdir`; `environ` adds connection strings (a pipeline's targets)."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        connection_string: str,
+        trigger_seconds: float,
+        *,
+        pipeline: dict[str, Any] | None = None,
+        environ: dict[str, str] | None = None,
+        hub: str = HUB,
+        name: str = "consumer",
+    ) -> None:
         self.workdir = workdir
-        self.sink = workdir / "sink"
-        self.database = workdir / "store.db"
-        manifest = workdir / "consumer.yaml"
+        self.sink = workdir / f"{name}-sink"
+        self.database = workdir / f"{name}-store.db"
+        manifest = workdir / f"{name}.yaml"
         import yaml
 
         manifest.write_text(
@@ -186,7 +220,7 @@ class Consumer:
                     "kind": "PartitionedConsumer",
                     "metadata": {"name": "bench"},
                     "spec": {
-                        "eventHubs": {"hub": HUB},
+                        "eventHubs": {"hub": hub},
                         "checkpointStore": {"sqlite": {"path": str(self.database)}},
                         "consumer": {
                             "spark": {
@@ -196,6 +230,7 @@ class Consumer:
                             },
                             "checkpoint": {"everySeconds": 5, "everyEvents": 50_000},
                             "sink": {"type": "folder", "folder": {"path": str(self.sink)}},
+                            **({"pipeline": pipeline} if pipeline else {}),
                         },
                         "rebalance": {"maxHandoffSeconds": 15, "leaseDurationSeconds": 30},
                     },
@@ -205,12 +240,20 @@ class Consumer:
         from hubshift.spec import DEFAULT_EVENTHUBS_ENV
 
         self._records: dict[Path, dict[str, Any]] = {}
-        self.log_path = workdir / "consumer.log"
+        self.log_path = workdir / f"{name}.log"
         command = [sys.executable, "-m", "hubshift.cli", "consume", "-f", str(manifest), "--id", CONSUMER]
         with self.log_path.open("w") as log:
             self.process = subprocess.Popen(
-                [*command, "--http-port", "0", "--list-interval", "5", "--scratch", str(workdir / "scratch")],
-                env={**os.environ, DEFAULT_EVENTHUBS_ENV: connection_string},
+                [
+                    *command,
+                    "--http-port",
+                    "0",
+                    "--list-interval",
+                    "5",
+                    "--scratch",
+                    str(workdir / f"{name}-scratch"),
+                ],
+                env={**os.environ, DEFAULT_EVENTHUBS_ENV: connection_string, **(environ or {})},
                 stdout=subprocess.PIPE,
                 stderr=log,
                 text=True,
@@ -430,12 +473,20 @@ def main() -> None:
         finally:
             results["consumerExit"] = consumer.stop()
             store.close()
+    finish(RESULTS, results, print_table, workdir, keep=args.keep)
+
+
+def finish(
+    path: Path, results: dict[str, Any], table: Callable[[dict[str, Any]], None], workdir: Path, *, keep: bool
+) -> None:
+    """Write the results as JSON, print the table, remove the work folder unless kept."""
     results["when"] = datetime.now(UTC).isoformat()
     results["cpus"] = os.cpu_count()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print_table(results)
-    if args.keep:
+    results["loadAverage"] = os.getloadavg()[0]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    table(results)
+    if keep:
         print(f"work folder: {workdir}")
     else:
         shutil.rmtree(workdir, ignore_errors=True)

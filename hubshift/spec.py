@@ -17,7 +17,7 @@ target) authenticates one of two ways:
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -51,6 +51,18 @@ DEFAULT_EVENTHUBS_ENV = "HUBSHIFT_EVENTHUBS_CONNECTION_STRING"
 DEFAULT_STORAGE_ENV = "HUBSHIFT_STORAGE_CONNECTION_STRING"
 DEFAULT_SINK_STORAGE_ENV = "HUBSHIFT_SINK_CONNECTION_STRING"
 DEFAULT_REPLICATE_ENV = "HUBSHIFT_REPLICATE_CONNECTION_STRING"
+DEFAULT_PROJECTION_ENV = "HUBSHIFT_PROJECTION_CONNECTION_STRING"
+
+# A table or column name in a projection's database (optionally schema-qualified for a table).
+SQL_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
+SQL_TABLE = r"^([A-Za-z_][A-Za-z0-9_]{0,62}\.)?[A-Za-z_][A-Za-z0-9_]{0,62}$"
+# A field of a JSON body: names separated by dots (`a.b.c`), optionally after `$.`.
+JSON_PATH = r"^(\$\.)?[^.\s]+(\.[^.\s]+)*$"
+# Bounds that keep the API server's CEL cost estimates small.
+MAX_TARGETS = 16
+MAX_RULES = 64
+MAX_STEPS = 32
+NAME_LENGTH = 63
 
 
 class Model(BaseModel):
@@ -231,6 +243,16 @@ class StartPosition(Model):
         return self
 
 
+class FailoverSpec(Model):
+    """After a failover to a replica hub: the checkpoints of the hub switched away from. Events that carry
+    repl-sequence at or below the old checkpoint of their partition were handled there and are skipped."""
+
+    checkpoint_store: CheckpointStoreSpec = Field(description="The old hub's checkpoint store.")
+    namespace: str = Field(min_length=1, description="The old hub's namespace, as its checkpoints name it.")
+    hub: str = Field(min_length=1, description="The old hub.")
+    consumer_group: str = Field(default="$Default", min_length=1, description="The old consumer group.")
+
+
 class CheckpointPolicy(Model):
     """A partition's checkpoint is written after Spark committed a batch, at most this often."""
 
@@ -265,10 +287,8 @@ class AggregatePipeline(Model):
     )
 
 
-class ReplicatePipeline(Model):
-    """Every event forwarded to another Event Hub, partition key, body and properties kept, the source's
-    enqueued time, sequence number and offset added as `repl-enqueue-time`, `repl-sequence` and
-    `repl-offset` (appended after a `;` when the event was replicated before)."""
+class HubTarget(Model):
+    """An Event Hub that events are forwarded to, with its connection string from an environment variable."""
 
     hub: str = Field(min_length=1, description="Target Event Hub.")
     namespace: str | None = Field(
@@ -293,18 +313,13 @@ class ReplicatePipeline(Model):
         description="Events without a partition key go to the target partition of the same id (the target "
         "needs at least as many partitions); otherwise the service spreads them.",
     )
-    skip_replicated: bool = Field(
-        default=False,
-        description="Do not forward events that carry repl-sequence (the merge pattern: hubs mirrored both "
-        "ways never send an event back).",
-    )
 
     @property
     def connection_string_variable(self) -> str:
         return self.connection_string_env or DEFAULT_REPLICATE_ENV
 
     @model_validator(mode="after")
-    def _one_way_in(self) -> ReplicatePipeline:
+    def _one_way_in(self) -> HubTarget:
         _check_credentials(
             self.credential,
             self.connection_string_secret_ref,
@@ -315,8 +330,277 @@ class ReplicatePipeline(Model):
         return self
 
 
+class ReplicatePipeline(HubTarget):
+    """Every event forwarded to another Event Hub, partition key, body and properties kept, the source's
+    enqueued time, sequence number and offset added as `repl-enqueue-time`, `repl-sequence` and
+    `repl-offset` (appended after a `;` when the event was replicated before)."""
+
+    skip_replicated: bool = Field(
+        default=False,
+        description="Do not forward events that carry repl-sequence (the merge pattern: hubs mirrored both "
+        "ways never send an event back).",
+    )
+
+
+# --- route: rules pick the target hubs ---------------------------------------------------------------
+
+
+class TextMatch(Model):
+    """Tests on a text value; every test set must hold. None set: the value is present."""
+
+    equals: str | None = Field(default=None, description="Exactly this text.")
+    one_of: list[str] | None = Field(default=None, max_length=256, description="Any of these texts.")
+    prefix: str | None = Field(default=None, description="Starts with this text.")
+    regex: str | None = Field(
+        default=None, min_length=1, description="A Python regular expression found in the text (re.search)."
+    )
+    exists: bool | None = Field(default=None, description="false: the value is absent (no other test).")
+
+
+class PropertyMatch(TextMatch):
+    name: str = Field(min_length=1, description="The application property.")
+
+
+class JsonMatch(TextMatch):
+    """A field of the JSON body; numbers and booleans compare as their JSON text (5, 2.5, true)."""
+
+    path: str = Field(pattern=JSON_PATH, description="The field: names separated by dots (a.b.c).")
+
+
+class SequenceMatch(Model):
+    """The event's sequence number in its source partition."""
+
+    modulo: int | None = Field(default=None, ge=1, description="With remainder: sequence % modulo.")
+    remainder: int | None = Field(default=None, ge=0, description="sequence % modulo == remainder.")
+    min: int | None = Field(default=None, ge=0, description="At least this.")
+    max: int | None = Field(default=None, ge=0, description="At most this.")
+
+    @model_validator(mode="after")
+    def _remainder_below_modulo(self) -> SequenceMatch:
+        if (self.modulo is None) != (self.remainder is None):
+            raise ValueError("set modulo and remainder together")
+        if self.modulo is not None and self.remainder is not None and self.remainder >= self.modulo:
+            raise ValueError("remainder must be below modulo")
+        return self
+
+
+class RouteRule(Model):
+    """Every condition set must hold (none: every event); `to` names the targets of a matching event."""
+
+    partition_key: TextMatch | None = Field(default=None, description="The event's partition key.")
+    property: PropertyMatch | None = Field(default=None, description="An application property.")
+    sequence_number: SequenceMatch | None = Field(default=None, description="The source sequence number.")
+    json_field: JsonMatch | None = Field(default=None, alias="json", description="A field of the JSON body.")
+    sql: str | None = Field(
+        default=None,
+        min_length=1,
+        description="A Spark SQL boolean expression over the event columns (partition, sequence_number, "
+        "offset, enqueued_time, partition_key, body, properties).",
+    )
+    to: list[str] = Field(
+        min_length=1,
+        max_length=MAX_TARGETS,
+        description="Names of the targets an event matching this rule goes to.",
+    )
+
+
+class RouteTarget(HubTarget):
+    name: str = Field(min_length=1, max_length=NAME_LENGTH, description="The name rules use for this target.")
+
+
+class RoutePipeline(Model):
+    """Events forwarded (like replicate, with the repl-* metadata) to the targets their rules pick."""
+
+    targets: list[RouteTarget] = Field(min_length=1, max_length=MAX_TARGETS, description="The target hubs.")
+    rules: list[RouteRule] = Field(
+        min_length=1, max_length=MAX_RULES, description="Rules in order (see match)."
+    )
+    match: Literal["first", "all"] = Field(
+        default="first",
+        description="first: the first matching rule picks the targets; all: every matching rule adds its "
+        "own.",
+    )
+    default_target: str | None = Field(
+        default=None,
+        max_length=NAME_LENGTH,
+        description="Where events that match no rule go (absent: they are dropped).",
+    )
+    skip_replicated: bool = Field(
+        default=False, description="Do not forward events that carry repl-sequence (as replicate)."
+    )
+
+    @model_validator(mode="after")
+    def _targets_named(self) -> RoutePipeline:
+        names = [target.name for target in self.targets]
+        if len(set(names)) != len(names):
+            raise ValueError("target names must be unique")
+        known = set(names)
+        if any(name not in known for rule in self.rules for name in rule.to) or (
+            self.default_target is not None and self.default_target not in known
+        ):
+            raise ValueError("rules and defaultTarget must name declared targets")
+        return self
+
+
+# --- editor: steps applied before the events are forwarded ------------------------------------------
+
+
+class EventField(Model):
+    """One value of an event: its partition key, an application property, or a field of its JSON body."""
+
+    partition_key: bool | None = Field(default=None, description="true: the partition key.")
+    property: str | None = Field(default=None, min_length=1, description="An application property.")
+    json_field: str | None = Field(
+        default=None, alias="json", pattern=JSON_PATH, description="A field of the JSON body (a.b.c)."
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> EventField:
+        if sum((bool(self.partition_key), self.property is not None, self.json_field is not None)) != 1:
+            raise ValueError("set exactly one of partitionKey (true), property or json")
+        return self
+
+
+class FlattenStep(Model):
+    separator: str = Field(default=".", min_length=1, description="Joins nested names (a.b).")
+
+
+class ValidateStep(Model):
+    json_schema: dict[str, Any] = Field(
+        description="A JSON Schema (draft 2020-12) the JSON body must satisfy; other events are dead "
+        "letters with the reason."
+    )
+
+
+class DedupeStep(Model):
+    key: EventField = Field(description="Events with the same key...")
+    window_seconds: float = Field(
+        gt=0, le=7 * 86400, description="...enqueued within this many seconds of the first are dropped."
+    )
+
+
+class EnrichStep(Model):
+    key: EventField = Field(description="Looked up in the table.")
+    table: dict[str, dict[str, str]] | None = Field(
+        default=None, description="Key -> fields added to the JSON body."
+    )
+    path: str | None = Field(
+        default=None, min_length=1, description="A JSON file holding the table instead (read at start-up)."
+    )
+    into: str | None = Field(
+        default=None, min_length=1, description="Add the fields under this name (absent: at the top)."
+    )
+    on_missing: Literal["keep", "drop", "deadLetter"] = Field(
+        default="keep",
+        description="An event whose key is not in the table: kept as it is, dropped, or a dead letter.",
+    )
+
+    @model_validator(mode="after")
+    def _one_table(self) -> EnrichStep:
+        if (self.table is None) == (self.path is None):
+            raise ValueError("set exactly one of table or path")
+        return self
+
+
+class GzipStep(Model):
+    level: int = Field(default=6, ge=1, le=9, description="Compression level.")
+
+
+class GunzipStep(Model):
+    max_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=1,
+        description="A body that decompresses to more than this is a dead letter (a decompression bomb).",
+    )
+
+
+class EditorStep(Model):
+    """One step of an editor; set exactly one field."""
+
+    function: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+        description="Your module:function taking and returning a DataFrame (Spark runs it).",
+    )
+    filter: str | None = Field(
+        default=None, min_length=1, description="Keep the events for which this Spark SQL expression is true."
+    )
+    select: dict[str, str] | None = Field(
+        default=None, description="A new JSON body of these fields: output name -> path in the body (a.b)."
+    )
+    flatten: FlattenStep | None = Field(default=None, description="Nested JSON objects to dotted names.")
+    validate_: ValidateStep | None = Field(
+        default=None, alias="validate", description="Check the JSON body against a JSON Schema."
+    )
+    dedupe: DedupeStep | None = Field(default=None, description="Drop repeats of a key within a window.")
+    enrich: EnrichStep | None = Field(default=None, description="Add fields from a static lookup table.")
+    gzip: GzipStep | None = Field(default=None, description="Compress the body.")
+    gunzip: GunzipStep | None = Field(default=None, description="Decompress the body.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> EditorStep:
+        if sum(getattr(self, name) is not None for name in type(self).model_fields) != 1:
+            raise ValueError("set exactly one step per editor entry")
+        return self
+
+
+# --- log projection: the latest event per key in a database table ------------------------------------
+
+
+class PostgresDatabase(Model):
+    connection_string_secret_ref: SecretKeyRef | None = Field(
+        default=None, description="Secret holding the PostgreSQL connection string (in a cluster)."
+    )
+    connection_string_env: str = Field(
+        default=DEFAULT_PROJECTION_ENV,
+        description="Environment variable holding the connection string (postgresql://... or key=value).",
+    )
+
+
+class SqliteDatabase(Model):
+    path: str = Field(default="hubshift-projection.db", min_length=1, description="The SQLite file.")
+
+
+class ProjectionPipeline(Model):
+    """The latest event per key kept in a table (a compacted view), optionally every event in a history
+    table; replays never overwrite a newer event with an older one."""
+
+    database: Literal["sqlite", "postgres"] = Field(
+        default="sqlite", description="sqlite (embedded, one machine) or postgres."
+    )
+    sqlite: SqliteDatabase = Field(default_factory=SqliteDatabase)
+    postgres: PostgresDatabase | None = None
+    table: str = Field(pattern=SQL_TABLE, description="The latest event per key.")
+    key_column: str = Field(default="key", pattern=SQL_NAME, description="The key's column (primary key).")
+    payload_column: str = Field(default="payload", pattern=SQL_NAME, description="The body's column.")
+    payload_type: Literal["json", "text", "binary"] = Field(
+        default="json",
+        description="json (jsonb; events whose body is not JSON are dead letters), text (UTF-8) or binary.",
+    )
+    key: EventField = Field(
+        default_factory=lambda: EventField(partition_key=True),
+        description="The value that identifies a record (default: the partition key; events without one "
+        "are skipped).",
+    )
+    history_table: str | None = Field(
+        default=None,
+        pattern=SQL_TABLE,
+        description="Also every event here, once (a time-series historian).",
+    )
+    create_tables: bool = Field(default=True, description="Create the tables at start-up when missing.")
+
+    @model_validator(mode="after")
+    def _postgres_configured(self) -> ProjectionPipeline:
+        if self.database == "postgres" and self.postgres is None:
+            raise ValueError("postgres is required when database is postgres")
+        return self
+
+
+FORWARDING = ("replicate", "route", "projection")
+
+
 class PipelineSpec(Model):
-    type: Literal["aggregate", "function", "replicate"] = "aggregate"
+    type: Literal["aggregate", "function", "replicate", "route", "projection"] = "aggregate"
     aggregate: AggregatePipeline = Field(default_factory=AggregatePipeline)
     function: str | None = Field(
         default=None,
@@ -326,6 +610,15 @@ class PipelineSpec(Model):
     replicate: ReplicatePipeline | None = Field(
         default=None, description="The target Event Hub (type replicate)."
     )
+    route: RoutePipeline | None = Field(default=None, description="Targets and rules (type route).")
+    projection: ProjectionPipeline | None = Field(
+        default=None, description="The database table (type projection)."
+    )
+    editor: list[EditorStep] = Field(
+        default_factory=list,
+        max_length=MAX_STEPS,
+        description="Steps applied in order before replicate, route or projection, in the same consumer.",
+    )
 
     @model_validator(mode="after")
     def _function_named(self) -> PipelineSpec:
@@ -333,6 +626,12 @@ class PipelineSpec(Model):
             raise ValueError("function (module:function) is required when type is function")
         if self.type == "replicate" and self.replicate is None:
             raise ValueError("replicate (the target hub) is required when type is replicate")
+        if self.type == "route" and self.route is None:
+            raise ValueError("route (targets and rules) is required when type is route")
+        if self.type == "projection" and self.projection is None:
+            raise ValueError("projection (the table) is required when type is projection")
+        if self.editor and self.type not in FORWARDING:
+            raise ValueError("editor goes with type replicate, route or projection")
         return self
 
 
@@ -449,6 +748,10 @@ class ConsumerSpec(Model):
     resources: Resources = Field(default_factory=Resources)
     spark: SparkSpec = Field(default_factory=SparkSpec)
     start_position: StartPosition = Field(default_factory=StartPosition)
+    failover: FailoverSpec | None = Field(
+        default=None,
+        description="Skip the events a previous consumer of the hub this one replicates already handled.",
+    )
     checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
     pipeline: PipelineSpec = Field(default_factory=PipelineSpec)
     sink: SinkSpec = Field(default_factory=SinkSpec)
@@ -603,7 +906,7 @@ class PartitionedConsumerSpec(Model):
 
 def credentials_of(spec: PartitionedConsumerSpec) -> list[TokenCredentialSpec]:
     """The token credentials of every connection the consumers make (the source, the Blob store, the Blob
-    sink, the replicate target), in that order."""
+    sink, the replicate or route targets, an old hub's store after a failover), in that order."""
     consumer = spec.consumer
     blocks: list[TokenCredentialSpec | None] = [
         spec.event_hubs.credential,
@@ -613,6 +916,10 @@ def credentials_of(spec: PartitionedConsumerSpec) -> list[TokenCredentialSpec]:
         if consumer.pipeline.type == "replicate" and consumer.pipeline.replicate
         else None,
     ]
+    if consumer.pipeline.type == "route" and consumer.pipeline.route is not None:
+        blocks.extend(target.credential for target in consumer.pipeline.route.targets)
+    if consumer.failover is not None and consumer.failover.checkpoint_store.blob is not None:
+        blocks.append(consumer.failover.checkpoint_store.blob.credential)
     return [credential for credential in blocks if credential is not None]
 
 

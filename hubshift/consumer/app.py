@@ -1,8 +1,9 @@
 """The consumer process, put together: `hubshift consume` builds one `ConsumerApp` and runs it.
 
 Building checks everything a person could have got wrong before anything is claimed, each failure one
-line (`UserError`): the manifest's hub (reachable, credentials, the hub exists), a replicate pipeline's
-target hub, the checkpoint store. Then the parts, in the order they depend on each other:
+line (`UserError`): the manifest's hub (reachable, credentials, the hub exists), a replicate or route
+pipeline's target hubs, a projection's database and tables, after a failover the old hub's checkpoint
+store, the checkpoint store. Then the parts, in the order they depend on each other:
 
     metrics ─► engine (Spark or plain SDK receivers) ─► ownership agent ─► HTTP server
                        ▲ reports (agent.notify)            │ start / drain / stop partitions
@@ -35,7 +36,7 @@ from hubshift.errors import UserError
 from hubshift.eventhubs.management import EventHubsManagement
 from hubshift.eventhubs.target import EventHubsTarget
 from hubshift.ownership.store import LeaseStore
-from hubshift.spec import PartitionedConsumer
+from hubshift.spec import FailoverSpec, PartitionedConsumer, PipelineSpec
 
 log = logging.getLogger("hubshift.consume")
 
@@ -104,15 +105,12 @@ class ConsumerApp:
         target = event_hubs_target(spec, environ)
         management = EventHubsManagement(target, retry_total=1)
         management.probe()
-        replicate = spec.consumer.pipeline.replicate
-        if spec.consumer.pipeline.type == "replicate" and replicate is not None:
-            from hubshift.consumer.pipelines.replicate import replicate_target
-
-            EventHubsManagement(replicate_target(replicate, environ), retry_total=1).probe()
+        check_pipeline(spec.consumer.pipeline, environ)
+        handled = handled_before_failover(spec.consumer.failover, environ)
         store = open_checkpoint_store(spec.checkpoint_store, environ, timing=settings.timing)
         metrics = ConsumerMetrics(me)
         scratch = options.scratch_folder()
-        engine = cls._engine(manifest, options, target, scratch, metrics)
+        engine = cls._engine(manifest, options, target, scratch, metrics, handled)
         agent = OwnershipAgent(
             store, ownership_scope(target), me, engine, management, settings, metrics=metrics
         )
@@ -135,6 +133,7 @@ class ConsumerApp:
         target: EventHubsTarget,
         scratch: Path,
         metrics: ConsumerMetrics,
+        handled: Mapping[str, int] | None = None,
     ) -> Engine:
         if options.engine == "sdk":
             from hubshift.consumer.ranges import RangeLog
@@ -145,7 +144,9 @@ class ConsumerApp:
             return SdkEngine(target, RangeLog(ranges, options.identity), metrics=metrics)
         from hubshift.consumer.spark.engine import SparkEngine
 
-        return SparkEngine(target, options.identity, manifest.spec.consumer, scratch, metrics=metrics)
+        return SparkEngine(
+            target, options.identity, manifest.spec.consumer, scratch, metrics=metrics, handled=handled
+        )
 
     def run(self) -> int:
         """Until SIGTERM (or the engine fails): the exit code."""
@@ -190,6 +191,59 @@ class ConsumerApp:
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+
+
+def check_pipeline(spec: PipelineSpec, environ: Mapping[str, str]) -> None:
+    """What a pipeline writes to, checked like the source: the target hubs of `replicate` and `route`
+    (reachable, credentials, the hub exists), a projection's database (reachable, tables made or there)."""
+    from hubshift.consumer.pipelines.replicate import replicate_target
+
+    targets = []
+    if spec.type == "replicate" and spec.replicate is not None:
+        targets.append(replicate_target(spec.replicate, environ))
+    if spec.type == "route" and spec.route is not None:
+        targets.extend(
+            replicate_target(
+                t, environ, f"spec.consumer.pipeline.route.targets[{i}].connectionStringSecretRef"
+            )
+            for i, t in enumerate(spec.route.targets)
+        )
+    for hub in targets:
+        probe = EventHubsManagement(hub, retry_total=1)
+        try:
+            probe.probe()
+        finally:
+            probe.close()
+    if spec.type == "projection" and spec.projection is not None:
+        from hubshift.consumer.pipelines.projection import Tables
+        from hubshift.consumer.pipelines.projection_db import open_database
+
+        open_database(spec.projection, Tables.from_spec(spec.projection), environ).prepare()
+
+
+def handled_before_failover(spec: FailoverSpec | None, environ: Mapping[str, str]) -> dict[str, int]:
+    """After a failover: per partition, the sequence number the old hub's consumers checkpointed (from
+    its checkpoint store, read once at start-up; `pipelines/failover.py`)."""
+    if spec is None:
+        return {}
+    from hubshift.ownership.checkpoints import list_checkpoints
+    from hubshift.ownership.scope import Scope
+
+    old = open_checkpoint_store(spec.checkpoint_store, environ, create=False)
+    try:
+        checkpoints = list_checkpoints(old, Scope(spec.namespace.lower(), spec.hub, spec.consumer_group))
+    except Exception as exc:
+        raise UserError(f"spec.consumer.failover: reading the old hub's checkpoints failed: {exc}") from None
+    finally:
+        old.close()
+    handled = {partition: c.sequence_number for partition, c in checkpoints.items() if c.sequence_number >= 0}
+    log.info(
+        "failover from %s/%s: skipping what its consumers handled in %d partitions",
+        spec.namespace,
+        spec.hub,
+        len(handled),
+    )
+    return handled
 
 
 class Scratch:

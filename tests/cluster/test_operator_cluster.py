@@ -52,6 +52,15 @@ def _rename(name: str) -> Any:
     return lambda d: d["metadata"].update(name=name)
 
 
+def _route(**changes: Any) -> dict[str, Any]:
+    """A route pipeline with one target `a` and one rule to it, `changes` applied."""
+    editor = changes.pop("editor", [])
+    return {"type": "route", "editor": editor, "route": {**ROUTE, **changes}}
+
+
+ROUTE: dict[str, Any] = {"targets": [{"name": "a", "hub": "x"}], "rules": [{"to": ["a"]}]}
+
+
 def _token_instead(block: str, *, drop: tuple[str, ...] = ("connectionStringSecretRef",)) -> Any:
     """The example with a workload identity credential in `block` (a dotted path under spec), less `drop`."""
 
@@ -170,6 +179,74 @@ BAD_RESOURCES: list[tuple[str, Any, list[str]]] = [
         "bad-function-name",
         _set("consumer.pipeline", {"type": "function", "function": "no colon"}),
         ["spec.consumer.pipeline.function"],
+    ),
+    (
+        "route-missing",
+        _set("consumer.pipeline", {"type": "route"}),
+        ["spec.consumer.pipeline.route", "route (targets and rules) is required when type is route"],
+    ),
+    (
+        "projection-missing",
+        _set("consumer.pipeline", {"type": "projection"}),
+        ["spec.consumer.pipeline.projection", "projection (the table) is required when type is projection"],
+    ),
+    (
+        "editor-before-aggregate",
+        _set("consumer.pipeline", {"type": "aggregate", "editor": [{"gzip": {}}]}),
+        ["spec.consumer.pipeline.editor", "editor goes with type replicate, route or projection"],
+    ),
+    (
+        "remainder-without-modulo",
+        _set("consumer.pipeline", _route(rules=[{"sequenceNumber": {"remainder": 1}, "to": ["a"]}])),
+        ["spec.consumer.pipeline.route.rules[0].sequenceNumber", "set modulo and remainder together"],
+    ),
+    (
+        "remainder-not-below-modulo",
+        _set(
+            "consumer.pipeline",
+            _route(rules=[{"sequenceNumber": {"modulo": 2, "remainder": 2}, "to": ["a"]}]),
+        ),
+        ["spec.consumer.pipeline.route.rules[0].sequenceNumber.remainder", "remainder must be below modulo"],
+    ),
+    (
+        "route-targets-twice",
+        _set("consumer.pipeline", _route(targets=[{"name": "a", "hub": "x"}, {"name": "a", "hub": "y"}])),
+        ["spec.consumer.pipeline.route.targets", "target names must be unique"],
+    ),
+    (
+        "route-to-unknown-target",
+        _set("consumer.pipeline", _route(rules=[{"to": ["b"]}])),
+        ["spec.consumer.pipeline.route", "rules and defaultTarget must name declared targets"],
+    ),
+    (
+        "editor-step-with-two-kinds",
+        _set("consumer.pipeline", _route(editor=[{"gzip": {}, "gunzip": {}}])),
+        ["spec.consumer.pipeline.editor[0]", "set exactly one step per editor entry"],
+    ),
+    (
+        "dedupe-key-unset",
+        _set("consumer.pipeline", _route(editor=[{"dedupe": {"key": {}, "windowSeconds": 60}}])),
+        [
+            "spec.consumer.pipeline.editor[0].dedupe.key",
+            "set exactly one of partitionKey (true), property or json",
+        ],
+    ),
+    (
+        "enrich-table-and-path",
+        _set(
+            "consumer.pipeline",
+            _route(
+                editor=[{"enrich": {"key": {"json": "id"}, "table": {"a": {"b": "c"}}, "path": "/t.json"}}]
+            ),
+        ),
+        ["spec.consumer.pipeline.editor[0].enrich", "set exactly one of table or path"],
+    ),
+    (
+        "projection-postgres-missing",
+        _set(
+            "consumer.pipeline", {"type": "projection", "projection": {"table": "t", "database": "postgres"}}
+        ),
+        ["spec.consumer.pipeline.projection.postgres", "postgres is required when database is postgres"],
     ),
 ]
 

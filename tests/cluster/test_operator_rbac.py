@@ -28,6 +28,7 @@ CREATED_BY_APPLY = {
     ("apps", "statefulsets"),
     ("", "services"),
     ("", "configmaps"),
+    ("", "serviceaccounts"),
     ("policy", "poddisruptionbudgets"),
 }
 

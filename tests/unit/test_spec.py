@@ -68,3 +68,15 @@ def test_unreadable_and_malformed_files(tmp_path: Path) -> None:
     other.write_text("kind: ConfigMap\n")
     with pytest.raises(UserError, match="expected exactly one PartitionedConsumer"):
         load_manifest(other)
+
+
+@pytest.mark.parametrize("name", ["route.yaml", "projection.yaml"])
+def test_the_pattern_examples_load(name: str) -> None:
+    consumer = load_manifest(EXAMPLE.parent / name)
+    pipeline = consumer.spec.consumer.pipeline
+    assert pipeline.type in ("route", "projection")
+    if pipeline.route is not None:
+        assert pipeline.editor[0].gunzip is not None
+        assert pipeline.route.default_target == "archive"
+    if pipeline.projection is not None:
+        assert pipeline.projection.history_table == "homes_history"

@@ -9,6 +9,10 @@ Two shapes, chosen by what the pipeline needs (`process_batch` runs either):
   batch that reads each event once.
 - `FramePipeline` (a user's function): any DataFrame in, any DataFrame out. The batch is cached, since
   both the pipeline and the sequence ranges read it, and the sink writes the result in a second job.
+- `EditingPipeline` (an editor with steps Spark runs, a route with SQL conditions): a TaskPipeline whose
+  events first go through `edit`, which may drop, add or reshape rows and may fail on an event. The batch
+  is cached, its ranges read from the events themselves, and an event `edit` fails on is isolated as a
+  FramePipeline's poison event is.
 
 Every prepared frame keeps the event coordinates (`partition`, `sequence_number`, `offset`,
 `enqueued_time`), from which `process_batch` reports what the batch covered.
@@ -81,3 +85,11 @@ class TaskPipeline(Pipeline, Protocol):
 @runtime_checkable
 class FramePipeline(Pipeline, Protocol):
     def transform(self, prepared: DataFrame) -> PipelineResult: ...
+
+
+@runtime_checkable
+class EditingPipeline(TaskPipeline, Protocol):
+    def edit(self, events: DataFrame, *, trial: bool = False) -> DataFrame:
+        """Spark's part, before the tasks: its rows (the event row schema and `dead_letter_reason`) go to
+        `process_task`. `trial`: only to see whether it fails (no state is read or written)."""
+        ...

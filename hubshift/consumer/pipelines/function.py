@@ -46,7 +46,7 @@ def load_function(reference: str) -> UserFunction:
             ) from None
         raise UserError(f"{where}: importing {module_name} failed: no module named {missing!r}") from None
     except Exception as exc:
-        raise UserError(f"{where}: importing {module_name} failed: {_one_line(exc)}") from None
+        raise UserError(f"{where}: importing {module_name} failed: {one_line(exc)}") from None
     function = getattr(module, attribute, None)
     if function is None:
         raise UserError(f"{where}: module {module_name} has no attribute {attribute!r}")
@@ -71,7 +71,7 @@ class FunctionPipeline:
             result = self.function(prepared)
         except Exception as exc:
             raise PipelineFunctionError(
-                f"pipeline function {self.reference} failed: {_one_line(exc)}"
+                f"pipeline function {self.reference} failed: {one_line(exc)}"
             ) from exc
         if not isinstance(result, DataFrame):
             raise PipelineFunctionError(
@@ -86,7 +86,7 @@ class FunctionPipeline:
         )
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     if len(text) > 300:
         text = text[:297] + "..."

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from azure.eventhub import EventData, EventDataBatch, EventHubProducerClient
 
 from hubshift.consumer.pipelines.base import TaskResult
+from hubshift.spec import HubTarget
 from hubshift.spec import ReplicatePipeline as ReplicateSpec
 
 if TYPE_CHECKING:
@@ -68,13 +69,17 @@ class SendGroup:
 
 
 def replicated_properties(
-    properties: Iterable[tuple[str, str | None]] | None,
+    properties: Iterable[tuple[str, str | None]] | Mapping[str, str | None] | None,
     enqueued_time: datetime | None,
-    sequence: int,
+    sequence: int | None,
     offset: str | None,
 ) -> dict[str, str]:
-    """The event's application properties with the source's metadata added (appended after `;`)."""
-    found = {key: "" if value is None else value for key, value in properties or ()}
+    """The event's application properties with the source's metadata added (appended after `;`). An event
+    without a sequence number (an editor's function made it) carries its properties as they are."""
+    pairs = properties.items() if isinstance(properties, Mapping) else properties or ()
+    found = {key: "" if value is None else value for key, value in pairs}
+    if sequence is None:
+        return found
     stamp = "" if enqueued_time is None else _iso(enqueued_time)
     for key, value in (
         (REPL_ENQUEUE_TIME, stamp),
@@ -85,17 +90,25 @@ def replicated_properties(
     return found
 
 
+def was_replicated(row: Mapping[str, Any]) -> bool:
+    """Whether the event carries `repl-sequence` (a replication task forwarded it before)."""
+    properties = row.get("properties")
+    pairs = properties.keys() if isinstance(properties, Mapping) else (key for key, _ in properties or ())
+    return any(key == REPL_SEQUENCE for key in pairs)
+
+
 def plan_sends(
     rows: Sequence[Mapping[str, Any]], *, keep_partition: bool, skip_replicated: bool
 ) -> list[SendGroup]:
     """The groups to send, per source partition: one per partition key in the order the keys first
     appear, then the events without a key. Rows in the event row schema."""
-    groups: dict[tuple[str, str | None], SendGroup] = {}
+    groups: dict[tuple[str | None, str | None], SendGroup] = {}
     for index, row in enumerate(rows):
         properties = row.get("properties")
-        if skip_replicated and any(key == REPL_SEQUENCE for key, _ in properties or ()):
+        if skip_replicated and was_replicated(row):
             continue
-        partition = str(row["partition"])
+        source = row.get("partition")
+        partition = None if source is None else str(source)
         key = row.get("partition_key")
         group = groups.get((partition, key))
         if group is None:
@@ -109,7 +122,7 @@ def plan_sends(
                 index,
                 bytes(row.get("body") or b""),
                 replicated_properties(
-                    properties, row.get("enqueued_time"), row["sequence_number"], row.get("offset")
+                    properties, row.get("enqueued_time"), row.get("sequence_number"), row.get("offset")
                 ),
             )
         )
@@ -139,18 +152,21 @@ class ReplicatePipeline:
         return events
 
     def process_task(self, rows: pa.Table) -> TaskResult:
+        return TaskResult(dead_letters=self.forward(rows.to_pylist()))
+
+    def forward(self, events: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Send the events (rows in the event row schema, in order); the dead letters."""
         from hubshift.consumer.sinks.base import dead_letter_text
 
-        events = rows.to_pylist()
         groups = plan_sends(events, keep_partition=self.keep_partition, skip_replicated=self.skip_replicated)
-        result = TaskResult()
         if not groups:
-            return result
-        producer = _producer(self.target)
-        for group in groups:
-            for index in send_group(producer, group):
-                result.dead_letters.append(dead_letter_text(events[index], REASON_TOO_LARGE))
-        return result
+            return []
+        producer = producer_for(self.target)
+        return [
+            dead_letter_text(events[index], REASON_TOO_LARGE)
+            for group in groups
+            for index in send_group(producer, group)
+        ]
 
 
 def send_group(producer: Any, group: SendGroup) -> list[int]:
@@ -183,7 +199,11 @@ def _added(batch: EventDataBatch, event: EventData) -> bool:
     return True
 
 
-def replicate_target(spec: ReplicateSpec, environ: Mapping[str, str]) -> EventHubsTarget:
+def replicate_target(
+    spec: HubTarget,
+    environ: Mapping[str, str],
+    secret_field: str = "spec.consumer.pipeline.replicate.connectionStringSecretRef",
+) -> EventHubsTarget:
     """The target hub, with its connection string from the environment variable the manifest names, or its
     namespace and token credential."""
     from hubshift.eventhubs.target import resolve_target
@@ -195,9 +215,7 @@ def replicate_target(spec: ReplicateSpec, environ: Mapping[str, str]) -> EventHu
         connection_string_env=spec.connection_string_variable if spec.credential is None else None,
         credential=spec.credential,
     )
-    return resolve_target(
-        as_source, environ, secret_field="spec.consumer.pipeline.replicate.connectionStringSecretRef"
-    )
+    return resolve_target(as_source, environ, secret_field=secret_field)
 
 
 # One producer per target in each Python worker, kept across micro-batches: Spark reuses its workers, and a
@@ -206,7 +224,7 @@ _PRODUCERS: dict[EventHubsTarget, EventHubProducerClient] = {}
 _PRODUCERS_LOCK = threading.Lock()
 
 
-def _producer(target: EventHubsTarget) -> EventHubProducerClient:
+def producer_for(target: EventHubsTarget) -> EventHubProducerClient:
     from hubshift.eventhubs.target import sdk_client
 
     with _PRODUCERS_LOCK:

@@ -128,7 +128,7 @@ class FileSink:
         frames: list[DataFrame] = []
         for output, spec in result.outputs.items():
             directory = spec.directory if spec.directory is not None else F.lit(None).cast("string")
-            line = F.to_json(F.struct(*(_column(c) for c in spec.frame.columns)), JSON_OPTIONS)
+            line = F.to_json(F.struct(*(column(c) for c in spec.frame.columns)), JSON_OPTIONS)
             frames.append(
                 spec.frame.select(
                     F.lit(False).alias("dead"),
@@ -190,7 +190,8 @@ def _file_order(file: WrittenFile) -> tuple[str, str, str]:
     return (file.destination, file.output, file.name)
 
 
-def _column(name: str) -> Column:
+def column(name: str) -> Column:
+    """A column by name, whatever characters the name holds."""
     from pyspark.sql import functions as F
 
     return F.col("`" + name.replace("`", "``") + "`")
@@ -215,7 +216,7 @@ def dead_letter_json(types: Mapping[str, DataType], reason: Column, rest: Sequen
     from pyspark.sql.types import BinaryType
 
     fields: list[Column] = [
-        _column(name).alias(alias) for name, alias in _DEAD_LETTER_FIELDS.items() if name in types
+        column(name).alias(alias) for name, alias in _DEAD_LETTER_FIELDS.items() if name in types
     ]
     fields.append(reason.alias("reason"))
     if "body" in types:
@@ -226,7 +227,7 @@ def dead_letter_json(types: Mapping[str, DataType], reason: Column, rest: Sequen
         else:
             fields.append(F.col("body").alias("body"))
     if rest:
-        fields.append(F.struct(*(_column(name) for name in rest)).alias("record"))
+        fields.append(F.struct(*(column(name) for name in rest)).alias("record"))
     return F.to_json(F.struct(*fields), JSON_OPTIONS)
 
 

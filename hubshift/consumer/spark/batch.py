@@ -16,25 +16,27 @@ without a commit record are ignored) and the batch can run again.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from hubshift.consumer.pipelines.base import (
     DEAD_LETTER_REASON,
+    EditingPipeline,
     FramePipeline,
     Pipeline,
     PipelineResult,
     TaskPipeline,
+    TaskResult,
 )
 from hubshift.consumer.sinks.base import Sink, TaskWriter, files_from_rows, sink_summary, written_batch
 from hubshift.consumer.sinks.commits import BatchRecord, BatchSummary, PartitionRange, WrittenFile
 from hubshift.consumer.sinks.layout import batch_stem
-from hubshift.consumer.spark.poison import Key, find_poison_events, keys_where
+from hubshift.consumer.spark.poison import Key, evaluate, find_poison_events, keys_where
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 
 def process_batch(
@@ -44,16 +46,22 @@ def process_batch(
     pipeline: Pipeline,
     sink: Sink,
     *,
+    handled: Mapping[str, int] | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     clock: Callable[[], float] = time.monotonic,
 ) -> BatchSummary:
+    """`handled`: after a failover, per partition the old hub's checkpoint; events replicated from at or
+    before it are skipped by the pipeline and still count as processed (`pipelines/failover.py`)."""
     started = clock()
     moment = now()
     stem = batch_stem(consumer_id, sink.run, batch_id)
-    if isinstance(pipeline, TaskPipeline):
-        ranges, files = _run_in_tasks(pipeline, events, sink.task_writer(stem, moment))
+    handled = dict(handled or {})
+    if isinstance(pipeline, EditingPipeline):
+        ranges, files = _run_edited(pipeline, events, sink.task_writer(stem, moment), handled)
+    elif isinstance(pipeline, TaskPipeline):
+        ranges, files = _run_in_tasks(pipeline, events, sink.task_writer(stem, moment), handled)
     elif isinstance(pipeline, FramePipeline):
-        ranges, files = _run_on_frames(pipeline, events, sink, stem, moment)
+        ranges, files = _run_on_frames(pipeline, events, sink, stem, moment, handled)
     else:
         raise TypeError(f"{type(pipeline).__name__} has neither process_task nor transform")
     if not ranges:
@@ -94,14 +102,19 @@ TASK_RESULT_SCHEMA = (
 
 
 def _run_in_tasks(
-    pipeline: TaskPipeline, events: DataFrame, writer: TaskWriter
+    pipeline: TaskPipeline, events: DataFrame, writer: TaskWriter, handled: Mapping[str, int]
+) -> tuple[dict[str, PartitionRange], list[WrittenFile]]:
+    return _task_job(pipeline, pipeline.prepare(events), BatchTask(pipeline, writer, handled))
+
+
+def _task_job(
+    pipeline: TaskPipeline, prepared: DataFrame, task: BatchTask
 ) -> tuple[dict[str, PartitionRange], list[WrittenFile]]:
     # One task counts the whole batch: the source still reads each partition on its own (one input
     # partition each), but every further task is one more round trip to a Python worker and its fixed
     # cost. On 2 cores, one task instead of two: Spark's JVM -12% and its Python workers -30% of CPU, the
     # consumer +13% events/s (bench/throughput.py). A partition's rows stay in one task either way.
-    prepared = pipeline.prepare(events).coalesce(1)
-    rows = prepared.mapInArrow(BatchTask(pipeline, writer), TASK_RESULT_SCHEMA).collect()
+    rows = prepared.coalesce(1).mapInArrow(task, TASK_RESULT_SCHEMA).collect()
     ranges = merge_ranges(
         PartitionRange(
             partition=r["partition"],
@@ -120,11 +133,22 @@ def _run_in_tasks(
 
 
 class BatchTask:
-    """One Spark task of a TaskPipeline's batch: its ranges, its lines, its files (pickled to workers)."""
+    """One Spark task of a TaskPipeline's batch: its ranges, its lines, its files (pickled to workers).
+    `ranges`: report the ranges of the rows it gets (not when they are an EditingPipeline's edited rows);
+    `handled`: partition -> the old hub's checkpoint (failover): those events skip the pipeline."""
 
-    def __init__(self, pipeline: TaskPipeline, writer: TaskWriter) -> None:
+    def __init__(
+        self,
+        pipeline: TaskPipeline,
+        writer: TaskWriter,
+        handled: Mapping[str, int] | None = None,
+        *,
+        ranges: bool = True,
+    ) -> None:
         self.pipeline = pipeline
         self.writer = writer
+        self.handled = dict(handled or {})
+        self.ranges = ranges
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -136,8 +160,10 @@ class BatchTask:
             return
         context = TaskContext.get()
         task = context.partitionId() if context is not None else 0
-        ranges = task_ranges(rows)
-        result = self.pipeline.process_task(rows)
+        ranges = task_ranges(rows) if self.ranges else []
+        if self.handled:
+            rows = without_handled(rows, self.handled)
+        result = self.pipeline.process_task(rows) if rows.num_rows else TaskResult()
         files = self.writer.write(result.outputs, result.dead_letters, task)
         columns: dict[str, list[Any]] = {name: [] for name in _TASK_COLUMNS}
         for part in ranges:
@@ -172,6 +198,16 @@ def _range_columns(part: PartitionRange) -> dict[str, Any]:
         "first_enqueued": _to_micros(part.first_enqueued_time),
         "last_enqueued": _to_micros(part.last_enqueued_time),
     }
+
+
+def without_handled(rows: pa.Table, handled: Mapping[str, int]) -> pa.Table:
+    """The rows the old hub's consumers did not handle (`pipelines/failover.py`)."""
+    import pyarrow as pa
+
+    from hubshift.consumer.pipelines.failover import already_handled
+
+    keep = [not already_handled(row, handled) for row in rows.select(["partition", "properties"]).to_pylist()]
+    return rows if all(keep) else rows.filter(pa.array(keep, pa.bool_()))
 
 
 def task_ranges(rows: pa.Table) -> list[PartitionRange]:
@@ -226,59 +262,146 @@ def merge_ranges(parts: Iterable[PartitionRange]) -> dict[str, PartitionRange]:
 
 
 def _run_on_frames(
-    pipeline: FramePipeline, events: DataFrame, sink: Sink, stem: str, moment: datetime
+    pipeline: FramePipeline,
+    events: DataFrame,
+    sink: Sink,
+    stem: str,
+    moment: datetime,
+    handled: Mapping[str, int],
 ) -> tuple[dict[str, PartitionRange], list[WrittenFile]]:
-    from pyspark import StorageLevel
+    def poison_free(live: DataFrame, poison: dict[Key, str]) -> PipelineResult:
+        where = keys_where(sorted(poison))
+        result = pipeline.transform(live.where(~where))
+        dead = poison_letters(live, where, poison)
+        letters = (
+            dead
+            if result.dead_letters is None
+            else result.dead_letters.unionByName(dead, allowMissingColumns=True)
+        )
+        return PipelineResult(outputs=result.outputs, dead_letters=letters)
 
-    # Both the ranges and the pipeline read the batch: read the source once.
-    prepared = pipeline.prepare(events).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
+    with _cached(pipeline.prepare(events)) as prepared:
         ranges = partition_ranges(prepared)
         if not ranges:
             return {}, []
-        result = pipeline.transform(prepared)  # a function broken for every batch fails here, as itself
+        live = _not_handled(prepared, handled)
+        result = pipeline.transform(live)  # a function broken for every batch fails here, as itself
+        files = _isolating_poison(
+            pipeline.name,
+            lambda: sink.write(result, stem, moment),
+            lambda frame: evaluate(pipeline.transform(frame)),
+            live,
+            lambda poison: sink.write(poison_free(live, poison), stem, moment),
+        )
+        return ranges, files
+
+
+# --- EditingPipeline: cache, ranges, edit, tasks --------------------------------------------------------
+
+
+def _run_edited(
+    pipeline: EditingPipeline, events: DataFrame, writer: TaskWriter, handled: Mapping[str, int]
+) -> tuple[dict[str, PartitionRange], list[WrittenFile]]:
+    def poison_free(live: DataFrame, poison: dict[Key, str]) -> list[WrittenFile]:
+        where = keys_where(sorted(poison))
+        edited = pipeline.edit(live.where(~where))
+        dead = poison_letters(live, where, poison)
+        return _task_job(pipeline, edited.unionByName(dead, allowMissingColumns=True), task)[1]
+
+    task = BatchTask(pipeline, writer, ranges=False)
+    with _cached(events) as prepared:
+        ranges = partition_ranges(prepared)
+        if not ranges:
+            return {}, []
+        live = _not_handled(prepared, handled)
+        files = _isolating_poison(
+            pipeline.name,
+            lambda: _task_job(pipeline, pipeline.edit(live), task)[1],
+            lambda frame: evaluate_frame(pipeline.edit(frame, trial=True)),
+            live,
+            lambda poison: poison_free(live, poison),
+        )
+        return ranges, files
+
+
+def evaluate_frame(frame: DataFrame) -> None:
+    evaluate(PipelineResult(outputs={}, dead_letters=frame))
+
+
+# --- shared by both: the batch read once, failover, poison events ------------------------------------------
+
+
+class _cached:
+    """The batch kept in memory (spilling to disk) while both its ranges and the pipeline read it."""
+
+    def __init__(self, frame: DataFrame) -> None:
+        from pyspark import StorageLevel
+
+        self.frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+
+    def __enter__(self) -> DataFrame:
+        return self.frame
+
+    def __exit__(self, *_: object) -> None:
+        self.frame.unpersist(blocking=False)
+
+
+def _not_handled(prepared: DataFrame, handled: Mapping[str, int]) -> DataFrame:
+    if not handled:
+        return prepared
+    from hubshift.consumer.pipelines.failover import handled_condition
+
+    return prepared.where(~handled_condition(handled))
+
+
+def _isolating_poison(
+    name: str,
+    write: Callable[[], list[WrittenFile]],
+    trial: Callable[[DataFrame], None],
+    live: DataFrame,
+    write_without: Callable[[dict[Key, str]], list[WrittenFile]],
+) -> list[WrittenFile]:
+    """`write()`; when it fails because of events (the pipeline alone fails on them: `trial`), those become
+    dead letters and the rest is written (`write_without`); any other failure is raised."""
+    try:
+        return write()
+    except Exception as failure:
         try:
-            return ranges, sink.write(result, stem, moment)
-        except Exception as failure:
-            try:
-                poison = find_poison_events(pipeline, prepared)
-            except ValueError:
-                raise failure from None
-            if not poison:
-                raise  # the pipeline alone succeeds: the sink failed, not an event
-            return ranges, sink.write(_without_poison(pipeline, prepared, poison), stem, moment)
-    finally:
-        prepared.unpersist(blocking=False)
+            poison = find_poison_events(name, trial, live)
+        except ValueError:
+            raise failure from None
+        if not poison:
+            raise  # the pipeline alone succeeds: the sink (or a target) failed, not an event
+        return write_without(poison)
 
 
-def _without_poison(pipeline: FramePipeline, prepared: DataFrame, poison: dict[Key, str]) -> PipelineResult:
-    """The pipeline's result over the batch without its poison events, which become dead letters with
-    their own errors as reasons."""
+def poison_letters(prepared: DataFrame, where: Column, poison: dict[Key, str]) -> DataFrame:
+    """The poison events' rows with their own errors as reasons."""
     from pyspark.sql import functions as F
 
     reasons = prepared.sparkSession.createDataFrame(
         [(p, s, reason) for (p, s), reason in poison.items()],
         f"partition string, sequence_number bigint, {DEAD_LETTER_REASON} string",
     )
-    where = keys_where(sorted(poison))
     poisoned = prepared.where(where).join(reasons, ["partition", "sequence_number"])
-    dead = poisoned.select(
+    return poisoned.select(
         *(
             F.col(c)
-            for c in ("partition", "sequence_number", "offset", "enqueued_time", "body")
+            for c in (
+                "partition",
+                "sequence_number",
+                "offset",
+                "enqueued_time",
+                "partition_key",
+                "body",
+                "properties",
+            )
             if c in prepared.columns
         ),
         F.concat(F.lit("the pipeline fails on this event: "), F.col(DEAD_LETTER_REASON)).alias(
             DEAD_LETTER_REASON
         ),
     )
-    result = pipeline.transform(prepared.where(~where))
-    letters = (
-        dead
-        if result.dead_letters is None
-        else result.dead_letters.unionByName(dead, allowMissingColumns=True)
-    )
-    return PipelineResult(outputs=result.outputs, dead_letters=letters)
 
 
 def partition_ranges(prepared: DataFrame) -> dict[str, PartitionRange]:

@@ -25,7 +25,7 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -103,6 +103,7 @@ class SparkEngine:
         metrics: ConsumerMetrics | None = None,
         pool: ReceiverPool | None = None,
         session_builder: Callable[[], SparkSession] | None = None,
+        handled: Mapping[str, int] | None = None,
     ) -> None:
         self.target = target
         self.notify: Notify = not_started
@@ -113,6 +114,8 @@ class SparkEngine:
         self.pipeline = pipeline
         self.sink = sink
         self.metrics = metrics
+        # After a failover: per partition, the old hub's checkpoint (pipelines/failover.py).
+        self.handled = dict(handled or {})
         self._pool = pool or ReceiverPool(target)
         self._session_builder = session_builder
         self._lock = threading.RLock()
@@ -139,14 +142,16 @@ class SparkEngine:
         from hubshift.consumer.spark.source import EventHubsDataSource
 
         self._spark.dataSource.register(EventHubsDataSource)
-        if self.pipeline is None:
-            from hubshift.consumer.pipelines import build_pipeline
-
-            self.pipeline = build_pipeline(self.spec.pipeline)
         if self.sink is None:
             from hubshift.consumer.sinks import build_sink
 
             self.sink = build_sink(self.spec.sink)
+        if self.pipeline is None:
+            from hubshift.consumer.pipelines import build_pipeline
+            from hubshift.consumer.sinks import build_store
+
+            # Editor steps keep their state across batches beside the results (`_state/`).
+            self.pipeline = build_pipeline(self.spec.pipeline, state=build_store(self.spec.sink))
         self._start_query()
         self._monitor = threading.Thread(target=self._watch_query, name="spark-query-monitor", daemon=True)
         self._monitor.start()
@@ -407,7 +412,9 @@ class SparkEngine:
         end = offset_of_batch(self._checkpoint_dir, batch_id)
         started = time.monotonic()
         try:
-            summary = process_batch(events, batch_id, self.consumer_id, self.pipeline, self.sink)
+            summary = process_batch(
+                events, batch_id, self.consumer_id, self.pipeline, self.sink, handled=self.handled
+            )
         except Exception:
             if self.metrics is not None:
                 self.metrics.batch_failed(time.monotonic() - started)

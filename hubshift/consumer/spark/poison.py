@@ -1,8 +1,9 @@
 """Events that make a user's pipeline fail every time (a poison event): found and dead-lettered, so the
 partition moves on instead of the micro-batch failing again and again until the consumer gives up.
 
-When the sink's write of a `FramePipeline`'s result fails, `find_poison_events` runs the pipeline alone on
-the batch (Spark's `noop` writer: every column computed, nothing written). If that succeeds, the failure was
+When the sink's write of a `FramePipeline`'s result fails (or the tasks of an `EditingPipeline`: an editor's
+function or SQL, a route's SQL condition), `find_poison_events` runs the pipeline alone on the batch
+(Spark's `noop` writer: every column computed, nothing written or sent). If that succeeds, the failure was
 not an event's (the sink was away, say) and the batch fails as before. If it fails, the batch is bisected
 over its (partition, sequence number) keys until each failing event stands alone; its own error is its
 dead-letter reason. A batch with more than `MAX_POISON_EVENTS` such events fails as a whole: that is a
@@ -13,10 +14,10 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from hubshift.consumer.pipelines.base import FramePipeline, PipelineResult
+from hubshift.consumer.pipelines.base import PipelineResult
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -70,9 +71,10 @@ def keys_where(keys: Sequence[Key]) -> Column:
     return condition
 
 
-def find_poison_events(pipeline: FramePipeline, prepared: DataFrame) -> dict[Key, str]:
-    """The events that make `pipeline` fail on their own, with their errors; {} when the pipeline does not
-    fail on this batch. `ValueError` when more than `MAX_POISON_EVENTS` do."""
+def find_poison_events(name: str, trial: Callable[[DataFrame], None], prepared: DataFrame) -> dict[Key, str]:
+    """The events that make the pipeline (`name`; `trial` runs it on some of the rows without writing
+    anything) fail on their own, with their errors; {} when it does not fail on this batch. `ValueError`
+    when more than `MAX_POISON_EVENTS` do."""
     keys = sorted(
         (str(row["partition"]), int(row["sequence_number"]))
         for row in prepared.select("partition", "sequence_number").collect()
@@ -80,7 +82,7 @@ def find_poison_events(pipeline: FramePipeline, prepared: DataFrame) -> dict[Key
 
     def error_of(subset: Sequence[Key]) -> str | None:
         try:
-            evaluate(pipeline.transform(prepared.where(keys_where(subset))))
+            trial(prepared.where(keys_where(subset)))
         except Exception as exc:  # the user's code, as Spark relays it: any error counts
             return failure_reason(exc)
         return None
@@ -107,7 +109,7 @@ def find_poison_events(pipeline: FramePipeline, prepared: DataFrame) -> dict[Key
     log.warning(
         "%d events make the pipeline %s fail every time: they go to the dead letters (%s)",
         len(poison),
-        pipeline.name,
+        name,
         "; ".join(f"partition {p} #{s}" for p, s in sorted(poison)[:5]),
     )
     return poison

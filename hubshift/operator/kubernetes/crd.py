@@ -37,6 +37,8 @@ REGENERATE = "python -m hubshift.operator.kubernetes.crd --write"
 
 JSON = dict[str, Any]
 
+EDITOR_STEPS = ("function", "filter", "select", "flatten", "validate", "dedupe", "enrich", "gzip", "gunzip")
+
 
 def _connection_rules(address: str, address_message: str) -> list[JSON]:
     """One connection, one way to authenticate: a connection string, or a credential with the `address`
@@ -62,6 +64,7 @@ def _connection_rules(address: str, address_message: str) -> list[JSON]:
 CEL_RULES: dict[type[BaseModel], list[JSON]] = {
     spec.EventHubsSpec: _connection_rules("namespace", spec.CREDENTIAL_NEEDS_NAMESPACE),
     spec.ReplicatePipeline: _connection_rules("namespace", spec.CREDENTIAL_NEEDS_NAMESPACE),
+    spec.RouteTarget: _connection_rules("namespace", spec.CREDENTIAL_NEEDS_NAMESPACE),
     spec.BlobStoreSpec: _connection_rules("accountUrl", spec.CREDENTIAL_NEEDS_ACCOUNT_URL),
     spec.BlobSink: _connection_rules("accountUrl", spec.CREDENTIAL_NEEDS_ACCOUNT_URL),
     spec.CheckpointStoreSpec: [
@@ -84,6 +87,68 @@ CEL_RULES: dict[type[BaseModel], list[JSON]] = {
             "rule": "!has(self.type) || self.type != 'replicate' || has(self.replicate)",
             "message": "replicate (the target hub) is required when type is replicate",
             "fieldPath": ".replicate",
+        },
+        {
+            "rule": "!has(self.type) || self.type != 'route' || has(self.route)",
+            "message": "route (targets and rules) is required when type is route",
+            "fieldPath": ".route",
+        },
+        {
+            "rule": "!has(self.type) || self.type != 'projection' || has(self.projection)",
+            "message": "projection (the table) is required when type is projection",
+            "fieldPath": ".projection",
+        },
+        {
+            "rule": "!has(self.editor) || size(self.editor) == 0 || "
+            "(has(self.type) && self.type in ['replicate', 'route', 'projection'])",
+            "message": "editor goes with type replicate, route or projection",
+            "fieldPath": ".editor",
+        },
+    ],
+    spec.SequenceMatch: [
+        {
+            "rule": "has(self.modulo) == has(self.remainder)",
+            "message": "set modulo and remainder together",
+        },
+        {
+            "rule": "!has(self.modulo) || !has(self.remainder) || self.remainder < self.modulo",
+            "message": "remainder must be below modulo",
+            "fieldPath": ".remainder",
+        },
+    ],
+    spec.RoutePipeline: [
+        {
+            "rule": "self.targets.all(t, self.targets.exists_one(u, u.name == t.name))",
+            "message": "target names must be unique",
+            "fieldPath": ".targets",
+        },
+        {
+            "rule": "self.rules.all(r, r.to.all(n, self.targets.exists(t, t.name == n))) && "
+            "(!has(self.defaultTarget) || self.targets.exists(t, t.name == self.defaultTarget))",
+            "message": "rules and defaultTarget must name declared targets",
+        },
+    ],
+    spec.EventField: [
+        {
+            "rule": "(has(self.partitionKey) && self.partitionKey ? 1 : 0) + (has(self.property) ? 1 : 0) "
+            "+ (has(self.json) ? 1 : 0) == 1",
+            "message": "set exactly one of partitionKey (true), property or json",
+        },
+    ],
+    spec.EnrichStep: [
+        {"rule": "has(self.table) != has(self.path)", "message": "set exactly one of table or path"},
+    ],
+    spec.EditorStep: [
+        {
+            "rule": " + ".join(f"(has(self.{name}) ? 1 : 0)" for name in EDITOR_STEPS) + " == 1",
+            "message": "set exactly one step per editor entry",
+        },
+    ],
+    spec.ProjectionPipeline: [
+        {
+            "rule": "!has(self.database) || self.database != 'postgres' || has(self.postgres)",
+            "message": "postgres is required when database is postgres",
+            "fieldPath": ".postgres",
         },
     ],
     spec.SinkSpec: [
@@ -239,8 +304,10 @@ class _Converter:
                 out[key] = value
         if out.get("type") == "object" and "additionalProperties" in schema:
             extra_values = schema["additionalProperties"]
-            if isinstance(extra_values, dict):  # dict[str, X]
+            if isinstance(extra_values, dict) and extra_values:  # dict[str, X]
                 out["additionalProperties"] = self.node(extra_values)
+            elif extra_values is True or extra_values == {}:  # dict[str, Any]: kept as it is (a JSON Schema)
+                out["x-kubernetes-preserve-unknown-fields"] = True
         return out
 
 
@@ -261,6 +328,7 @@ _KEY_ORDER = [
     "additionalProperties",
     "required",
     "default",
+    "x-kubernetes-preserve-unknown-fields",
     "x-kubernetes-validations",
 ]
 

@@ -256,9 +256,19 @@ def secret_env(consumer: PartitionedConsumer) -> list[JSON]:
     if spec.consumer.sink.blob is not None:
         sink = spec.consumer.sink.blob
         pairs.append((sink.connection_string_variable, sink.connection_string_secret_ref))
-    if spec.consumer.pipeline.replicate is not None:
-        target = spec.consumer.pipeline.replicate
+    pipeline = spec.consumer.pipeline
+    if pipeline.replicate is not None:
+        target = pipeline.replicate
         pairs.append((target.connection_string_variable, target.connection_string_secret_ref))
+    for route_target in pipeline.route.targets if pipeline.route is not None else []:
+        pairs.append((route_target.connection_string_variable, route_target.connection_string_secret_ref))
+    if pipeline.projection is not None and pipeline.projection.postgres is not None:
+        database = pipeline.projection.postgres
+        pairs.append((database.connection_string_env, database.connection_string_secret_ref))
+    failover = spec.consumer.failover
+    if failover is not None and failover.checkpoint_store.blob is not None:
+        old = failover.checkpoint_store.blob
+        pairs.append((old.connection_string_variable, old.connection_string_secret_ref))
     env: list[JSON] = []
     seen: set[str] = set()
     for name, ref in pairs:

@@ -6,8 +6,6 @@ neighbours still go), and the merge pattern forwards nothing twice."""
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ from tests.fixtures.consumer import (
     consumer_manifest,
     error_line,
 )
+from tests.fixtures.hubs import read_hub
 from tests.fixtures.spark import event_row
 
 pytestmark = pytest.mark.timeout(300)
@@ -47,40 +46,7 @@ def pipeline(emulator: RunningEmulator, **options: bool) -> ReplicatePipeline:
 
 
 def read_target(emulator: RunningEmulator, expected: int, timeout: float = 30) -> list[dict[str, Any]]:
-    """Every event in the target hub (from the start): once `expected` have arrived, a second more."""
-    from azure.eventhub import EventHubConsumerClient
-
-    client = EventHubConsumerClient.from_connection_string(
-        emulator.connection_string, consumer_group="$Default", eventhub_name=TARGET
-    )
-    found: list[dict[str, Any]] = []
-
-    def on_batch(context: Any, batch: list[Any]) -> None:
-        for event in batch:
-            found.append(
-                {
-                    "partition": context.partition_id,
-                    "sequence": event.sequence_number,
-                    "key": event.partition_key.decode() if event.partition_key else None,
-                    "body": b"".join(event.body),
-                    "properties": {k.decode(): v.decode() for k, v in event.properties.items()},
-                }
-            )
-
-    worker = threading.Thread(
-        target=client.receive_batch,
-        kwargs={"on_event_batch": on_batch, "starting_position": "-1", "max_wait_time": 0.5},
-        daemon=True,
-    )
-    worker.start()
-    deadline = time.monotonic() + timeout
-    while len(found) < expected and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(1.0)
-    client.close()
-    worker.join(10)
-    assert len(found) >= expected, f"{len(found)} of {expected} events in the target"
-    return found
+    return read_hub(emulator, TARGET, expected, timeout)
 
 
 def test_every_event_reaches_the_target_with_its_stream_together_and_in_order(

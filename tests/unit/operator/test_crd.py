@@ -108,7 +108,10 @@ def test_schema_is_structural() -> None:
         assert not forbidden & node.keys(), f"{path} uses {forbidden & node.keys()}"
         assert node.get("additionalProperties") is not False, path
         if node["type"] == "object" and path not in ("", ".metadata"):
-            assert "properties" in node or "additionalProperties" in node, f"{path}: an untyped object"
+            kept = node.get("x-kubernetes-preserve-unknown-fields") is True
+            assert "properties" in node or "additionalProperties" in node or kept, (
+                f"{path}: an untyped object"
+            )
         if "exclusiveMinimum" in node:
             assert node["exclusiveMinimum"] is True and "minimum" in node, path
 
