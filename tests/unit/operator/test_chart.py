@@ -271,10 +271,15 @@ def helm_binary() -> str | None:
     return str(candidate) if result.returncode == 0 and candidate.is_file() else None
 
 
+PROMETHEUS_PEER = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+}
 SETUPS: dict[str, dict[str, Any]] = {
     "defaults": {},
     "namespaced-with-peering": {
-        "operator": {"replicas": 2, "watchNamespaces": ["team-a", "team-b"], "peering": {"enabled": True}}
+        "operator": {"replicas": 2, "watchNamespaces": ["team-a", "team-b"], "peering": {"enabled": True}},
+        "networkPolicy": {"enabled": True, "from": [PROMETHEUS_PEER]},
     },
     "monitoring": {
         "metrics": {
@@ -382,6 +387,20 @@ def test_helm_template(helm: str, tmp_path: Path, setup: str) -> None:
         assert "--peering=hubshift" in container["args"]
         assert {d["metadata"]["namespace"] for d in documents if d["kind"] == "Role"} == {"team-a", "team-b"}
         assert [d["kind"] for d in documents].count("KopfPeering") == 2
+        policies = [d for d in documents if d["kind"] == "NetworkPolicy"]
+        assert {d["metadata"]["namespace"] for d in policies} == {"team-a", "team-b"}
+        for policy in policies:
+            assert policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "consumer"
+            (rule,) = policy["spec"]["ingress"]
+            assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+            operator_peer, prometheus_peer = rule["from"]
+            assert (
+                operator_peer["podSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+            )
+            assert operator_peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "ops"}
+            assert prometheus_peer == PROMETHEUS_PEER
+    else:
+        assert not [d for d in documents if d["kind"] == "NetworkPolicy"]
     if setup == "monitoring":
         monitor = next(d for d in documents if d["kind"] == "ServiceMonitor")
         assert monitor["metadata"]["labels"]["release"] == "kps"
