@@ -231,8 +231,8 @@ class Deployment:
         spec = self.consumer.spec
         assert spec.checkpoint_store.blob is not None
         return {
-            spec.event_hubs.connection_string_env: self.eventhubs,
-            spec.checkpoint_store.blob.connection_string_env: self.storage,
+            spec.event_hubs.connection_string_variable: self.eventhubs,
+            spec.checkpoint_store.blob.connection_string_variable: self.storage,
         }
 
     def snapshot(self) -> OwnershipSnapshot:
