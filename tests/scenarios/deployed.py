@@ -248,7 +248,7 @@ class Deployment:
         assert self.consumer is not None
         sink = self.consumer.spec.consumer.sink
         assert sink.blob is not None
-        view = AggregateView(build_store(sink, {sink.blob.connection_string_env: self.storage}))
+        view = AggregateView(build_store(sink, {sink.blob.connection_string_variable: self.storage}))
         view.refresh()
         return {key: count.count for key, count in view.counts().items()}
 
