@@ -106,12 +106,12 @@ def control_plane_bin(build: bool = False, timeout: float = 3600) -> Path:
 
 
 @dataclass(frozen=True)
-class _CertificateAuthority:
+class CertificateAuthority:
     key: ec.EllipticCurvePrivateKey
     cert: x509.Certificate
 
     @classmethod
-    def create(cls, common_name: str) -> _CertificateAuthority:
+    def create(cls, common_name: str) -> CertificateAuthority:
         key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
         now = datetime.datetime.now(datetime.UTC)
@@ -316,7 +316,7 @@ class ControlPlane:
     nodes: list[str]
     startup_seconds: float = 0.0
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    _ca: _CertificateAuthority | None = field(default=None, repr=False)
+    _ca: CertificateAuthority | None = field(default=None, repr=False)
     _admin_ssl: ssl.SSLContext | None = field(default=None, repr=False)
     _remove_workdir: bool = field(default=False, repr=False)
 
@@ -551,7 +551,7 @@ def start_control_plane(
     pki = work / "pki"
     pki.mkdir(exist_ok=True)
 
-    ca = _CertificateAuthority.create("hubshift-test-ca")
+    ca = CertificateAuthority.create("hubshift-test-ca")
     ca_file = _write(pki / "ca.crt", ca.cert_pem)
     serving_cert, serving_key = ca.issue(
         "kube-apiserver",
@@ -569,7 +569,7 @@ def start_control_plane(
     admin_cert, admin_key = ca.issue("hubshift-admin", organizations=["system:masters"])
     # The aggregation layer's front proxy: without its CA, components using delegated authentication
     # (controller-manager, scheduler) keep logging that the requestheader CA bundle is missing.
-    front_proxy = _CertificateAuthority.create("hubshift-test-front-proxy-ca")
+    front_proxy = CertificateAuthority.create("hubshift-test-front-proxy-ca")
     _write(pki / "front-proxy-ca.crt", front_proxy.cert_pem)
     proxy_cert, proxy_key = front_proxy.issue("front-proxy-client")
     _write(pki / "front-proxy-client.crt", proxy_cert)

@@ -10,8 +10,6 @@ policies, the Event Hubs CBS put-token of type `jwt`) is the one users run.
 from __future__ import annotations
 
 import base64
-import datetime as dt
-import ipaddress
 import json
 import threading
 import time
@@ -24,10 +22,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
-from cryptography.x509.oid import NameOID
+
+from tests.harness.control_plane import CertificateAuthority
 
 TENANT = "72f988bf-0000-4000-8000-000000000000"
 ISSUER = f"https://sts.windows.net/{TENANT}/"  # the issuer Azurite's `--oauth basic` accepts
@@ -54,73 +52,16 @@ class TlsFiles:
         return {"SSL_CERT_FILE": str(self.ca), "REQUESTS_CA_BUNDLE": str(self.ca)}
 
 
-def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
-
 def make_tls_files(folder: Path) -> TlsFiles:
-    """A fresh certificate authority and a server certificate it signed, valid a day."""
+    """A fresh certificate authority (the control plane's kind) and a server certificate for 127.0.0.1 and
+    localhost it signed."""
     folder.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.UTC)
-    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name("hubshift test authority"))
-        .issuer_name(_name("hubshift test authority"))
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(_name("127.0.0.1"))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
+    authority = CertificateAuthority.create("hubshift test authority")
+    cert, key = authority.issue("127.0.0.1", server_names=["localhost"], server_ips=["127.0.0.1"])
     files = TlsFiles(folder / "ca.pem", folder / "server.pem", folder / "server-key.pem")
-    files.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    files.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    files.key.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.TraditionalOpenSSL,
-            serialization.NoEncryption(),
-        )
-    )
+    files.ca.write_bytes(authority.cert_pem)
+    files.cert.write_bytes(cert)
+    files.key.write_bytes(key)
     return files
 
 
