@@ -35,6 +35,7 @@ from hubshift.eventhubs.target import EventHubsTarget, sdk_client
 from hubshift.spec import CheckpointStoreSpec
 from tests.fixtures.consumer import wait_for
 from tests.fixtures.identity import MANAGED_IDENTITY, Entra
+from tests.fixtures.runtime import start_run
 from tests.harness.identity import EVENTHUBS_RESOURCE, STORAGE_RESOURCE, secrets_in
 from tests.harness.ranges import count_replays
 
@@ -301,25 +302,7 @@ def test_a_token_credential_pool_reads_checkpoints_hands_off_and_renews_its_toke
     manifest = keyless_manifest(tmp_path / "homes.yaml", entra, "tokens-pool", replicas=1)
     workdir = tmp_path / "work"
     env = {**os.environ, **entra.environ}
-    run = subprocess.Popen(
-        [
-            *HUBSHIFT,
-            "run",
-            "-f",
-            str(manifest),
-            "--engine",
-            "sdk",
-            "--workdir",
-            str(workdir),
-            "--duration",
-            "240",
-        ],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    run = start_run(manifest, workdir, env, 240, tmp_path)
 
     def logs() -> str:
         consumer_logs = "".join(

@@ -16,6 +16,7 @@ import yaml
 
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.spec import DEFAULT_EVENTHUBS_ENV
+from tests.fixtures.runtime import start_run
 
 HUBSHIFT = [sys.executable, "-m", "hubshift.cli"]
 
@@ -101,25 +102,7 @@ def test_run_applies_a_changed_manifest_and_shows_phase_and_assignment_through_s
     manifest = write_manifest(tmp_path / "m.yaml", tmp_path / "store.db", replicas=1)
     env = dict(os.environ, **{DEFAULT_EVENTHUBS_ENV: emulator.connection_string})
     workdir = tmp_path / "work"
-    run = subprocess.Popen(
-        [
-            *HUBSHIFT,
-            "run",
-            "-f",
-            str(manifest),
-            "--engine",
-            "sdk",
-            "--workdir",
-            str(workdir),
-            "--duration",
-            "40",
-        ],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    run = start_run(manifest, workdir, env, 40, tmp_path)
     try:
         wait_for(lambda: assigned(workdir) == {"homes-0"}, 30)
         write_manifest(manifest, tmp_path / "store.db", replicas=2)  # as `kubectl apply` of a new version
