@@ -2,11 +2,12 @@
 
 - `plan_ownership`: what to claim (and whether by force) and what to drain, from one ownership snapshot:
   follow the operator's assignment record while it is current, else balance with the fallback balancer.
-  A consumer reads exactly the record's `partitions`. Its `planned` entries (a planned change: partitions
-  planned for a consumer not ready yet) change nothing here: their reader keeps them and their planned
-  owner does not take them until the operator's next generation moves them into `partitions` for it
-  (docs/decisions.md, "Planned changes"), so a partition never has two readers and is never left unread
-  for a pod's start-up time. The plan only reports them (`OwnershipPlan.planned`).
+  A consumer reads the record's `partitions`. Its `planned` entries (a planned change: partitions planned
+  for a consumer not ready yet) that someone reads stay with that reader until the operator's next
+  generation moves them into `partitions` for their planned owner (a graceful handoff), so a partition
+  never has two readers and is never left unread for a pod's start-up time. Those nobody reads (a cold
+  start) the planned owner claims itself, without force, as soon as it has joined: no operator round trip
+  (docs/decisions.md, "Planned changes"). The plan reports the rest (`OwnershipPlan.planned`).
 - `checkpoint_due`: the checkpoint cadence (events and seconds) of one partition.
 
 The agent (`agent.py`) does the I/O these decide.
@@ -143,8 +144,12 @@ def _follow(
     max_handoff_seconds: float,
 ) -> OwnershipPlan:
     mine = {p for p in assignment.partitions_of(me) if p in set(partitions)}
-    planned = tuple(p for p in assignment.planned_for(me) if p in set(partitions) and p not in mine)
-    drains = tuple(sorted(active - mine))
+    planned = [p for p in assignment.planned_for(me) if p in set(partitions) and p not in mine]
+    # Planned for me and read by nobody (a cold start, a reader that left): read it now that I have joined,
+    # if its lease is free, instead of a listing after the operator's next generation. Held by anyone else,
+    # it stays the operator's to move.
+    unread = {p for p in planned if assignment.owner_of(p) is None}
+    drains = tuple(sorted(active - mine - unread))
     handoff = assignment.max_handoff_seconds if assignment.max_handoff_seconds is not None else None
     deadline_seconds = handoff if handoff is not None else max_handoff_seconds
     deadline = assignment.updated_at.timestamp() + deadline_seconds
@@ -166,6 +171,16 @@ def _follow(
             claims.append(ClaimPlan(partition, True, ClaimReason.HANDOFF_DEADLINE, row.owner))
         else:
             waiting.append(partition)
+    taken = unread & held  # read already, or being claimed now
+    for partition in sorted(unread - held):
+        row = snapshot.partition(partition)
+        if row is None or row.free:
+            claims.append(ClaimPlan(partition, False, ClaimReason.FREE))
+        elif row.owner == me:
+            claims.append(ClaimPlan(partition, False, ClaimReason.MINE))
+        else:
+            continue
+        taken.add(partition)
     return OwnershipPlan(
         "assignment",
         claims=tuple(claims),
@@ -174,7 +189,7 @@ def _follow(
         handoff_deadline=datetime.fromtimestamp(deadline, tz=assignment.updated_at.tzinfo)
         if waiting
         else None,
-        planned=planned,
+        planned=tuple(p for p in planned if p not in taken),
     )
 
 

@@ -296,8 +296,14 @@ def consumer_name(pool: str, number: int) -> str:
 
 
 def pending_handoffs(state: RebalanceState, owners: Mapping[str, str | None]) -> list[str]:
-    """Partitions whose observed owner is not (yet) the assigned one."""
-    return [p for p, target in state.assignment.items() if owners.get(p) != target]
+    """Partitions whose observed owner is not (yet) the assigned one. A partition nobody is assigned to
+    that its planned owner already reads is not pending: a joiner claims such a partition itself as soon
+    as it has joined (`hubshift.consumer.plan`)."""
+    return [
+        p
+        for p, target in state.assignment.items()
+        if owners.get(p) != target and not (target is None and owners.get(p) == state.planned.get(p))
+    ]
 
 
 def step(state: RebalanceState | None, observation: Observation, now: float, config: RebalanceSpec) -> Step:

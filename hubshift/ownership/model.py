@@ -109,10 +109,12 @@ class Assignment:
 
     A planned change (docs/decisions.md, "Planned changes") names consumers that are not ready yet:
     `planned` maps such a partition to its planned owner while `partitions` keeps its current reader (or
-    leaves it out when nobody reads it), so every consumer, of any version, reads exactly `partitions`; the
-    operator moves the partition into `partitions` for its planned owner in the generation it publishes
-    once that consumer is ready. `planned_until`: partitions of `planned` that nobody reads wait for their
-    planned owner until then. `change` is the kind of change this generation carries out, while it runs.
+    leaves it out when nobody reads it); the operator moves the partition into `partitions` for its planned
+    owner in the generation it publishes once that consumer is ready. A partition left out of `partitions`
+    its planned owner may claim before that, while its lease is free (a cold start); a consumer that does
+    not know `planned` simply waits for that generation. `planned_until`: partitions of `planned` that
+    nobody reads wait for their planned owner until then. `change` is the kind of change this generation
+    carries out, while it runs.
     """
 
     generation: int

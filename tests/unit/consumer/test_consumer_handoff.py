@@ -235,7 +235,7 @@ def test_the_reader_of_a_planned_partition_keeps_it_and_its_planned_owner_waits_
     assert b.claims == () and b.waiting == () and b.planned == ("2", "3")
 
 
-def test_a_planned_partition_nobody_reads_is_not_taken_before_it_is_handed_over() -> None:
+def test_a_planned_partition_nobody_reads_is_claimed_by_its_planned_owner_once_it_has_joined() -> None:
     record = Assignment(
         generation=1,
         partitions={},
@@ -245,7 +245,33 @@ def test_a_planned_partition_nobody_reads_is_not_taken_before_it_is_handed_over(
         planned={"0": "a", "1": "a", "2": "b", "3": "b"},
         planned_until=T0 + timedelta(seconds=10),
     )
-    snap = OwnershipSnapshot(SCOPE, (), (Member("b", True, T0),), record, "etag")
-    b = plan("b", snap, [], now=T0 + timedelta(seconds=65))  # the operator announced it waits until +10 s
-    assert b.mode == "assignment" and b.claims == () and b.planned == ("2", "3")
+    rows = (row("2", None), row("3", "c"))  # 3 is held by a consumer the record does not name
+    snap = OwnershipSnapshot(SCOPE, rows, (Member("b", True, T0), Member("c", True, T0)), record, "etag")
+    b = plan("b", snap, [], now=T0 + timedelta(seconds=1))
+    # 2 is free: claimed at once without force; 3 is someone else's: the operator moves it, b waits for that.
+    assert b.mode == "assignment" and b.waiting == () and b.drains == ()
+    assert b.claims == (ClaimPlan("2", False, ClaimReason.FREE),) and b.planned == ("3",)
+    # Once b reads 2, it keeps it until the operator's hand-over moves it into `partitions` for b.
+    kept = plan("b", snap, ["2"], now=T0 + timedelta(seconds=2))
+    assert kept.drains == () and kept.claims == () and kept.planned == ("3",)
+    # A planned partition that has a reader is never taken by its planned owner.
+    assert plan("a", snap, [], now=T0 + timedelta(seconds=1)).claims == (
+        ClaimPlan("0", False, ClaimReason.FREE),
+        ClaimPlan("1", False, ClaimReason.FREE),
+    )
     assert not assignment_is_current(record, PARTITIONS, ["b"], T0 + timedelta(seconds=71), 60)
+
+
+def test_a_planned_partition_taken_away_by_a_later_generation_is_drained() -> None:
+    record = Assignment(
+        generation=2,
+        partitions={"2": "a"},
+        phase=Phase.REBALANCING,
+        replicas=2,
+        updated_at=T0,
+        planned={"3": "a"},
+    )
+    members = (Member("a", True, T0), Member("b", True, T0))
+    snap = OwnershipSnapshot(SCOPE, (row("2", "b"),), members, record, "etag")
+    b = plan("b", snap, ["2"], now=T0 + timedelta(seconds=1))
+    assert b.drains == ("2",) and b.claims == ()

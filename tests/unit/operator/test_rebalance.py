@@ -20,6 +20,7 @@ from hubshift.operator.rebalance import (
     SetReplicas,
     Step,
     ordinal,
+    pending_handoffs,
     step,
 )
 from hubshift.ownership.planner import is_balanced, minimum_moves, plan_assignment, plan_moves
@@ -60,6 +61,7 @@ class World:
     early_breaks: list[str] = field(default_factory=list)  # live holders broken before the deadline
     breakable: set[str] = field(default_factory=set)
     pool: str | None = "homes"  # None: names the operator cannot plan with (every change waits)
+    joined: set[str] = field(default_factory=set)  # consumers up and joined that the operator has not seen
 
     def observe(self) -> Observation:
         return Observation(
@@ -96,6 +98,11 @@ class World:
         if record is None:
             return
         deadline = record.handoff_deadline(CONFIG) or 0.0
+        up = set(self.present) | self.joined
+        for partition, planned in record.planned.items():  # nobody reads it: its planned owner claims it
+            unread = record.assignment.get(partition) is None and self.owners.get(partition) is None
+            if unread and planned in up:
+                self.owners[partition] = planned
         for partition, target in record.assignment.items():
             holder = self.owners.get(partition)
             if holder == target:
@@ -279,6 +286,26 @@ def test_a_planned_cold_start_gives_each_consumer_its_share_when_it_is_ready() -
     assert world.balanced()
     assert moves_of(world) == 32
     assert "Holddown" not in world.events()
+
+
+def test_a_cold_start_share_read_before_the_operator_sees_it_ready_is_not_a_pending_handoff() -> None:
+    world = World(ids(32), [], {}, replicas=0, desired=8)
+    world.cycle()
+    world.joined = set(pods(8))  # up and joined; readiness reaches the operator later (a kubelet probe)
+    world.consumers_act()
+    assert all(len(world.owned_by(pod)) == 4 for pod in pods(8))
+    assert world.state is not None and pending_handoffs(world.state, world.owners) == []  # status: none
+    world.run(CONFIG.max_handoff_seconds + 2)  # nothing is pending: no deadline, no broken lease
+    assert "HandoffForced" not in world.events() and world.early_breaks == []
+    assert world.state is not None and world.state.phase is not Phase.REBALANCING
+    before = dict(world.owners)
+    world.present.extend(pods(8))
+    handover = world.cycle()
+    assert handover.published is not None and handover.published.reason is PublishReason.JOINED
+    assert world.owners == before and world.balanced()  # the hand-over only records who reads what
+    world.run(2)
+    assert world.state.phase is Phase.READY and world.state.running is None
+    assert moves_of(world) == 32 and "Holddown" not in world.events()
 
 
 def test_partitions_planned_for_a_late_consumer_go_to_those_present_after_the_delay() -> None:
