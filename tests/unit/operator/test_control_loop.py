@@ -378,6 +378,21 @@ def test_a_settled_pool_costs_one_listing_per_cycle_and_writes_nothing(harness: 
     assert report.store_requests == 1  # one list, nothing written
 
 
+def test_a_changed_spec_scales_in_its_first_cycle_on_the_backlog_last_read(harness: Harness) -> None:
+    harness.settle()
+    harness.clock.now += 1  # inside the polling interval
+    calls = harness.probe.calls
+    harness.loop.apply(manifest(minReplicas=1, maxReplicas=1))
+    report = harness.cycle()
+    assert harness.probe.calls == calls  # no probe of every partition before acting
+    assert report.decision is not None and report.decision.replicas == 1
+    published = [a for a in report.actions if isinstance(a, PublishAssignment)]
+    assert published and published[0].reason is PublishReason.DRAIN  # homes-1 drains in this cycle
+    harness.clock.now += 1
+    assert harness.cycle().decision == report.decision  # decided once; the next probe comes on time
+    assert harness.probe.calls == calls
+
+
 def test_lag_in_seconds_from_the_owners_metadata_and_the_loops_own_reads(harness: Harness) -> None:
     from hubshift.ownership.checkpoints import write_checkpoint
 
