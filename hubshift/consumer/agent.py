@@ -76,8 +76,9 @@ class AgentSettings:
     timing: Timing
     # SIGTERM: drain and release within this long, then stop whatever is left.
     grace_seconds: float
-    # How often a partition waiting for its old owner's release is tried again.
-    claim_retry_seconds: float = 0.5
+    # How often a partition waiting for its old owner's release is tried again (one listing each, only
+    # while a handoff runs: a graceful drain takes a batch, so a short cadence costs a few requests).
+    claim_retry_seconds: float = 0.2
     # How often the hub's partition ids are read again (a partition count change).
     partition_refresh_seconds: float = 300.0
 
@@ -236,7 +237,10 @@ class OwnershipAgent:
             self.leave()
 
     def start(self) -> None:
-        """Register (membership lease); claiming starts with the first `step`."""
+        """Register (membership lease); claiming starts with the first `step`. The hub's partition ids are
+        read first, so a consumer that reports ready claims in its first listing (a joiner's share at a cold
+        start) without a management round trip in between."""
+        self._refresh_partitions(self.clock())
         self._membership = join(
             self.store, self.scope, self.me, clock=self.clock, timing=self.settings.timing
         )
