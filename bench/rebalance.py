@@ -7,6 +7,8 @@ Sides (`--sides`, default all three):
   scale-in and the cold start are changes of the spec's replica bounds, so they are planned (published at
   once, each new consumer's share handed over when it is ready); the crash is unplanned and waits out the
   holddown.
+- `hubshift-delay0`: the same with `delaySeconds` 0, in the crash only (the one scenario with a holddown):
+  what waiting to see whether a lost consumer comes back costs.
 - `sdk`: the processor at its defaults (greedy, 30 s load-balancing interval, 180 s ownership expiry).
 - `sdk-tuned`: the processor tuned for speed: `load_balancing_strategy=BALANCED`,
   `load_balancing_interval` 0.1 s, `partition_ownership_expiration_interval` 2 s. azure-eventhub 5.15.1
@@ -122,8 +124,18 @@ SDK_TUNED = SdkTuning(
     "sdk-tuned", "azure sdk (tuned)", "balanced", TUNED_INTERVAL_SECONDS, TUNED_EXPIRY_SECONDS
 )
 SDK_SIDES = {tuning.side: tuning for tuning in (SDK_DEFAULTS, SDK_TUNED)}
-SIDES = ("hubshift", *SDK_SIDES)
-HUB_PREFIX = {"hubshift": "h", "sdk": "s", "sdk-tuned": "t"}
+# hubshift with `delaySeconds` 0: no holddown. It differs from `hubshift` only where the holddown applies
+# (an unplanned change: the crash), so it runs only there and shows what the holddown costs.
+NO_HOLDDOWN = "hubshift-delay0"
+UNPLANNED = ("8to4-crash",)
+HUBSHIFT_SIDES = {"hubshift": DELAY_SECONDS, NO_HOLDDOWN: 0.0}  # side -> its delaySeconds
+SIDES = (*HUBSHIFT_SIDES, *SDK_SIDES)
+HUB_PREFIX = {"hubshift": "h", NO_HOLDDOWN: "z", "sdk": "s", "sdk-tuned": "t"}
+
+
+def runs(scenario: str, side: str) -> bool:
+    """Whether `side` runs `scenario` (the no-holddown side only where a holddown applies)."""
+    return side != NO_HOLDDOWN or scenario in UNPLANNED
 
 
 # --- counting storage requests ---------------------------------------------------------------------------
@@ -338,7 +350,9 @@ class Load(threading.Thread):
 # --- hubshift's side ---------------------------------------------------------------------------------------
 
 
-def hubshift_manifest(hub: str, container: str, output: Path, replicas: int) -> dict[str, Any]:
+def hubshift_manifest(
+    hub: str, container: str, output: Path, replicas: int, delay: float = DELAY_SECONDS
+) -> dict[str, Any]:
     return {
         "apiVersion": "hubshift.dev/v1alpha1",
         "kind": "PartitionedConsumer",
@@ -355,7 +369,7 @@ def hubshift_manifest(hub: str, container: str, output: Path, replicas: int) -> 
             "scaling": {"minReplicas": replicas, "maxReplicas": replicas}
             if replicas
             else {"minReplicas": 0, "maxReplicas": 8, "activation": {"unprocessedEvents": 10**9}},
-            "rebalance": {"delaySeconds": DELAY_SECONDS, "maxHandoffSeconds": 15},
+            "rebalance": {"delaySeconds": delay, "maxHandoffSeconds": 15},
         },
     }
 
@@ -369,6 +383,7 @@ async def run_hubshift(
     hub: str,
     engine: str,
     timeout: float,
+    delay: float = DELAY_SECONDS,
 ) -> Outcome:
     from hubshift.manifest import parse_manifest
     from hubshift.operator.local.runner import LocalOperator
@@ -381,9 +396,9 @@ async def run_hubshift(
     manifest_path = workdir / f"hubshift-{scenario}.yaml"
 
     def manifest_for(replicas: int) -> Any:
-        return parse_manifest(hubshift_manifest(hub, container, output, replicas))
+        return parse_manifest(hubshift_manifest(hub, container, output, replicas, delay))
 
-    manifest_path.write_text(yaml.safe_dump(hubshift_manifest(hub, container, output, max(before, 1))))
+    manifest_path.write_text(yaml.safe_dump(hubshift_manifest(hub, container, output, max(before, 1), delay)))
     operator = LocalOperator(
         manifest_path, manifest_for(before), workdir / f"work-{scenario}", engine=engine, environ=env
     )
@@ -423,6 +438,8 @@ async def run_hubshift(
         return sum(1 for p in runtime.processes.values() if p.ready)
 
     side = "hubshift" if engine == "sdk" else "hubshift (spark)"
+    if delay != DELAY_SECONDS:
+        side += f" (delaySeconds {delay:g})"
     settle_seconds = 120 if engine == "sdk" else SDK_SETTLE_SECONDS  # eight JVMs start slowly
     try:
         outcome = await run_scenario(side, scenario, readers, ready, change, proxy, timeout, settle_seconds)
@@ -623,19 +640,24 @@ async def bench(args: argparse.Namespace, console: Console) -> list[Outcome]:
 
     scenarios = [s for s in args.scenarios.split(",") if s]
     sides = [s for s in args.sides.split(",") if s]
-    hubs = [f"{HUB_PREFIX[side]}{i}:{PARTITIONS}" for i, _ in enumerate(scenarios) for side in sides]
+    hubs = [
+        f"{HUB_PREFIX[side]}{i}:{PARTITIONS}"
+        for i, scenario in enumerate(scenarios)
+        for side in sides
+        if runs(scenario, side)
+    ]
     workdir = Path(tempfile.mkdtemp(prefix="hubshift-bench-rebalance-"))
     outcomes: list[Outcome] = []
     with running_emulator(hubs) as emulator, running_azurite(workdir / "azurite") as azurite:
         proxies = {side: CountingProxy(azurite.port).start_and_wait() for side in sides}
         for index, scenario in enumerate(scenarios):
-            for side in sides:
+            for side in (s for s in sides if runs(scenario, s)):
                 hub = f"{HUB_PREFIX[side]}{index}"
                 load = Load(emulator.connection_string, hub, args.rate)
                 load.start()
                 console.print(f"[bold]{scenario}[/bold]: {side} ...")
                 try:
-                    if side == "hubshift":
+                    if side in HUBSHIFT_SIDES:
                         env = dict(
                             os.environ,
                             **{
@@ -652,6 +674,7 @@ async def bench(args: argparse.Namespace, console: Console) -> list[Outcome]:
                             hub,
                             args.engine,
                             args.hubshift_timeout,
+                            HUBSHIFT_SIDES[side],
                         )
                     else:
                         outcome = await run_sdk(
@@ -788,18 +811,18 @@ def compare(outcomes: list[Outcome]) -> list[str]:
     """Per scenario: how much faster hubshift was than the tuned SDK, and the storage requests of each."""
     lines = []
     for scenario in SCENARIOS:
-        ours = next((o for o in outcomes if o.scenario == scenario and o.side.startswith("hubshift")), None)
         peer = next((o for o in outcomes if o.scenario == scenario and o.side == SDK_TUNED.label), None)
-        if ours is None or peer is None or ours.balanced_seconds is None:
-            continue
-        peer_seconds = peer.timeout if peer.balanced_seconds is None else peer.balanced_seconds
-        factor = peer_seconds / max(ours.balanced_seconds, SAMPLE_SECONDS)
-        at_least = ">" if peer.balanced_seconds is None else ""
-        lines.append(
-            f"{scenario}: hubshift {at_least}{factor:.1f}x faster than the tuned SDK "
-            f"({ours.balanced} s vs {peer.balanced} s), storage requests {ours.storage_requests} vs "
-            f"{peer.storage_requests}"
-        )
+        for ours in (o for o in outcomes if o.scenario == scenario and o.side.startswith("hubshift")):
+            if peer is None or ours.balanced_seconds is None:
+                continue
+            peer_seconds = peer.timeout if peer.balanced_seconds is None else peer.balanced_seconds
+            factor = peer_seconds / max(ours.balanced_seconds, SAMPLE_SECONDS)
+            at_least = ">" if peer.balanced_seconds is None else ""
+            lines.append(
+                f"{scenario}: {ours.side} {at_least}{factor:.1f}x faster than the tuned SDK "
+                f"({ours.balanced} s vs {peer.balanced} s), storage requests {ours.storage_requests} vs "
+                f"{peer.storage_requests}"
+            )
     return lines
 
 

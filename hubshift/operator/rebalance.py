@@ -33,7 +33,9 @@ Immediate publications (no holddown):
 Orphans and drained partitions are re-planned over the consumers the published assignment was planned
 for, minus those leaving or gone (standbys included: one takes over at once, as in Solace); other
 pending changes keep their holddown. The StatefulSet shrinks (`SetReplicas`) only once no partition is
-assigned to a leaving consumer and the handoffs are done or forced. Scale-out sets the replicas at once.
+assigned to a leaving consumer and the handoffs are done or forced (a publication is a handoff to wait for
+whenever a lease is held where it says otherwise, e.g. a joiner's cold-start share it read before it was
+ready, when a scale-in drops it from the plan). Scale-out sets the replicas at once.
 
 Forced partitions: in a publication, a partition whose current holder (the observed lease owner, or
 the previous assignee if nobody holds it) is not present cannot be handed over gracefully, so its new
@@ -398,11 +400,9 @@ class _Cycle:
             f"generation {generation} ({kind.value}): {len(moves)} moves ({len(forced)} forced){waiting} "
             f"over {len(planned_for)} consumers: {detail}",
         )
-        return replace(
+        published = replace(
             state,
             generation=generation,
-            # A plan that only names consumers not ready yet moves nothing now: no handoff to wait for.
-            phase=Phase.REBALANCING if assignment != dict(previous) else state.phase,
             assignment=assignment,
             consumers=planned_for,
             forced=forced,
@@ -411,6 +411,18 @@ class _Cycle:
             published_at=self.now if moved or state.published_at is None else state.published_at,
             planned=planned,
             change=kind,
+        )
+        # A plan that only names consumers not ready yet moves nothing now: no handoff to wait for, unless a
+        # lease is held where the new generation says otherwise (a joiner that read its share and is
+        # dropped from the plan by a scale-in before it was ready: the StatefulSet waits for its release).
+        owners = self.view.observation.owners
+        pending = set(pending_handoffs(published, owners))
+        fresh = pending - set(pending_handoffs(state, owners))  # they get their handoff time from now
+        busy = assignment != dict(previous) or bool(pending)
+        return replace(
+            published,
+            phase=Phase.REBALANCING if busy else state.phase,
+            published_at=self.now if fresh else published.published_at,
         )
 
 

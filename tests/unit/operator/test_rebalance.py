@@ -85,6 +85,7 @@ class World:
             elif isinstance(action, SetReplicas):
                 self.replicas = action.replicas
                 self.present = [c for c in self.present if (ordinal(c) or 0) < action.replicas]
+                self.joined = {c for c in self.joined if (ordinal(c) or 0) < action.replicas}
             elif isinstance(action, BreakLeases):
                 self.breakable |= set(action.partitions)
         self.state = self.record = result.state
@@ -105,9 +106,9 @@ class World:
                 self.owners[partition] = planned
         for partition, target in record.assignment.items():
             holder = self.owners.get(partition)
-            if holder == target:
+            if holder == target or (target is None and holder == record.planned.get(partition)):
                 continue
-            if holder is not None and holder in self.present:
+            if holder is not None and holder in up:
                 if holder not in self.stuck:
                     self.owners[partition] = None  # final checkpoint, release
                 elif target in self.present and (partition in self.breakable or self.now >= deadline):
@@ -306,6 +307,21 @@ def test_a_cold_start_share_read_before_the_operator_sees_it_ready_is_not_a_pend
     world.run(2)
     assert world.state.phase is Phase.READY and world.state.running is None
     assert moves_of(world) == 32 and "Holddown" not in world.events()
+
+
+def test_a_scale_in_before_a_joiner_was_ready_waits_for_what_it_read_of_its_share() -> None:
+    world = World(ids(4), [], {}, replicas=0, desired=1)
+    world.cycle()
+    world.joined.add("homes-0")
+    world.consumers_act()
+    assert world.owned_by("homes-0") == ids(4)  # its cold-start share, read before it was seen ready
+    world.desired = 0
+    drain = world.cycle()  # the plan is dropped; homes-0 follows the record and releases
+    assert drain.published is not None and drain.published.reason is PublishReason.DRAIN
+    assert not any(isinstance(a, SetReplicas) for a in drain.actions), "not while it still holds leases"
+    assert world.state is not None and world.state.phase is Phase.REBALANCING
+    assert world.owned_by("homes-0") == []
+    assert SetReplicas(0, "scale in after drain") in world.cycle().actions
 
 
 def test_partitions_planned_for_a_late_consumer_go_to_those_present_after_the_delay() -> None:
@@ -565,6 +581,7 @@ EVENTS = st.one_of(
     st.tuples(st.just("tick"), st.sampled_from([0.5, 1.0, 2.0, 4.0, 7.0])),
     st.tuples(st.just("crash"), st.integers(0, 9)),
     st.tuples(st.just("return"), st.integers(0, 9)),
+    st.tuples(st.just("join"), st.integers(0, 9)),  # up and joined, not seen ready yet
     st.tuples(st.just("desired"), st.integers(0, 10)),
     st.tuples(st.just("partitions"), st.integers(1, 24)),
     st.tuples(st.just("hang"), st.integers(0, 9)),
@@ -586,6 +603,10 @@ def test_invariants_hold_over_random_event_sequences(
             world.now += value
         elif kind == "crash":
             world.present = [c for c in world.present if c != f"homes-{value}"]
+            world.joined.discard(f"homes-{value}")
+        elif kind == "join":
+            if isinstance(value, int) and value < world.replicas:
+                world.joined.add(f"homes-{value}")
         elif kind == "return":
             pod = f"homes-{value}"
             if isinstance(value, int) and value < world.replicas and pod not in world.present:
