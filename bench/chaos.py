@@ -12,8 +12,9 @@ Figures (printed and written to bench/results/chaos.json):
   (committed by two batches: a replay after a crash);
 - max replay: the most events of one partition committed twice around one fault;
 - time unowned: partition-seconds without a live lease holder, sampled every second;
-- two owners: moments a partition had two readers (from the committed batches' owner levels: never), and
-  checkpoints that went back (never).
+- two readers: every second each running consumer's `/metrics` says which partitions it reads (a
+  partition's backlog gauge exists exactly while its consumer owns it); a partition two consumers claim
+  at the same sample counts once (never), and checkpoints that went back (never).
 
 With `--engine sdk` there are no aggregates: events are counted from the consumers' range logs instead.
 """
@@ -25,12 +26,15 @@ import asyncio
 import json
 import os
 import random
+import re
 import signal
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -168,13 +172,46 @@ class Samples:
     samples: int = 0
     unreadable: int = 0
     last: dict[str, int] = field(default_factory=dict)
+    two_readers: int = 0  # (sample, partition) pairs two live consumers said they read
+    seen_read: int = 0  # (sample, partition) pairs some consumer said it read: the check is not vacuous
+
+
+# A consumer exports a partition's backlog gauge exactly while it owns it (the gauge goes when it releases or
+# loses the partition), so its /metrics says which partitions it believes it reads.
+OWNED_GAUGE = re.compile(r'^hubshift_consumer_backlog_events\{partition="([^"]+)"\}', re.MULTILINE)
+
+
+def believed_owned(address: str) -> set[str]:
+    """The partitions one consumer says it reads now; none when it does not answer (gone, stopping)."""
+    try:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=1.0) as answer:
+            return set(OWNED_GAUGE.findall(answer.read().decode()))
+    except (OSError, ValueError):
+        return set()
+
+
+def readers(addresses: list[str]) -> Counter[str]:
+    """How many consumers say they read each partition at this moment."""
+    seen: Counter[str] = Counter()
+    for address in addresses:
+        seen.update(believed_owned(address))
+    return seen
 
 
 async def sample(
-    store: Any, scope: Scope, samples: Samples, stop: asyncio.Event, period: float = 1.0
+    store: Any,
+    scope: Scope,
+    samples: Samples,
+    stop: asyncio.Event,
+    consumers: Callable[[], list[str]],
+    period: float = 1.0,
 ) -> None:
-    """Every `period`: partitions without a live lease holder, checkpoints never going back."""
+    """Every `period`: partitions without a live lease holder, partitions two consumers say they read,
+    checkpoints never going back."""
     while not stop.is_set():
+        seen = await asyncio.to_thread(readers, consumers())
+        samples.seen_read += len(seen)
+        samples.two_readers += sum(1 for count in seen.values() if count > 1)
         try:
             snapshot = await asyncio.to_thread(take_snapshot, store, scope)
             checkpoints = await asyncio.to_thread(list_checkpoints, store, scope)
@@ -234,7 +271,9 @@ class Chaos:
             running = asyncio.get_running_loop().create_task(operator.run(stop))
             await self._until_reading()
             load.start()
-            sampler = asyncio.get_running_loop().create_task(sample(store, scope, samples, done))
+            sampler = asyncio.get_running_loop().create_task(
+                sample(store, scope, samples, done, self._addresses)
+            )
             started = time.monotonic()
             while time.monotonic() - started < args.minutes * 60:
                 await asyncio.sleep(self.random.uniform(args.every * 0.5, args.every * 1.5))
@@ -254,6 +293,11 @@ class Chaos:
             self.emulator.stop()
             self.azurite.stop()
         return self._figures(output, load, samples)
+
+    def _addresses(self) -> list[str]:
+        """The consumer processes running now (the local runtime's), by their HTTP address."""
+        processes = self.operator.runtime.processes.values()
+        return [p.address for p in processes if p.process.poll() is None]
 
     async def _until_reading(self, timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout
@@ -355,6 +399,8 @@ class Chaos:
             "maxReplayOnePartition": max_replay,
             "unownedPartitionSeconds": round(samples.unowned_partition_seconds, 1),
             "checkpointsWentBack": samples.checkpoints_back,
+            "twoReaders": samples.two_readers,
+            "partitionsSeenReadPerSample": round(samples.seen_read / max(samples.samples, 1), 1),
             "samples": samples.samples,
             "samplesWhileTheStoreWasAway": samples.unreadable,
             "loadSendErrors": load.errors,
@@ -396,7 +442,10 @@ def main() -> None:
     RESULTS.write_text(json.dumps(figures, indent=1))
     print(f"wrote {RESULTS} (work folder: {workdir})")
     healthy = (
-        figures["lost"] == 0 and figures["checkpointsWentBack"] == 0 and figures.get("exactTotals", True)
+        figures["lost"] == 0
+        and figures["checkpointsWentBack"] == 0
+        and figures["twoReaders"] == 0
+        and figures.get("exactTotals", True)
     )
     raise SystemExit(0 if healthy else 1)
 
