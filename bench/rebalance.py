@@ -391,16 +391,18 @@ async def run_hubshift(
     from hubshift.ownership.stores.connect import open_store
 
     before, after = COUNTS[scenario]
+    # Each side's own container, output and work folder: the replays are counted from this run's logs only.
+    run = f"{scenario}-delay{delay:g}"
     container = f"hs-{scenario.replace('to', '-')}-{int(time.time()) % 100000}"
-    output = workdir / f"hubshift-{scenario}"
-    manifest_path = workdir / f"hubshift-{scenario}.yaml"
+    output = workdir / f"hubshift-{run}"
+    manifest_path = workdir / f"hubshift-{run}.yaml"
 
     def manifest_for(replicas: int) -> Any:
         return parse_manifest(hubshift_manifest(hub, container, output, replicas, delay))
 
     manifest_path.write_text(yaml.safe_dump(hubshift_manifest(hub, container, output, max(before, 1), delay)))
     operator = LocalOperator(
-        manifest_path, manifest_for(before), workdir / f"work-{scenario}", engine=engine, environ=env
+        manifest_path, manifest_for(before), workdir / f"work-{run}", engine=engine, environ=env
     )
     loop = await operator.open()
     direct = open_store(azurite_direct, container, create=True)
