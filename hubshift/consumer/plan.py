@@ -143,8 +143,9 @@ def _follow(
     now: datetime,
     max_handoff_seconds: float,
 ) -> OwnershipPlan:
-    mine = {p for p in assignment.partitions_of(me) if p in set(partitions)}
-    planned = [p for p in assignment.planned_for(me) if p in set(partitions) and p not in mine]
+    known = set(partitions)
+    mine = {p for p in assignment.partitions_of(me) if p in known}
+    planned = [p for p in assignment.planned_for(me) if p in known and p not in mine]
     # Planned for me and read by nobody (a cold start, a reader that left): read it now that I have joined,
     # if its lease is free, instead of a listing after the operator's next generation. Held by anyone else,
     # it stays the operator's to move.
@@ -157,12 +158,14 @@ def _follow(
     forced = assignment.forced
     claims: list[ClaimPlan] = []
     waiting: list[str] = []
-    for partition in sorted(mine - held):
+    for partition in sorted((mine | unread) - held):
         row = snapshot.partition(partition)
         if row is None or row.free:
             claims.append(ClaimPlan(partition, False, ClaimReason.FREE))
         elif row.owner == me:
             claims.append(ClaimPlan(partition, False, ClaimReason.MINE))
+        elif partition in unread:
+            continue  # someone reads it after all: the operator's to move
         elif not row.owner_alive:
             claims.append(ClaimPlan(partition, True, ClaimReason.ORPHANED, row.owner))
         elif partition in forced:
@@ -171,16 +174,7 @@ def _follow(
             claims.append(ClaimPlan(partition, True, ClaimReason.HANDOFF_DEADLINE, row.owner))
         else:
             waiting.append(partition)
-    taken = unread & held  # read already, or being claimed now
-    for partition in sorted(unread - held):
-        row = snapshot.partition(partition)
-        if row is None or row.free:
-            claims.append(ClaimPlan(partition, False, ClaimReason.FREE))
-        elif row.owner == me:
-            claims.append(ClaimPlan(partition, False, ClaimReason.MINE))
-        else:
-            continue
-        taken.add(partition)
+    reading = held | {c.partition for c in claims}
     return OwnershipPlan(
         "assignment",
         claims=tuple(claims),
@@ -189,7 +183,7 @@ def _follow(
         handoff_deadline=datetime.fromtimestamp(deadline, tz=assignment.updated_at.tzinfo)
         if waiting
         else None,
-        planned=tuple(p for p in planned if p not in taken),
+        planned=tuple(p for p in planned if p not in reading),
     )
 
 
