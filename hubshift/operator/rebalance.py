@@ -301,10 +301,16 @@ def pending_handoffs(state: RebalanceState, owners: Mapping[str, str | None]) ->
     """Partitions whose observed owner is not (yet) the assigned one. A partition nobody is assigned to
     that its planned owner already reads is not pending: a joiner claims such a partition itself as soon
     as it has joined (`hubshift.consumer.plan`)."""
+    return _pending(state.assignment, state.planned, owners)
+
+
+def _pending(
+    assignment: Mapping[str, str | None], planned: Mapping[str, str], owners: Mapping[str, str | None]
+) -> list[str]:
     return [
         p
-        for p, target in state.assignment.items()
-        if owners.get(p) != target and not (target is None and owners.get(p) == state.planned.get(p))
+        for p, target in assignment.items()
+        if owners.get(p) != target and not (target is None and owners.get(p) == planned.get(p))
     ]
 
 
@@ -400,29 +406,24 @@ class _Cycle:
             f"generation {generation} ({kind.value}): {len(moves)} moves ({len(forced)} forced){waiting} "
             f"over {len(planned_for)} consumers: {detail}",
         )
-        published = replace(
-            state,
-            generation=generation,
-            assignment=assignment,
-            consumers=planned_for,
-            forced=forced,
-            # The handoff time runs from the generation that moved something: naming planned consumers only
-            # gives the pending handoffs no extra time.
-            published_at=self.now if moved or state.published_at is None else state.published_at,
-            planned=planned,
-            change=kind,
-        )
         # A plan that only names consumers not ready yet moves nothing now: no handoff to wait for, unless a
         # lease is held where the new generation says otherwise (a joiner that read its share and is
         # dropped from the plan by a scale-in before it was ready: the StatefulSet waits for its release).
         owners = self.view.observation.owners
-        pending = set(pending_handoffs(published, owners))
-        fresh = pending - set(pending_handoffs(state, owners))  # they get their handoff time from now
-        busy = assignment != dict(previous) or bool(pending)
+        pending = set(_pending(assignment, planned, owners))
+        # The handoff time runs from the generation that moved something or left a lease where it should
+        # not be: naming planned consumers only gives the pending handoffs no extra time.
+        fresh = moved or bool(pending - set(pending_handoffs(state, owners)))
         return replace(
-            published,
-            phase=Phase.REBALANCING if busy else state.phase,
-            published_at=self.now if fresh else published.published_at,
+            state,
+            generation=generation,
+            phase=Phase.REBALANCING if assignment != dict(previous) or pending else state.phase,
+            assignment=assignment,
+            consumers=planned_for,
+            forced=forced,
+            published_at=self.now if fresh or state.published_at is None else state.published_at,
+            planned=planned,
+            change=kind,
         )
 
 
