@@ -129,7 +129,6 @@ class _Memory:
     partition_ids: tuple[str, ...] = ()
     decision: ScalingDecision | None = None
     probed_at: float | None = None
-    redecide: bool = False  # the spec changed: decide replicas in the next cycle even without a probe
     probe_error: str | None = None
     last_scale_time: float | None = None
     moving: dict[str, tuple[str, float]] = field(default_factory=dict)  # partition -> (target, published)
@@ -179,7 +178,7 @@ class ControlLoop:
         self.config = consumer.spec.rebalance
         # Decide replicas again at once, on the backlog last read (at most a polling interval old): probing
         # every partition first would delay the scale the new bounds ask for by that probe.
-        self.memory.redecide = True
+        self.memory.decision = None
 
     async def close(self) -> None:
         reading = self.memory.lag_reading
@@ -315,13 +314,12 @@ class ControlLoop:
     async def _decide_replicas(
         self, now: float, current: int, pause: Pause, inputs: CycleInputs
     ) -> ScalingDecision | None:
-        """The autoscaler runs on fresh backlog (once per polling interval) or a changed spec; in between,
-        its last decision."""
+        """The autoscaler runs on fresh backlog (once per polling interval), and when there is no decision
+        (the first cycle, a changed spec); in between, its last decision."""
         memory = self.memory
-        fresh = memory.probed_at == now or memory.redecide
+        fresh = memory.probed_at == now
         if not fresh and memory.decision is not None:
             return memory.decision
-        memory.redecide = False
         if not memory.scaling_loaded:
             memory.scaling = await self.scaling_record.load()
             memory.scaling_loaded = True
