@@ -26,13 +26,11 @@ import asyncio
 import json
 import os
 import random
-import re
 import signal
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,7 +38,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
@@ -48,6 +48,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hubshift.apps.produce import EventGenerator, HubSender, LoadSpec
+from hubshift.consumer.metrics import PREFIX as METRICS_PREFIX
 from hubshift.consumer.pipelines.aggregate_view import AggregateView
 from hubshift.consumer.ranges import read_range_logs
 from hubshift.consumer.sinks import FolderStore
@@ -178,24 +179,29 @@ class Samples:
 
 # A consumer exports a partition's backlog gauge exactly while it owns it (the gauge goes when it releases or
 # loses the partition), so its /metrics says which partitions it believes it reads.
-OWNED_GAUGE = re.compile(r'^hubshift_consumer_backlog_events\{partition="([^"]+)"\}', re.MULTILINE)
+OWNED_GAUGE = f"{METRICS_PREFIX}_backlog_events"
 
 
-def believed_owned(address: str) -> set[str]:
+async def believed_owned(session: aiohttp.ClientSession, address: str) -> set[str]:
     """The partitions one consumer says it reads now; none when it does not answer (gone, stopping)."""
     try:
-        with urllib.request.urlopen(f"http://{address}/metrics", timeout=1.0) as answer:
-            return set(OWNED_GAUGE.findall(answer.read().decode()))
-    except (OSError, ValueError):
+        async with session.get(f"http://{address}/metrics") as answer:
+            text = await answer.text()
+    except (TimeoutError, aiohttp.ClientError):
         return set()
+    return {
+        sample.labels["partition"]
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == OWNED_GAUGE
+    }
 
 
-def readers(addresses: list[str]) -> Counter[str]:
+async def readers(addresses: list[str]) -> Counter[str]:
     """How many consumers say they read each partition at this moment."""
-    seen: Counter[str] = Counter()
-    for address in addresses:
-        seen.update(believed_owned(address))
-    return seen
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0)) as session:
+        answers = await asyncio.gather(*(believed_owned(session, a) for a in addresses))
+    return Counter(partition for owned in answers for partition in owned)
 
 
 async def sample(
@@ -209,7 +215,7 @@ async def sample(
     """Every `period`: partitions without a live lease holder, partitions two consumers say they read,
     checkpoints never going back."""
     while not stop.is_set():
-        seen = await asyncio.to_thread(readers, consumers())
+        seen = await readers(consumers())
         samples.seen_read += len(seen)
         samples.two_readers += sum(1 for count in seen.values() if count > 1)
         try:
