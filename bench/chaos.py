@@ -49,9 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hubshift.apps.produce import EventGenerator, HubSender, LoadSpec
 from hubshift.consumer.metrics import PREFIX as METRICS_PREFIX
-from hubshift.consumer.pipelines.aggregate_view import AggregateView
 from hubshift.consumer.ranges import read_range_logs
-from hubshift.consumer.sinks import FolderStore
 from hubshift.emulator.launch import start_emulator
 from hubshift.manifest import load_manifest
 from hubshift.operator.local.runner import LocalOperator
@@ -60,6 +58,8 @@ from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import StoreError
 from hubshift.ownership.stores.connect import open_store
+from hubshift.pipelines.aggregate_view import AggregateView
+from hubshift.sinks import FolderStore
 from hubshift.spec import DEFAULT_EVENTHUBS_ENV, DEFAULT_STORAGE_ENV
 from tests.harness.azurite import start_azurite
 from tests.harness.ranges import count_replays

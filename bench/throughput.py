@@ -57,7 +57,7 @@ def load_partitions(connection_string: str, per_partition: int, size: int = 200,
     """Send `per_partition` events to every partition as fast as the SDK goes; seconds taken."""
     from azure.eventhub import EventData, EventHubProducerClient
 
-    from hubshift.consumer.pipelines.sensor_events import SensorEvent
+    from hubshift.pipelines.sensor_events import SensorEvent
 
     started = time.monotonic()
 
@@ -90,7 +90,7 @@ def steady_load(connection_string: str, rate_per_partition: float, seconds: floa
     """`rate_per_partition` events/s into each partition, in rounds every 0.1 s; events sent."""
     from azure.eventhub import EventData, EventHubProducerClient
 
-    from hubshift.consumer.pipelines.sensor_events import SensorEvent
+    from hubshift.pipelines.sensor_events import SensorEvent
 
     sent: dict[str, int] = {}
 

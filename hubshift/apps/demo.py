@@ -235,8 +235,8 @@ class DemoRun:
         output: Path,
         console: Console,
     ) -> None:
-        from hubshift.consumer.pipelines.aggregate_view import AggregateView
-        from hubshift.consumer.sinks.folder import FolderStore
+        from hubshift.pipelines.aggregate_view import AggregateView
+        from hubshift.sinks.folder import FolderStore
 
         self.settings = settings
         self.operator = operator
@@ -368,9 +368,9 @@ async def _demo(
     console: Console,
 ) -> int:
     from hubshift.apps.views_page import ViewsServer
-    from hubshift.consumer.sinks.folder import FolderStore
     from hubshift.operator.local.processes import TARGETS_FILE, free_port
     from hubshift.operator.metrics import OperatorMetrics
+    from hubshift.sinks.folder import FolderStore
 
     metrics = OperatorMetrics()
     metrics_port = free_port()

@@ -6,7 +6,7 @@
 
 Homes `h000000`, `h000001`, ... each have `--sensors-per-home` sensors (motion, door, window, glass break,
 smoke, ...); every event is one reading of a random sensor of a random home, in the format of
-hubshift/consumer/pipelines/sensor_events.py, with the home as partition key. Events go out in batches every
+hubshift/pipelines/sensor_events.py, with the home as partition key. Events go out in batches every
 `--interval` seconds at the rate the profile asks for. The partition of each key is the one the service
 would pick (the SDK's own partition resolver), and the event carries the key, so consumers see it. At the
 end (or on Ctrl-C) a summary says how many events went to each partition.
@@ -33,10 +33,11 @@ from typing import Any, Protocol
 import click
 
 from hubshift.connect import chosen_identity, credential_options
-from hubshift.consumer.pipelines import sensor_events as ev
-from hubshift.consumer.pipelines.sensor_events import SensorEvent
 from hubshift.errors import UserError
 from hubshift.eventhubs.target import EventHubsTarget, describe_error, sdk_client
+from hubshift.pipelines import sensor_events as ev
+from hubshift.pipelines.sensor_events import SensorEvent
+from hubshift.sinks.base import format_time
 from hubshift.spec import DEFAULT_EVENTHUBS_ENV
 
 PROFILES = ("steady", "rise-fall")
@@ -216,7 +217,7 @@ class ProduceSummary:
             "partitions": dict(sorted(self.partitions.items(), key=lambda kv: _partition_order(kv[0]))),
             "byType": dict(sorted(self.by_type.items())),
             "homes": len(self.homes),
-            "startedAt": ev.format_time(self.started_at) if self.started_at else None,
+            "startedAt": format_time(self.started_at) if self.started_at else None,
             "durationSeconds": round(self.duration_seconds, 3),
             "eventsPerSecond": round(self.events / self.duration_seconds, 1)
             if self.duration_seconds

@@ -24,7 +24,7 @@ from hubshift.manifest import load_manifest
 SERVE_EVERY_SECONDS = 5.0
 
 if TYPE_CHECKING:
-    from hubshift.consumer.pipelines.aggregate_view import AggregateView
+    from hubshift.pipelines.aggregate_view import AggregateView
 
 
 @click.command(name="views")
@@ -52,8 +52,8 @@ if TYPE_CHECKING:
 def views(manifest_path: str, every: float, duration: float | None, serve_port: int | None) -> None:
     """Write the aggregate's window totals as JSON for a web page (views/index.json, one file per window);
     with --serve, also serve the residents' page that reads them."""
-    from hubshift.consumer.pipelines.aggregate_view import AggregateView
-    from hubshift.consumer.sinks import build_store
+    from hubshift.pipelines.aggregate_view import AggregateView
+    from hubshift.sinks import build_store
 
     consumer = load_manifest(manifest_path)
     pipeline = consumer.spec.consumer.pipeline

@@ -1,7 +1,7 @@
 """The residents' page and the views it reads, served on 127.0.0.1 (`hubshift views --serve PORT`).
 
 `page/index.html` is a static page (no build step, no framework): it reads `views/index.json` and the
-window files (`consumer/pipelines/aggregate_view.py` describes them) and shows one home's counts per sensor
+window files (`pipelines/aggregate_view.py` describes them) and shows one home's counts per sensor
 type over the recent windows, refreshing itself. This server hands out that page and, from the sink's
 store (a folder or a Blob container), only the view files: `index.json` and `window=<UTC time>.json`.
 Nothing else is readable and nothing is written; it answers GET and HEAD only, on the loopback address,
@@ -18,8 +18,8 @@ from importlib import resources
 from typing import Any
 from urllib.parse import unquote
 
-from hubshift.consumer.sinks.base import ObjectStore
-from hubshift.consumer.sinks.layout import VIEWS
+from hubshift.sinks.base import ObjectStore
+from hubshift.sinks.layout import VIEWS
 
 HOST = "127.0.0.1"
 VIEW_NAME = re.compile(r"^/views/(index\.json|window=\d{8}T\d{6}Z\.json)$")

@@ -196,7 +196,7 @@ class ConsumerApp:
 def check_pipeline(spec: PipelineSpec, environ: Mapping[str, str]) -> None:
     """What a pipeline writes to, checked like the source: the target hubs of `replicate` and `route`
     (reachable, credentials, the hub exists), a projection's database (reachable, tables made or there)."""
-    from hubshift.consumer.pipelines.replicate import replicate_target
+    from hubshift.pipelines.replicate import replicate_target
 
     targets = []
     if spec.type == "replicate" and spec.replicate is not None:
@@ -215,8 +215,8 @@ def check_pipeline(spec: PipelineSpec, environ: Mapping[str, str]) -> None:
         finally:
             probe.close()
     if spec.type == "projection" and spec.projection is not None:
-        from hubshift.consumer.pipelines.projection import Tables
-        from hubshift.consumer.pipelines.projection_db import open_database
+        from hubshift.pipelines.projection import Tables
+        from hubshift.pipelines.projection_db import open_database
 
         open_database(spec.projection, Tables.from_spec(spec.projection), environ).prepare()
 

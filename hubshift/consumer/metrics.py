@@ -36,7 +36,7 @@ from prometheus_client.exposition import choose_encoder
 from hubshift import __version__
 
 if TYPE_CHECKING:
-    from hubshift.consumer.sinks.commits import BatchSummary
+    from hubshift.sinks.commits import BatchSummary
 
 PREFIX = "hubshift_consumer"
 BATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-from hubshift.consumer.sinks import FolderStore
-from hubshift.consumer.sinks.commits import BatchRecord, PartitionRange, WrittenFile
+from hubshift.sinks import FolderStore
+from hubshift.sinks.commits import BatchRecord, PartitionRange, WrittenFile
 
 W0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 

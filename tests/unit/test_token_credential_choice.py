@@ -18,11 +18,11 @@ from azure.core.exceptions import ClientAuthenticationError
 
 from hubshift import identity
 from hubshift.connect import chosen_identity, event_hubs_target, open_checkpoint_store
-from hubshift.consumer.sinks import build_store
-from hubshift.consumer.sinks.blob import BlobStore
 from hubshift.errors import UserError
 from hubshift.eventhubs.target import EventHubsTarget, describe_error, resolve_target, sdk_client
 from hubshift.manifest import load_manifest, parse_manifest, with_credential
+from hubshift.sinks import build_store
+from hubshift.sinks.blob import BlobStore
 from hubshift.spec import (
     BlobSink,
     BlobStoreSpec,

@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from hubshift.consumer.pipelines.base import (
+from hubshift.consumer.spark.poison import Key, evaluate, find_poison_events, keys_where
+from hubshift.pipelines.base import (
     DEAD_LETTER_REASON,
     EditingPipeline,
     FramePipeline,
@@ -29,10 +30,9 @@ from hubshift.consumer.pipelines.base import (
     TaskPipeline,
     TaskResult,
 )
-from hubshift.consumer.sinks.base import Sink, TaskWriter, files_from_rows, sink_summary, written_batch
-from hubshift.consumer.sinks.commits import BatchRecord, BatchSummary, PartitionRange, WrittenFile
-from hubshift.consumer.sinks.layout import batch_stem
-from hubshift.consumer.spark.poison import Key, evaluate, find_poison_events, keys_where
+from hubshift.sinks.base import Sink, TaskWriter, files_from_rows, sink_summary, written_batch
+from hubshift.sinks.commits import BatchRecord, BatchSummary, PartitionRange, WrittenFile
+from hubshift.sinks.layout import batch_stem
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -204,7 +204,7 @@ def without_handled(rows: pa.Table, handled: Mapping[str, int]) -> pa.Table:
     """The rows the old hub's consumers did not handle (`pipelines/failover.py`)."""
     import pyarrow as pa
 
-    from hubshift.consumer.pipelines.failover import already_handled
+    from hubshift.pipelines.failover import already_handled
 
     keep = [not already_handled(row, handled) for row in rows.select(["partition", "properties"]).to_pylist()]
     return rows if all(keep) else rows.filter(pa.array(keep, pa.bool_()))
@@ -349,7 +349,7 @@ class _cached:
 def _not_handled(prepared: DataFrame, handled: Mapping[str, int]) -> DataFrame:
     if not handled:
         return prepared
-    from hubshift.consumer.pipelines.failover import handled_condition
+    from hubshift.pipelines.failover import handled_condition
 
     return prepared.where(~handled_condition(handled))
 

@@ -48,8 +48,8 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
     from hubshift.consumer.metrics import ConsumerMetrics
-    from hubshift.consumer.pipelines.base import Pipeline
-    from hubshift.consumer.sinks.base import Sink
+    from hubshift.pipelines.base import Pipeline
+    from hubshift.sinks.base import Sink
 
 log = logging.getLogger(__name__)
 
@@ -143,12 +143,12 @@ class SparkEngine:
 
         self._spark.dataSource.register(EventHubsDataSource)
         if self.sink is None:
-            from hubshift.consumer.sinks import build_sink
+            from hubshift.sinks import build_sink
 
             self.sink = build_sink(self.spec.sink)
         if self.pipeline is None:
-            from hubshift.consumer.pipelines import build_pipeline
-            from hubshift.consumer.sinks import build_store
+            from hubshift.pipelines import build_pipeline
+            from hubshift.sinks import build_store
 
             # Editor steps keep their state across batches beside the results (`_state/`).
             self.pipeline = build_pipeline(self.spec.pipeline, state=build_store(self.spec.sink))

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from hubshift.consumer.pipelines.base import PipelineResult
+from hubshift.pipelines.base import PipelineResult
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

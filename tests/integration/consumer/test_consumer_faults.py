@@ -16,10 +16,10 @@ import pytest
 
 from hubshift.apps.produce import LoadSpec, send_load
 from hubshift.consumer.app import Scratch
-from hubshift.consumer.pipelines.aggregate_view import AggregateView
-from hubshift.consumer.sinks import BlobStore
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.ownership.checkpoints import list_checkpoints
+from hubshift.pipelines.aggregate_view import AggregateView
+from hubshift.sinks import BlobStore
 from tests.fixtures.consumer import ConsumerPool, all_in_sink, consumer_environ, consumer_manifest, wait_for
 from tests.harness.azurite import start_azurite
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from hubshift.apps.produce import LoadSpec, send_load
-from hubshift.consumer.pipelines.aggregate_view import AggregateView
-from hubshift.consumer.sinks.folder import FolderStore
 from hubshift.emulator.launch import RunningEmulator
+from hubshift.pipelines.aggregate_view import AggregateView
+from hubshift.sinks.folder import FolderStore
 from tests.fixtures.consumer import (
     ConsumerPool,
     all_in_sink,

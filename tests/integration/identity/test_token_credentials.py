@@ -28,10 +28,10 @@ import yaml
 
 from hubshift.connect import open_checkpoint_store
 from hubshift.consumer.ranges import read_range_logs
-from hubshift.consumer.sinks.blob import BlobStore
 from hubshift.errors import UserError
 from hubshift.eventhubs.management import EventHubsProbe, ProbeError
 from hubshift.eventhubs.target import EventHubsTarget, sdk_client
+from hubshift.sinks.blob import BlobStore
 from hubshift.spec import CheckpointStoreSpec
 from tests.fixtures.consumer import wait_for
 from tests.fixtures.identity import MANAGED_IDENTITY, Entra

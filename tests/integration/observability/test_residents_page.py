@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
-from hubshift.consumer.pipelines.aggregate_view import AggregateView
-from hubshift.consumer.sinks import FolderStore
+from hubshift.pipelines.aggregate_view import AggregateView
+from hubshift.sinks import FolderStore
 from tests.harness.aggregates import write_batch
 from tests.harness.ports import free_port, wait_for_port
 from tests.harness.processes import end

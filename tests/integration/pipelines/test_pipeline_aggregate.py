@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from hubshift.consumer.pipelines import sensor_events as ev
-from hubshift.consumer.pipelines.aggregate import AggregatePipeline
-from hubshift.consumer.pipelines.aggregate_view import AggregateView
-from hubshift.consumer.pipelines.sensor_events import SensorEvent
-from hubshift.consumer.sinks import FileSink, FolderStore
 from hubshift.consumer.spark.batch import process_batch
+from hubshift.pipelines import sensor_events as ev
+from hubshift.pipelines.aggregate import AggregatePipeline
+from hubshift.pipelines.aggregate_view import AggregateView
+from hubshift.pipelines.sensor_events import SensorEvent
+from hubshift.sinks import FileSink, FolderStore
 from tests.fixtures.spark import event_row
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
@@ -194,7 +194,7 @@ def test_dead_letter_lines_built_in_python_are_spark_s(event_frame: Callable[...
     Spark's JVM (`dead_letter_json`): the same line for the same event."""
     from pyspark.sql import functions as F
 
-    from hubshift.consumer.sinks.base import dead_letter_json, dead_letter_text
+    from hubshift.sinks.base import dead_letter_json, dead_letter_text
 
     rows = [
         event_row("0", 1, b"not json", partition_key="k", properties={"a": "1", "b\u00e9": 'x"y\n'}),

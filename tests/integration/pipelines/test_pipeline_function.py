@@ -12,9 +12,9 @@ import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from hubshift.consumer.pipelines.function import FunctionPipeline, PipelineFunctionError
-from hubshift.consumer.sinks import FileSink, FolderStore
 from hubshift.consumer.spark.batch import process_batch
+from hubshift.pipelines.function import FunctionPipeline, PipelineFunctionError
+from hubshift.sinks import FileSink, FolderStore
 from tests.fixtures.spark import event_row
 
 

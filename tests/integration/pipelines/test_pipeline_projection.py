@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from hubshift.consumer.pipelines import build_pipeline
-from hubshift.consumer.sinks import FileSink, FolderStore
 from hubshift.consumer.spark.batch import process_batch
 from hubshift.emulator.launch import RunningEmulator
+from hubshift.pipelines import build_pipeline
+from hubshift.sinks import FileSink, FolderStore
 from hubshift.spec import DEFAULT_PROJECTION_ENV, PipelineSpec
 from tests.fixtures.consumer import (
     ConsumerPool,

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from hubshift.consumer.pipelines.replicate import ReplicatePipeline
-from hubshift.consumer.sinks import FileSink, FolderStore
 from hubshift.consumer.spark.batch import process_batch
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.eventhubs.target import EventHubsTarget
+from hubshift.pipelines.replicate import ReplicatePipeline
+from hubshift.sinks import FileSink, FolderStore
 from hubshift.spec import DEFAULT_REPLICATE_ENV
 from tests.fixtures.consumer import (
     ConsumerPool,

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from hubshift.consumer.pipelines import build_pipeline
-from hubshift.consumer.pipelines.base import EditingPipeline, TaskPipeline
-from hubshift.consumer.sinks import FileSink, FolderStore
 from hubshift.consumer.spark.batch import process_batch
 from hubshift.emulator.launch import RunningEmulator
+from hubshift.pipelines import build_pipeline
+from hubshift.pipelines.base import EditingPipeline, TaskPipeline
+from hubshift.sinks import FileSink, FolderStore
 from hubshift.spec import DEFAULT_REPLICATE_ENV, PipelineSpec
 from tests.fixtures.hubs import read_hub
 from tests.fixtures.spark import event_row

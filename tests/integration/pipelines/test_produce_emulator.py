@@ -16,8 +16,8 @@ import pytest
 from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
 
 from hubshift.apps.produce import HubSender, LoadSpec, send_load
-from hubshift.consumer.pipelines import sensor_events as ev
 from hubshift.emulator.launch import RunningEmulator
+from hubshift.pipelines import sensor_events as ev
 
 
 def hubshift(

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from hubshift.consumer.pipelines.replicate import ReplicatePipeline
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.eventhubs.target import EventHubsTarget
+from hubshift.pipelines.replicate import ReplicatePipeline
 from hubshift.spec import DEFAULT_REPLICATE_ENV
 from tests.fixtures.consumer import (
     ConsumerPool,

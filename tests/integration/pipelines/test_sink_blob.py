@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from azure.storage.blob import ContainerClient
 
-from hubshift.consumer.pipelines.aggregate import AggregatePipeline
-from hubshift.consumer.pipelines.aggregate_view import AggregateView
-from hubshift.consumer.pipelines.sensor_events import SensorEvent
-from hubshift.consumer.sinks import BlobStore, build_sink, build_store
 from hubshift.consumer.spark.batch import process_batch
 from hubshift.errors import UserError
+from hubshift.pipelines.aggregate import AggregatePipeline
+from hubshift.pipelines.aggregate_view import AggregateView
+from hubshift.pipelines.sensor_events import SensorEvent
+from hubshift.sinks import BlobStore, build_sink, build_store
 from hubshift.spec import SinkSpec
 from tests.fixtures.spark import event_row
 from tests.harness.azurite import Azurite

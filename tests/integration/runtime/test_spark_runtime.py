@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hubshift.consumer.pipelines.aggregate_view import AggregateView
-from hubshift.consumer.sinks.folder import FolderStore
+from hubshift.pipelines.aggregate_view import AggregateView
+from hubshift.sinks.folder import FolderStore
 from tests.fixtures.runtime import Load, PoolFactory
 
 SPARK = {

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 import pytest
 
-from hubshift.consumer.pipelines.aggregate import count_prepared
+from hubshift.pipelines.aggregate import count_prepared
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

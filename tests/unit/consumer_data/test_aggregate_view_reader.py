@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from hubshift.consumer.pipelines.aggregate_view import AggregateView
-from hubshift.consumer.sinks import FolderStore
+from hubshift.pipelines.aggregate_view import AggregateView
+from hubshift.sinks import FolderStore
 from tests.harness.aggregates import stamp, write_batch
 
 W0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 
-from hubshift.consumer.sinks.commits import PartitionRange
 from hubshift.consumer.spark.batch import merge_ranges, task_ranges
+from hubshift.sinks.commits import PartitionRange
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hubshift.consumer.sinks.commits import (
+from hubshift.sinks.commits import (
     BatchRecord,
     PartitionRange,
     WrittenFile,

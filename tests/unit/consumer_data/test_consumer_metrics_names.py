@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hubshift.consumer.metrics import ConsumerMetrics
-from hubshift.consumer.sinks.commits import BatchSummary, PartitionRange
+from hubshift.sinks.commits import BatchSummary, PartitionRange
 
 
 class Clock:

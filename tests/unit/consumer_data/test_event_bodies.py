@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hubshift.consumer.pipelines import sensor_events as ev
-from hubshift.consumer.pipelines.bodies import EVENT_TIME_US, REASON, read_bodies
+from hubshift.pipelines import sensor_events as ev
+from hubshift.pipelines.bodies import EVENT_TIME_US, REASON, read_bodies
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)

@@ -7,8 +7,9 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from hubshift.consumer.pipelines import sensor_events as ev
-from hubshift.consumer.pipelines.sensor_events import InvalidEvent, SensorEvent, format_time, parse_event
+from hubshift.pipelines import sensor_events as ev
+from hubshift.pipelines.sensor_events import InvalidEvent, SensorEvent, parse_event
+from hubshift.sinks.base import format_time
 
 MOMENT = datetime(2026, 11, 21, 10, 0, 1, 123456, tzinfo=UTC)
 

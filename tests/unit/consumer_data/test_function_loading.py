@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from hubshift.consumer.pipelines import build_pipeline
-from hubshift.consumer.pipelines.aggregate import AggregatePipeline
-from hubshift.consumer.pipelines.function import FunctionPipeline, load_function
 from hubshift.errors import UserError
+from hubshift.pipelines import build_pipeline
+from hubshift.pipelines.aggregate import AggregatePipeline
+from hubshift.pipelines.function import FunctionPipeline, load_function
 from hubshift.spec import PipelineSpec
 
 

@@ -18,8 +18,8 @@ from hubshift.apps.produce import (
     parse_profile,
     produce_load,
 )
-from hubshift.consumer.pipelines import sensor_events as ev
 from hubshift.errors import UserError
+from hubshift.pipelines import sensor_events as ev
 
 
 class FakeClock:

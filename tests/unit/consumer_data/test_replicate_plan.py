@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from hubshift.consumer.pipelines.replicate import plan_sends, replicated_properties
 from hubshift.operator.kubernetes.render import secret_env
+from hubshift.pipelines.replicate import plan_sends, replicated_properties
 from hubshift.spec import PartitionedConsumer, PipelineSpec
 
 T = datetime(2026, 11, 21, 10, 0, 1, 234567, tzinfo=UTC)

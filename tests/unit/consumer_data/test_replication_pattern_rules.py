@@ -14,8 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hubshift.consumer.pipelines.editor import SparkStep, plan_stages
-from hubshift.consumer.pipelines.edits import (
+from hubshift.errors import UserError
+from hubshift.pipelines.editor import SparkStep, plan_stages
+from hubshift.pipelines.edits import (
     DedupeStep,
     EnrichStep,
     Event,
@@ -29,11 +30,10 @@ from hubshift.consumer.pipelines.edits import (
     load_table,
     run_steps,
 )
-from hubshift.consumer.pipelines.failover import already_handled, last_replicated_sequence
-from hubshift.consumer.pipelines.projection import Record, latest_per_key, newer, payload_of, to_records
-from hubshift.consumer.pipelines.route import Rule, pick_targets
-from hubshift.consumer.sinks import FolderStore
-from hubshift.errors import UserError
+from hubshift.pipelines.failover import already_handled, last_replicated_sequence
+from hubshift.pipelines.projection import Record, latest_per_key, newer, payload_of, to_records
+from hubshift.pipelines.route import Rule, pick_targets
+from hubshift.sinks import FolderStore
 from hubshift.spec import EventField, PipelineSpec, RouteRule
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
@@ -303,7 +303,7 @@ def test_payloads_the_column_cannot_hold_are_refused_and_keyless_events_skipped(
     ):
         with pytest.raises(ValueError, match=re.escape(reason)):
             payload_of(body, kind)
-    from hubshift.consumer.pipelines.edits import FieldReader
+    from hubshift.pipelines.edits import FieldReader
 
     records, refused = to_records(
         [row(1, '{"v": 1}', key="h1"), row(2, '{"v": 2}'), row(3, "oops", key="h1")],

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from hubshift.consumer.sinks import BlobStore, FileSink, FolderStore, build_sink, build_store
-from hubshift.consumer.sinks.layout import batch_stem, data_file, dead_letter_file, safe_name
 from hubshift.errors import UserError
+from hubshift.sinks import BlobStore, FileSink, FolderStore, build_sink, build_store
+from hubshift.sinks.layout import batch_stem, data_file, dead_letter_file, safe_name
 from hubshift.spec import SinkSpec
 
 

@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from hubshift.consumer.sinks.base import FileSink, ObjectStore, Sink
-from hubshift.consumer.sinks.blob import BlobStore
-from hubshift.consumer.sinks.folder import FolderStore
 from hubshift.errors import UserError
+from hubshift.sinks.base import FileSink, ObjectStore, Sink
+from hubshift.sinks.blob import BlobStore
+from hubshift.sinks.folder import FolderStore
 from hubshift.spec import SinkSpec
 
 DEFAULT_DEAD_LETTER = "dead-letter"

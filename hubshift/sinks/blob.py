@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
-from hubshift.consumer.sinks.layout import join
 from hubshift.errors import UserError
 from hubshift.identity import describe_credential_error, token_credential
+from hubshift.sinks.layout import join
 from hubshift.spec import TokenCredentialSpec
 
 log = logging.getLogger(__name__)

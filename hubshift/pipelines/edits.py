@@ -31,7 +31,7 @@ from hubshift.errors import UserError
 from hubshift.spec import EditorStep, EventField
 
 if TYPE_CHECKING:
-    from hubshift.consumer.sinks.base import ObjectStore
+    from hubshift.sinks.base import ObjectStore
 
 _UNPARSED: Any = object()
 MISSING: Any = object()  # a JSON field that is not there

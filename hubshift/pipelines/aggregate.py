@@ -29,8 +29,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from hubshift.consumer.pipelines import sensor_events as ev
-from hubshift.consumer.pipelines.base import DEAD_LETTER_LINE, TaskResult
+from hubshift.pipelines import sensor_events as ev
+from hubshift.pipelines.base import DEAD_LETTER_LINE, TaskResult
 from hubshift.spec import AggregatePipeline as AggregateSpec
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class AggregatePipeline:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from hubshift.consumer.pipelines.bodies import EVENT_TIME_US, REASON, read_bodies
+        from hubshift.pipelines.bodies import EVENT_TIME_US, REASON, read_bodies
 
         read = read_bodies(rows.column("body"))
         micros = read.column(EVENT_TIME_US)
@@ -132,7 +132,7 @@ def _dead_letter_lines(rows: pa.Table, reasons: pa.Array | pa.ChunkedArray) -> p
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from hubshift.consumer.sinks.base import dead_letter_text
+    from hubshift.sinks.base import dead_letter_text
 
     bad = pc.is_valid(reasons)
     if not pc.any(bad).as_py():

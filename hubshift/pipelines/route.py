@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hubshift.consumer.pipelines.base import TaskResult
-from hubshift.consumer.pipelines.edits import Event, NotJson, json_path, json_text, json_value
-from hubshift.consumer.pipelines.replicate import (
+from hubshift.pipelines.base import TaskResult
+from hubshift.pipelines.edits import Event, NotJson, json_path, json_text, json_value
+from hubshift.pipelines.replicate import (
     REASON_TOO_LARGE,
     plan_sends,
     producer_for,
@@ -197,7 +197,7 @@ class RoutePipeline:
 
     def forward(self, events: Sequence[Mapping[str, Any]]) -> list[str]:
         """Route and send the events (rows in the event row schema, in order); the dead letters."""
-        from hubshift.consumer.sinks.base import dead_letter_text
+        from hubshift.sinks.base import dead_letter_text
 
         chosen: dict[str, list[Mapping[str, Any]]] = {name: [] for name in self.targets}
         for row in events:

@@ -13,7 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hubshift.consumer.pipelines.projection import (
+from hubshift.errors import UserError
+from hubshift.pipelines.projection import (
     SOURCE_COLUMNS,
     Record,
     Tables,
@@ -22,7 +23,6 @@ from hubshift.consumer.pipelines.projection import (
     record_values,
     utc_now,
 )
-from hubshift.errors import UserError
 from hubshift.spec import ProjectionPipeline as ProjectionSpec
 
 SECRET_FIELD = "spec.consumer.pipeline.projection.postgres.connectionStringSecretRef"

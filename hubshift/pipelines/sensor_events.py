@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from hubshift.sinks.base import format_time
+
 HOME_ID = "homeId"
 SENSOR_ID = "sensorId"
 SENSOR_TYPE = "sensorType"
@@ -81,12 +83,6 @@ class SensorEvent:
     @property
     def partition_key(self) -> str:
         return self.home_id
-
-
-def format_time(moment: datetime) -> str:
-    """ISO 8601 in UTC with milliseconds and a `Z`: `2026-11-21T10:00:01.123Z`."""
-    utc = moment.astimezone(UTC) if moment.tzinfo else moment
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
 
 
 class InvalidEvent(ValueError):

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from hubshift.consumer.pipelines.base import DEAD_LETTER_REASON, Output, PipelineResult
 from hubshift.errors import UserError
+from hubshift.pipelines.base import DEAD_LETTER_REASON, Output, PipelineResult
 
 OUTPUT = "results"
 

@@ -23,15 +23,15 @@ import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from hubshift.consumer.pipelines.base import DEAD_LETTER_REASON, TaskResult
-from hubshift.consumer.pipelines.edits import DedupeStep, Event, PythonStep, python_step, run_steps
+from hubshift.pipelines.base import DEAD_LETTER_REASON, TaskResult
+from hubshift.pipelines.edits import DedupeStep, Event, PythonStep, python_step, run_steps
 from hubshift.spec import EditorStep
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-    from hubshift.consumer.sinks.base import ObjectStore
+    from hubshift.sinks.base import ObjectStore
 
 
 class Forwarder(Protocol):
@@ -88,7 +88,7 @@ def filter_step(condition: str) -> SparkStep:
 
 
 def function_step(reference: str) -> SparkStep:
-    from hubshift.consumer.pipelines.function import PipelineFunctionError, load_function, one_line
+    from hubshift.pipelines.function import PipelineFunctionError, load_function, one_line
 
     function = load_function(reference)
 
@@ -127,8 +127,8 @@ def conform(frame: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
     from pyspark.sql.types import BinaryType
 
-    from hubshift.consumer.sinks.base import JSON_OPTIONS, column
     from hubshift.eventhubs.rows import EVENT_COLUMNS
+    from hubshift.sinks.base import JSON_OPTIONS, column
 
     types = {field.name: field.dataType for field in frame.schema.fields}
     names = {name for name, _ in EVENT_COLUMNS} | {DEAD_LETTER_REASON}
@@ -219,7 +219,7 @@ class EditorPipeline:
         return self.forwarder.prepare(events)
 
     def process_task(self, rows: pa.Table) -> TaskResult:
-        from hubshift.consumer.sinks.base import dead_letter_text
+        from hubshift.sinks.base import dead_letter_text
 
         events = rows.to_pylist()
         if DEAD_LETTER_REASON in rows.column_names:

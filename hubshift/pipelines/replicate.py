@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from azure.eventhub import EventData, EventDataBatch, EventHubProducerClient
 
-from hubshift.consumer.pipelines.base import TaskResult
+from hubshift.pipelines.base import TaskResult
 from hubshift.spec import HubTarget
 from hubshift.spec import ReplicatePipeline as ReplicateSpec
 
@@ -156,7 +156,7 @@ class ReplicatePipeline:
 
     def forward(self, events: Sequence[Mapping[str, Any]]) -> list[str]:
         """Send the events (rows in the event row schema, in order); the dead letters."""
-        from hubshift.consumer.sinks.base import dead_letter_text
+        from hubshift.sinks.base import dead_letter_text
 
         groups = plan_sends(events, keep_partition=self.keep_partition, skip_replicated=self.skip_replicated)
         if not groups:

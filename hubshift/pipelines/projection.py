@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from hubshift.consumer.pipelines.base import TaskResult
-from hubshift.consumer.pipelines.edits import Event, FieldReader
 from hubshift.errors import UserError
+from hubshift.pipelines.base import TaskResult
+from hubshift.pipelines.edits import Event, FieldReader
 from hubshift.spec import EventField
 from hubshift.spec import ProjectionPipeline as ProjectionSpec
 
@@ -200,7 +200,7 @@ class ProjectionPipeline:
 
     @classmethod
     def from_spec(cls, spec: ProjectionSpec, environ: Mapping[str, str]) -> ProjectionPipeline:
-        from hubshift.consumer.pipelines.projection_db import open_database
+        from hubshift.pipelines.projection_db import open_database
 
         tables = Tables.from_spec(spec)
         return cls(open_database(spec, tables, environ), tables, spec.key)
@@ -212,7 +212,7 @@ class ProjectionPipeline:
         return TaskResult(dead_letters=self.forward(rows.to_pylist()))
 
     def forward(self, events: Sequence[Mapping[str, Any]]) -> list[str]:
-        from hubshift.consumer.sinks.base import dead_letter_text
+        from hubshift.sinks.base import dead_letter_text
 
         records, refused = to_records(events, self.key, self.tables.payload_type)
         if records:

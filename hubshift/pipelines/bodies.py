@@ -23,7 +23,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
 
-from hubshift.consumer.pipelines import sensor_events as ev
+from hubshift.pipelines import sensor_events as ev
 
 if TYPE_CHECKING:
     import numpy as np

@@ -11,8 +11,8 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from hubshift.consumer.sinks.layout import TEMPORARY_PREFIX
 from hubshift.errors import UserError
+from hubshift.sinks.layout import TEMPORARY_PREFIX
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from hubshift.consumer.pipelines.sensor_events import format_time
-from hubshift.consumer.sinks.base import ObjectStore
-from hubshift.consumer.sinks.commits import BatchRecord, select_counted
-from hubshift.consumer.sinks.layout import COMMITS, VIEWS
+from hubshift.sinks.base import ObjectStore, format_time
+from hubshift.sinks.commits import BatchRecord, select_counted
+from hubshift.sinks.layout import COMMITS, VIEWS
 
 OUTPUT = "aggregates"
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from hubshift.consumer.sinks.layout import commit_file
+from hubshift.sinks.layout import commit_file
 
 RECORD_VERSION = 1
 Destination = Literal["output", "dead-letter"]

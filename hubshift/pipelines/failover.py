@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from hubshift.consumer.pipelines.replicate import REPL_SEQUENCE
+from hubshift.pipelines.replicate import REPL_SEQUENCE
 
 if TYPE_CHECKING:
     from pyspark.sql import Column

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hubshift.consumer.pipelines.base import Pipeline
-    from hubshift.consumer.sinks.base import ObjectStore
+    from hubshift.pipelines.base import Pipeline
+    from hubshift.sinks.base import ObjectStore
     from hubshift.spec import PipelineSpec
 
 
@@ -25,33 +25,33 @@ def build_pipeline(
     where editor steps keep state across batches (the sink's store)."""
     environ = os.environ if environ is None else environ
     if spec.type in ("replicate", "route", "projection"):
-        from hubshift.consumer.pipelines.editor import build_editor
+        from hubshift.pipelines.editor import build_editor
 
         finish = None
         forwarder: Any
         if spec.type == "replicate":
-            from hubshift.consumer.pipelines.replicate import ReplicatePipeline
+            from hubshift.pipelines.replicate import ReplicatePipeline
 
             assert spec.replicate is not None  # the model requires it for type replicate
             forwarder = ReplicatePipeline.from_spec(spec.replicate, environ)
         elif spec.type == "route":
-            from hubshift.consumer.pipelines.route import RoutePipeline
+            from hubshift.pipelines.route import RoutePipeline
 
             assert spec.route is not None  # the model requires it for type route
             forwarder = RoutePipeline.from_spec(spec.route, environ)
             finish = forwarder.with_sql if forwarder.sql else None
         else:
-            from hubshift.consumer.pipelines.projection import ProjectionPipeline
+            from hubshift.pipelines.projection import ProjectionPipeline
 
             assert spec.projection is not None  # the model requires it for type projection
             forwarder = ProjectionPipeline.from_spec(spec.projection, environ)
         pipeline: Pipeline = build_editor(forwarder, spec.editor, state, finish=finish)
         return pipeline
     if spec.type == "function":
-        from hubshift.consumer.pipelines.function import FunctionPipeline
+        from hubshift.pipelines.function import FunctionPipeline
 
         assert spec.function is not None  # the model requires it for type function
         return FunctionPipeline(spec.function)
-    from hubshift.consumer.pipelines.aggregate import AggregatePipeline
+    from hubshift.pipelines.aggregate import AggregatePipeline
 
     return AggregatePipeline.from_spec(spec.aggregate)

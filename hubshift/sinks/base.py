@@ -11,23 +11,51 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from hubshift.consumer.pipelines.sensor_events import format_time
-from hubshift.consumer.sinks.commits import BatchRecord, WrittenFile
-from hubshift.consumer.sinks.layout import data_file, dead_letter_file, new_run
+from hubshift.sinks.commits import BatchRecord, WrittenFile
+from hubshift.sinks.layout import data_file, dead_letter_file, new_run
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType
 
-    from hubshift.consumer.pipelines.base import LineGroups, PipelineResult
 
 # Timestamps in every JSON line: UTC, milliseconds, `Z`.
 JSON_OPTIONS = {"timeZone": "UTC", "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"}
 DEAD_LETTER_OUTPUT = "dead-letter"
+
+# A column of a FramePipeline's output: a non-null value makes the row a dead letter with that reason.
+DEAD_LETTER_REASON = "dead_letter_reason"
+
+# (output name, sub-folder or None) -> JSON lines
+LineGroups = dict[tuple[str, str | None], list[str]]
+
+
+@dataclass(frozen=True)
+class Output:
+    """One named result of a FramePipeline. `directory` (a string column of `frame`) spreads rows into
+    sub-folders; it is not written into the rows themselves unless also a column."""
+
+    frame: DataFrame
+    directory: Column | None = None
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    outputs: Mapping[str, Output]
+    # Rows with the event's coordinates, its body and `dead_letter_reason`; None when there are none.
+    dead_letters: DataFrame | None = None
+
+
+def format_time(moment: datetime) -> str:
+    """ISO 8601 in UTC with milliseconds and a `Z`: `2026-11-21T10:00:01.123Z`."""
+    utc = moment.astimezone(UTC) if moment.tzinfo else moment
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+
 
 # Event columns (schema.py) as they appear in a dead letter.
 _DEAD_LETTER_FIELDS = {
@@ -201,8 +229,6 @@ def dead_letter_line(frame: DataFrame) -> Column:
     """The dead-letter line of each row of a frame with `dead_letter_reason`; its columns other than the
     event's go under `record`."""
     from pyspark.sql import functions as F
-
-    from hubshift.consumer.pipelines.base import DEAD_LETTER_REASON
 
     types = {field.name: field.dataType for field in frame.schema.fields if field.name != DEAD_LETTER_REASON}
     rest = [name for name in types if name not in _DEAD_LETTER_FIELDS and name != "body"]

@@ -20,37 +20,17 @@ Every prepared frame keeps the event coordinates (`partition`, `sequence_number`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from hubshift.sinks.base import DEAD_LETTER_REASON, LineGroups, Output, PipelineResult
+
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
 
-# A column of a FramePipeline's output: a non-null value makes the row a dead letter with that reason.
-DEAD_LETTER_REASON = "dead_letter_reason"
 # A column of a TaskPipeline's prepared frame: the whole dead-letter JSON line, null for a good event.
 DEAD_LETTER_LINE = "dead_letter_line"
-
-# (output name, sub-folder or None) -> JSON lines
-LineGroups = dict[tuple[str, str | None], list[str]]
-
-
-@dataclass(frozen=True)
-class Output:
-    """One named result of a FramePipeline. `directory` (a string column of `frame`) spreads rows into
-    sub-folders; it is not written into the rows themselves unless also a column."""
-
-    frame: DataFrame
-    directory: Column | None = None
-
-
-@dataclass(frozen=True)
-class PipelineResult:
-    outputs: Mapping[str, Output]
-    # Rows with the event's coordinates, its body and `dead_letter_reason`; None when there are none.
-    dead_letters: DataFrame | None = None
 
 
 @dataclass
@@ -93,3 +73,17 @@ class EditingPipeline(TaskPipeline, Protocol):
         """Spark's part, before the tasks: its rows (the event row schema and `dead_letter_reason`) go to
         `process_task`. `trial`: only to see whether it fails (no state is read or written)."""
         ...
+
+
+__all__ = [
+    "DEAD_LETTER_LINE",
+    "DEAD_LETTER_REASON",
+    "EditingPipeline",
+    "FramePipeline",
+    "LineGroups",
+    "Output",
+    "Pipeline",
+    "PipelineResult",
+    "TaskPipeline",
+    "TaskResult",
+]
