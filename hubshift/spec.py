@@ -71,7 +71,7 @@ class Model(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
 
 
-class SecretKeyRef(Model):
+class SecretKeyRefSpec(Model):
     """A key of a Kubernetes Secret in the PartitionedConsumer's namespace."""
 
     name: str = Field(min_length=1, description="Secret name.")
@@ -121,7 +121,7 @@ CREDENTIAL_NEEDS_ACCOUNT_URL = "a credential needs accountUrl, the storage accou
 
 def _check_credentials(
     credential: TokenCredentialSpec | None,
-    secret_ref: SecretKeyRef | None,
+    secret_ref: SecretKeyRefSpec | None,
     env: str | None,
     address: str | None,
     address_message: str,
@@ -147,7 +147,7 @@ class EventHubsSpec(Model):
     )
     hub: str = Field(min_length=1, description="Event Hub name.")
     consumer_group: str = Field(default="$Default", min_length=1, description="Consumer group.")
-    connection_string_secret_ref: SecretKeyRef | None = Field(
+    connection_string_secret_ref: SecretKeyRefSpec | None = Field(
         default=None, description="Secret holding the Event Hubs connection string (in a cluster)."
     )
     connection_string_env: str | None = Field(
@@ -189,7 +189,7 @@ class BlobStoreSpec(Model):
         description="The storage account's Blob endpoint (https://ACCOUNT.blob.core.windows.net), required "
         "with a credential (and with a command line's --credential); a connection string names its own.",
     )
-    connection_string_secret_ref: SecretKeyRef | None = Field(
+    connection_string_secret_ref: SecretKeyRefSpec | None = Field(
         default=None, description="Secret holding the Azure Storage connection string (in a cluster)."
     )
     connection_string_env: str | None = Field(
@@ -230,14 +230,14 @@ class CheckpointStoreSpec(Model):
 # --- what each consumer does ----------------------------------------------------------------------
 
 
-class StartPosition(Model):
+class StartPositionSpec(Model):
     """Where a partition with no checkpoint starts."""
 
     type: Literal["earliest", "latest", "enqueuedTime"] = "earliest"
     enqueued_time: datetime | None = Field(default=None, description="For type enqueuedTime (RFC 3339).")
 
     @model_validator(mode="after")
-    def _time_for_enqueued(self) -> StartPosition:
+    def _time_for_enqueued(self) -> StartPositionSpec:
         if self.type == "enqueuedTime" and self.enqueued_time is None:
             raise ValueError("enqueuedTime is required when type is enqueuedTime")
         return self
@@ -253,7 +253,7 @@ class FailoverSpec(Model):
     consumer_group: str = Field(default="$Default", min_length=1, description="The old consumer group.")
 
 
-class CheckpointPolicy(Model):
+class CheckpointPolicySpec(Model):
     """A partition's checkpoint is written after Spark committed a batch, at most this often."""
 
     every_seconds: float = Field(
@@ -275,7 +275,7 @@ class SparkSpec(Model):
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark configuration.")
 
 
-class AggregatePipeline(Model):
+class AggregateSpec(Model):
     """Home-security events counted per home and sensor type per time window."""
 
     window_seconds: int = Field(default=60, ge=1, description="Tumbling window length.")
@@ -287,7 +287,7 @@ class AggregatePipeline(Model):
     )
 
 
-class HubTarget(Model):
+class TargetHubSpec(Model):
     """An Event Hub that events are forwarded to, with its connection string from an environment variable."""
 
     hub: str = Field(min_length=1, description="Target Event Hub.")
@@ -296,7 +296,7 @@ class HubTarget(Model):
         description="Target namespace; taken from the connection string when omitted; required with a "
         "credential.",
     )
-    connection_string_secret_ref: SecretKeyRef | None = Field(
+    connection_string_secret_ref: SecretKeyRefSpec | None = Field(
         default=None, description="Secret holding the target's Event Hubs connection string (in a cluster)."
     )
     connection_string_env: str | None = Field(
@@ -319,7 +319,7 @@ class HubTarget(Model):
         return self.connection_string_env or DEFAULT_REPLICATE_ENV
 
     @model_validator(mode="after")
-    def _one_way_in(self) -> HubTarget:
+    def _one_way_in(self) -> TargetHubSpec:
         _check_credentials(
             self.credential,
             self.connection_string_secret_ref,
@@ -330,7 +330,7 @@ class HubTarget(Model):
         return self
 
 
-class ReplicatePipeline(HubTarget):
+class ReplicateSpec(TargetHubSpec):
     """Every event forwarded to another Event Hub, partition key, body and properties kept, the source's
     enqueued time, sequence number and offset added as `repl-enqueue-time`, `repl-sequence` and
     `repl-offset` (appended after a `;` when the event was replicated before)."""
@@ -345,7 +345,7 @@ class ReplicatePipeline(HubTarget):
 # --- route: rules pick the target hubs ---------------------------------------------------------------
 
 
-class TextMatch(Model):
+class TextMatchSpec(Model):
     """Tests on a text value; every test set must hold. None set: the value is present."""
 
     equals: str | None = Field(default=None, description="Exactly this text.")
@@ -357,17 +357,17 @@ class TextMatch(Model):
     exists: bool | None = Field(default=None, description="false: the value is absent (no other test).")
 
 
-class PropertyMatch(TextMatch):
+class PropertyMatchSpec(TextMatchSpec):
     name: str = Field(min_length=1, description="The application property.")
 
 
-class JsonMatch(TextMatch):
+class JsonMatchSpec(TextMatchSpec):
     """A field of the JSON body; numbers and booleans compare as their JSON text (5, 2.5, true)."""
 
     path: str = Field(pattern=JSON_PATH, description="The field: names separated by dots (a.b.c).")
 
 
-class SequenceMatch(Model):
+class SequenceMatchSpec(Model):
     """The event's sequence number in its source partition."""
 
     modulo: int | None = Field(default=None, ge=1, description="With remainder: sequence % modulo.")
@@ -376,7 +376,7 @@ class SequenceMatch(Model):
     max: int | None = Field(default=None, ge=0, description="At most this.")
 
     @model_validator(mode="after")
-    def _remainder_below_modulo(self) -> SequenceMatch:
+    def _remainder_below_modulo(self) -> SequenceMatchSpec:
         if (self.modulo is None) != (self.remainder is None):
             raise ValueError("set modulo and remainder together")
         if self.modulo is not None and self.remainder is not None and self.remainder >= self.modulo:
@@ -384,13 +384,15 @@ class SequenceMatch(Model):
         return self
 
 
-class RouteRule(Model):
+class RouteRuleSpec(Model):
     """Every condition set must hold (none: every event); `to` names the targets of a matching event."""
 
-    partition_key: TextMatch | None = Field(default=None, description="The event's partition key.")
-    property: PropertyMatch | None = Field(default=None, description="An application property.")
-    sequence_number: SequenceMatch | None = Field(default=None, description="The source sequence number.")
-    json_field: JsonMatch | None = Field(default=None, alias="json", description="A field of the JSON body.")
+    partition_key: TextMatchSpec | None = Field(default=None, description="The event's partition key.")
+    property: PropertyMatchSpec | None = Field(default=None, description="An application property.")
+    sequence_number: SequenceMatchSpec | None = Field(default=None, description="The source sequence number.")
+    json_field: JsonMatchSpec | None = Field(
+        default=None, alias="json", description="A field of the JSON body."
+    )
     sql: str | None = Field(
         default=None,
         min_length=1,
@@ -404,15 +406,17 @@ class RouteRule(Model):
     )
 
 
-class RouteTarget(HubTarget):
+class RouteTargetSpec(TargetHubSpec):
     name: str = Field(min_length=1, max_length=NAME_LENGTH, description="The name rules use for this target.")
 
 
-class RoutePipeline(Model):
+class RouteSpec(Model):
     """Events forwarded (like replicate, with the repl-* metadata) to the targets their rules pick."""
 
-    targets: list[RouteTarget] = Field(min_length=1, max_length=MAX_TARGETS, description="The target hubs.")
-    rules: list[RouteRule] = Field(
+    targets: list[RouteTargetSpec] = Field(
+        min_length=1, max_length=MAX_TARGETS, description="The target hubs."
+    )
+    rules: list[RouteRuleSpec] = Field(
         min_length=1, max_length=MAX_RULES, description="Rules in order (see match)."
     )
     match: Literal["first", "all"] = Field(
@@ -430,7 +434,7 @@ class RoutePipeline(Model):
     )
 
     @model_validator(mode="after")
-    def _targets_named(self) -> RoutePipeline:
+    def _targets_named(self) -> RouteSpec:
         names = [target.name for target in self.targets]
         if len(set(names)) != len(names):
             raise ValueError("target names must be unique")
@@ -445,7 +449,7 @@ class RoutePipeline(Model):
 # --- editor: steps applied before the events are forwarded ------------------------------------------
 
 
-class EventField(Model):
+class EventFieldSpec(Model):
     """One value of an event: its partition key, an application property, or a field of its JSON body."""
 
     partition_key: bool | None = Field(default=None, description="true: the partition key.")
@@ -455,32 +459,32 @@ class EventField(Model):
     )
 
     @model_validator(mode="after")
-    def _exactly_one(self) -> EventField:
+    def _exactly_one(self) -> EventFieldSpec:
         if sum((bool(self.partition_key), self.property is not None, self.json_field is not None)) != 1:
             raise ValueError("set exactly one of partitionKey (true), property or json")
         return self
 
 
-class FlattenStep(Model):
+class FlattenStepSpec(Model):
     separator: str = Field(default=".", min_length=1, description="Joins nested names (a.b).")
 
 
-class ValidateStep(Model):
+class ValidateStepSpec(Model):
     json_schema: dict[str, Any] = Field(
         description="A JSON Schema (draft 2020-12) the JSON body must satisfy; other events are dead "
         "letters with the reason."
     )
 
 
-class DedupeStep(Model):
-    key: EventField = Field(description="Events with the same key...")
+class DedupeStepSpec(Model):
+    key: EventFieldSpec = Field(description="Events with the same key...")
     window_seconds: float = Field(
         gt=0, le=7 * 86400, description="...enqueued within this many seconds of the first are dropped."
     )
 
 
-class EnrichStep(Model):
-    key: EventField = Field(description="Looked up in the table.")
+class EnrichStepSpec(Model):
+    key: EventFieldSpec = Field(description="Looked up in the table.")
     table: dict[str, dict[str, str]] | None = Field(
         default=None, description="Key -> fields added to the JSON body."
     )
@@ -496,17 +500,17 @@ class EnrichStep(Model):
     )
 
     @model_validator(mode="after")
-    def _one_table(self) -> EnrichStep:
+    def _one_table(self) -> EnrichStepSpec:
         if (self.table is None) == (self.path is None):
             raise ValueError("set exactly one of table or path")
         return self
 
 
-class GzipStep(Model):
+class GzipStepSpec(Model):
     level: int = Field(default=6, ge=1, le=9, description="Compression level.")
 
 
-class GunzipStep(Model):
+class GunzipStepSpec(Model):
     max_bytes: int = Field(
         default=16 * 1024 * 1024,
         ge=1,
@@ -514,7 +518,7 @@ class GunzipStep(Model):
     )
 
 
-class EditorStep(Model):
+class EditorStepSpec(Model):
     """One step of an editor; set exactly one field."""
 
     function: str | None = Field(
@@ -528,17 +532,17 @@ class EditorStep(Model):
     select: dict[str, str] | None = Field(
         default=None, description="A new JSON body of these fields: output name -> path in the body (a.b)."
     )
-    flatten: FlattenStep | None = Field(default=None, description="Nested JSON objects to dotted names.")
-    validate_: ValidateStep | None = Field(
+    flatten: FlattenStepSpec | None = Field(default=None, description="Nested JSON objects to dotted names.")
+    validate_: ValidateStepSpec | None = Field(
         default=None, alias="validate", description="Check the JSON body against a JSON Schema."
     )
-    dedupe: DedupeStep | None = Field(default=None, description="Drop repeats of a key within a window.")
-    enrich: EnrichStep | None = Field(default=None, description="Add fields from a static lookup table.")
-    gzip: GzipStep | None = Field(default=None, description="Compress the body.")
-    gunzip: GunzipStep | None = Field(default=None, description="Decompress the body.")
+    dedupe: DedupeStepSpec | None = Field(default=None, description="Drop repeats of a key within a window.")
+    enrich: EnrichStepSpec | None = Field(default=None, description="Add fields from a static lookup table.")
+    gzip: GzipStepSpec | None = Field(default=None, description="Compress the body.")
+    gunzip: GunzipStepSpec | None = Field(default=None, description="Decompress the body.")
 
     @model_validator(mode="after")
-    def _exactly_one(self) -> EditorStep:
+    def _exactly_one(self) -> EditorStepSpec:
         if sum(getattr(self, name) is not None for name in type(self).model_fields) != 1:
             raise ValueError("set exactly one step per editor entry")
         return self
@@ -547,8 +551,8 @@ class EditorStep(Model):
 # --- log projection: the latest event per key in a database table ------------------------------------
 
 
-class PostgresDatabase(Model):
-    connection_string_secret_ref: SecretKeyRef | None = Field(
+class PostgresSpec(Model):
+    connection_string_secret_ref: SecretKeyRefSpec | None = Field(
         default=None, description="Secret holding the PostgreSQL connection string (in a cluster)."
     )
     connection_string_env: str = Field(
@@ -557,19 +561,19 @@ class PostgresDatabase(Model):
     )
 
 
-class SqliteDatabase(Model):
+class SqliteDatabaseSpec(Model):
     path: str = Field(default="hubshift-projection.db", min_length=1, description="The SQLite file.")
 
 
-class ProjectionPipeline(Model):
+class ProjectionSpec(Model):
     """The latest event per key kept in a table (a compacted view), optionally every event in a history
     table; replays never overwrite a newer event with an older one."""
 
     database: Literal["sqlite", "postgres"] = Field(
         default="sqlite", description="sqlite (embedded, one machine) or postgres."
     )
-    sqlite: SqliteDatabase = Field(default_factory=SqliteDatabase)
-    postgres: PostgresDatabase | None = None
+    sqlite: SqliteDatabaseSpec = Field(default_factory=SqliteDatabaseSpec)
+    postgres: PostgresSpec | None = None
     table: str = Field(pattern=SQL_TABLE, description="The latest event per key.")
     key_column: str = Field(default="key", pattern=SQL_NAME, description="The key's column (primary key).")
     payload_column: str = Field(default="payload", pattern=SQL_NAME, description="The body's column.")
@@ -577,8 +581,8 @@ class ProjectionPipeline(Model):
         default="json",
         description="json (jsonb; events whose body is not JSON are dead letters), text (UTF-8) or binary.",
     )
-    key: EventField = Field(
-        default_factory=lambda: EventField(partition_key=True),
+    key: EventFieldSpec = Field(
+        default_factory=lambda: EventFieldSpec(partition_key=True),
         description="The value that identifies a record (default: the partition key; events without one "
         "are skipped).",
     )
@@ -590,7 +594,7 @@ class ProjectionPipeline(Model):
     create_tables: bool = Field(default=True, description="Create the tables at start-up when missing.")
 
     @model_validator(mode="after")
-    def _postgres_configured(self) -> ProjectionPipeline:
+    def _postgres_configured(self) -> ProjectionSpec:
         if self.database == "postgres" and self.postgres is None:
             raise ValueError("postgres is required when database is postgres")
         return self
@@ -601,20 +605,20 @@ FORWARDING = ("replicate", "route", "projection")
 
 class PipelineSpec(Model):
     type: Literal["aggregate", "function", "replicate", "route", "projection"] = "aggregate"
-    aggregate: AggregatePipeline = Field(default_factory=AggregatePipeline)
+    aggregate: AggregateSpec = Field(default_factory=AggregateSpec)
     function: str | None = Field(
         default=None,
         pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
         description="module:function taking and returning a DataFrame (type function).",
     )
-    replicate: ReplicatePipeline | None = Field(
+    replicate: ReplicateSpec | None = Field(
         default=None, description="The target Event Hub (type replicate)."
     )
-    route: RoutePipeline | None = Field(default=None, description="Targets and rules (type route).")
-    projection: ProjectionPipeline | None = Field(
+    route: RouteSpec | None = Field(default=None, description="Targets and rules (type route).")
+    projection: ProjectionSpec | None = Field(
         default=None, description="The database table (type projection)."
     )
-    editor: list[EditorStep] = Field(
+    editor: list[EditorStepSpec] = Field(
         default_factory=list,
         max_length=MAX_STEPS,
         description="Steps applied in order before replicate, route or projection, in the same consumer.",
@@ -635,7 +639,7 @@ class PipelineSpec(Model):
         return self
 
 
-class FolderVolume(Model):
+class FolderVolumeSpec(Model):
     """In a cluster, the volume a folder sink lives on (the pods' root file system is read-only). Neither
     field: an emptyDir, gone with the pod."""
 
@@ -654,7 +658,7 @@ class FolderVolume(Model):
     )
 
     @model_validator(mode="after")
-    def _one_kind(self) -> FolderVolume:
+    def _one_kind(self) -> FolderVolumeSpec:
         if self.claim_name is not None and self.size is not None:
             raise ValueError("set claimName or size, not both")
         if self.storage_class_name is not None and self.size is None:
@@ -662,15 +666,15 @@ class FolderVolume(Model):
         return self
 
 
-class FolderSink(Model):
+class FolderSinkSpec(Model):
     path: str = Field(default="hubshift-output", description="Folder the results are written under.")
-    volume: FolderVolume = Field(
-        default_factory=FolderVolume,
+    volume: FolderVolumeSpec = Field(
+        default_factory=FolderVolumeSpec,
         description="In a cluster: the volume mounted at path (default: an emptyDir).",
     )
 
 
-class BlobSink(Model):
+class BlobSinkSpec(Model):
     container: str = Field(min_length=3, max_length=63)
     prefix: str = Field(default="", description="Blob name prefix.")
     account_url: str | None = Field(
@@ -679,7 +683,7 @@ class BlobSink(Model):
         description="The storage account's Blob endpoint (https://ACCOUNT.blob.core.windows.net), required "
         "with a credential (and with a command line's --credential); a connection string names its own.",
     )
-    connection_string_secret_ref: SecretKeyRef | None = Field(
+    connection_string_secret_ref: SecretKeyRefSpec | None = Field(
         default=None, description="Secret holding the Azure Storage connection string (in a cluster)."
     )
     connection_string_env: str | None = Field(
@@ -697,12 +701,12 @@ class BlobSink(Model):
         return self.connection_string_env or DEFAULT_SINK_STORAGE_ENV
 
     @model_validator(mode="after")
-    def _one_way_in(self) -> BlobSink:
+    def _one_way_in(self) -> BlobSinkSpec:
         _check_blob_credentials(self)
         return self
 
 
-def _check_blob_credentials(blob: BlobStoreSpec | BlobSink) -> None:
+def _check_blob_credentials(blob: BlobStoreSpec | BlobSinkSpec) -> None:
     _check_credentials(
         blob.credential,
         blob.connection_string_secret_ref,
@@ -714,8 +718,8 @@ def _check_blob_credentials(blob: BlobStoreSpec | BlobSink) -> None:
 
 class SinkSpec(Model):
     type: Literal["folder", "blob"] = "folder"
-    folder: FolderSink = Field(default_factory=FolderSink)
-    blob: BlobSink | None = None
+    folder: FolderSinkSpec = Field(default_factory=FolderSinkSpec)
+    blob: BlobSinkSpec | None = None
     dead_letter_path: str | None = Field(
         default=None,
         description="Where unparsable events go, with the reason (default: <sink>/dead-letter).",
@@ -728,14 +732,14 @@ class SinkSpec(Model):
         return self
 
 
-class ResourceList(Model):
+class ResourceListSpec(Model):
     cpu: str | None = Field(default=None, pattern=QUANTITY, description="A quantity: 500m, 1, 2.")
     memory: str | None = Field(default=None, pattern=QUANTITY, description="A quantity: 512Mi, 2Gi.")
 
 
-class Resources(Model):
-    requests: ResourceList = Field(default_factory=lambda: ResourceList(cpu="1", memory="2Gi"))
-    limits: ResourceList = Field(default_factory=lambda: ResourceList(memory="3Gi"))
+class ResourcesSpec(Model):
+    requests: ResourceListSpec = Field(default_factory=lambda: ResourceListSpec(cpu="1", memory="2Gi"))
+    limits: ResourceListSpec = Field(default_factory=lambda: ResourceListSpec(memory="3Gi"))
 
 
 class ConsumerSpec(Model):
@@ -745,14 +749,14 @@ class ConsumerSpec(Model):
         pattern=r"^\S+$",
         description="Container image of the consumer pods.",
     )
-    resources: Resources = Field(default_factory=Resources)
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     spark: SparkSpec = Field(default_factory=SparkSpec)
-    start_position: StartPosition = Field(default_factory=StartPosition)
+    start_position: StartPositionSpec = Field(default_factory=StartPositionSpec)
     failover: FailoverSpec | None = Field(
         default=None,
         description="Skip the events a previous consumer of the hub this one replicates already handled.",
     )
-    checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
+    checkpoint: CheckpointPolicySpec = Field(default_factory=CheckpointPolicySpec)
     pipeline: PipelineSpec = Field(default_factory=PipelineSpec)
     sink: SinkSpec = Field(default_factory=SinkSpec)
     metrics_port: int = Field(
@@ -772,7 +776,7 @@ class ConsumerSpec(Model):
 # --- how many consumers, and how partitions move between them --------------------------------------
 
 
-class ScalingPolicyRule(Model):
+class ScalingPolicySpec(Model):
     """One HPA scaling policy: at most `value` pods (or percent) per `periodSeconds`."""
 
     type: Literal["Pods", "Percent"]
@@ -780,51 +784,51 @@ class ScalingPolicyRule(Model):
     period_seconds: int = Field(ge=1, le=1800)
 
 
-class ScalingRules(Model):
+class ScalingRulesSpec(Model):
     stabilization_window_seconds: int = Field(ge=0, le=3600)
     select_policy: Literal["Max", "Min", "Disabled"] = "Max"
-    policies: list[ScalingPolicyRule] = Field(default_factory=list)
+    policies: list[ScalingPolicySpec] = Field(default_factory=list)
 
 
-def _default_scale_up() -> ScalingRules:
+def _default_scale_up() -> ScalingRulesSpec:
     # HPA's own default: the higher of +4 pods or +100% per 60 s, no stabilisation.
-    return ScalingRules(
+    return ScalingRulesSpec(
         stabilization_window_seconds=0,
         select_policy="Max",
         policies=[
-            ScalingPolicyRule(type="Pods", value=4, period_seconds=60),
-            ScalingPolicyRule(type="Percent", value=100, period_seconds=60),
+            ScalingPolicySpec(type="Pods", value=4, period_seconds=60),
+            ScalingPolicySpec(type="Percent", value=100, period_seconds=60),
         ],
     )
 
 
-def _default_scale_down() -> ScalingRules:
+def _default_scale_down() -> ScalingRulesSpec:
     # HPA's own default: 300 s stabilisation, any amount per 15 s.
-    return ScalingRules(
+    return ScalingRulesSpec(
         stabilization_window_seconds=300,
         select_policy="Max",
-        policies=[ScalingPolicyRule(type="Percent", value=100, period_seconds=15)],
+        policies=[ScalingPolicySpec(type="Percent", value=100, period_seconds=15)],
     )
 
 
-class ScalingBehavior(Model):
-    scale_up: ScalingRules = Field(default_factory=_default_scale_up)
-    scale_down: ScalingRules = Field(default_factory=_default_scale_down)
+class ScalingBehaviorSpec(Model):
+    scale_up: ScalingRulesSpec = Field(default_factory=_default_scale_up)
+    scale_down: ScalingRulesSpec = Field(default_factory=_default_scale_down)
 
 
-class ScalingTarget(Model):
+class ScalingGoalSpec(Model):
     unprocessed_events_per_replica: int = Field(
         default=1000, ge=1, description="Backlog one replica is expected to carry (KEDA: 64)."
     )
 
 
-class Activation(Model):
+class ActivationSpec(Model):
     unprocessed_events: int = Field(
         default=0, ge=0, description="Scale from zero only when the backlog exceeds this."
     )
 
 
-class Fallback(Model):
+class FallbackSpec(Model):
     failure_threshold: int = Field(default=3, ge=1, description="Failed backlog reads before falling back.")
     replicas: int = Field(default=1, ge=0, description="Replica count while the backlog cannot be read.")
     behavior: Literal["static", "currentReplicas", "currentReplicasIfHigher", "currentReplicasIfLower"] = (
@@ -841,10 +845,10 @@ class ScalingSpec(Model):
     polling_interval_seconds: float = Field(default=15.0, ge=1, description="How often the backlog is read.")
     cooldown_period_seconds: int = Field(default=300, ge=0, description="Idle time before scaling to zero.")
     initial_cooldown_period_seconds: int = Field(default=0, ge=0)
-    target: ScalingTarget = Field(default_factory=ScalingTarget)
-    activation: Activation = Field(default_factory=Activation)
-    behavior: ScalingBehavior = Field(default_factory=ScalingBehavior)
-    fallback: Fallback | None = None
+    target: ScalingGoalSpec = Field(default_factory=ScalingGoalSpec)
+    activation: ActivationSpec = Field(default_factory=ActivationSpec)
+    behavior: ScalingBehaviorSpec = Field(default_factory=ScalingBehaviorSpec)
+    fallback: FallbackSpec | None = None
     align_to_partitions: bool = Field(
         default=True,
         description="Round replica counts to ones that spread partitions evenly (e.g. 32 partitions: "

@@ -26,7 +26,7 @@ from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import StoreError
 from hubshift.ownership.stores.connect import open_store, parse_store
-from hubshift.spec import StartPosition
+from hubshift.spec import StartPositionSpec
 
 
 @click.command(name="status")
@@ -103,7 +103,7 @@ def status(
         lag = hub_lag(
             snapshot,
             asyncio.run(_read_hub(target)),
-            StartPosition(type="latest" if start == "latest" else "earliest"),
+            StartPositionSpec(type="latest" if start == "latest" else "earliest"),
             time.time(),
         )
     if output == "json":
@@ -126,7 +126,7 @@ async def _read_hub(target: EventHubsTarget) -> dict[str, PartitionInfo]:
 
 
 def hub_lag(
-    snapshot: OwnershipSnapshot, partitions: dict[str, PartitionInfo], start: StartPosition, now: float
+    snapshot: OwnershipSnapshot, partitions: dict[str, PartitionInfo], start: StartPositionSpec, now: float
 ) -> Lag:
     """Backlog and lag in seconds per partition, as the control loop decides them (no event read)."""
     backlog = backlog_per_partition(partitions, snapshot, start)

@@ -45,7 +45,7 @@ from hubshift.ownership.scope import Scope, consumer_id
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import LeaseConflict, LeaseLost, LeaseStore, StoreError
 from hubshift.ownership.timing import Timing
-from hubshift.spec import CheckpointPolicy, PartitionedConsumerSpec, StartPosition
+from hubshift.spec import CheckpointPolicySpec, PartitionedConsumerSpec, StartPositionSpec
 
 if TYPE_CHECKING:
     from hubshift.consumer.metrics import ConsumerMetrics
@@ -70,8 +70,8 @@ class Hub(Protocol):
 class AgentSettings:
     """The agent's configuration: the manifest's (`from_spec`) plus two knobs of its own."""
 
-    start: StartPosition
-    checkpoint: CheckpointPolicy
+    start: StartPositionSpec
+    checkpoint: CheckpointPolicySpec
     max_handoff_seconds: float
     timing: Timing
     # SIGTERM: drain and release within this long, then stop whatever is left.

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from hubshift.spec import ScalingRules, ScalingSpec
+from hubshift.spec import ScalingRulesSpec, ScalingSpec
 
 # The configuration is the manifest's own `spec.scaling` (`hubshift.spec.ScalingSpec`): its defaults and
 # its validation live there, once.
@@ -366,7 +366,7 @@ def _behave(
 
 
 def _scale_up_limit(
-    current: int, events: Iterable[ScaleEvent], rules: ScalingRules, now: float
+    current: int, events: Iterable[ScaleEvent], rules: ScalingRulesSpec, now: float
 ) -> int | None:
     if rules.select_policy == "Disabled":
         return current
@@ -384,7 +384,7 @@ def _scale_up_limit(
 
 
 def _scale_down_limit(
-    current: int, events: Iterable[ScaleEvent], rules: ScalingRules, now: float
+    current: int, events: Iterable[ScaleEvent], rules: ScalingRulesSpec, now: float
 ) -> int | None:
     if rules.select_policy == "Disabled":
         return current

@@ -13,7 +13,7 @@ from hubshift.operator.runtime import ConsumerInstance
 from hubshift.ownership.model import Assignment, OwnershipSnapshot, Phase
 from hubshift.ownership.planner import consumer_sort_key
 from hubshift.ownership.records import encode_assignment
-from hubshift.spec import RebalanceSpec, StartPosition
+from hubshift.spec import RebalanceSpec, StartPositionSpec
 
 # While a holddown runs or handoffs are pending, cycles come this often (the state machine's clock).
 BUSY_CYCLE_SECONDS = 1.0
@@ -34,7 +34,7 @@ def lease_holders(snapshot: OwnershipSnapshot, partitions: Iterable[str]) -> dic
 
 
 def backlog_per_partition(
-    partitions: Mapping[str, PartitionInfo], snapshot: OwnershipSnapshot, start: StartPosition
+    partitions: Mapping[str, PartitionInfo], snapshot: OwnershipSnapshot, start: StartPositionSpec
 ) -> dict[str, int]:
     """Last enqueued - checkpoint for every partition; a missing checkpoint counts from the start position."""
     rows = {row.partition: row for row in snapshot.partitions}

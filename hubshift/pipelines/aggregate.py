@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from hubshift.pipelines import sensor_events as ev
 from hubshift.pipelines.base import DEAD_LETTER_LINE, TaskResult
-from hubshift.spec import AggregatePipeline as AggregateSpec
+from hubshift.spec import AggregateSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from hubshift.pipelines.base import DEAD_LETTER_REASON, TaskResult
 from hubshift.pipelines.edits import DedupeStep, Event, PythonStep, python_step, run_steps
-from hubshift.spec import EditorStep
+from hubshift.spec import EditorStepSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -263,7 +263,7 @@ class SparkEditorPipeline(EditorPipeline):
 
 def build_editor(
     forwarder: Forwarder,
-    steps: Sequence[EditorStep],
+    steps: Sequence[EditorStepSpec],
     state: ObjectStore | None,
     *,
     finish: Callable[[DataFrame], DataFrame] | None = None,

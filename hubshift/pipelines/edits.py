@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hubshift.errors import UserError
-from hubshift.spec import EditorStep, EventField
+from hubshift.spec import EditorStepSpec, EventFieldSpec
 
 if TYPE_CHECKING:
     from hubshift.sinks.base import ObjectStore
@@ -127,7 +127,7 @@ def json_text(value: Any) -> str | None:
 class FieldReader:
     """Reads the value an `EventField` names from an event: text, or None when the event has none."""
 
-    def __init__(self, spec: EventField) -> None:
+    def __init__(self, spec: EventFieldSpec) -> None:
         self.partition_key = bool(spec.partition_key)
         self.property = spec.property
         self.path = None if spec.json_field is None else json_path(spec.json_field)
@@ -293,7 +293,7 @@ class EnrichStep(JsonStep):
 
     def __init__(
         self,
-        key: EventField,
+        key: EventFieldSpec,
         table: Mapping[str, Mapping[str, Any]],
         into: str | None = None,
         on_missing: str = "keep",
@@ -436,7 +436,7 @@ class DedupeStep:
     name = "dedupe"
 
     def __init__(
-        self, key: EventField, window_seconds: float, store: ObjectStore | None, folder: str
+        self, key: EventFieldSpec, window_seconds: float, store: ObjectStore | None, folder: str
     ) -> None:
         self.key = FieldReader(key)
         self.window_us = int(window_seconds * 1_000_000)
@@ -480,7 +480,7 @@ class DedupeStep:
 # --- from the manifest ---------------------------------------------------------------------------------
 
 
-def python_step(spec: EditorStep, index: int, state: ObjectStore | None) -> PythonStep | None:
+def python_step(spec: EditorStepSpec, index: int, state: ObjectStore | None) -> PythonStep | None:
     """The Python step an editor entry describes; None for the steps Spark runs (function, filter)."""
     if spec.select is not None:
         return SelectStep(spec.select)

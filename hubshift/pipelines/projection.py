@@ -32,8 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from hubshift.errors import UserError
 from hubshift.pipelines.base import TaskResult
 from hubshift.pipelines.edits import Event, FieldReader
-from hubshift.spec import EventField
-from hubshift.spec import ProjectionPipeline as ProjectionSpec
+from hubshift.spec import EventFieldSpec, ProjectionSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -193,7 +192,7 @@ def record_values(record: Record, now: datetime) -> tuple[Any, ...]:
 class ProjectionPipeline:
     name = "projection"
 
-    def __init__(self, database: ProjectionDatabase, tables: Tables, key: EventField) -> None:
+    def __init__(self, database: ProjectionDatabase, tables: Tables, key: EventFieldSpec) -> None:
         self.database = database
         self.tables = tables
         self.key = FieldReader(key)

@@ -23,7 +23,7 @@ from hubshift.pipelines.projection import (
     record_values,
     utc_now,
 )
-from hubshift.spec import ProjectionPipeline as ProjectionSpec
+from hubshift.spec import ProjectionSpec
 
 SECRET_FIELD = "spec.consumer.pipeline.projection.postgres.connectionStringSecretRef"
 

@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING, Any
 from azure.eventhub import EventData, EventDataBatch, EventHubProducerClient
 
 from hubshift.pipelines.base import TaskResult
-from hubshift.spec import HubTarget
-from hubshift.spec import ReplicatePipeline as ReplicateSpec
+from hubshift.spec import ReplicateSpec, TargetHubSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -200,7 +199,7 @@ def _added(batch: EventDataBatch, event: EventData) -> bool:
 
 
 def replicate_target(
-    spec: HubTarget,
+    spec: TargetHubSpec,
     environ: Mapping[str, str],
     secret_field: str = "spec.consumer.pipeline.replicate.connectionStringSecretRef",
 ) -> EventHubsTarget:

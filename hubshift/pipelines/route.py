@@ -30,8 +30,7 @@ from hubshift.pipelines.replicate import (
     send_group,
     was_replicated,
 )
-from hubshift.spec import RoutePipeline as RouteSpec
-from hubshift.spec import RouteRule, TextMatch
+from hubshift.spec import RouteRuleSpec, RouteSpec, TextMatchSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -46,7 +45,7 @@ ROUTE_SQL = "route_sql"
 class TextTest:
     """A `TextMatch`, compiled: every test it sets must hold; none set: the value is present."""
 
-    def __init__(self, spec: TextMatch) -> None:
+    def __init__(self, spec: TextMatchSpec) -> None:
         self.equals = spec.equals
         self.one_of = None if spec.one_of is None else frozenset(spec.one_of)
         self.prefix = spec.prefix
@@ -69,7 +68,7 @@ class TextTest:
 class Rule:
     """One route rule, compiled; `sql_index`: where its SQL condition's result is in `ROUTE_SQL`."""
 
-    def __init__(self, spec: RouteRule, sql_index: int | None = None) -> None:
+    def __init__(self, spec: RouteRuleSpec, sql_index: int | None = None) -> None:
         self.to = tuple(spec.to)
         self.partition_key = None if spec.partition_key is None else TextTest(spec.partition_key)
         self.property = None
@@ -144,7 +143,7 @@ class RoutePipeline:
     def __init__(
         self,
         targets: Sequence[Target],
-        rules: Sequence[RouteRule],
+        rules: Sequence[RouteRuleSpec],
         *,
         match: str = "first",
         default_target: str | None = None,

@@ -24,10 +24,10 @@ from hubshift.manifest import load_manifest, parse_manifest, with_credential
 from hubshift.sinks import build_store
 from hubshift.sinks.blob import BlobStore
 from hubshift.spec import (
-    BlobSink,
+    BlobSinkSpec,
     BlobStoreSpec,
     EventHubsSpec,
-    ReplicatePipeline,
+    ReplicateSpec,
     TokenCredentialSpec,
     credentials_of,
 )
@@ -81,7 +81,7 @@ def test_the_keyless_example_uses_a_credential_for_every_connection() -> None:
             "should match pattern",
         ),
         (
-            BlobSink,
+            BlobSinkSpec,
             {
                 "container": "abc",
                 "accountUrl": "https://a.blob.x",
@@ -90,7 +90,7 @@ def test_the_keyless_example_uses_a_credential_for_every_connection() -> None:
             },
             "not both",
         ),
-        (ReplicatePipeline, {"hub": "t", "credential": MANAGED}, "a credential needs namespace"),
+        (ReplicateSpec, {"hub": "t", "credential": MANAGED}, "a credential needs namespace"),
         (EventHubsSpec, {"hub": "h", "namespace": "n", "credential": {"type": "keys"}}, "credential.type"),
     ],
 )

@@ -38,7 +38,7 @@ from hubshift.operator.kubernetes.render import (
     selector_labels,
 )
 from hubshift.operator.runtime import ConsumerInstance
-from hubshift.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION, SecretKeyRef
+from hubshift.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION, SecretKeyRefSpec
 
 JSON = dict[str, Any]
 logger = logging.getLogger(__name__)
@@ -205,7 +205,7 @@ class KubeAdapter:
 
     # the operator's own credentials
 
-    async def read_secret(self, namespace: str, ref: SecretKeyRef) -> SecretStr:
+    async def read_secret(self, namespace: str, ref: SecretKeyRefSpec) -> SecretStr:
         where = f"Secret {namespace}/{ref.name}"
         try:
             secret = await self.client.get(Secret, ref.name, namespace=namespace)

@@ -63,14 +63,14 @@ def _connection_rules(address: str, address_message: str) -> list[JSON]:
 # every optional field it reads with has(): the server also checks rules against defaults such as `{}`.
 CEL_RULES: dict[type[BaseModel], list[JSON]] = {
     spec.EventHubsSpec: _connection_rules("namespace", spec.CREDENTIAL_NEEDS_NAMESPACE),
-    spec.ReplicatePipeline: _connection_rules("namespace", spec.CREDENTIAL_NEEDS_NAMESPACE),
-    spec.RouteTarget: _connection_rules("namespace", spec.CREDENTIAL_NEEDS_NAMESPACE),
+    spec.ReplicateSpec: _connection_rules("namespace", spec.CREDENTIAL_NEEDS_NAMESPACE),
+    spec.RouteTargetSpec: _connection_rules("namespace", spec.CREDENTIAL_NEEDS_NAMESPACE),
     spec.BlobStoreSpec: _connection_rules("accountUrl", spec.CREDENTIAL_NEEDS_ACCOUNT_URL),
-    spec.BlobSink: _connection_rules("accountUrl", spec.CREDENTIAL_NEEDS_ACCOUNT_URL),
+    spec.BlobSinkSpec: _connection_rules("accountUrl", spec.CREDENTIAL_NEEDS_ACCOUNT_URL),
     spec.CheckpointStoreSpec: [
         {"rule": "has(self.blob) != has(self.sqlite)", "message": "set exactly one of blob or sqlite"},
     ],
-    spec.StartPosition: [
+    spec.StartPositionSpec: [
         {
             "rule": "!has(self.type) || self.type != 'enqueuedTime' || has(self.enqueuedTime)",
             "message": "enqueuedTime is required when type is enqueuedTime",
@@ -105,7 +105,7 @@ CEL_RULES: dict[type[BaseModel], list[JSON]] = {
             "fieldPath": ".editor",
         },
     ],
-    spec.SequenceMatch: [
+    spec.SequenceMatchSpec: [
         {
             "rule": "has(self.modulo) == has(self.remainder)",
             "message": "set modulo and remainder together",
@@ -116,7 +116,7 @@ CEL_RULES: dict[type[BaseModel], list[JSON]] = {
             "fieldPath": ".remainder",
         },
     ],
-    spec.RoutePipeline: [
+    spec.RouteSpec: [
         {
             "rule": "self.targets.all(t, self.targets.exists_one(u, u.name == t.name))",
             "message": "target names must be unique",
@@ -128,23 +128,23 @@ CEL_RULES: dict[type[BaseModel], list[JSON]] = {
             "message": "rules and defaultTarget must name declared targets",
         },
     ],
-    spec.EventField: [
+    spec.EventFieldSpec: [
         {
             "rule": "(has(self.partitionKey) && self.partitionKey ? 1 : 0) + (has(self.property) ? 1 : 0) "
             "+ (has(self.json) ? 1 : 0) == 1",
             "message": "set exactly one of partitionKey (true), property or json",
         },
     ],
-    spec.EnrichStep: [
+    spec.EnrichStepSpec: [
         {"rule": "has(self.table) != has(self.path)", "message": "set exactly one of table or path"},
     ],
-    spec.EditorStep: [
+    spec.EditorStepSpec: [
         {
             "rule": " + ".join(f"(has(self.{name}) ? 1 : 0)" for name in EDITOR_STEPS) + " == 1",
             "message": "set exactly one step per editor entry",
         },
     ],
-    spec.ProjectionPipeline: [
+    spec.ProjectionSpec: [
         {
             "rule": "!has(self.database) || self.database != 'postgres' || has(self.postgres)",
             "message": "postgres is required when database is postgres",
@@ -158,7 +158,7 @@ CEL_RULES: dict[type[BaseModel], list[JSON]] = {
             "fieldPath": ".blob",
         },
     ],
-    spec.FolderVolume: [
+    spec.FolderVolumeSpec: [
         {
             "rule": "!has(self.claimName) || !has(self.size)",
             "message": "set claimName or size, not both",

@@ -23,7 +23,7 @@ import yaml
 from hubshift import __version__
 from hubshift.errors import UserError
 from hubshift.manifest import parse_manifest
-from hubshift.spec import API_VERSION, GROUP, KIND, PartitionedConsumer, SecretKeyRef, credentials_of
+from hubshift.spec import API_VERSION, GROUP, KIND, PartitionedConsumer, SecretKeyRefSpec, credentials_of
 
 JSON = dict[str, Any]
 
@@ -247,7 +247,7 @@ def render_config_map(consumer: PartitionedConsumer, owner: Owner) -> JSON:
 def secret_env(consumer: PartitionedConsumer) -> list[JSON]:
     """Each Secret reference of the spec, as the environment variable the spec names for it."""
     spec = consumer.spec
-    pairs: list[tuple[str, SecretKeyRef | None]] = [
+    pairs: list[tuple[str, SecretKeyRefSpec | None]] = [
         (spec.event_hubs.connection_string_variable, spec.event_hubs.connection_string_secret_ref),
     ]
     if spec.checkpoint_store.blob is not None:

@@ -16,7 +16,7 @@ from pydantic import SecretStr
 from hubshift.operator.kubernetes.api import KubeAdapter, consumer_instance, consumer_pod_labels, status_code
 from hubshift.operator.kubernetes.render import ChildNames, Owner
 from hubshift.operator.runtime import ConsumerInstance
-from hubshift.spec import PartitionedConsumer, SecretKeyRef
+from hubshift.spec import PartitionedConsumer, SecretKeyRefSpec
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class KubernetesRuntime:
 
     # beyond the protocol: the operator's own access to Event Hubs and the store
 
-    async def read_secret(self, ref: SecretKeyRef) -> SecretStr:
+    async def read_secret(self, ref: SecretKeyRefSpec) -> SecretStr:
         """A key of a Secret in the CR's namespace (masked; call `.get_secret_value()` at the last moment)."""
         return await self.kube.read_secret(self.owner.namespace, ref)
 

@@ -24,7 +24,7 @@ from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import LeaseStore
 from hubshift.ownership.stores.connect import open_store, sqlite_url
 from hubshift.ownership.timing import Timing
-from hubshift.spec import CheckpointPolicy, StartPosition
+from hubshift.spec import CheckpointPolicySpec, StartPositionSpec
 
 SCOPE = Scope("ns.example", "hub", "$default")
 PARTITIONS = ["0", "1", "2", "3"]
@@ -107,8 +107,8 @@ def make_agent(
     stores.append(store)
     engine = RecordingEngine()
     options: dict[str, object] = {
-        "start": StartPosition(),
-        "checkpoint": CheckpointPolicy(every_events=10, every_seconds=60.0),
+        "start": StartPositionSpec(),
+        "checkpoint": CheckpointPolicySpec(every_events=10, every_seconds=60.0),
         "max_handoff_seconds": 15.0,
         "timing": Timing(list_interval_seconds=5.0),
         "grace_seconds": 25.0,
@@ -138,7 +138,7 @@ def publish(store: LeaseStore, owners: dict[str, str], generation: int, clocks: 
 def test_claims_start_reading_and_checkpoints_follow_commits(
     store_url: str, stores: list[LeaseStore], clocks: Clocks
 ) -> None:
-    agent, engine = make_agent("a", store_url, stores, clocks, start=StartPosition(type="latest"))
+    agent, engine = make_agent("a", store_url, stores, clocks, start=StartPositionSpec(type="latest"))
     assert agent.step() is None
     assert sorted(engine.started) == PARTITIONS
     level, start, next_sequence = engine.started["0"]
@@ -159,7 +159,7 @@ def test_checkpoints_carry_the_next_events_enqueued_time(
     store_url: str, stores: list[LeaseStore], clocks: Clocks
 ) -> None:
     """The control loop's lag in seconds: each checkpoint says when the event after it was enqueued."""
-    agent, engine = make_agent("a", store_url, stores, clocks, start=StartPosition(type="latest"))
+    agent, engine = make_agent("a", store_url, stores, clocks, start=StartPositionSpec(type="latest"))
     agent.step()
     store = stores[0]
 

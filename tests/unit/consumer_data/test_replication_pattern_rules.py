@@ -34,7 +34,7 @@ from hubshift.pipelines.failover import already_handled, last_replicated_sequenc
 from hubshift.pipelines.projection import Record, latest_per_key, newer, payload_of, to_records
 from hubshift.pipelines.route import Rule, pick_targets
 from hubshift.sinks import FolderStore
-from hubshift.spec import EventField, PipelineSpec, RouteRule
+from hubshift.spec import EventFieldSpec, PipelineSpec, RouteRuleSpec
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
@@ -70,7 +70,7 @@ def rules(*specs: dict[str, Any]) -> list[Rule]:
     compiled = []
     sql = 0
     for spec in specs:
-        rule = RouteRule.model_validate(spec)
+        rule = RouteRuleSpec.model_validate(spec)
         compiled.append(Rule(rule, sql if rule.sql is not None else None))
         sql += rule.sql is not None
     return compiled
@@ -138,7 +138,9 @@ def test_gunzip_validate_select_enrich_flatten_gzip_in_order() -> None:
         GunzipStep(),
         ValidateStep(schema),
         SelectStep({"home": "home", "value": "reading.value", "unit": "reading.unit", "gone": "nowhere"}),
-        EnrichStep(EventField(json="home"), {"h1": {"city": "Oslo"}}, into="site", on_missing="deadLetter"),
+        EnrichStep(
+            EventFieldSpec(json="home"), {"h1": {"city": "Oslo"}}, into="site", on_missing="deadLetter"
+        ),
         FlattenStep("_"),
         GzipStep(),
     ]
@@ -186,8 +188,8 @@ def test_enrich_keeps_or_drops_what_the_table_lacks_and_a_table_comes_from_a_fil
     table = tmp_path / "sites.json"
     table.write_text(json.dumps({"h1": {"city": "Oslo", "floors": 3}}))
     loaded = load_table(str(table))
-    keep = EnrichStep(EventField(property="home"), loaded)
-    drop = EnrichStep(EventField(property="home"), loaded, on_missing="drop")
+    keep = EnrichStep(EventFieldSpec(property="home"), loaded)
+    drop = EnrichStep(EventFieldSpec(property="home"), loaded, on_missing="drop")
     rows = [row(1, "{}", properties={"home": "h1"}), row(2, "{}", properties={"home": "h2"}), row(3, "{}")]
     kept, _ = run_steps([keep], events(*rows))
     assert [json.loads(e.body) for e in kept] == [{"city": "Oslo", "floors": 3}, {}, {}]
@@ -207,7 +209,7 @@ def test_a_bad_json_schema_is_refused_at_start_up() -> None:
 
 
 def dedupe(tmp_path: Path, window: float = 60) -> DedupeStep:
-    return DedupeStep(EventField(json="id"), window, FolderStore(tmp_path), "_state/dedupe-1")
+    return DedupeStep(EventFieldSpec(json="id"), window, FolderStore(tmp_path), "_state/dedupe-1")
 
 
 def test_repeats_within_the_window_are_dropped_across_batches(tmp_path: Path) -> None:
@@ -307,7 +309,7 @@ def test_payloads_the_column_cannot_hold_are_refused_and_keyless_events_skipped(
 
     records, refused = to_records(
         [row(1, '{"v": 1}', key="h1"), row(2, '{"v": 2}'), row(3, "oops", key="h1")],
-        FieldReader(EventField(partition_key=True)),
+        FieldReader(EventFieldSpec(partition_key=True)),
         "json",
     )
     assert [(r.key, r.sequence) for r in records] == [("h1", 1)]

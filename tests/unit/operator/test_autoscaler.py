@@ -23,22 +23,22 @@ from hubshift.operator.autoscaler import (
     recommend_replicas,
 )
 from hubshift.spec import (
-    Activation,
-    Fallback,
-    ScalingBehavior,
-    ScalingPolicyRule,
-    ScalingRules,
+    ActivationSpec,
+    FallbackSpec,
+    ScalingBehaviorSpec,
+    ScalingGoalSpec,
+    ScalingPolicySpec,
+    ScalingRulesSpec,
     ScalingSpec,
-    ScalingTarget,
 )
 
 
-def policy(kind: str, value: int, period: int) -> ScalingPolicyRule:
-    return ScalingPolicyRule(type=kind, value=value, period_seconds=period)  # type: ignore[arg-type]
+def policy(kind: str, value: int, period: int) -> ScalingPolicySpec:
+    return ScalingPolicySpec(type=kind, value=value, period_seconds=period)  # type: ignore[arg-type]
 
 
-def rules(window: int, select: str = "Max", *policies: ScalingPolicyRule) -> ScalingRules:
-    return ScalingRules(
+def rules(window: int, select: str = "Max", *policies: ScalingPolicySpec) -> ScalingRulesSpec:
+    return ScalingRulesSpec(
         stabilization_window_seconds=window,
         select_policy=select,  # type: ignore[arg-type]
         policies=list(policies),
@@ -48,8 +48,8 @@ def rules(window: int, select: str = "Max", *policies: ScalingPolicyRule) -> Sca
 def with_(
     base: ScalingSpec,
     *,
-    scale_up: ScalingRules | None = None,
-    scale_down: ScalingRules | None = None,
+    scale_up: ScalingRulesSpec | None = None,
+    scale_down: ScalingRulesSpec | None = None,
     **fields: object,
 ) -> ScalingSpec:
     """`base` with some fields (and scaling rules) changed."""
@@ -151,7 +151,9 @@ def test_an_unaligned_min_is_still_honoured() -> None:
 # --- activation and scale to zero -----------------------------------------------------------------------
 
 
-ZERO = with_(FREE, min_replicas=0, activation=Activation(unprocessed_events=100), cooldown_period_seconds=300)
+ZERO = with_(
+    FREE, min_replicas=0, activation=ActivationSpec(unprocessed_events=100), cooldown_period_seconds=300
+)
 
 
 def test_stays_at_zero_until_the_activation_threshold() -> None:
@@ -278,7 +280,7 @@ def test_scale_events_round_trip_through_a_dict() -> None:
     ],
 )
 def test_fallback_after_the_failure_threshold(behavior: str, current: int, expected: int) -> None:
-    config = with_(FREE, fallback=Fallback(failure_threshold=3, replicas=2, behavior=behavior))  # type: ignore[arg-type]
+    config = with_(FREE, fallback=FallbackSpec(failure_threshold=3, replicas=2, behavior=behavior))  # type: ignore[arg-type]
     decisions = run(config, [None, None, None], start=current)
     assert [d.replicas for d in decisions[:2]] == [current, current]
     assert not decisions[1].fallback
@@ -287,7 +289,7 @@ def test_fallback_after_the_failure_threshold(behavior: str, current: int, expec
 
 
 def test_a_good_read_ends_the_fallback() -> None:
-    config = with_(FREE, fallback=Fallback(failure_threshold=1, replicas=4))
+    config = with_(FREE, fallback=FallbackSpec(failure_threshold=1, replicas=4))
     decisions = run(config, [None, 1_000], start=8)
     assert decisions[0].fallback
     assert decisions[1].state.failures == 0
@@ -336,15 +338,16 @@ configs = st.builds(
     ScalingSpec,
     min_replicas=st.integers(0, 4),
     max_replicas=st.integers(4, 40),
-    target=st.builds(ScalingTarget, unprocessed_events_per_replica=st.integers(1, 5_000)),
-    activation=st.builds(Activation, unprocessed_events=st.integers(0, 100)),
+    target=st.builds(ScalingGoalSpec, unprocessed_events_per_replica=st.integers(1, 5_000)),
+    activation=st.builds(ActivationSpec, unprocessed_events=st.integers(0, 100)),
     cooldown_period_seconds=st.sampled_from([0, 60, 300]),
     behavior=st.builds(
-        ScalingBehavior,
-        scale_up=st.sampled_from([NO_LIMITS, ScalingBehavior().scale_up, rules(30, "Min")]),
-        scale_down=st.sampled_from([NO_LIMITS, ScalingBehavior().scale_down]),
+        ScalingBehaviorSpec,
+        scale_up=st.sampled_from([NO_LIMITS, ScalingBehaviorSpec().scale_up, rules(30, "Min")]),
+        scale_down=st.sampled_from([NO_LIMITS, ScalingBehaviorSpec().scale_down]),
     ),
-    fallback=st.none() | st.builds(Fallback, failure_threshold=st.integers(1, 3), replicas=st.integers(0, 8)),
+    fallback=st.none()
+    | st.builds(FallbackSpec, failure_threshold=st.integers(1, 3), replicas=st.integers(0, 8)),
     align_to_partitions=st.booleans(),
 )
 

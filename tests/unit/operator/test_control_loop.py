@@ -38,7 +38,7 @@ from hubshift.ownership.records import decode_assignment, encode_assignment
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.stores.sqlite import SqliteLeaseStore
-from hubshift.spec import PartitionedConsumer, RebalanceSpec, StartPosition
+from hubshift.spec import PartitionedConsumer, RebalanceSpec, StartPositionSpec
 
 SCOPE = Scope("ns.example.net", "hub", "$default")
 
@@ -84,9 +84,9 @@ def test_backlog_and_holders_from_one_listing(tmp_path: Path) -> None:
         "2": PartitionInfo("2", 0, 19, False),  # no checkpoint blob: from the start position
         "3": PartitionInfo("3", 0, -1, True),
     }
-    earliest = backlog_per_partition(infos, snapshot, StartPosition(type="earliest"))
+    earliest = backlog_per_partition(infos, snapshot, StartPositionSpec(type="earliest"))
     assert earliest == {"0": 59, "1": 10, "2": 20, "3": 0}
-    latest = backlog_per_partition(infos, snapshot, StartPosition(type="latest"))
+    latest = backlog_per_partition(infos, snapshot, StartPositionSpec(type="latest"))
     assert latest == {"0": 59, "1": 0, "2": 0, "3": 0}
     assert lease_holders(snapshot, ["0", "1", "2"]) == {"0": "homes-0", "1": "homes-0", "2": None}
 

@@ -41,7 +41,7 @@ from hubshift.operator.kubernetes.settings import OperatorConfig, apply_settings
 from hubshift.operator.loop import CycleInputs, CycleReport
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.operator.runtime import ConsumerInstance
-from hubshift.spec import PartitionedConsumer, SecretKeyRef
+from hubshift.spec import PartitionedConsumer, SecretKeyRefSpec
 from tests.harness.report_only import ReportOnlyLoop
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "homes.yaml"
@@ -471,7 +471,9 @@ async def test_secrets_never_reach_status_events_children_or_logs(
         assert consumer.spec.checkpoint_store.blob is not None
         storage = environment[consumer.spec.checkpoint_store.blob.connection_string_variable]
         read.append(hubs)
-        secret = await runtime.read_secret(SecretKeyRef(name="telemetry-eventhubs", key="connectionString"))
+        secret = await runtime.read_secret(
+            SecretKeyRefSpec(name="telemetry-eventhubs", key="connectionString")
+        )
         logging.getLogger("hubshift.test").info("connected with %s and %r", secret, secret)
         await runtime.record_event("Connected", f"using {secret}")
         assert storage == hubs
@@ -557,7 +559,7 @@ async def test_a_spec_without_secret_references_never_gets_the_operators_own_cre
 
 async def test_a_missing_secret_is_named_without_any_content(kube: KubeAdapter) -> None:
     with pytest.raises(SecretUnavailable, match=r"Secret sensors/nowhere: not found"):
-        await kube.read_secret(NAMESPACE, SecretKeyRef(name="nowhere", key="k"))
+        await kube.read_secret(NAMESPACE, SecretKeyRefSpec(name="nowhere", key="k"))
     await kube.client.create(
         Secret.from_dict(
             {
@@ -569,10 +571,10 @@ async def test_a_missing_secret_is_named_without_any_content(kube: KubeAdapter) 
         )
     )
     with pytest.raises(SecretUnavailable) as error:
-        await kube.read_secret(NAMESPACE, SecretKeyRef(name="partial", key="connectionString"))
+        await kube.read_secret(NAMESPACE, SecretKeyRefSpec(name="partial", key="connectionString"))
     assert "has no key 'connectionString'" in str(error.value)
     assert SENTINEL not in str(error.value)
-    secret = await kube.read_secret(NAMESPACE, SecretKeyRef(name="partial", key="other"))
+    secret = await kube.read_secret(NAMESPACE, SecretKeyRefSpec(name="partial", key="other"))
     assert SENTINEL not in repr(secret) and SENTINEL not in str(secret)
 
 

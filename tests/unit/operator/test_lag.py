@@ -173,11 +173,11 @@ def test_counters_that_matter_before_the_first_failure_exist_from_the_start() ->
 
 def test_hubshift_status_shows_backlog_and_lag_in_seconds(tmp_path: Path) -> None:
     from hubshift.apps.status import hub_lag, status_document
-    from hubshift.spec import StartPosition
+    from hubshift.spec import StartPositionSpec
 
     snap = snapshot(tmp_path, {"0": (39, at(30)), "1": (99, None)})
     infos = {p: PartitionInfo(p, 0, 99, False, NOW - 1) for p in "01"}
-    lag = hub_lag(snap, infos, StartPosition(), NOW)
+    lag = hub_lag(snap, infos, StartPositionSpec(), NOW)
     document = status_document(snap, lag)
     rows = {r["partition"]: r for r in document["partitions"]}
     assert (rows["0"]["backlog"], rows["0"]["lagSeconds"]) == (60, 30.0)
