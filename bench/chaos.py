@@ -57,7 +57,7 @@ from hubshift.ownership.checkpoints import list_checkpoints
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import StoreError
-from hubshift.ownership.stores.connect import open_store
+from hubshift.ownership.stores.locations import open_store
 from hubshift.pipelines.aggregate_view import AggregateView
 from hubshift.sinks import FolderStore
 from hubshift.spec import DEFAULT_EVENTHUBS_ENV, DEFAULT_STORAGE_ENV

@@ -56,7 +56,7 @@ from hubshift.ownership.membership import join
 from hubshift.ownership.model import Checkpoint
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import LeaseStore
-from hubshift.ownership.stores.connect import open_store, sqlite_url
+from hubshift.ownership.stores.locations import open_store, sqlite_url
 
 RESULTS = Path(__file__).resolve().parent / "results" / "control_loop.json"
 HUB = "big"

@@ -388,7 +388,7 @@ async def run_hubshift(
     from hubshift.manifest import parse_manifest
     from hubshift.operator.local.runner import LocalOperator
     from hubshift.ownership.snapshot import take_snapshot
-    from hubshift.ownership.stores.connect import open_store
+    from hubshift.ownership.stores.locations import open_store
 
     before, after = COUNTS[scenario]
     # Each side's own container, output and work folder: the replays are counted from this run's logs only.

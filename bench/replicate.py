@@ -144,7 +144,7 @@ class Parking:
 
     def __init__(self, consumer: Consumer, connection_string: str) -> None:
         from hubshift.ownership.scope import Scope
-        from hubshift.ownership.stores.connect import open_store, sqlite_url
+        from hubshift.ownership.stores.locations import open_store, sqlite_url
 
         host = connection_string.split("sb://", 1)[1].split(";", 1)[0].rstrip("/")
         self.consumer = consumer

@@ -358,7 +358,7 @@ def main() -> None:
     from hubshift.ownership.model import Assignment, Phase
     from hubshift.ownership.scope import Scope
     from hubshift.ownership.snapshot import take_snapshot
-    from hubshift.ownership.stores.connect import open_store, sqlite_url
+    from hubshift.ownership.stores.locations import open_store, sqlite_url
 
     workdir = Path(tempfile.mkdtemp(prefix="hubshift-bench-throughput-"))
     results: dict[str, Any] = {"events": args.events, "triggerIntervalSeconds": args.trigger_seconds}

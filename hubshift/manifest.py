@@ -1,20 +1,122 @@
-"""Reading a `PartitionedConsumer` manifest: a YAML file (or a parsed document) into the typed model of
-`hubshift.spec`, or one line that names the first field at fault."""
+"""The `PartitionedConsumer` resource: its model, put together from the shared blocks (`hubshift.spec`) and
+the blocks every pipeline and sink declares (`hubshift.pipelines`, `hubshift.sinks`); its connections, the
+one list of them that credentials, Secrets and the operator's reads all come from; and reading a manifest
+(a YAML file or a parsed document) into it, or one line that names the first field at fault."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import ValidationError
+from pydantic import ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
 
 from hubshift.errors import UserError
-from hubshift.spec import KIND, PartitionedConsumer, TokenCredentialSpec
+from hubshift.pipelines import PipelineSpec, pipeline_connections
+from hubshift.sinks import SinkSpec, sink_connections
+from hubshift.spec import (
+    DNS_SUBDOMAIN,
+    KIND,
+    MAX_NAME_LENGTH,
+    CheckpointPolicySpec,
+    CheckpointStoreSpec,
+    EventHubsSpec,
+    FailoverSpec,
+    Model,
+    NamedConnection,
+    RebalanceSpec,
+    ResourcesSpec,
+    ScalingSpec,
+    SparkSpec,
+    StartPositionSpec,
+    TokenCredentialSpec,
+)
 
 _CONNECTION_STRING_FIELDS = ("connectionStringSecretRef", "connectionStringEnv")
+
+
+class ConsumerSpec(Model):
+    image: str = Field(
+        default="hubshift:0.1.0",
+        min_length=1,
+        pattern=r"^\S+$",
+        description="Container image of the consumer pods.",
+    )
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    spark: SparkSpec = Field(default_factory=SparkSpec)
+    start_position: StartPositionSpec = Field(default_factory=StartPositionSpec)
+    failover: FailoverSpec | None = Field(
+        default=None,
+        description="Skip the events a previous consumer of the hub this one replicates already handled.",
+    )
+    checkpoint: CheckpointPolicySpec = Field(default_factory=CheckpointPolicySpec)
+    pipeline: PipelineSpec = Field(default_factory=PipelineSpec)
+    sink: SinkSpec = Field(default_factory=SinkSpec)
+    metrics_port: int = Field(
+        default=9090, ge=1, le=65535, description="/metrics, /healthz, /readyz and the operator's nudges."
+    )
+    service_account_name: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="The consumer pods' ServiceAccount, the subject a workload identity is federated with "
+        "(system:serviceaccount:NAMESPACE:NAME). Default: the PartitionedConsumer's name when the spec uses "
+        "a credential, the namespace's default otherwise. The operator creates it when it does not exist "
+        "(annotated with the workload identity's client id) and uses an existing one as it is.",
+    )
+
+
+class PartitionedConsumerSpec(Model):
+    event_hubs: EventHubsSpec
+    checkpoint_store: CheckpointStoreSpec
+    consumer: ConsumerSpec = Field(default_factory=ConsumerSpec)
+    scaling: ScalingSpec = Field(default_factory=ScalingSpec)
+    rebalance: RebalanceSpec = Field(default_factory=RebalanceSpec)
+
+
+def connections_of(spec: PartitionedConsumerSpec) -> list[NamedConnection]:
+    """Every connection of a resource, in this order: the source, the checkpoint store, the sink's, the
+    pipeline's (its target hubs, its database), the old hub's store after a failover. Blocks a type leaves
+    unused (a `replicate:` under `type: route`) make no connection."""
+    consumer = spec.consumer
+    connections = [
+        NamedConnection(("spec", "eventHubs"), spec.event_hubs, "source"),
+        *spec.checkpoint_store.connections(("spec", "checkpointStore"), "store"),
+        *sink_connections(consumer.sink),
+        *pipeline_connections(consumer.pipeline),
+    ]
+    if consumer.failover is not None:
+        location = ("spec", "consumer", "failover", "checkpointStore")
+        connections.extend(consumer.failover.checkpoint_store.connections(location, "failover"))
+    return connections
+
+
+def credentials_of(spec: PartitionedConsumerSpec) -> list[TokenCredentialSpec]:
+    """The token credentials of the resource's connections, in `connections_of`'s order."""
+    return [
+        credential
+        for connection in connections_of(spec)
+        if (credential := connection.connection.token_credential) is not None
+    ]
+
+
+class ObjectMeta(Model):
+    model_config = ConfigDict(extra="allow", frozen=True, alias_generator=to_camel, populate_by_name=True)
+    # A DNS-1035 label (its Services' names start with a letter), short enough for its children's names.
+    name: str = Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+    namespace: str = "default"
+    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class PartitionedConsumer(Model):
+    api_version: Annotated[Literal["hubshift.dev/v1alpha1"], Field(alias="apiVersion")]
+    kind: Literal["PartitionedConsumer"]
+    metadata: ObjectMeta
+    spec: PartitionedConsumerSpec
 
 
 def parse_manifest(document: Mapping[str, Any], source: str = "manifest") -> PartitionedConsumer:
@@ -58,21 +160,18 @@ def describe_validation_error(exc: ValidationError) -> str:
 
 
 def with_credential(consumer: PartitionedConsumer, credential: TokenCredentialSpec) -> PartitionedConsumer:
-    """The manifest with every Azure connection its consumers make (the source, a Blob store, a Blob sink,
-    a replicate target) authenticated by `credential` instead of a connection string: what a command
-    line's `--credential` means. The manifest must name the namespaces and account URLs (`UserError`)."""
+    """The manifest with every connection that takes a token credential (`connections_of`: the source, a
+    Blob store, a Blob sink, target hubs, a failover's store) authenticated by `credential` instead of a
+    connection string: what a command line's `--credential` means. The manifest must name the namespaces and
+    account URLs (`UserError`). A PostgreSQL database keeps its connection string."""
     document = consumer.model_dump(by_alias=True, mode="json", exclude_none=True)
-    spec = document["spec"]
-    blocks = [spec["eventHubs"], spec["checkpointStore"].get("blob")]
-    sink, pipeline = spec.get("consumer", {}).get("sink", {}), spec.get("consumer", {}).get("pipeline", {})
-    if sink.get("type") == "blob":
-        blocks.append(sink.get("blob"))
-    if pipeline.get("type") == "replicate":
-        blocks.append(pipeline.get("replicate"))
     chosen = credential.model_dump(by_alias=True, mode="json", exclude_none=True)
-    for block in blocks:
-        if block is None:
+    for connection in connections_of(consumer.spec):
+        if not connection.connection.TAKES_CREDENTIAL:
             continue
+        block: Any = document
+        for key in connection.location:
+            block = block[key]
         for name in _CONNECTION_STRING_FIELDS:
             block.pop(name, None)
         block["credential"] = chosen

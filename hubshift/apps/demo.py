@@ -34,10 +34,10 @@ from rich.live import Live
 from hubshift.apps.demo_view import DemoFigures, render
 from hubshift.errors import UserError
 from hubshift.log import configure_logging
-from hubshift.manifest import load_manifest
+from hubshift.manifest import PartitionedConsumer, load_manifest
 from hubshift.operator.local.runner import LocalOperator, install_stop_signals
 from hubshift.operator.loop import CycleReport
-from hubshift.spec import DEFAULT_EVENTHUBS_ENV, PartitionedConsumer
+from hubshift.spec import DEFAULT_EVENTHUBS_ENV
 
 HUB = "homes"
 NAME = "homes"

@@ -32,8 +32,9 @@ from typing import Any, Protocol
 
 import click
 
-from hubshift.connect import chosen_identity, credential_options
+from hubshift.connections import chosen_identity, credential_options
 from hubshift.errors import UserError
+from hubshift.eventhubs.sender import send_events
 from hubshift.eventhubs.target import EventHubsTarget, describe_error, sdk_client
 from hubshift.pipelines import sensor_events as ev
 from hubshift.pipelines.sensor_events import SensorEvent
@@ -263,7 +264,7 @@ class HubSender:
     def connect(cls, connection_string: str, hub: str) -> HubSender:
         """Connect with a connection string and read the partition ids; `UserError` (one line, no secret)
         when that fails."""
-        return cls.connect_target(EventHubsTarget(connection_string, _namespace(connection_string), hub, ""))
+        return cls.connect_target(connection_string_target(connection_string, hub))
 
     @classmethod
     def connect_target(cls, target: EventHubsTarget) -> HubSender:
@@ -276,10 +277,7 @@ class HubSender:
         try:
             producer = sdk_client(EventHubProducerClient, target, retry_total=2)
         except ValueError:
-            raise UserError(
-                "the Event Hubs connection string is not valid (expected "
-                "Endpoint=sb://NAMESPACE/;SharedAccessKeyName=NAME;SharedAccessKey=KEY)"
-            ) from None
+            raise UserError(INVALID_CONNECTION_STRING) from None
         try:
             partition_ids = list(producer.get_partition_ids())
         except AuthenticationError as exc:
@@ -314,7 +312,7 @@ class HubSender:
     def send(self, partition: str, events: Sequence[GeneratedEvent]) -> None:
         from azure.eventhub import EventData
 
-        batch = self.producer.create_batch(partition_id=partition)
+        outgoing = []
         for generated in events:
             data = EventData(generated.body)
             message = data.raw_amqp_message
@@ -322,28 +320,33 @@ class HubSender:
                 message.annotations = {PARTITION_KEY_ANNOTATION: generated.partition_key}
             else:
                 message.annotations[PARTITION_KEY_ANNOTATION] = generated.partition_key
-            try:
-                batch.add(data)
-            except ValueError:  # the batch is full: send it, start the next
-                self.producer.send_batch(batch)
-                batch = self.producer.create_batch(partition_id=partition)
-                batch.add(data)
-        if len(batch):
-            self.producer.send_batch(batch)
+            outgoing.append(data)
+        too_large = send_events(self.producer, outgoing, partition_id=partition)
+        if too_large:
+            raise UserError(
+                f"{len(too_large)} event(s) larger than Event Hub {self.hub!r} accepts were not sent"
+            )
 
     def close(self) -> None:
         self.producer.close()
 
 
 PARTITION_KEY_ANNOTATION = b"x-opt-partition-key"
+INVALID_CONNECTION_STRING = (
+    "the Event Hubs connection string is not valid (expected "
+    "Endpoint=sb://NAMESPACE/;SharedAccessKeyName=NAME;SharedAccessKey=KEY)"
+)
 
 
-def _namespace(connection_string: str) -> str:
-    for part in connection_string.split(";"):
-        key, _, value = part.partition("=")
-        if key.strip().lower() == "endpoint":
-            return value.strip().removeprefix("sb://").rstrip("/")
-    return "(unknown)"
+def connection_string_target(connection_string: str, hub: str) -> EventHubsTarget:
+    """The hub a connection string reaches (its namespace read with the SDK's parser)."""
+    from azure.eventhub import parse_connection_string
+
+    try:
+        namespace = parse_connection_string(connection_string).fully_qualified_namespace
+    except ValueError:
+        raise UserError(INVALID_CONNECTION_STRING) from None
+    return EventHubsTarget(connection_string, namespace.strip().lower(), hub, "")
 
 
 # --- the loop -----------------------------------------------------------------------------------------
@@ -502,7 +505,7 @@ def produce(
             "credential: --credential with --namespace)"
         )
     else:
-        target = EventHubsTarget(connection_string, _namespace(connection_string), hub, "")
+        target = connection_string_target(connection_string, hub)
     if period <= 0:
         raise UserError("--period must be positive")
     spec = LoadSpec(

@@ -14,7 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from hubshift.connect import chosen_identity, credential_options
+from hubshift.connections import chosen_identity, credential_options
 from hubshift.errors import UserError
 from hubshift.eventhubs.management import EventHubsProbe, ProbeError
 from hubshift.eventhubs.model import PartitionInfo
@@ -25,7 +25,7 @@ from hubshift.ownership.model import OwnershipSnapshot
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import StoreError
-from hubshift.ownership.stores.connect import open_store, parse_store
+from hubshift.ownership.stores.locations import open_store, parse_store
 from hubshift.spec import StartPositionSpec
 
 

@@ -37,6 +37,7 @@ from hubshift.consumer.plan import (
     plan_ownership,
 )
 from hubshift.eventhubs.receiver import StartAt
+from hubshift.manifest import PartitionedConsumerSpec
 from hubshift.ownership.checkpoints import write_checkpoint
 from hubshift.ownership.leases import claim_partition, release_partition
 from hubshift.ownership.membership import Membership, join, leave, renew
@@ -45,7 +46,7 @@ from hubshift.ownership.scope import Scope, consumer_id
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import LeaseConflict, LeaseLost, LeaseStore, StoreError
 from hubshift.ownership.timing import Timing
-from hubshift.spec import CheckpointPolicySpec, PartitionedConsumerSpec, StartPositionSpec
+from hubshift.spec import CheckpointPolicySpec, StartPositionSpec
 
 if TYPE_CHECKING:
     from hubshift.consumer.metrics import ConsumerMetrics

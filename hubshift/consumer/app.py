@@ -27,7 +27,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Literal
 
-from hubshift.connect import event_hubs_target, open_checkpoint_store, ownership_scope
+from hubshift.connections import event_hubs_target, open_checkpoint_store, ownership_scope
 from hubshift.consumer.agent import AgentSettings, OwnershipAgent
 from hubshift.consumer.engine import Engine
 from hubshift.consumer.http import ConsumerHTTPServer
@@ -35,8 +35,11 @@ from hubshift.consumer.metrics import ConsumerMetrics
 from hubshift.errors import UserError
 from hubshift.eventhubs.management import EventHubsManagement
 from hubshift.eventhubs.target import EventHubsTarget
+from hubshift.manifest import PartitionedConsumer
 from hubshift.ownership.store import LeaseStore
-from hubshift.spec import FailoverSpec, PartitionedConsumer, PipelineSpec
+from hubshift.pipelines import check_pipeline
+from hubshift.sinks.folder import FolderSinkSpec
+from hubshift.spec import FailoverSpec
 
 log = logging.getLogger("hubshift.consume")
 
@@ -102,7 +105,7 @@ class ConsumerApp:
         settings = AgentSettings.from_spec(
             spec, list_interval_seconds=options.list_interval_seconds, grace_seconds=options.grace_seconds
         )
-        target = event_hubs_target(spec, environ)
+        target = event_hubs_target(spec.event_hubs, environ)
         management = EventHubsManagement(target, retry_total=1)
         management.probe()
         check_pipeline(spec.consumer.pipeline, environ)
@@ -139,7 +142,8 @@ class ConsumerApp:
             from hubshift.consumer.ranges import RangeLog
             from hubshift.consumer.sdk_engine import SdkEngine
 
-            folder = Path(manifest.spec.consumer.sink.folder.path)
+            sink = manifest.spec.consumer.sink.block
+            folder = Path(sink.path if isinstance(sink, FolderSinkSpec) else FolderSinkSpec().path)
             ranges = options.ranges or folder / "ranges" / f"{options.identity}.jsonl"
             return SdkEngine(target, RangeLog(ranges, options.identity), metrics=metrics)
         from hubshift.consumer.spark.engine import SparkEngine
@@ -193,34 +197,6 @@ class ConsumerApp:
         signal.signal(signal.SIGINT, stop)
 
 
-def check_pipeline(spec: PipelineSpec, environ: Mapping[str, str]) -> None:
-    """What a pipeline writes to, checked like the source: the target hubs of `replicate` and `route`
-    (reachable, credentials, the hub exists), a projection's database (reachable, tables made or there)."""
-    from hubshift.pipelines.replicate import replicate_target
-
-    targets = []
-    if spec.type == "replicate" and spec.replicate is not None:
-        targets.append(replicate_target(spec.replicate, environ))
-    if spec.type == "route" and spec.route is not None:
-        targets.extend(
-            replicate_target(
-                t, environ, f"spec.consumer.pipeline.route.targets[{i}].connectionStringSecretRef"
-            )
-            for i, t in enumerate(spec.route.targets)
-        )
-    for hub in targets:
-        probe = EventHubsManagement(hub, retry_total=1)
-        try:
-            probe.probe()
-        finally:
-            probe.close()
-    if spec.type == "projection" and spec.projection is not None:
-        from hubshift.pipelines.projection import Tables
-        from hubshift.pipelines.projection_db import open_database
-
-        open_database(spec.projection, Tables.from_spec(spec.projection), environ).prepare()
-
-
 def handled_before_failover(spec: FailoverSpec | None, environ: Mapping[str, str]) -> dict[str, int]:
     """After a failover: per partition, the sequence number the old hub's consumers checkpointed (from
     its checkpoint store, read once at start-up; `pipelines/failover.py`)."""
@@ -229,7 +205,12 @@ def handled_before_failover(spec: FailoverSpec | None, environ: Mapping[str, str
     from hubshift.ownership.checkpoints import list_checkpoints
     from hubshift.ownership.scope import Scope
 
-    old = open_checkpoint_store(spec.checkpoint_store, environ, create=False)
+    old = open_checkpoint_store(
+        spec.checkpoint_store,
+        environ,
+        create=False,
+        location=("spec", "consumer", "failover", "checkpointStore"),
+    )
     try:
         checkpoints = list_checkpoints(old, Scope(spec.namespace.lower(), spec.hub, spec.consumer_group))
     except Exception as exc:

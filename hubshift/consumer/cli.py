@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from hubshift.connect import chosen_identity, credential_options
+from hubshift.connections import chosen_identity, credential_options
 from hubshift.errors import UserError
 from hubshift.log import configure_logging
 from hubshift.manifest import load_manifest, with_credential

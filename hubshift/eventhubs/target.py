@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
+from azure.eventhub import parse_connection_string
+
 from hubshift.errors import UserError
 from hubshift.identity import AsyncCredential, describe_credential_error, token_credential
-from hubshift.spec import EventHubsSpec, TokenCredentialSpec
+from hubshift.spec import EventHubsSpec, HubConnectionSpec, TokenCredentialSpec
 
 log = logging.getLogger(__name__)
 
@@ -40,63 +42,43 @@ class EventHubsTarget:
 
 
 def resolve_target(
-    spec: EventHubsSpec,
+    hub: HubConnectionSpec,
     environ: Mapping[str, str],
+    path: str = "spec.eventHubs",
     *,
-    secret_field: str = "spec.eventHubs.connectionStringSecretRef",
+    consumer_group: str | None = None,
     identity: TokenCredentialSpec | None = None,
 ) -> EventHubsTarget:
-    """The hub to read: with the spec's token credential (or `identity`, the operator's own, in its place),
-    or with the connection string from the environment variable the manifest names (`secret_field`: where
-    the manifest's Secret reference for it goes, for the error message)."""
-    if spec.credential is not None:
-        assert spec.namespace is not None  # the model requires it with a credential
+    """The hub a block names (`path`: where the block is, for messages): with its token credential (or
+    `identity` in its place), or with the connection string from the environment variable it names, checked
+    for shape (the SDK's parser) and for the hub it is for. The consumer group: the source's, or
+    `consumer_group`."""
+    if consumer_group is None:
+        consumer_group = hub.consumer_group if isinstance(hub, EventHubsSpec) else "$Default"
+    resolved = hub.resolve(environ, path, identity=identity)
+    if resolved.identity is not None:
+        assert hub.namespace is not None  # the model requires it with a credential
         return EventHubsTarget(
-            None,
-            spec.namespace.strip().lower(),
-            spec.hub,
-            spec.consumer_group,
-            identity or spec.credential,
+            None, hub.namespace.strip().lower(), hub.hub, consumer_group, resolved.identity
         )
-    variable = spec.connection_string_variable
-    connection_string = environ.get(variable, "").strip()
-    if not connection_string:
-        credential_field = secret_field.rsplit(".", 1)[0] + ".credential"
+    connection_string, variable = resolved.connection_string or "", resolved.variable
+    try:
+        properties = parse_connection_string(connection_string)
+    except ValueError:
         raise UserError(
-            f"environment variable {variable} is not set: it must hold the Event Hubs connection string "
-            f"(in a cluster, set {secret_field}; or use a token credential, {credential_field})"
-        )
-    settings = _parse(connection_string, variable)
-    endpoint = settings.get("endpoint", "")
-    host = urlparse(endpoint).netloc.strip().lower() if "://" in endpoint else ""
+            f"{variable}: not an Event Hubs connection string (expected Endpoint=sb://NAMESPACE/;"
+            "SharedAccessKeyName=...;SharedAccessKey=... or SharedAccessSignature=...)"
+        ) from None
+    host = (properties.fully_qualified_namespace or "").strip().lower()
     if not host:
         raise UserError(f"{variable}: the Event Hubs connection string has no Endpoint=sb://NAMESPACE/")
-    if not settings.get("sharedaccesssignature") and not (
-        settings.get("sharedaccesskeyname") and settings.get("sharedaccesskey")
-    ):
+    entity = properties.eventhub_name
+    if entity and entity != hub.hub:
         raise UserError(
-            f"{variable}: the Event Hubs connection string needs SharedAccessKeyName and SharedAccessKey "
-            "(or SharedAccessSignature)"
+            f"{variable}: the connection string is for hub {entity!r}, the manifest names {hub.hub!r}"
         )
-    entity = settings.get("entitypath")
-    if entity and entity != spec.hub:
-        raise UserError(
-            f"{variable}: the connection string is for hub {entity!r}, the manifest names {spec.hub!r}"
-        )
-    fqns = (spec.namespace or host).strip().lower()
-    return EventHubsTarget(connection_string, fqns, spec.hub, spec.consumer_group)
-
-
-def _parse(connection_string: str, variable: str) -> dict[str, str]:
-    settings: dict[str, str] = {}
-    for part in connection_string.split(";"):
-        if not part.strip():
-            continue
-        key, sep, value = part.partition("=")
-        if not sep:
-            raise UserError(f"{variable}: not an Event Hubs connection string (a part has no Key=Value)")
-        settings[key.strip().lower()] = value.strip()
-    return settings
+    fqns = (hub.namespace or host).strip().lower()
+    return EventHubsTarget(connection_string, fqns, hub.hub, consumer_group)
 
 
 def sdk_client(client_class: Any, target: EventHubsTarget, **kwargs: Any) -> Any:

@@ -25,10 +25,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from hubshift.manifest import PartitionedConsumer
 from hubshift.operator.loop import CycleInputs, CycleReport
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.ownership.store import StoreError
-from hubshift.spec import PartitionedConsumer
 
 log = logging.getLogger(__name__)
 

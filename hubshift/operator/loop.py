@@ -33,10 +33,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from hubshift.connect import event_hubs_target, open_checkpoint_store, ownership_scope
+from hubshift.connections import event_hubs_target, open_checkpoint_store, ownership_scope
 from hubshift.errors import UserError
 from hubshift.eventhubs.management import EventHubsProbe, ProbeError
 from hubshift.eventhubs.model import PartitionInfo
+from hubshift.manifest import PartitionedConsumer
 from hubshift.operator import autoscaler, rebalance
 from hubshift.operator.autoscaler import Pause, ScalingDecision, ScalingObservation, ScalingState
 from hubshift.operator.consumer_http import Nudger, nudge_consumer
@@ -74,7 +75,7 @@ from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import LeaseStore, StoreError, WriteConflict
 from hubshift.ownership.stores.counting import CountingStore
-from hubshift.spec import PartitionedConsumer, TokenCredentialSpec
+from hubshift.spec import TokenCredentialSpec
 
 log = logging.getLogger(__name__)
 
@@ -535,7 +536,7 @@ async def open_control_loop(
     connection strings from `environ`, their token credentials the spec's (or `identity`, the operator's
     own, in their place). A bad spec or credential is a `UserError` (one line); with `check_hub`, so is a
     hub that cannot be read now (`hubshift run` checks up front; the operator reports it in status)."""
-    target = event_hubs_target(consumer.spec, environ, identity=identity)
+    target = event_hubs_target(consumer.spec.event_hubs, environ, identity=identity)
     store = await asyncio.to_thread(
         functools.partial(open_checkpoint_store, consumer.spec.checkpoint_store, environ, identity=identity)
     )

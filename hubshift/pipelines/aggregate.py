@@ -29,9 +29,11 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from pydantic import Field
+
 from hubshift.pipelines import sensor_events as ev
-from hubshift.pipelines.base import DEAD_LETTER_LINE, TaskResult
-from hubshift.spec import AggregateSpec
+from hubshift.pipelines.base import DEAD_LETTER_LINE, BuildContext, PipelineKind, TaskResult
+from hubshift.spec import Model
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -41,6 +43,18 @@ OUTPUT = "aggregates"
 WINDOW_DIRECTORY = "window"
 _WINDOW = "window_start"  # epoch seconds; null when the event is not counted
 _EVENT_TIME_US = "event_time_us"
+
+
+class AggregateSpec(Model):
+    """Home-security events counted per home and sensor type per time window."""
+
+    window_seconds: int = Field(default=60, ge=1, description="Tumbling window length.")
+    sensor_types: list[str] = Field(
+        default_factory=list, description="Keep only these sensor types (empty: all)."
+    )
+    event_types: list[str] = Field(
+        default_factory=list, description="Keep only these event types (empty: all)."
+    )
 
 
 class AggregatePipeline:
@@ -230,3 +244,15 @@ def _iso_seconds(epoch_seconds: int) -> str:
 def _iso_micros(micros: int) -> str:
     seconds, rest = divmod(micros, 1_000_000)
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{rest // 1000:03d}Z"
+
+
+def _build(block: AggregateSpec, context: BuildContext) -> AggregatePipeline:
+    return AggregatePipeline.from_spec(block)
+
+
+KIND = PipelineKind[AggregateSpec](
+    name="aggregate",
+    annotation=AggregateSpec,
+    field=Field(default_factory=AggregateSpec),
+    build=_build,
+)

@@ -1,6 +1,11 @@
-"""What a pipeline is: a function from one micro-batch of events to named outputs and dead letters.
+"""What a pipeline is: how a manifest declares it (`PipelineKind`), and a function from one micro-batch of
+events to named outputs and dead letters.
 
-Two shapes, chosen by what the pipeline needs (`process_batch` runs either):
+Each pipeline module declares one `PipelineKind`: its block's model, the connections it makes, its start-up
+check and how it is built; `registry.PIPELINES` lists them, and the manifest's `PipelineSpec`, the CRD, the
+consumer and the operator's renderer all read that list. Adding a pipeline is its module and one line there.
+
+What is built has one of two shapes, chosen by what the pipeline needs (`process_batch` runs either):
 
 - `TaskPipeline` (the aggregate, replicate): `prepare` is a narrow projection in the JVM (theirs are the
   event rows as they are), then each Spark task hands its rows to `process_task` as Arrow and gets back the
@@ -20,14 +25,19 @@ Every prepared frame keeps the event coordinates (`partition`, `sequence_number`
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from hubshift.sinks.base import DEAD_LETTER_REASON, LineGroups, Output, PipelineResult
+from hubshift.spec import NamedConnection
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
+
+    from hubshift.pipelines.steps import EditorStepSpec
+    from hubshift.sinks.base import ObjectStore
 
 # A column of a TaskPipeline's prepared frame: the whole dead-letter JSON line, null for a good event.
 DEAD_LETTER_LINE = "dead_letter_line"
@@ -75,14 +85,59 @@ class EditingPipeline(TaskPipeline, Protocol):
         ...
 
 
+Block = TypeVar("Block")
+Location = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What building a pipeline may use besides its block: the environment connection strings come from,
+    where editor steps keep state across batches (the sink's store; None: no state kept), and the editor's
+    steps (`spec.consumer.pipeline.editor`) for a pipeline that takes them."""
+
+    environ: Mapping[str, str]
+    state: ObjectStore | None = None
+    editor: Sequence[EditorStepSpec] = ()
+
+
+def no_connections(block: Any, location: Location) -> list[NamedConnection]:
+    return []
+
+
+def no_check(block: Any, environ: Mapping[str, str], location: Location) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class PipelineKind(Generic[Block]):
+    """A pipeline type as a manifest names it (`spec.consumer.pipeline.type`), with everything the parts need
+    of it. `annotation` and `field`: its block, `spec.consumer.pipeline.<name>` (a model, or text);
+    `required`: what the block is, for the refusal when the type is set without it (None: it has a default);
+    `connections(block, location)`: the connections it makes (`location`: where the block is);
+    `check(block, environ, location)`: at a consumer's start, what it writes to (reachable, credentials);
+    `build(block, context)`: the pipeline; `takes_editor`: whether editor steps may run before it."""
+
+    name: str
+    annotation: Any
+    field: Any  # pydantic's Field(...): its FieldInfo, typed as its default by pydantic
+    build: Callable[[Block, BuildContext], Pipeline]
+    required: str | None = None
+    connections: Callable[[Block, Location], list[NamedConnection]] = no_connections
+    check: Callable[[Block, Mapping[str, str], Location], None] = no_check
+    takes_editor: bool = False
+
+
 __all__ = [
     "DEAD_LETTER_LINE",
     "DEAD_LETTER_REASON",
+    "BuildContext",
     "EditingPipeline",
     "FramePipeline",
     "LineGroups",
+    "Location",
     "Output",
     "Pipeline",
+    "PipelineKind",
     "PipelineResult",
     "TaskPipeline",
     "TaskResult",

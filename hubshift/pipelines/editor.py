@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from hubshift.pipelines.base import DEAD_LETTER_REASON, TaskResult
 from hubshift.pipelines.edits import DedupeStep, Event, PythonStep, python_step, run_steps
-from hubshift.spec import EditorStepSpec
+from hubshift.pipelines.steps import EditorStepSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hubshift.errors import UserError
-from hubshift.spec import EditorStepSpec, EventFieldSpec
+from hubshift.pipelines.steps import EditorStepSpec, EventFieldSpec
 
 if TYPE_CHECKING:
     from hubshift.sinks.base import ObjectStore

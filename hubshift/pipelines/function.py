@@ -13,16 +13,21 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+from pydantic import Field
 
 from hubshift.errors import UserError
-from hubshift.pipelines.base import DEAD_LETTER_REASON, Output, PipelineResult
+from hubshift.pipelines.base import DEAD_LETTER_REASON, BuildContext, Output, PipelineKind, PipelineResult
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 OUTPUT = "results"
+# `module:function`, as the manifest names a user's function.
+FUNCTION_REFERENCE = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 
-UserFunction = Callable[[DataFrame], DataFrame]
+UserFunction = Callable[["DataFrame"], "DataFrame"]
 
 
 class PipelineFunctionError(UserError):
@@ -67,6 +72,10 @@ class FunctionPipeline:
         return events
 
     def transform(self, prepared: DataFrame) -> PipelineResult:
+        # PySpark loads only where a pipeline runs (the operator reads this module's declaration)
+        from pyspark.sql import DataFrame
+        from pyspark.sql import functions as F
+
         try:
             result = self.function(prepared)
         except Exception as exc:
@@ -91,3 +100,20 @@ def one_line(exc: BaseException) -> str:
     if len(text) > 300:
         text = text[:297] + "..."
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _build(block: str, context: BuildContext) -> FunctionPipeline:
+    return FunctionPipeline(block)
+
+
+KIND = PipelineKind[str](
+    name="function",
+    annotation=str | None,
+    field=Field(
+        default=None,
+        pattern=FUNCTION_REFERENCE,
+        description="module:function taking and returning a DataFrame (type function).",
+    ),
+    required="function (module:function)",
+    build=_build,
+)

@@ -23,36 +23,85 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, model_validator
 
 from hubshift.errors import UserError
-from hubshift.pipelines.base import TaskResult
+from hubshift.pipelines.base import BuildContext, Location, Pipeline, PipelineKind, TaskResult
+from hubshift.pipelines.editor import build_editor
 from hubshift.pipelines.edits import Event, FieldReader
-from hubshift.spec import EventFieldSpec, ProjectionSpec
+from hubshift.pipelines.projection_db import PostgresProjection, SqliteProjection
+from hubshift.pipelines.projection_tables import SOURCE_COLUMNS, ProjectionDatabase, Record, Tables
+from hubshift.pipelines.steps import EventFieldSpec
+from hubshift.sinks.base import dead_letter_text
+from hubshift.spec import DEFAULT_PROJECTION_ENV, Model, NamedConnection, SecretConnectionSpec, cel
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-# The columns every projection table has besides the key and the payload.
-SOURCE_COLUMNS = ("source_partition", "source_sequence", "source_offset", "enqueued_time", "projected_at")
+# A table or column name in a projection's database (optionally schema-qualified for a table).
+SQL_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
+SQL_TABLE = r"^([A-Za-z_][A-Za-z0-9_]{0,62}\.)?[A-Za-z_][A-Za-z0-9_]{0,62}$"
+POSTGRES_REQUIRED = "postgres is required when database is postgres"
 _JSON_NUL = re.compile(r"(?<!\\)(\\\\)*\\u0000", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
-class Record:
-    """One event as a row of the tables."""
+class PostgresSpec(SecretConnectionSpec):
+    """A PostgreSQL database: its connection string (postgresql://... or key=value)."""
 
-    key: str
-    payload: str | bytes
-    partition: str
-    sequence: int
-    offset: str | None
-    enqueued: datetime | None
+    SERVICE = "PostgreSQL"
+    DEFAULT_VARIABLE = DEFAULT_PROJECTION_ENV
+
+
+class SqliteDatabaseSpec(Model):
+    path: str = Field(default="hubshift-projection.db", min_length=1, description="The SQLite file.")
+
+
+class ProjectionSpec(Model):
+    """The latest event per key kept in a table (a compacted view), optionally every event in a history
+    table; replays never overwrite a newer event with an older one."""
+
+    database: Literal["sqlite", "postgres"] = Field(
+        default="sqlite", description="sqlite (embedded, one machine) or postgres."
+    )
+    sqlite: SqliteDatabaseSpec = Field(default_factory=SqliteDatabaseSpec)
+    postgres: PostgresSpec | None = None
+    table: str = Field(pattern=SQL_TABLE, description="The latest event per key.")
+    key_column: str = Field(default="key", pattern=SQL_NAME, description="The key's column (primary key).")
+    payload_column: str = Field(default="payload", pattern=SQL_NAME, description="The body's column.")
+    payload_type: Literal["json", "text", "binary"] = Field(
+        default="json",
+        description="json (jsonb; events whose body is not JSON are dead letters), text (UTF-8) or binary.",
+    )
+    key: EventFieldSpec = Field(
+        default_factory=lambda: EventFieldSpec(partition_key=True),
+        description="The value that identifies a record (default: the partition key; events without one "
+        "are skipped).",
+    )
+    history_table: str | None = Field(
+        default=None,
+        pattern=SQL_TABLE,
+        description="Also every event here, once (a time-series historian).",
+    )
+    create_tables: bool = Field(default=True, description="Create the tables at start-up when missing.")
+
+    CEL = (
+        cel(
+            "!has(self.database) || self.database != 'postgres' || has(self.postgres)",
+            POSTGRES_REQUIRED,
+            ".postgres",
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _postgres_configured(self) -> ProjectionSpec:
+        if self.database == "postgres" and self.postgres is None:
+            raise ValueError(POSTGRES_REQUIRED)
+        return self
 
 
 def newer(candidate: Record, current: Record) -> bool:
@@ -128,67 +177,6 @@ def to_records(
     return records, refused
 
 
-class ProjectionDatabase(Protocol):
-    """Where the tables are; pickled to Spark's Python workers (configuration only, connections opened
-    there and kept per worker)."""
-
-    def prepare(self) -> None:
-        """At start-up: create the tables (when asked) and check their columns; `UserError` (one line)."""
-        ...
-
-    def write(self, latest: Sequence[Record], history: Sequence[Record]) -> None:
-        """One transaction: upsert `latest` (newer only), insert `history` (once)."""
-        ...
-
-    def describe(self) -> str: ...
-
-
-@dataclass(frozen=True)
-class Tables:
-    table: str
-    key_column: str
-    payload_column: str
-    payload_type: str
-    history_table: str | None
-    create: bool
-
-    @classmethod
-    def from_spec(cls, spec: ProjectionSpec) -> Tables:
-        tables = cls(
-            spec.table,
-            spec.key_column,
-            spec.payload_column,
-            spec.payload_type,
-            spec.history_table,
-            spec.create_tables,
-        )
-        names = [spec.key_column.lower(), spec.payload_column.lower(), *SOURCE_COLUMNS]
-        if len(set(names)) != len(names):
-            raise UserError(
-                "spec.consumer.pipeline.projection: keyColumn and payloadColumn must differ from each other "
-                f"and from {', '.join(SOURCE_COLUMNS)}"
-            )
-        if spec.history_table is not None and spec.history_table.lower() == spec.table.lower():
-            raise UserError("spec.consumer.pipeline.projection: historyTable must differ from table")
-        return tables
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return (self.key_column, self.payload_column, *SOURCE_COLUMNS)
-
-
-def record_values(record: Record, now: datetime) -> tuple[Any, ...]:
-    return (
-        record.key,
-        record.payload,
-        record.partition,
-        record.sequence,
-        record.offset,
-        record.enqueued,
-        now,
-    )
-
-
 class ProjectionPipeline:
     name = "projection"
 
@@ -199,9 +187,7 @@ class ProjectionPipeline:
 
     @classmethod
     def from_spec(cls, spec: ProjectionSpec, environ: Mapping[str, str]) -> ProjectionPipeline:
-        from hubshift.pipelines.projection_db import open_database
-
-        tables = Tables.from_spec(spec)
+        tables = tables_of(spec)
         return cls(open_database(spec, tables, environ), tables, spec.key)
 
     def prepare(self, events: DataFrame) -> DataFrame:
@@ -211,8 +197,6 @@ class ProjectionPipeline:
         return TaskResult(dead_letters=self.forward(rows.to_pylist()))
 
     def forward(self, events: Sequence[Mapping[str, Any]]) -> list[str]:
-        from hubshift.sinks.base import dead_letter_text
-
         records, refused = to_records(events, self.key, self.tables.payload_type)
         if records:
             history = records if self.tables.history_table is not None else []
@@ -220,29 +204,63 @@ class ProjectionPipeline:
         return [dead_letter_text(row, reason) for row, reason in refused]
 
 
-# One open connection per database in each Python worker, kept across micro-batches (as the replicate
-# pipeline keeps its producers); dropped after a failure, so the next batch connects again.
-_CONNECTIONS: dict[tuple[str, str], Any] = {}
-_CONNECTIONS_LOCK = threading.Lock()
+def tables_of(spec: ProjectionSpec) -> Tables:
+    """The tables a projection block names; `UserError` when its column or table names clash."""
+    tables = Tables(
+        spec.table,
+        spec.key_column,
+        spec.payload_column,
+        spec.payload_type,
+        spec.history_table,
+        spec.create_tables,
+    )
+    names = [spec.key_column.lower(), spec.payload_column.lower(), *SOURCE_COLUMNS]
+    if len(set(names)) != len(names):
+        raise UserError(
+            "spec.consumer.pipeline.projection: keyColumn and payloadColumn must differ from each other "
+            f"and from {', '.join(SOURCE_COLUMNS)}"
+        )
+    if spec.history_table is not None and spec.history_table.lower() == spec.table.lower():
+        raise UserError("spec.consumer.pipeline.projection: historyTable must differ from table")
+    return tables
 
 
-def cached_connection(kind: str, address: str, connect: Any) -> Any:
-    with _CONNECTIONS_LOCK:
-        connection = _CONNECTIONS.get((kind, address))
-        if connection is None:
-            connection = _CONNECTIONS[(kind, address)] = connect()
-        return connection
+def open_database(
+    spec: ProjectionSpec, tables: Tables, environ: Mapping[str, str]
+) -> PostgresProjection | SqliteProjection:
+    """The database a projection block names (not yet connected)."""
+    if spec.database == "postgres":
+        assert spec.postgres is not None  # the model requires it for database postgres
+        resolved = _connections(spec, LOCATION)[0].resolve(environ)
+        return PostgresProjection(resolved.connection_string or "", tables, resolved.variable or "")
+    return SqliteProjection(str(Path(spec.sqlite.path).absolute()), tables)
 
 
-def forget_connection(kind: str, address: str) -> None:
-    with _CONNECTIONS_LOCK:
-        connection = _CONNECTIONS.pop((kind, address), None)
-    if connection is not None:
-        try:
-            connection.close()
-        except Exception:
-            pass
+LOCATION: Location = ("spec", "consumer", "pipeline", "projection")
 
 
-def utc_now() -> datetime:
-    return datetime.now(UTC)
+def _connections(block: ProjectionSpec, location: Location) -> list[NamedConnection]:
+    if block.database != "postgres" or block.postgres is None:
+        return []
+    return [NamedConnection((*location, "postgres"), block.postgres, "pipeline")]
+
+
+def _check(block: ProjectionSpec, environ: Mapping[str, str], location: Location) -> None:
+    """The database reachable and its tables made or there."""
+    open_database(block, tables_of(block), environ).prepare()
+
+
+def _build(block: ProjectionSpec, context: BuildContext) -> Pipeline:
+    return build_editor(ProjectionPipeline.from_spec(block, context.environ), context.editor, context.state)
+
+
+KIND = PipelineKind[ProjectionSpec](
+    name="projection",
+    annotation=ProjectionSpec | None,
+    field=Field(default=None, description="The database table (type projection)."),
+    required="projection (the table)",
+    build=_build,
+    connections=_connections,
+    check=_check,
+    takes_editor=True,
+)

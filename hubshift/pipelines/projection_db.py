@@ -8,14 +8,13 @@ in a message: errors name the database by host and database name only.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from hubshift.errors import UserError
-from hubshift.pipelines.projection import (
-    SOURCE_COLUMNS,
+from hubshift.pipelines.projection_tables import (
     Record,
     Tables,
     cached_connection,
@@ -23,27 +22,6 @@ from hubshift.pipelines.projection import (
     record_values,
     utc_now,
 )
-from hubshift.spec import ProjectionSpec
-
-SECRET_FIELD = "spec.consumer.pipeline.projection.postgres.connectionStringSecretRef"
-
-
-def open_database(
-    spec: ProjectionSpec, tables: Tables, environ: Mapping[str, str]
-) -> PostgresProjection | SqliteProjection:
-    """The database the manifest names (not yet connected)."""
-    if spec.database == "postgres":
-        assert spec.postgres is not None  # the model requires it for database postgres
-        variable = spec.postgres.connection_string_env
-        conninfo = environ.get(variable, "").strip()
-        if not conninfo:
-            raise UserError(
-                f"environment variable {variable} is not set: it must hold the PostgreSQL connection string "
-                f"of the projection (in a cluster, set {SECRET_FIELD})"
-            )
-        return PostgresProjection(conninfo, tables, variable)
-    return SqliteProjection(str(Path(spec.sqlite.path).absolute()), tables)
-
 
 # --- PostgreSQL ------------------------------------------------------------------------------------------
 
@@ -308,4 +286,4 @@ class SqliteProjection:
             raise
 
 
-__all__ = ["SOURCE_COLUMNS", "PostgresProjection", "SqliteProjection", "open_database"]
+__all__ = ["PostgresProjection", "SqliteProjection"]

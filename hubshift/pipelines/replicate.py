@@ -20,27 +20,54 @@ batch was acknowledged.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from azure.eventhub import EventData, EventDataBatch, EventHubProducerClient
+from azure.eventhub import EventData
+from pydantic import Field
 
-from hubshift.pipelines.base import TaskResult
-from hubshift.spec import ReplicateSpec, TargetHubSpec
+from hubshift.eventhubs.management import EventHubsManagement
+from hubshift.eventhubs.sender import producer_for, send_events
+from hubshift.eventhubs.target import EventHubsTarget, resolve_target
+from hubshift.pipelines.base import BuildContext, Location, Pipeline, PipelineKind, TaskResult
+from hubshift.pipelines.editor import build_editor
+from hubshift.sinks.base import dead_letter_text
+from hubshift.spec import DEFAULT_REPLICATE_ENV, HubConnectionSpec, NamedConnection
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-    from hubshift.eventhubs.target import EventHubsTarget
-
 REPL_ENQUEUE_TIME = "repl-enqueue-time"
 REPL_SEQUENCE = "repl-sequence"
 REPL_OFFSET = "repl-offset"
 REASON_TOO_LARGE = "larger than the target Event Hub accepts"
+
+
+class TargetHubSpec(HubConnectionSpec):
+    """An Event Hub events are sent to, with a connection string or a token credential."""
+
+    DEFAULT_VARIABLE = DEFAULT_REPLICATE_ENV
+
+    keep_partition: bool = Field(
+        default=False,
+        description="Events without a partition key go to the target partition of the same id (the target "
+        "needs at least as many partitions); otherwise the service spreads them.",
+    )
+
+
+class ReplicateSpec(TargetHubSpec):
+    """Every event forwarded to another Event Hub, partition key, body and properties kept, the source's
+    enqueued time, sequence number and offset added as `repl-enqueue-time`, `repl-sequence` and
+    `repl-offset` (appended after a `;` when the event was replicated before)."""
+
+    skip_replicated: bool = Field(
+        default=False,
+        description="Do not forward events that carry repl-sequence (the merge pattern: hubs mirrored both "
+        "ways never send an event back).",
+    )
 
 
 @dataclass(frozen=True)
@@ -142,7 +169,7 @@ class ReplicatePipeline:
     @classmethod
     def from_spec(cls, spec: ReplicateSpec, environ: Mapping[str, str]) -> ReplicatePipeline:
         return cls(
-            replicate_target(spec, environ),
+            target_of(NamedConnection(LOCATION, spec, "pipeline"), environ),
             keep_partition=spec.keep_partition,
             skip_replicated=spec.skip_replicated,
         )
@@ -155,8 +182,6 @@ class ReplicatePipeline:
 
     def forward(self, events: Sequence[Mapping[str, Any]]) -> list[str]:
         """Send the events (rows in the event row schema, in order); the dead letters."""
-        from hubshift.sinks.base import dead_letter_text
-
         groups = plan_sends(events, keep_partition=self.keep_partition, skip_replicated=self.skip_replicated)
         if not groups:
             return []
@@ -170,69 +195,59 @@ class ReplicatePipeline:
 
 def send_group(producer: Any, group: SendGroup) -> list[int]:
     """Send the group's events in order, as few batches as fit; the rows of events too large to send."""
-    too_large: list[int] = []
-    batch = producer.create_batch(**group.batch_options)
+    events = []
     for outgoing in group.events:
         event = EventData(outgoing.body)
         properties: dict[str | bytes, Any] = {key: value for key, value in outgoing.properties.items()}
         event.properties = properties
-        if _added(batch, event):
-            continue
-        if len(batch):
-            producer.send_batch(batch)
-            batch = producer.create_batch(**group.batch_options)
-            if _added(batch, event):
-                continue
-        too_large.append(outgoing.row)
-    if len(batch):
-        producer.send_batch(batch)
-    return too_large
+        events.append(event)
+    return [group.events[index].row for index in send_events(producer, events, **group.batch_options)]
 
 
-def _added(batch: EventDataBatch, event: EventData) -> bool:
-    """Whether `event` fit into `batch` (and was added)."""
-    try:
-        batch.add(event)
-    except ValueError:
-        return False
-    return True
-
-
-def replicate_target(
-    spec: TargetHubSpec,
-    environ: Mapping[str, str],
-    secret_field: str = "spec.consumer.pipeline.replicate.connectionStringSecretRef",
-) -> EventHubsTarget:
-    """The target hub, with its connection string from the environment variable the manifest names, or its
+def target_of(target: NamedConnection, environ: Mapping[str, str]) -> EventHubsTarget:
+    """A target hub's block resolved: its connection string from the environment variable it names, or its
     namespace and token credential."""
-    from hubshift.eventhubs.target import resolve_target
-    from hubshift.spec import EventHubsSpec
-
-    as_source = EventHubsSpec(
-        hub=spec.hub,
-        namespace=spec.namespace,
-        connection_string_env=spec.connection_string_variable if spec.credential is None else None,
-        credential=spec.credential,
-    )
-    return resolve_target(as_source, environ, secret_field=secret_field)
+    assert isinstance(target.connection, HubConnectionSpec)
+    return resolve_target(target.connection, environ, target.path)
 
 
-# One producer per target in each Python worker, kept across micro-batches: Spark reuses its workers, and a
-# new producer per batch would be a new connection and token every trigger. The SDK reconnects it as needed.
-_PRODUCERS: dict[EventHubsTarget, EventHubProducerClient] = {}
-_PRODUCERS_LOCK = threading.Lock()
-
-
-def producer_for(target: EventHubsTarget) -> EventHubProducerClient:
-    from hubshift.eventhubs.target import sdk_client
-
-    with _PRODUCERS_LOCK:
-        producer = _PRODUCERS.get(target)
-        if producer is None:
-            producer = _PRODUCERS[target] = sdk_client(EventHubProducerClient, target)
-        return producer
+def probe_targets(targets: Sequence[NamedConnection], environ: Mapping[str, str]) -> None:
+    """At start-up, each target hub: reachable, the credentials accepted, the hub there (`UserError`)."""
+    for target in targets:
+        probe = EventHubsManagement(target_of(target, environ), retry_total=1)
+        try:
+            probe.probe()
+        finally:
+            probe.close()
 
 
 def _iso(moment: datetime) -> str:
     utc = moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
     return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond:06d}Z"
+
+
+LOCATION: Location = ("spec", "consumer", "pipeline", "replicate")
+
+
+def _connections(block: ReplicateSpec, location: Location) -> list[NamedConnection]:
+    return [NamedConnection(location, block, "pipeline")]
+
+
+def _check(block: ReplicateSpec, environ: Mapping[str, str], location: Location) -> None:
+    probe_targets(_connections(block, location), environ)
+
+
+def _build(block: ReplicateSpec, context: BuildContext) -> Pipeline:
+    return build_editor(ReplicatePipeline.from_spec(block, context.environ), context.editor, context.state)
+
+
+KIND = PipelineKind[ReplicateSpec](
+    name="replicate",
+    annotation=ReplicateSpec | None,
+    field=Field(default=None, description="The target Event Hub (type replicate)."),
+    required="replicate (the target hub)",
+    build=_build,
+    connections=_connections,
+    check=_check,
+    takes_editor=True,
+)

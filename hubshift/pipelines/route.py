@@ -18,28 +18,168 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from hubshift.pipelines.base import TaskResult
+from pydantic import Field, model_validator
+
+from hubshift.eventhubs.sender import producer_for
+from hubshift.eventhubs.target import EventHubsTarget
+from hubshift.pipelines.base import BuildContext, Location, Pipeline, PipelineKind, TaskResult
+from hubshift.pipelines.editor import build_editor
 from hubshift.pipelines.edits import Event, NotJson, json_path, json_text, json_value
 from hubshift.pipelines.replicate import (
     REASON_TOO_LARGE,
+    TargetHubSpec,
     plan_sends,
-    producer_for,
-    replicate_target,
+    probe_targets,
     send_group,
+    target_of,
     was_replicated,
 )
-from hubshift.spec import RouteRuleSpec, RouteSpec, TextMatchSpec
+from hubshift.pipelines.steps import JSON_PATH
+from hubshift.sinks.base import dead_letter_text
+from hubshift.spec import Model, NamedConnection, cel
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
-    from hubshift.eventhubs.target import EventHubsTarget
-
 # The column of Spark's results for the SQL conditions (one boolean per SQL rule, in rule order).
 ROUTE_SQL = "route_sql"
+# Bounds that keep the API server's CEL cost estimates small.
+MAX_TARGETS = 16
+MAX_RULES = 64
+NAME_LENGTH = 63
+
+MODULO_WITH_REMAINDER = "set modulo and remainder together"
+REMAINDER_BELOW_MODULO = "remainder must be below modulo"
+UNIQUE_TARGETS = "target names must be unique"
+DECLARED_TARGETS = "rules and defaultTarget must name declared targets"
+
+
+class TextMatchSpec(Model):
+    """Tests on a text value; every test set must hold. None set: the value is present."""
+
+    equals: str | None = Field(default=None, description="Exactly this text.")
+    one_of: list[str] | None = Field(default=None, max_length=256, description="Any of these texts.")
+    prefix: str | None = Field(default=None, description="Starts with this text.")
+    regex: str | None = Field(
+        default=None, min_length=1, description="A Python regular expression found in the text (re.search)."
+    )
+    exists: bool | None = Field(default=None, description="false: the value is absent (no other test).")
+
+
+class PropertyMatchSpec(TextMatchSpec):
+    name: str = Field(min_length=1, description="The application property.")
+
+
+class JsonMatchSpec(TextMatchSpec):
+    """A field of the JSON body; numbers and booleans compare as their JSON text (5, 2.5, true)."""
+
+    path: str = Field(pattern=JSON_PATH, description="The field: names separated by dots (a.b.c).")
+
+
+class SequenceMatchSpec(Model):
+    """The event's sequence number in its source partition."""
+
+    modulo: int | None = Field(default=None, ge=1, description="With remainder: sequence % modulo.")
+    remainder: int | None = Field(default=None, ge=0, description="sequence % modulo == remainder.")
+    min: int | None = Field(default=None, ge=0, description="At least this.")
+    max: int | None = Field(default=None, ge=0, description="At most this.")
+
+    CEL = (
+        cel("has(self.modulo) == has(self.remainder)", MODULO_WITH_REMAINDER),
+        cel(
+            "!has(self.modulo) || !has(self.remainder) || self.remainder < self.modulo",
+            REMAINDER_BELOW_MODULO,
+            ".remainder",
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _remainder_below_modulo(self) -> SequenceMatchSpec:
+        if (self.modulo is None) != (self.remainder is None):
+            raise ValueError(MODULO_WITH_REMAINDER)
+        if self.modulo is not None and self.remainder is not None and self.remainder >= self.modulo:
+            raise ValueError(REMAINDER_BELOW_MODULO)
+        return self
+
+
+class RouteRuleSpec(Model):
+    """Every condition set must hold (none: every event); `to` names the targets of a matching event."""
+
+    partition_key: TextMatchSpec | None = Field(default=None, description="The event's partition key.")
+    property: PropertyMatchSpec | None = Field(default=None, description="An application property.")
+    sequence_number: SequenceMatchSpec | None = Field(default=None, description="The source sequence number.")
+    json_field: JsonMatchSpec | None = Field(
+        default=None, alias="json", description="A field of the JSON body."
+    )
+    sql: str | None = Field(
+        default=None,
+        min_length=1,
+        description="A Spark SQL boolean expression over the event columns (partition, sequence_number, "
+        "offset, enqueued_time, partition_key, body, properties).",
+    )
+    to: list[str] = Field(
+        min_length=1,
+        max_length=MAX_TARGETS,
+        description="Names of the targets an event matching this rule goes to.",
+    )
+
+
+class RouteTargetSpec(TargetHubSpec):
+    """A target hub with the name rules use for it."""
+
+    name: str = Field(min_length=1, max_length=NAME_LENGTH, description="The name rules use for this target.")
+
+
+class RouteSpec(Model):
+    """Events forwarded (like replicate, with the repl-* metadata) to the targets their rules pick."""
+
+    targets: list[RouteTargetSpec] = Field(
+        min_length=1, max_length=MAX_TARGETS, description="The target hubs."
+    )
+    rules: list[RouteRuleSpec] = Field(
+        min_length=1, max_length=MAX_RULES, description="Rules in order (see match)."
+    )
+    match: Literal["first", "all"] = Field(
+        default="first",
+        description="first: the first matching rule picks the targets; all: every matching rule adds its "
+        "own.",
+    )
+    default_target: str | None = Field(
+        default=None,
+        max_length=NAME_LENGTH,
+        description="Where events that match no rule go (absent: they are dropped).",
+    )
+    skip_replicated: bool = Field(
+        default=False, description="Do not forward events that carry repl-sequence (as replicate)."
+    )
+
+    CEL = (
+        cel(
+            "self.targets.all(t, self.targets.exists_one(u, u.name == t.name))",
+            UNIQUE_TARGETS,
+            ".targets",
+        ),
+        cel(
+            "self.rules.all(r, r.to.all(n, self.targets.exists(t, t.name == n))) && "
+            "(!has(self.defaultTarget) || self.targets.exists(t, t.name == self.defaultTarget))",
+            DECLARED_TARGETS,
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _targets_named(self) -> RouteSpec:
+        names = [target.name for target in self.targets]
+        if len(set(names)) != len(names):
+            raise ValueError(UNIQUE_TARGETS)
+        known = set(names)
+        if any(name not in known for rule in self.rules for name in rule.to) or (
+            self.default_target is not None and self.default_target not in known
+        ):
+            raise ValueError(DECLARED_TARGETS)
+        return self
 
 
 class TextTest:
@@ -163,16 +303,8 @@ class RoutePipeline:
     @classmethod
     def from_spec(cls, spec: RouteSpec, environ: Mapping[str, str]) -> RoutePipeline:
         targets = [
-            Target(
-                target.name,
-                replicate_target(
-                    target,
-                    environ,
-                    f"spec.consumer.pipeline.route.targets[{index}].connectionStringSecretRef",
-                ),
-                target.keep_partition,
-            )
-            for index, target in enumerate(spec.targets)
+            Target(block.name, target_of(target, environ), block.keep_partition)
+            for block, target in zip(spec.targets, _connections(spec, LOCATION), strict=True)
         ]
         return cls(
             targets,
@@ -196,8 +328,6 @@ class RoutePipeline:
 
     def forward(self, events: Sequence[Mapping[str, Any]]) -> list[str]:
         """Route and send the events (rows in the event row schema, in order); the dead letters."""
-        from hubshift.sinks.base import dead_letter_text
-
         chosen: dict[str, list[Mapping[str, Any]]] = {name: [] for name in self.targets}
         for row in events:
             if self.skip_replicated and was_replicated(row):
@@ -217,3 +347,34 @@ class RoutePipeline:
                 for index in send_group(producer, group):
                     dead.append(dead_letter_text(rows[index], f"{REASON_TOO_LARGE} ({name})"))
         return dead
+
+
+LOCATION: Location = ("spec", "consumer", "pipeline", "route")
+
+
+def _connections(block: RouteSpec, location: Location) -> list[NamedConnection]:
+    return [
+        NamedConnection((*location, "targets", i), target, "pipeline")
+        for i, target in enumerate(block.targets)
+    ]
+
+
+def _check(block: RouteSpec, environ: Mapping[str, str], location: Location) -> None:
+    probe_targets(_connections(block, location), environ)
+
+
+def _build(block: RouteSpec, context: BuildContext) -> Pipeline:
+    route = RoutePipeline.from_spec(block, context.environ)
+    return build_editor(route, context.editor, context.state, finish=route.with_sql if route.sql else None)
+
+
+KIND = PipelineKind[RouteSpec](
+    name="route",
+    annotation=RouteSpec | None,
+    field=Field(default=None, description="Targets and rules (type route)."),
+    required="route (targets and rules)",
+    build=_build,
+    connections=_connections,
+    check=_check,
+    takes_editor=True,
+)

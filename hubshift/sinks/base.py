@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from hubshift.sinks.commits import BatchRecord, WrittenFile
 from hubshift.sinks.layout import data_file, dead_letter_file, new_run
+from hubshift.spec import NamedConnection
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -82,6 +83,10 @@ class ObjectStore(Protocol):
 
     def list(self, prefix: str = "") -> list[str]:
         """Names starting with `prefix` (at any depth), sorted."""
+        ...
+
+    def ensure(self) -> None:
+        """Create the folder or container if needed, so bad paths or credentials fail at start-up."""
         ...
 
     def describe(self) -> str:
@@ -344,3 +349,46 @@ def sink_summary(files: list[WrittenFile]) -> tuple[Mapping[str, int], int]:
         else:
             outputs[file.output] = outputs.get(file.output, 0) + file.rows
     return outputs, dead
+
+
+# --- how a manifest declares a sink ------------------------------------------------------------------
+
+Block = TypeVar("Block")
+Location = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class PodVolume:
+    """What a sink needs mounted in a consumer pod at `mount_path`: an existing claim (`claim_name`), a claim
+    per pod from a template (`size`, `storage_class_name`), or neither: an emptyDir, gone with the pod."""
+
+    mount_path: str
+    claim_name: str | None = None
+    size: str | None = None
+    storage_class_name: str | None = None
+
+
+def no_connections(block: Any, location: Location) -> list[NamedConnection]:
+    return []
+
+
+def no_volume(block: Any, dead_letter_path: str | None, work_dir: str) -> PodVolume | None:
+    return None
+
+
+@dataclass(frozen=True)
+class SinkKind(Generic[Block]):
+    """A sink type as a manifest names it (`spec.consumer.sink.type`), with everything the parts need of it.
+    `annotation` and `field`: its block, `spec.consumer.sink.<name>`; `required`: what the block is, for the
+    refusal when the type is set without it (None: it has a default); `stores(block, dead_letter_path,
+    environ, location)`: where results and commit records go, and where dead letters go;
+    `connections(block, location)`; `volume(block, dead_letter_path, work_dir)`: what a pod must mount
+    (`UserError` for a configuration no pod can write)."""
+
+    name: str
+    annotation: Any
+    field: Any  # pydantic's Field(...): its FieldInfo, typed as its default by pydantic
+    stores: Callable[[Block, str | None, Mapping[str, str], Location], tuple[ObjectStore, ObjectStore]]
+    required: str | None = None
+    connections: Callable[[Block, Location], list[NamedConnection]] = no_connections
+    volume: Callable[[Block, str | None, str], PodVolume | None] = no_volume

@@ -14,15 +14,18 @@ after that does the batch fail (the query starts again from what was committed).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from pydantic import Field
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from hubshift.errors import UserError
 from hubshift.identity import describe_credential_error, token_credential
+from hubshift.sinks.base import Location, ObjectStore, SinkKind
 from hubshift.sinks.layout import join
-from hubshift.spec import TokenCredentialSpec
+from hubshift.spec import DEFAULT_SINK_STORAGE_ENV, BlobStoreSpec, NamedConnection, TokenCredentialSpec
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +36,15 @@ READ_TIMEOUT_SECONDS = 20
 
 if TYPE_CHECKING:
     from azure.storage.blob import ContainerClient
+
+
+class BlobSinkSpec(BlobStoreSpec):
+    """A Blob container (and a name prefix in it) the results, dead letters and commit records go to."""
+
+    DEFAULT_VARIABLE = DEFAULT_SINK_STORAGE_ENV
+
+    container: str = Field(min_length=3, max_length=63, description="Blob container.")
+    prefix: str = Field(default="", description="Blob name prefix.")
 
 
 @dataclass
@@ -76,7 +88,7 @@ class BlobStore:
                 )
         return self._client
 
-    def ensure_container(self) -> None:
+    def ensure(self) -> None:
         """Create the container if needed: proves the credentials and the endpoint, at start-up."""
         from azure.core.exceptions import AzureError, ClientAuthenticationError, ResourceExistsError
 
@@ -169,3 +181,39 @@ def _transient(error: BaseException) -> bool:
     if isinstance(error, HttpResponseError):
         return error.status_code is None or error.status_code in (408, 429) or error.status_code >= 500
     return False
+
+
+DEFAULT_DEAD_LETTER = "dead-letter"
+
+
+def _connections(block: BlobSinkSpec, location: Location) -> list[NamedConnection]:
+    return [NamedConnection(location, block, "sink")]
+
+
+def _stores(
+    block: BlobSinkSpec, dead_letter_path: str | None, environ: Mapping[str, str], location: Location
+) -> tuple[ObjectStore, ObjectStore]:
+    resolved = _connections(block, location)[0].resolve(environ)
+    if resolved.identity is not None:
+        assert block.account_url is not None  # the model requires it with a credential
+        store = BlobStore(
+            None,
+            block.container,
+            block.prefix.strip("/"),
+            account_url=block.account_url.rstrip("/"),
+            identity=resolved.identity,
+        )
+    else:
+        store = BlobStore(resolved.connection_string, block.container, block.prefix.strip("/"))
+    dead_prefix = dead_letter_path or "/".join(p for p in (store.prefix, DEFAULT_DEAD_LETTER) if p)
+    return store, replace(store, prefix=dead_prefix.strip("/"))
+
+
+KIND = SinkKind[BlobSinkSpec](
+    name="blob",
+    annotation=BlobSinkSpec | None,
+    field=Field(default=None),
+    required="blob",
+    stores=_stores,
+    connections=_connections,
+)

@@ -8,11 +8,60 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import Field, model_validator
+
 from hubshift.errors import UserError
+from hubshift.sinks.base import Location, ObjectStore, PodVolume, SinkKind
 from hubshift.sinks.layout import TEMPORARY_PREFIX
+from hubshift.spec import QUANTITY, Model, cel
+
+CLAIM_OR_SIZE = "set claimName or size, not both"
+CLASS_WITH_SIZE = "storageClassName goes with size"
+DEFAULT_DEAD_LETTER = "dead-letter"
+
+
+class FolderVolumeSpec(Model):
+    """In a cluster, the volume a folder sink lives on (the pods' root file system is read-only). Neither
+    field: an emptyDir, gone with the pod."""
+
+    claim_name: str | None = Field(
+        default=None,
+        min_length=1,
+        description="An existing PersistentVolumeClaim every pod mounts (ReadWriteMany shares one folder).",
+    )
+    size: str | None = Field(
+        default=None,
+        pattern=QUANTITY,
+        description="A volume of this size per pod, from a claim template (it outlives the pod).",
+    )
+    storage_class_name: str | None = Field(
+        default=None, min_length=1, description="With size: the claim template's StorageClass."
+    )
+
+    CEL = (
+        cel("!has(self.claimName) || !has(self.size)", CLAIM_OR_SIZE),
+        cel("!has(self.storageClassName) || has(self.size)", CLASS_WITH_SIZE, ".storageClassName"),
+    )
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> FolderVolumeSpec:
+        if self.claim_name is not None and self.size is not None:
+            raise ValueError(CLAIM_OR_SIZE)
+        if self.storage_class_name is not None and self.size is None:
+            raise ValueError(CLASS_WITH_SIZE)
+        return self
+
+
+class FolderSinkSpec(Model):
+    path: str = Field(default="hubshift-output", description="Folder the results are written under.")
+    volume: FolderVolumeSpec = Field(
+        default_factory=FolderVolumeSpec,
+        description="In a cluster: the volume mounted at path (default: an emptyDir).",
+    )
 
 
 @dataclass(frozen=True)
@@ -61,7 +110,7 @@ class FolderStore:
                     names.append(name)
         return sorted(names)
 
-    def ensure_folder(self) -> None:
+    def ensure(self) -> None:
         """Create the folder at start-up, so an unwritable path fails here, in one line."""
         try:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -73,3 +122,37 @@ class FolderStore:
 
     def describe(self) -> str:
         return f"folder {self.root}"
+
+
+def _stores(
+    block: FolderSinkSpec, dead_letter_path: str | None, environ: Mapping[str, str], location: Location
+) -> tuple[ObjectStore, ObjectStore]:
+    root = Path(block.path)
+    dead_root = Path(dead_letter_path) if dead_letter_path else root / DEFAULT_DEAD_LETTER
+    return FolderStore(root), FolderStore(dead_root)
+
+
+def _volume(block: FolderSinkSpec, dead_letter_path: str | None, work_dir: str) -> PodVolume:
+    """The folder is mounted where the consumer writes it (a relative path lies under the working
+    directory); dead letters go under it unless the spec puts them elsewhere, which then needs the folder's
+    volume too (refused)."""
+    path = block.path.rstrip("/") or "/"
+    mount_path = path if path.startswith("/") else f"{work_dir}/{path}"
+    if dead_letter_path is not None:
+        dead = dead_letter_path if dead_letter_path.startswith("/") else f"{work_dir}/{dead_letter_path}"
+        if not (dead == mount_path or dead.startswith(mount_path + "/")):
+            raise UserError(
+                "spec.consumer.sink.deadLetterPath: in a cluster it must lie under sink.folder.path "
+                f"({mount_path}), the only writable place for the folder sink"
+            )
+    volume = block.volume
+    return PodVolume(mount_path, volume.claim_name, volume.size, volume.storage_class_name)
+
+
+KIND = SinkKind[FolderSinkSpec](
+    name="folder",
+    annotation=FolderSinkSpec,
+    field=Field(default_factory=FolderSinkSpec),
+    stores=_stores,
+    volume=_volume,
+)

@@ -14,14 +14,10 @@ from typing import Any
 import pytest
 import yaml
 
+from hubshift.manifest import PartitionedConsumerSpec
 from hubshift.operator.kubernetes import crd
 from hubshift.operator.kubernetes.render import consumer_from_body
-from hubshift.spec import (
-    BOTH_CREDENTIALS,
-    CREDENTIAL_NEEDS_ACCOUNT_URL,
-    CREDENTIAL_NEEDS_NAMESPACE,
-    PartitionedConsumerSpec,
-)
+from hubshift.spec import BOTH_CREDENTIALS, CREDENTIAL_NEEDS_ACCOUNT_URL, CREDENTIAL_NEEDS_NAMESPACE
 from tests.fixtures.cluster import eventually
 from tests.fixtures.operator import CRS, example_manifest
 from tests.harness.control_plane import ApiError

@@ -23,7 +23,7 @@ from hubshift.ownership.model import OwnershipSnapshot
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import LeaseStore
-from hubshift.ownership.stores.connect import open_store
+from hubshift.ownership.stores.locations import open_store
 from hubshift.spec import DEFAULT_EVENTHUBS_ENV, DEFAULT_STORAGE_ENV
 from tests.fixtures.cluster import eventually
 from tests.fixtures.operator import CRS, example_manifest

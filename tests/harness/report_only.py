@@ -8,12 +8,12 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
+from hubshift.manifest import PartitionedConsumer
 from hubshift.operator.kubernetes.runtime import KubernetesRuntime
 from hubshift.operator.loop import CycleInputs, CycleReport
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.operator.rebalance import RebalanceState
 from hubshift.operator.status import READY, Condition, PartitionedConsumerStatus, carry_transition_time
-from hubshift.spec import PartitionedConsumer
 
 OPENER = "tests.harness.report_only:open_report_only"
 

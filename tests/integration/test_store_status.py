@@ -18,7 +18,7 @@ from hubshift.ownership.leases import claim_partition, release_partition
 from hubshift.ownership.membership import join
 from hubshift.ownership.model import Assignment, Checkpoint, Phase
 from hubshift.ownership.scope import Scope
-from hubshift.ownership.stores.connect import sqlite_url
+from hubshift.ownership.stores.locations import sqlite_url
 from tests.fixtures.ownership import StoreUnderTest
 from tests.harness.azurite import ACCOUNT_KEY, connection_string
 from tests.harness.ports import free_port

@@ -35,15 +35,14 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from hubshift.apps.produce import GeneratedEvent, HubSender, LoadSpec, produce_load
-from hubshift.connect import event_hubs_target, open_checkpoint_store, ownership_scope
-from hubshift.manifest import parse_manifest
+from hubshift.connections import event_hubs_target, open_checkpoint_store, ownership_scope
+from hubshift.manifest import ConsumerSpec, PartitionedConsumer, parse_manifest
 from hubshift.operator.kubernetes.render import CONSUMER_LABEL, termination_grace_seconds
 from hubshift.ownership.model import OwnershipSnapshot
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.pipelines.aggregate_view import AggregateView
 from hubshift.pipelines.sensor_events import parse_event
 from hubshift.sinks import build_store
-from hubshift.spec import ConsumerSpec, PartitionedConsumer
 from tests.fixtures.cluster import eventually
 from tests.scenarios.cluster import (
     FIGURES,
@@ -240,7 +239,7 @@ class Deployment:
         spec, environ = self.consumer.spec, self.environ()
         store = open_checkpoint_store(spec.checkpoint_store, environ, create=False)
         try:
-            return take_snapshot(store, ownership_scope(event_hubs_target(spec, environ)))
+            return take_snapshot(store, ownership_scope(event_hubs_target(spec.event_hubs, environ)))
         finally:
             store.close()
 

@@ -17,20 +17,15 @@ from azure.core.credentials import AccessToken
 from azure.core.exceptions import ClientAuthenticationError
 
 from hubshift import identity
-from hubshift.connect import chosen_identity, event_hubs_target, open_checkpoint_store
+from hubshift.connections import chosen_identity, event_hubs_target, open_checkpoint_store
 from hubshift.errors import UserError
 from hubshift.eventhubs.target import EventHubsTarget, describe_error, resolve_target, sdk_client
-from hubshift.manifest import load_manifest, parse_manifest, with_credential
+from hubshift.manifest import connections_of, credentials_of, load_manifest, parse_manifest, with_credential
+from hubshift.operator.kubernetes.render import secret_env
+from hubshift.pipelines.replicate import ReplicateSpec
 from hubshift.sinks import build_store
-from hubshift.sinks.blob import BlobStore
-from hubshift.spec import (
-    BlobSinkSpec,
-    BlobStoreSpec,
-    EventHubsSpec,
-    ReplicateSpec,
-    TokenCredentialSpec,
-    credentials_of,
-)
+from hubshift.sinks.blob import BlobSinkSpec, BlobStore
+from hubshift.spec import BlobStoreSpec, EventHubsSpec, TokenCredentialSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYLESS = ROOT / "examples" / "homes-keyless.yaml"
@@ -145,7 +140,7 @@ def test_credential_and_client_id_options() -> None:
 
 def test_a_credential_resolves_without_any_environment_variable() -> None:
     spec = parse_manifest(keyless()).spec
-    target = event_hubs_target(spec, {})
+    target = event_hubs_target(spec.event_hubs, {})
     assert (target.connection_string, target.fqns, target.identity) == (
         None,
         "myns.servicebus.windows.net",
@@ -157,7 +152,7 @@ def test_a_credential_resolves_without_any_environment_variable() -> None:
 def test_the_operator_reads_with_its_own_identity_never_the_resources() -> None:
     spec = parse_manifest(keyless()).spec
     own = TokenCredentialSpec(type="managedIdentity")
-    assert event_hubs_target(spec, {}, identity=own).identity == own
+    assert event_hubs_target(spec.event_hubs, {}, identity=own).identity == own
 
 
 def test_a_missing_connection_string_names_both_ways_in() -> None:
@@ -315,3 +310,90 @@ def test_the_blob_sink_with_a_credential_pickles_without_a_secret() -> None:
         "https://mystorage.blob.core.windows.net",
         store.identity,
     )
+
+
+def _route_with_failover() -> dict[str, Any]:
+    """A route pipeline with two targets, a leftover `replicate:` block, a Blob sink and a failover store."""
+    secret = {"connectionStringSecretRef": {"name": "s", "key": "cs"}}
+    return {
+        "apiVersion": "hubshift.dev/v1alpha1",
+        "kind": "PartitionedConsumer",
+        "metadata": {"name": "routes"},
+        "spec": {
+            "eventHubs": {"hub": "source", "namespace": "src.servicebus.windows.net", **secret},
+            "checkpointStore": {
+                "blob": {"container": "cps", "accountUrl": "https://a.blob.core.windows.net"}
+            },
+            "consumer": {
+                "sink": {
+                    "type": "blob",
+                    "blob": {"container": "out", "accountUrl": "https://a.blob.core.windows.net"},
+                },
+                "failover": {
+                    "namespace": "old.servicebus.windows.net",
+                    "hub": "old",
+                    "checkpointStore": {
+                        "blob": {"container": "oldcp", "accountUrl": "https://b.blob.core.windows.net"}
+                    },
+                },
+                "pipeline": {
+                    "type": "route",
+                    "replicate": {"hub": "left-over", "connectionStringEnv": "LEFT_OVER"},
+                    "route": {
+                        "targets": [
+                            {"name": "a", "hub": "ta", "namespace": "t.servicebus.windows.net"},
+                            {
+                                "name": "b",
+                                "hub": "tb",
+                                "namespace": "u.servicebus.windows.net",
+                                "connectionStringEnv": "TB",
+                                **secret,
+                            },
+                        ],
+                        "rules": [{"to": ["a", "b"]}],
+                    },
+                },
+            },
+        },
+    }
+
+
+def test_connections_are_enumerated_once_in_one_order() -> None:
+    consumer = parse_manifest(_route_with_failover())
+    paths = [named.path for named in connections_of(consumer.spec)]
+    assert paths == [
+        "spec.eventHubs",
+        "spec.checkpointStore.blob",
+        "spec.consumer.sink.blob",
+        "spec.consumer.pipeline.route.targets[0]",
+        "spec.consumer.pipeline.route.targets[1]",
+        "spec.consumer.failover.checkpointStore.blob",
+    ]
+    # The left-over replicate block is no connection: neither its Secret nor its variable reaches a pod.
+    env = {e["name"] for e in secret_env(consumer)}
+    assert env == {"HUBSHIFT_EVENTHUBS_CONNECTION_STRING", "TB"}
+
+
+def test_the_command_lines_credential_reaches_route_targets_and_the_failover_store() -> None:
+    chosen = TokenCredentialSpec(type="managedIdentity", client_id="cid")
+    consumer = with_credential(parse_manifest(_route_with_failover()), chosen)
+    assert credentials_of(consumer.spec) == [chosen] * 6
+    for named in connections_of(consumer.spec):
+        assert named.connection.connection_string_secret_ref is None
+        assert named.connection.connection_string_env is None
+
+
+def test_a_missing_connection_string_names_the_block_and_the_fields_to_set() -> None:
+    consumer = parse_manifest(_route_with_failover())
+    target = connections_of(consumer.spec)[4]
+    with pytest.raises(UserError) as refused:
+        target.resolve({})
+    assert str(refused.value) == (
+        "environment variable TB is not set: it must hold the Event Hubs connection string of "
+        "spec.consumer.pipeline.route.targets[1] (in a cluster, set "
+        "spec.consumer.pipeline.route.targets[1].connectionStringSecretRef; or use a token credential, "
+        "spec.consumer.pipeline.route.targets[1].credential)"
+    )
+    assert target.resolve(
+        {"TB": "  Endpoint=sb://x/;SharedAccessKeyName=k;SharedAccessKey=v \n"}
+    ).connection_string == ("Endpoint=sb://x/;SharedAccessKeyName=k;SharedAccessKey=v")

@@ -40,8 +40,8 @@ from hubshift.consumer.spark.ownership_file import OwnershipView, write_ownershi
 from hubshift.consumer.spark.source import FORMAT, OPTION_MAX_EVENTS, OPTION_SCRATCH, OPTION_SPOOL
 from hubshift.eventhubs.receiver import PartitionReceiver, ReceiverPool, StartAt
 from hubshift.eventhubs.target import EventHubsTarget
+from hubshift.manifest import ConsumerSpec
 from hubshift.ownership.model import Checkpoint
-from hubshift.spec import ConsumerSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

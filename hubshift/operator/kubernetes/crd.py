@@ -1,4 +1,4 @@
-"""The PartitionedConsumer CRD, generated from the typed model (`hubshift.spec`, `hubshift.operator.status`).
+"""The PartitionedConsumer CRD, generated from the typed model (`hubshift.manifest`, `operator.status`).
 
 The committed files `crds/partitionedconsumers.hubshift.dev.yaml` and its copy in the chart are this
 module's output; a unit test fails when either drifts. Regenerate both with:
@@ -9,8 +9,9 @@ Pydantic's JSON schema is turned into a Kubernetes *structural* schema: referenc
 `additionalProperties: false` dropped (the API server prunes or, with strict field validation, refuses
 unknown fields by itself), `Optional[...] = None` collapsed to the plain type (the server prunes a null on
 a non-nullable field, which the model reads as "absent"), defaults filled in from the model (also for
-`default_factory`), and the model's cross-field validators restated as CEL rules so the API server refuses
-the same resources `hubshift run` does, naming the same field.
+`default_factory`), and each model's cross-field validators restated as CEL rules (`Model.cel_rules()`,
+declared beside the validators) so the API server refuses the same resources `hubshift run` does, naming the
+same field.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from hubshift import spec
+from hubshift.manifest import ObjectMeta, PartitionedConsumerSpec
 from hubshift.operator.status import PartitionedConsumerStatus
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -36,148 +38,6 @@ CRD_PATHS = (REPO_ROOT / "crds" / CRD_FILE, REPO_ROOT / "charts" / "hubshift" / 
 REGENERATE = "python -m hubshift.operator.kubernetes.crd --write"
 
 JSON = dict[str, Any]
-
-EDITOR_STEPS = ("function", "filter", "select", "flatten", "validate", "dedupe", "enrich", "gzip", "gunzip")
-
-
-def _connection_rules(address: str, address_message: str) -> list[JSON]:
-    """One connection, one way to authenticate: a connection string, or a credential with the `address`
-    field (namespace, accountUrl) it is for."""
-    return [
-        {
-            "rule": "!has(self.credential) || "
-            "(!has(self.connectionStringSecretRef) && !has(self.connectionStringEnv))",
-            "message": spec.BOTH_CREDENTIALS,
-            "fieldPath": ".credential",
-        },
-        {
-            "rule": f"!has(self.credential) || has(self.{address})",
-            "message": address_message,
-            "fieldPath": f".{address}",
-        },
-    ]
-
-
-# The model's cross-field validators (`@model_validator`), restated for the API server. Every model with
-# such a validator must appear here (a unit test checks it), with the model's own message. A rule guards
-# every optional field it reads with has(): the server also checks rules against defaults such as `{}`.
-CEL_RULES: dict[type[BaseModel], list[JSON]] = {
-    spec.EventHubsSpec: _connection_rules("namespace", spec.CREDENTIAL_NEEDS_NAMESPACE),
-    spec.ReplicateSpec: _connection_rules("namespace", spec.CREDENTIAL_NEEDS_NAMESPACE),
-    spec.RouteTargetSpec: _connection_rules("namespace", spec.CREDENTIAL_NEEDS_NAMESPACE),
-    spec.BlobStoreSpec: _connection_rules("accountUrl", spec.CREDENTIAL_NEEDS_ACCOUNT_URL),
-    spec.BlobSinkSpec: _connection_rules("accountUrl", spec.CREDENTIAL_NEEDS_ACCOUNT_URL),
-    spec.CheckpointStoreSpec: [
-        {"rule": "has(self.blob) != has(self.sqlite)", "message": "set exactly one of blob or sqlite"},
-    ],
-    spec.StartPositionSpec: [
-        {
-            "rule": "!has(self.type) || self.type != 'enqueuedTime' || has(self.enqueuedTime)",
-            "message": "enqueuedTime is required when type is enqueuedTime",
-            "fieldPath": ".enqueuedTime",
-        },
-    ],
-    spec.PipelineSpec: [
-        {
-            "rule": "!has(self.type) || self.type != 'function' || has(self.function)",
-            "message": "function (module:function) is required when type is function",
-            "fieldPath": ".function",
-        },
-        {
-            "rule": "!has(self.type) || self.type != 'replicate' || has(self.replicate)",
-            "message": "replicate (the target hub) is required when type is replicate",
-            "fieldPath": ".replicate",
-        },
-        {
-            "rule": "!has(self.type) || self.type != 'route' || has(self.route)",
-            "message": "route (targets and rules) is required when type is route",
-            "fieldPath": ".route",
-        },
-        {
-            "rule": "!has(self.type) || self.type != 'projection' || has(self.projection)",
-            "message": "projection (the table) is required when type is projection",
-            "fieldPath": ".projection",
-        },
-        {
-            "rule": "!has(self.editor) || size(self.editor) == 0 || "
-            "(has(self.type) && self.type in ['replicate', 'route', 'projection'])",
-            "message": "editor goes with type replicate, route or projection",
-            "fieldPath": ".editor",
-        },
-    ],
-    spec.SequenceMatchSpec: [
-        {
-            "rule": "has(self.modulo) == has(self.remainder)",
-            "message": "set modulo and remainder together",
-        },
-        {
-            "rule": "!has(self.modulo) || !has(self.remainder) || self.remainder < self.modulo",
-            "message": "remainder must be below modulo",
-            "fieldPath": ".remainder",
-        },
-    ],
-    spec.RouteSpec: [
-        {
-            "rule": "self.targets.all(t, self.targets.exists_one(u, u.name == t.name))",
-            "message": "target names must be unique",
-            "fieldPath": ".targets",
-        },
-        {
-            "rule": "self.rules.all(r, r.to.all(n, self.targets.exists(t, t.name == n))) && "
-            "(!has(self.defaultTarget) || self.targets.exists(t, t.name == self.defaultTarget))",
-            "message": "rules and defaultTarget must name declared targets",
-        },
-    ],
-    spec.EventFieldSpec: [
-        {
-            "rule": "(has(self.partitionKey) && self.partitionKey ? 1 : 0) + (has(self.property) ? 1 : 0) "
-            "+ (has(self.json) ? 1 : 0) == 1",
-            "message": "set exactly one of partitionKey (true), property or json",
-        },
-    ],
-    spec.EnrichStepSpec: [
-        {"rule": "has(self.table) != has(self.path)", "message": "set exactly one of table or path"},
-    ],
-    spec.EditorStepSpec: [
-        {
-            "rule": " + ".join(f"(has(self.{name}) ? 1 : 0)" for name in EDITOR_STEPS) + " == 1",
-            "message": "set exactly one step per editor entry",
-        },
-    ],
-    spec.ProjectionSpec: [
-        {
-            "rule": "!has(self.database) || self.database != 'postgres' || has(self.postgres)",
-            "message": "postgres is required when database is postgres",
-            "fieldPath": ".postgres",
-        },
-    ],
-    spec.SinkSpec: [
-        {
-            "rule": "!has(self.type) || self.type != 'blob' || has(self.blob)",
-            "message": "blob is required when type is blob",
-            "fieldPath": ".blob",
-        },
-    ],
-    spec.FolderVolumeSpec: [
-        {
-            "rule": "!has(self.claimName) || !has(self.size)",
-            "message": "set claimName or size, not both",
-        },
-        {
-            "rule": "!has(self.storageClassName) || has(self.size)",
-            "message": "storageClassName goes with size",
-            "fieldPath": ".storageClassName",
-        },
-    ],
-    spec.ScalingSpec: [
-        {
-            "rule": "!has(self.maxReplicas) || !has(self.minReplicas) || "
-            "self.maxReplicas >= self.minReplicas",
-            "message": "maxReplicas must be at least minReplicas",
-            "fieldPath": ".maxReplicas",
-        },
-    ],
-}
 
 _DROPPED_KEYWORDS = {"title", "additionalProperties", "$defs"}
 
@@ -256,7 +116,7 @@ class _Converter:
         required = schema.get("required")
         if required:
             out["required"] = list(required)
-        rules = CEL_RULES.get(model)
+        rules = model.cel_rules() if issubclass(model, spec.Model) else []
         if rules:
             out["x-kubernetes-validations"] = [dict(rule) for rule in rules]
         return out
@@ -358,7 +218,7 @@ def structural_schema(model: type[BaseModel]) -> JSON:
 
 
 def _metadata_name_rule() -> JSON:
-    name = spec.ObjectMeta.model_json_schema()["properties"]["name"]
+    name = ObjectMeta.model_json_schema()["properties"]["name"]
     pattern, max_length = name["pattern"], name["maxLength"]
     return {
         "rule": f"self.metadata.name.size() <= {max_length} && self.metadata.name.matches('{pattern}')",
@@ -392,7 +252,7 @@ def custom_resource_definition() -> JSON:
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
             "metadata": {"type": "object"},
-            "spec": structural_schema(spec.PartitionedConsumerSpec),
+            "spec": structural_schema(PartitionedConsumerSpec),
             "status": structural_schema(PartitionedConsumerStatus),
         },
         "x-kubernetes-validations": [_metadata_name_rule()],
@@ -444,7 +304,8 @@ class _Dumper(yaml.SafeDumper):
 
 def render_yaml() -> str:
     header = (
-        "# Generated from hubshift/spec.py and hubshift/operator/status.py; do not edit.\n"
+        "# Generated from hubshift/manifest.py (with the blocks of hubshift/spec.py, hubshift/pipelines/ "
+        "and\n# hubshift/sinks/) and hubshift/operator/status.py; do not edit.\n"
         f"# Regenerate: {REGENERATE}\n"
     )
     body = yaml.dump(custom_resource_definition(), Dumper=_Dumper, sort_keys=False, width=4096)

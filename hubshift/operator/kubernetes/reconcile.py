@@ -18,6 +18,7 @@ from typing import Any
 import kopf
 
 from hubshift.errors import UserError
+from hubshift.manifest import PartitionedConsumer
 from hubshift.operator.driver import MIN_CYCLE_SECONDS, CycleRunner, Desired, LoopDriver
 from hubshift.operator.kubernetes.api import KubeAdapter, consumer_instance
 from hubshift.operator.kubernetes.render import (
@@ -35,7 +36,7 @@ from hubshift.operator.loop import CycleInputs, open_control_loop
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.operator.status import READY, Condition, PartitionedConsumerStatus, carry_transition_time
-from hubshift.spec import PartitionedConsumer, TokenCredentialSpec
+from hubshift.spec import TokenCredentialSpec
 
 ConsumerKey = tuple[str, str]  # (namespace, PartitionedConsumer name)
 Logger = logging.Logger | logging.LoggerAdapter[Any]  # what kopf passes handlers

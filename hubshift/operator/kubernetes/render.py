@@ -20,10 +20,10 @@ from typing import Any
 
 import yaml
 
-from hubshift import __version__
+from hubshift import __version__, sinks
 from hubshift.errors import UserError
-from hubshift.manifest import parse_manifest
-from hubshift.spec import API_VERSION, GROUP, KIND, PartitionedConsumer, SecretKeyRefSpec, credentials_of
+from hubshift.manifest import PartitionedConsumer, connections_of, credentials_of, parse_manifest
+from hubshift.spec import API_VERSION, GROUP, KIND
 
 JSON = dict[str, Any]
 
@@ -245,30 +245,12 @@ def render_config_map(consumer: PartitionedConsumer, owner: Owner) -> JSON:
 
 
 def secret_env(consumer: PartitionedConsumer) -> list[JSON]:
-    """Each Secret reference of the spec, as the environment variable the spec names for it."""
-    spec = consumer.spec
-    pairs: list[tuple[str, SecretKeyRefSpec | None]] = [
-        (spec.event_hubs.connection_string_variable, spec.event_hubs.connection_string_secret_ref),
+    """Each Secret reference of the resource's connections (`connections_of`), as the environment variable
+    the connection names for it."""
+    pairs = [
+        (named.connection.connection_string_variable, named.connection.connection_string_secret_ref)
+        for named in connections_of(consumer.spec)
     ]
-    if spec.checkpoint_store.blob is not None:
-        blob = spec.checkpoint_store.blob
-        pairs.append((blob.connection_string_variable, blob.connection_string_secret_ref))
-    if spec.consumer.sink.blob is not None:
-        sink = spec.consumer.sink.blob
-        pairs.append((sink.connection_string_variable, sink.connection_string_secret_ref))
-    pipeline = spec.consumer.pipeline
-    if pipeline.replicate is not None:
-        target = pipeline.replicate
-        pairs.append((target.connection_string_variable, target.connection_string_secret_ref))
-    for route_target in pipeline.route.targets if pipeline.route is not None else []:
-        pairs.append((route_target.connection_string_variable, route_target.connection_string_secret_ref))
-    if pipeline.projection is not None and pipeline.projection.postgres is not None:
-        database = pipeline.projection.postgres
-        pairs.append((database.connection_string_env, database.connection_string_secret_ref))
-    failover = spec.consumer.failover
-    if failover is not None and failover.checkpoint_store.blob is not None:
-        old = failover.checkpoint_store.blob
-        pairs.append((old.connection_string_variable, old.connection_string_secret_ref))
     env: list[JSON] = []
     seen: set[str] = set()
     for name, ref in pairs:
@@ -308,27 +290,12 @@ SINK_VOLUME = "sink"
 
 
 def sink_volume(consumer: PartitionedConsumer) -> tuple[JSON | None, JSON | None, JSON | None]:
-    """A folder sink's (volume, volume mount, claim template); Nones for other sinks. The folder is mounted
-    where the consumer writes it (a relative path lies under the working directory); dead letters go under
-    it unless the spec puts them elsewhere, which then needs the folder sink's volume too (refused)."""
-    sink = consumer.spec.consumer.sink
-    if sink.type != "folder":
+    """What the sink needs mounted (its `volume`, e.g. a folder sink's), as (volume, volume mount, claim
+    template); Nones when it needs none."""
+    volume = sinks.sink_volume(consumer.spec.consumer.sink, WORK_DIR)
+    if volume is None:
         return None, None, None
-    path = sink.folder.path.rstrip("/") or "/"
-    mount_path = path if path.startswith("/") else f"{WORK_DIR}/{path}"
-    if sink.dead_letter_path is not None:
-        dead = (
-            sink.dead_letter_path
-            if sink.dead_letter_path.startswith("/")
-            else f"{WORK_DIR}/{sink.dead_letter_path}"
-        )
-        if not (dead == mount_path or dead.startswith(mount_path + "/")):
-            raise UserError(
-                "spec.consumer.sink.deadLetterPath: in a cluster it must lie under sink.folder.path "
-                f"({mount_path}), the only writable place for the folder sink"
-            )
-    volume = sink.folder.volume
-    mount = {"name": SINK_VOLUME, "mountPath": mount_path}
+    mount = {"name": SINK_VOLUME, "mountPath": volume.mount_path}
     if volume.claim_name is not None:
         return {"name": SINK_VOLUME, "persistentVolumeClaim": {"claimName": volume.claim_name}}, mount, None
     if volume.size is not None:

@@ -13,10 +13,14 @@ from collections.abc import Callable, Iterable, Sequence
 from httpx2 import HTTPStatusError
 from pydantic import SecretStr
 
+from hubshift.manifest import PartitionedConsumer, connections_of
 from hubshift.operator.kubernetes.api import KubeAdapter, consumer_instance, consumer_pod_labels, status_code
 from hubshift.operator.kubernetes.render import ChildNames, Owner
 from hubshift.operator.runtime import ConsumerInstance
-from hubshift.spec import PartitionedConsumer, SecretKeyRefSpec
+from hubshift.spec import SecretKeyRefSpec
+
+# The connections the control loop itself opens: it reads the backlog and the checkpoint store.
+OPERATOR_ROLES = frozenset(("source", "store"))
 
 logger = logging.getLogger(__name__)
 
@@ -72,16 +76,14 @@ class KubernetesRuntime:
         return await self.kube.read_secret(self.owner.namespace, ref)
 
     async def connection_environment(self, consumer: PartitionedConsumer) -> dict[str, str]:
-        """The connection strings under the variable names the spec gives, as the consumer pods get them:
-        only from the Secrets the spec names. Never the operator's own environment: whoever may create a
-        PartitionedConsumer must not make the operator use credentials it holds for itself."""
+        """The connection strings of the connections the control loop opens (the source and the checkpoint
+        store, of `connections_of`), under the variable names the spec gives, as the consumer pods get
+        them: only from the Secrets the spec names. Never the operator's own environment: whoever may create
+        a PartitionedConsumer must not make the operator use credentials it holds for itself."""
         environment: dict[str, str] = {}
-        spec = consumer.spec
-        if spec.event_hubs.connection_string_secret_ref is not None:
-            secret = await self.read_secret(spec.event_hubs.connection_string_secret_ref)
-            environment[spec.event_hubs.connection_string_variable] = secret.get_secret_value()
-        blob = spec.checkpoint_store.blob
-        if blob is not None and blob.connection_string_secret_ref is not None:
-            secret = await self.read_secret(blob.connection_string_secret_ref)
-            environment[blob.connection_string_variable] = secret.get_secret_value()
+        for named in connections_of(consumer.spec):
+            reference = named.connection.connection_string_secret_ref
+            if named.role in OPERATOR_ROLES and reference is not None:
+                secret = await self.read_secret(reference)
+                environment[named.connection.connection_string_variable] = secret.get_secret_value()
         return environment

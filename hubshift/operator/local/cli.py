@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from hubshift.connect import chosen_identity, credential_options
+from hubshift.connections import chosen_identity, credential_options
 from hubshift.errors import UserError
 from hubshift.log import configure_logging
-from hubshift.manifest import load_manifest, with_credential
-from hubshift.spec import PartitionedConsumer, TokenCredentialSpec
+from hubshift.manifest import PartitionedConsumer, load_manifest, with_credential
+from hubshift.spec import TokenCredentialSpec
 
 if TYPE_CHECKING:
     from hubshift.operator.local.runner import LocalOperator

@@ -34,10 +34,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from hubshift.manifest import PartitionedConsumer
 from hubshift.operator.consumer_http import consumer_ready
 from hubshift.operator.rebalance import consumer_name
 from hubshift.operator.runtime import ConsumerInstance
-from hubshift.spec import PartitionedConsumer
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from hubshift.errors import UserError
+from hubshift.manifest import PartitionedConsumer
 from hubshift.operator.driver import CycleRunner, Desired, LoopDriver, same_connections
 from hubshift.operator.local.processes import LocalRuntime
 from hubshift.operator.loop import CycleInputs, CycleReport, open_control_loop
 from hubshift.operator.metrics import OperatorMetrics
-from hubshift.spec import PartitionedConsumer
 
 
 class LocalOperator:

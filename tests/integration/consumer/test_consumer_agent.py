@@ -22,7 +22,7 @@ from hubshift.ownership.model import Assignment, Checkpoint, Phase
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import LeaseStore
-from hubshift.ownership.stores.connect import open_store, sqlite_url
+from hubshift.ownership.stores.locations import open_store, sqlite_url
 from hubshift.ownership.timing import Timing
 from hubshift.spec import CheckpointPolicySpec, StartPositionSpec
 

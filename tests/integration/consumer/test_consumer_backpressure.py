@@ -16,7 +16,7 @@ from hubshift.consumer.spark.engine import SparkEngine
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.eventhubs.receiver import StartAt
 from hubshift.eventhubs.target import EventHubsTarget
-from hubshift.spec import ConsumerSpec
+from hubshift.manifest import ConsumerSpec
 
 pytestmark = pytest.mark.timeout(180)
 

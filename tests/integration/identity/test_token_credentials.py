@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hubshift.connect import open_checkpoint_store
+from hubshift.connections import open_checkpoint_store
 from hubshift.consumer.ranges import read_range_logs
 from hubshift.errors import UserError
 from hubshift.eventhubs.management import EventHubsProbe, ProbeError
@@ -182,7 +182,7 @@ def test_the_checkpoint_store_and_the_blob_sink_with_a_token(entra: Entra, tmp_p
     sink = BlobStore(
         None, "tokens-sink", "out", account_url=entra.azurite.account_url, identity=MANAGED_IDENTITY
     )
-    sink.ensure_container()
+    sink.ensure()
     sink.put("a/b.json", b"{}")
     assert (sink.get("a/b.json"), sink.list("a/")) == (b"{}", ["a/b.json"])
     assert {issued.resource for issued in entra.endpoint.issued} == {STORAGE_RESOURCE}

@@ -20,7 +20,7 @@ from hubshift.ownership.membership import Membership, join, renew
 from hubshift.ownership.model import Assignment, Checkpoint, PartitionLease, Phase
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import StoreError
-from hubshift.ownership.stores.connect import open_store
+from hubshift.ownership.stores.locations import open_store
 from hubshift.ownership.timing import Timing
 
 SCOPE = Scope("test.servicebus.windows.net", "hub", "$default")

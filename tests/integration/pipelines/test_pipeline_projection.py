@@ -17,9 +17,9 @@ import pytest
 
 from hubshift.consumer.spark.batch import process_batch
 from hubshift.emulator.launch import RunningEmulator
-from hubshift.pipelines import build_pipeline
+from hubshift.pipelines import PipelineSpec, build_pipeline
 from hubshift.sinks import FileSink, FolderStore
-from hubshift.spec import DEFAULT_PROJECTION_ENV, PipelineSpec
+from hubshift.spec import DEFAULT_PROJECTION_ENV
 from tests.fixtures.consumer import (
     ConsumerPool,
     all_in_sink,
@@ -90,7 +90,7 @@ def test_the_latest_event_per_key_survives_replays_and_older_events(
     spec = PipelineSpec.model_validate(
         {"type": "projection", "projection": {**block, "historyTable": "homes_history"}}
     )
-    from hubshift.consumer.app import check_pipeline
+    from hubshift.pipelines import check_pipeline
 
     check_pipeline(spec, environ)  # start-up: the tables are made
     pipeline = build_pipeline(spec, environ)

@@ -16,8 +16,7 @@ from hubshift.errors import UserError
 from hubshift.pipelines.aggregate import AggregatePipeline
 from hubshift.pipelines.aggregate_view import AggregateView
 from hubshift.pipelines.sensor_events import SensorEvent
-from hubshift.sinks import BlobStore, build_sink, build_store
-from hubshift.spec import SinkSpec
+from hubshift.sinks import BlobStore, SinkSpec, build_sink, build_store
 from tests.fixtures.spark import event_row
 from tests.harness.azurite import Azurite
 

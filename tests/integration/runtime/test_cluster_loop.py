@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from hubshift.emulator.launch import RunningEmulator
-from hubshift.manifest import parse_manifest
+from hubshift.manifest import PartitionedConsumer, parse_manifest
 from hubshift.operator.driver import CycleRunner, Desired, LoopDriver
 from hubshift.operator.kubernetes.reconcile import open_cluster_loop
 from hubshift.operator.loop import ControlLoop, CycleInputs
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.operator.runtime import ConsumerInstance
-from hubshift.spec import DEFAULT_EVENTHUBS_ENV, PartitionedConsumer
+from hubshift.spec import DEFAULT_EVENTHUBS_ENV
 
 
 @dataclass

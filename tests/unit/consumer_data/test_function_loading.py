@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from hubshift.errors import UserError
-from hubshift.pipelines import build_pipeline
+from hubshift.pipelines import PipelineSpec, build_pipeline
 from hubshift.pipelines.aggregate import AggregatePipeline
 from hubshift.pipelines.function import FunctionPipeline, load_function
-from hubshift.spec import PipelineSpec
 
 
 @pytest.fixture

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from hubshift.manifest import PartitionedConsumer
 from hubshift.operator.kubernetes.render import secret_env
+from hubshift.pipelines import PipelineSpec
 from hubshift.pipelines.replicate import plan_sends, replicated_properties
-from hubshift.spec import PartitionedConsumer, PipelineSpec
 
 T = datetime(2026, 11, 21, 10, 0, 1, 234567, tzinfo=UTC)
 

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hubshift.errors import UserError
+from hubshift.pipelines import PipelineSpec
 from hubshift.pipelines.editor import SparkStep, plan_stages
 from hubshift.pipelines.edits import (
     DedupeStep,
@@ -32,9 +33,9 @@ from hubshift.pipelines.edits import (
 )
 from hubshift.pipelines.failover import already_handled, last_replicated_sequence
 from hubshift.pipelines.projection import Record, latest_per_key, newer, payload_of, to_records
-from hubshift.pipelines.route import Rule, pick_targets
+from hubshift.pipelines.route import RouteRuleSpec, Rule, pick_targets
+from hubshift.pipelines.steps import EventFieldSpec
 from hubshift.sinks import FolderStore
-from hubshift.spec import EventFieldSpec, PipelineSpec, RouteRuleSpec
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from hubshift.errors import UserError
-from hubshift.sinks import BlobStore, FileSink, FolderStore, build_sink, build_store
+from hubshift.sinks import BlobStore, FileSink, FolderStore, SinkSpec, build_sink, build_store
 from hubshift.sinks.layout import batch_stem, data_file, dead_letter_file, safe_name
-from hubshift.spec import SinkSpec
 
 
 def test_put_get_list(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from hubshift.eventhubs.management import ProbeError
 from hubshift.eventhubs.model import PartitionInfo
-from hubshift.manifest import parse_manifest
+from hubshift.manifest import PartitionedConsumer, parse_manifest
 from hubshift.operator import autoscaler
 from hubshift.operator.loop import ControlLoop, CycleInputs, CycleReport
 from hubshift.operator.observe import (
@@ -38,7 +38,7 @@ from hubshift.ownership.records import decode_assignment, encode_assignment
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.stores.sqlite import SqliteLeaseStore
-from hubshift.spec import PartitionedConsumer, RebalanceSpec, StartPositionSpec
+from hubshift.spec import RebalanceSpec, StartPositionSpec
 
 SCOPE = Scope("ns.example.net", "hub", "$default")
 

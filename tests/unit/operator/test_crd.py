@@ -12,9 +12,8 @@ import jsonschema
 import pytest
 import yaml
 
-from hubshift import spec
 from hubshift.errors import UserError
-from hubshift.manifest import parse_manifest
+from hubshift.manifest import PartitionedConsumerSpec, parse_manifest
 from hubshift.operator.kubernetes import crd
 from hubshift.operator.status import (
     AssignedPartitions,
@@ -22,6 +21,7 @@ from hubshift.operator.status import (
     PartitionedConsumerStatus,
     PendingHandoff,
 )
+from hubshift.spec import Model
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "homes.yaml"
 
@@ -66,7 +66,7 @@ def test_committed_crd_matches_the_model(path: Path) -> None:
     expected = crd.render_yaml()
     actual = path.read_text() if path.exists() else "(missing)"
     assert actual == expected, (
-        f"{path.relative_to(crd.REPO_ROOT)} has drifted from hubshift/spec.py; regenerate it with: "
+        f"{path.relative_to(crd.REPO_ROOT)} has drifted from the model; regenerate it with: "
         f"{crd.REGENERATE}"
     )
 
@@ -134,19 +134,23 @@ def test_status_is_declared_so_the_server_keeps_it() -> None:
 
 
 def test_every_cross_field_validator_has_a_cel_rule() -> None:
-    with_validators = {
-        model
-        for model in crd.models_reachable_from(spec.PartitionedConsumerSpec).values()
-        if model.__pydantic_decorators__.model_validators
-    }
-    assert with_validators == set(crd.CEL_RULES), (
-        "a @model_validator in hubshift/spec.py needs the same rule, in CEL, in "
-        "hubshift.operator.kubernetes.crd.CEL_RULES"
+    models = crd.models_reachable_from(PartitionedConsumerSpec).values()
+    with_validators = {model for model in models if model.__pydantic_decorators__.model_validators}
+    with_rules = {model for model in models if issubclass(model, Model) and model.cel_rules()}
+    assert with_validators == with_rules, (
+        "a @model_validator needs the same rule, in CEL, beside it in the model's CEL "
+        f"(missing: {sorted(m.__name__ for m in with_validators - with_rules)})"
     )
-    # Each CEL rule carries the model's own message, so both refusals read the same.
-    for rules in crd.CEL_RULES.values():
-        for rule in rules:
-            assert rule["message"] and rule["rule"]
+
+
+def test_every_cel_rule_carries_a_validator_message() -> None:
+    """Each CEL rule carries the model's own message, so both refusals read the same: the message is one
+    the model's validator raises for a document breaking the rule."""
+    for model in crd.models_reachable_from(PartitionedConsumerSpec).values():
+        if not issubclass(model, Model):
+            continue
+        for rule in model.cel_rules():
+            assert rule["message"] and rule["rule"], model
 
 
 def test_cel_rules_guard_the_fields_they_read() -> None:
@@ -168,8 +172,8 @@ def test_schema_defaults_equal_the_model_defaults() -> None:
         "checkpointStore": {"blob": {"container": "checkpoints"}},
     }
     defaulted = apply_defaults(spec_schema, minimal)
-    from_server = spec.PartitionedConsumerSpec.model_validate(defaulted)
-    from_model = spec.PartitionedConsumerSpec.model_validate(minimal)
+    from_server = PartitionedConsumerSpec.model_validate(defaulted)
+    from_model = PartitionedConsumerSpec.model_validate(minimal)
     assert from_server == from_model
     # ...and the server-defaulted object carries every default explicitly.
     assert defaulted["scaling"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
@@ -182,7 +186,7 @@ def test_schema_defaults_equal_the_model_defaults() -> None:
 
     document = example()
     assert (
-        spec.PartitionedConsumerSpec.model_validate(apply_defaults(spec_schema, document["spec"]))
+        PartitionedConsumerSpec.model_validate(apply_defaults(spec_schema, document["spec"]))
         == parse_manifest(document).spec
     )
 

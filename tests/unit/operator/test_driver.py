@@ -9,13 +9,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from hubshift.manifest import parse_manifest
+from hubshift.manifest import PartitionedConsumer, parse_manifest
 from hubshift.operator.driver import Desired, LoopDriver
 from hubshift.operator.loop import CycleInputs, CycleReport
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.operator.rebalance import RebalanceState
 from hubshift.operator.status import PartitionedConsumerStatus
-from hubshift.spec import PartitionedConsumer
 
 LABELS = ("default", "homes")
 

@@ -26,6 +26,7 @@ from click.testing import CliRunner
 from lightkube.resources.core_v1 import Pod, Secret
 from lightkube.types import PatchType
 
+from hubshift.manifest import PartitionedConsumer
 from hubshift.operator.cli import operator as operator_command
 from hubshift.operator.kubernetes import crd, handlers, reconcile
 from hubshift.operator.kubernetes.api import (
@@ -41,7 +42,7 @@ from hubshift.operator.kubernetes.settings import OperatorConfig, apply_settings
 from hubshift.operator.loop import CycleInputs, CycleReport
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.operator.runtime import ConsumerInstance
-from hubshift.spec import PartitionedConsumer, SecretKeyRefSpec
+from hubshift.spec import SecretKeyRefSpec
 from tests.harness.report_only import ReportOnlyLoop
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "homes.yaml"

@@ -11,9 +11,8 @@ import yaml
 from lightkube import codecs
 
 from hubshift.errors import UserError
-from hubshift.manifest import parse_manifest
+from hubshift.manifest import PartitionedConsumer, parse_manifest
 from hubshift.operator.kubernetes import render
-from hubshift.spec import PartitionedConsumer
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "homes.yaml"
 OWNER = render.Owner(name="homes", namespace="sensors", uid="0b6f3c2e-uid")

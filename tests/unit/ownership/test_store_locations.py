@@ -10,7 +10,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from hubshift.errors import UserError
-from hubshift.ownership.stores.connect import BlobLocation, SqliteLocation, parse_store, sqlite_url
+from hubshift.ownership.stores.locations import BlobLocation, SqliteLocation, parse_store, sqlite_url
 
 KEY = base64.b64encode(b"a secret account key, 32 bytes!!").decode()
 AZURE = f"DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={KEY};EndpointSuffix=core.windows.net"

@@ -21,9 +21,9 @@ from hubshift.eventhubs.target import EventHubsTarget, resolve_target
 from hubshift.identity import CREDENTIAL_TYPES, parse_identity, token_credential
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import LeaseStore
-from hubshift.ownership.stores.connect import BlobLocation, check_container, open_store, sqlite_url
+from hubshift.ownership.stores.locations import BlobLocation, check_container, open_store, sqlite_url
 from hubshift.ownership.timing import DEFAULT_TIMING, Timing
-from hubshift.spec import CheckpointStoreSpec, PartitionedConsumerSpec, TokenCredentialSpec
+from hubshift.spec import CheckpointStoreSpec, EventHubsSpec, TokenCredentialSpec
 
 CREDENTIAL_ENV = "HUBSHIFT_CREDENTIAL"
 CLIENT_ID_ENV = "HUBSHIFT_CLIENT_ID"
@@ -32,11 +32,11 @@ Command = TypeVar("Command", bound=Callable[..., object])
 
 
 def event_hubs_target(
-    spec: PartitionedConsumerSpec, environ: Mapping[str, str], *, identity: TokenCredentialSpec | None = None
+    spec: EventHubsSpec, environ: Mapping[str, str], *, identity: TokenCredentialSpec | None = None
 ) -> EventHubsTarget:
-    """The hub the spec reads, with its connection string (checked for shape, not yet connected) or its
+    """The hub the consumers read, with its connection string (checked for shape, not yet connected) or its
     token credential (`identity` in its place when given)."""
-    return resolve_target(spec.event_hubs, environ, identity=identity)
+    return resolve_target(spec, environ, identity=identity)
 
 
 def ownership_scope(target: EventHubsTarget) -> Scope:
@@ -51,34 +51,30 @@ def open_checkpoint_store(
     timing: Timing = DEFAULT_TIMING,
     create: bool = True,
     identity: TokenCredentialSpec | None = None,
+    location: tuple[str | int, ...] = ("spec", "checkpointStore"),
 ) -> LeaseStore:
     """The checkpoint store the spec names, reachable and with its container (or file) in place (`create`
-    makes them); a Blob store with a token credential uses `identity` in its place when given."""
+    makes them); a Blob store with a token credential uses `identity` in its place when given. `location`:
+    where the block is, for messages."""
     if spec.sqlite is not None:
         return open_store(sqlite_url(spec.sqlite.path), create=create, timing=timing)
-    if spec.blob is None:  # the model requires exactly one of them
-        raise UserError("spec.checkpointStore: set exactly one of blob or sqlite")
+    named = spec.connections(location, "store")
+    if not named:  # the model requires exactly one of them
+        raise UserError(f"{'.'.join(map(str, location))}: set exactly one of blob or sqlite")
     blob = spec.blob
-    if blob.credential is not None:
+    assert blob is not None
+    resolved = named[0].resolve(environ, identity=identity)
+    if resolved.identity is not None:
         assert blob.account_url is not None  # the model requires it with a credential
-        chosen = identity or blob.credential
-        location = BlobLocation(
+        location_of = BlobLocation(
             None,
             check_container(blob.container),
             blob.account_url.rstrip("/"),
-            token_credential(chosen),
-            chosen.describe(),
+            token_credential(resolved.identity),
+            resolved.identity.describe(),
         )
-        return open_store(location, create=create, timing=timing)
-    variable = blob.connection_string_variable
-    connection_string = environ.get(variable, "").strip()
-    if not connection_string:
-        raise UserError(
-            f"environment variable {variable} is not set: it must hold the Azure Storage connection string "
-            "of the checkpoint store (in a cluster, set spec.checkpointStore.blob.connectionStringSecretRef; "
-            "or use a token credential, spec.checkpointStore.blob.credential)"
-        )
-    return open_store(connection_string, blob.container, create=create, timing=timing)
+        return open_store(location_of, create=create, timing=timing)
+    return open_store(resolved.connection_string or "", blob.container, create=create, timing=timing)
 
 
 def credential_options(help_text: str) -> Callable[[Command], Command]:
