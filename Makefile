@@ -25,7 +25,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" TIERS=lint tools/run-tests
 
-bench: $(STAMP)
+bench: $(STAMP)  ## every benchmark against its peer (about an hour; BENCHES="emulator store_ops" for some)
 	PATH="$(CURDIR)/$(BIN):$$PATH" tools/run-benchmarks
 
 clean:
