@@ -36,6 +36,8 @@ from hubshift.errors import UserError
 from hubshift.eventhubs.management import EventHubsManagement
 from hubshift.eventhubs.target import EventHubsTarget
 from hubshift.manifest import PartitionedConsumer
+from hubshift.ownership.checkpoints import list_checkpoints
+from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import LeaseStore
 from hubshift.pipelines import check_pipeline
 from hubshift.sinks.folder import FolderSinkSpec
@@ -202,9 +204,6 @@ def handled_before_failover(spec: FailoverSpec | None, environ: Mapping[str, str
     its checkpoint store, read once at start-up; `pipelines/failover.py`)."""
     if spec is None:
         return {}
-    from hubshift.ownership.checkpoints import list_checkpoints
-    from hubshift.ownership.scope import Scope
-
     old = open_checkpoint_store(
         spec.checkpoint_store,
         environ,
@@ -218,12 +217,24 @@ def handled_before_failover(spec: FailoverSpec | None, environ: Mapping[str, str
     finally:
         old.close()
     handled = {partition: c.sequence_number for partition, c in checkpoints.items() if c.sequence_number >= 0}
-    log.info(
-        "failover from %s/%s: skipping what its consumers handled in %d partitions",
-        spec.namespace,
-        spec.hub,
-        len(handled),
-    )
+    if not handled:
+        # Nothing will be skipped: most likely the namespace, hub or consumer group does not match the
+        # scope the old consumers checkpointed under.
+        log.warning(
+            "failover from %s/%s (consumer group %s): the old checkpoint store holds no checkpoint of it, so "
+            "no event will be skipped; check spec.consumer.failover's namespace, hub and consumerGroup",
+            spec.namespace,
+            spec.hub,
+            spec.consumer_group,
+        )
+    else:
+        log.info(
+            "failover from %s/%s: skipping what its consumers handled in its partitions %s (each event "
+            "compared with the checkpoint of the partition it came from, repl-partition)",
+            spec.namespace,
+            spec.hub,
+            ", ".join(sorted(handled, key=lambda p: (len(p), p))),
+        )
     return handled
 
 

@@ -5,9 +5,10 @@ Event Hubs documentation), with the merge pattern's guard against sending an eve
   their original order; the target keeps each stream together and in order whatever its partition count.
   Events without a key are spread by the service, or with `keepPartition` go to the target partition of
   the same id.
-- Body and application properties are kept. The source's enqueued time (ISO 8601), sequence number and
-  offset are added as `repl-enqueue-time`, `repl-sequence` and `repl-offset`; when the event already
-  carries them (it was replicated before), the new value is appended after a `;`.
+- Body and application properties are kept. The source's enqueued time (ISO 8601), sequence number,
+  offset and partition are added as `repl-enqueue-time`, `repl-sequence`, `repl-offset` and
+  `repl-partition`; when the event already carries them (it was replicated before), the new value is
+  appended after a `;`.
 - `skipReplicated`: events that carry `repl-sequence` are not forwarded (hubs mirrored both ways).
 - An event the target refuses as too large becomes a dead letter with the reason; any other send failure
   fails the micro-batch, which runs again from the last commit: delivery to the target is at least once,
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 REPL_ENQUEUE_TIME = "repl-enqueue-time"
 REPL_SEQUENCE = "repl-sequence"
 REPL_OFFSET = "repl-offset"
+REPL_PARTITION = "repl-partition"
 REASON_TOO_LARGE = "larger than the target Event Hub accepts"
 
 
@@ -99,9 +101,12 @@ def replicated_properties(
     enqueued_time: datetime | None,
     sequence: int | None,
     offset: str | None,
+    partition: str | None,
 ) -> dict[str, str]:
-    """The event's application properties with the source's metadata added (appended after `;`). An event
-    without a sequence number (an editor's function made it) carries its properties as they are."""
+    """The event's application properties with the source's metadata added (appended after `;`): its
+    enqueued time, sequence number, offset and partition (`repl-partition`: the sequence number means
+    nothing without it). An event without a sequence number (an editor's function made it) carries its
+    properties as they are."""
     pairs = properties.items() if isinstance(properties, Mapping) else properties or ()
     found = {key: "" if value is None else value for key, value in pairs}
     if sequence is None:
@@ -111,6 +116,7 @@ def replicated_properties(
         (REPL_ENQUEUE_TIME, stamp),
         (REPL_SEQUENCE, str(sequence)),
         (REPL_OFFSET, offset or ""),
+        (REPL_PARTITION, partition or ""),
     ):
         found[key] = f"{found[key]};{value}" if found.get(key) else value
     return found
@@ -148,7 +154,7 @@ def plan_sends(
                 index,
                 bytes(row.get("body") or b""),
                 replicated_properties(
-                    properties, row.get("enqueued_time"), row.get("sequence_number"), row.get("offset")
+                    properties, row.get("enqueued_time"), row.get("sequence_number"), row.get("offset"), partition
                 ),
             )
         )

@@ -176,7 +176,9 @@ def test_no_event_is_lost_when_a_replicating_consumer_is_killed(
 def test_a_failover_skips_exactly_what_the_old_hubs_consumers_handled(
     emulator_factory: Callable[..., RunningEmulator], consumer_pool: ConsumerPool, tmp_path: Path
 ) -> None:
-    emulator = emulator_factory(["primary:2", "secondary:2"])
+    """Keyed and keyless events, and a replica with more partitions than the old hub: an event is compared
+    with the old checkpoint of the partition it came from (`repl-partition`), wherever it landed."""
+    emulator = emulator_factory(["primary:2", "secondary:3"])
     consumer_pool.environ = environ(emulator)
     begun = datetime.now(UTC) - timedelta(minutes=1)
     # The old hub's consumers (the SDK engine: plain receivers, the same ownership and checkpoints).
@@ -191,7 +193,7 @@ def test_a_failover_skips_exactly_what_the_old_hubs_consumers_handled(
         "primary-0",
         engine="sdk",
     )
-    handled = [(f"k{n % 6}", f"p:k{n % 6}:{n}", None) for n in range(200)]
+    handled = [(_key(n), f"p:{_key(n)}:{n}", None) for n in range(200)]
     send_events(emulator, "primary", handled)
     ownership = consumer_pool.ownership(tmp_path / "primary.yaml")
 
@@ -204,7 +206,7 @@ def test_a_failover_skips_exactly_what_the_old_hubs_consumers_handled(
     old.terminate()
     old.wait(60)
     # The region fails after 100 more events reached the old hub (replicated, but never handled there).
-    unhandled = [(f"k{n % 6}", f"p:k{n % 6}:{n}", None) for n in range(200, 300)]
+    unhandled = [(_key(n), f"p:{_key(n)}:{n}", None) for n in range(200, 300)]
     send_events(emulator, "primary", unhandled)
     # The replication task had copied everything to the secondary (the replicate pipeline's own sending).
     target = EventHubsTarget(
@@ -248,6 +250,11 @@ def test_a_failover_skips_exactly_what_the_old_hubs_consumers_handled(
     processed = sorted(_bodies(results))
     expected = sorted([body for _, body, _ in unhandled] + [f"s:k{n % 6}:{n}" for n in range(20)])
     assert processed == expected
+
+
+def _key(n: int) -> str | None:
+    """Every fourth event has no partition key: the service spreads those over the replica's partitions."""
+    return None if n % 4 == 3 else f"k{n % 6}"
 
 
 def _bodies(sink: Path) -> list[str]:

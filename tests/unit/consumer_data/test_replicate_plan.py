@@ -30,16 +30,18 @@ def row(partition: str, sequence: int, key: str | None, properties: Any = None) 
 
 
 def test_the_source_metadata_is_added_and_appended_after_a_semicolon() -> None:
-    first = replicated_properties([("a", "1")], T, 7, "70")
+    first = replicated_properties([("a", "1")], T, 7, "70", "4")
     assert first == {
         "a": "1",
         "repl-enqueue-time": "2026-11-21T10:00:01.234567Z",
         "repl-sequence": "7",
         "repl-offset": "70",
+        "repl-partition": "4",
     }
-    again = replicated_properties(list(first.items()), T, 3, "30")
+    again = replicated_properties(list(first.items()), T, 3, "30", "1")
     assert again["repl-sequence"] == "7;3" and again["repl-offset"] == "70;30"
     assert again["repl-enqueue-time"] == "2026-11-21T10:00:01.234567Z;2026-11-21T10:00:01.234567Z"
+    assert again["repl-partition"] == "4;1"
     assert again["a"] == "1"
 
 

@@ -31,8 +31,9 @@ from hubshift.pipelines.edits import (
     load_table,
     run_steps,
 )
-from hubshift.pipelines.failover import already_handled, last_replicated_sequence
+from hubshift.pipelines.failover import already_handled, replicated_from
 from hubshift.pipelines.projection import Record, latest_per_key, newer, payload_of, to_records
+from hubshift.pipelines.replicate import replicated_properties
 from hubshift.pipelines.route import RouteRuleSpec, Rule, pick_targets
 from hubshift.pipelines.steps import EventFieldSpec
 from hubshift.sinks import FolderStore
@@ -320,14 +321,34 @@ def test_payloads_the_column_cannot_hold_are_refused_and_keyless_events_skipped(
 # --- failover -----------------------------------------------------------------------------------------------
 
 
-def test_events_replicated_at_or_before_the_old_checkpoint_were_handled() -> None:
-    assert last_replicated_sequence([("repl-sequence", "17;42")]) == 42
-    assert last_replicated_sequence({"other": "1"}) is None
-    handled = {"0": 100}
-    assert already_handled(row(5, properties={"repl-sequence": "100"}), handled)
-    assert not already_handled(row(6, properties={"repl-sequence": "101"}), handled)
+def test_events_replicated_at_or_before_the_old_checkpoint_of_their_source_partition_were_handled() -> None:
+    assert replicated_from([("repl-sequence", "17;42"), ("repl-partition", "3;1")]) == ("1", 42)
+    assert replicated_from({"repl-sequence": "42"}) is None  # no source partition: never skipped
+    assert replicated_from({"other": "1"}) is None
+    handled = {"0": 100, "1": 5}
+    source = {"repl-sequence": "100", "repl-partition": "0"}
+    assert already_handled(row(5, properties=source), handled)
+    assert not already_handled(row(6, properties={"repl-sequence": "101", "repl-partition": "0"}), handled)
     assert not already_handled(row(7), handled)  # produced into the replica itself
-    assert not already_handled(row(8, partition="1", properties={"repl-sequence": "3"}), handled)
+    assert not already_handled(row(8, properties={"repl-sequence": "3"}), handled)  # source partition unknown
+
+
+def test_an_event_of_another_old_partition_landing_in_a_replica_partition_is_compared_with_its_own() -> None:
+    """The review's reproduction: old checkpoints {0: 100, 1: 5}; an event from old partition 1 with sequence
+    50 lands in replica partition 0 (keyless events are spread). Partition 1 handled only up to 5: keep it."""
+    handled = {"0": 100, "1": 5}
+    landed = row(9, partition="0", properties={"repl-sequence": "50", "repl-partition": "1"})
+    assert not already_handled(landed, handled)
+    handled_there = row(10, partition="3", properties={"repl-sequence": "4", "repl-partition": "1"})
+    assert already_handled(handled_there, handled)
+
+
+def test_replicated_properties_carry_the_source_partition_at_every_hop() -> None:
+    first = replicated_properties([], None, 7, "70", "2")
+    assert first["repl-partition"] == "2"
+    again = replicated_properties(list(first.items()), None, 3, "30", "0")
+    assert (again["repl-sequence"], again["repl-partition"]) == ("7;3", "2;0")
+    assert replicated_from(again) == ("0", 3)
 
 
 # --- the manifest -------------------------------------------------------------------------------------------
