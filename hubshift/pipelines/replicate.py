@@ -154,7 +154,11 @@ def plan_sends(
                 index,
                 bytes(row.get("body") or b""),
                 replicated_properties(
-                    properties, row.get("enqueued_time"), row.get("sequence_number"), row.get("offset"), partition
+                    properties,
+                    row.get("enqueued_time"),
+                    row.get("sequence_number"),
+                    row.get("offset"),
+                    partition,
                 ),
             )
         )

@@ -66,8 +66,7 @@ def test_committed_crd_matches_the_model(path: Path) -> None:
     expected = crd.render_yaml()
     actual = path.read_text() if path.exists() else "(missing)"
     assert actual == expected, (
-        f"{path.relative_to(crd.REPO_ROOT)} has drifted from the model; regenerate it with: "
-        f"{crd.REGENERATE}"
+        f"{path.relative_to(crd.REPO_ROOT)} has drifted from the model; regenerate it with: {crd.REGENERATE}"
     )
 
 
