@@ -107,7 +107,9 @@ class OnlyImportsContract(Contract):
                     imported == name or imported.startswith(f"{name}.") for name in allowed
                 ):
                     continue
-                lines = [d["line_number"] for d in graph.get_import_details(importer=source, imported=imported)]
+                lines = [
+                    d["line_number"] for d in graph.get_import_details(importer=source, imported=imported)
+                ]
                 broken.append({"importer": source, "imported": imported, "lines": lines})
         return ContractCheck(kept=not broken, metadata={"broken": broken})
 
