@@ -45,7 +45,8 @@ READINESS_PATH = "/readyz"
 ASSIGNMENT_PATH = "/assignment"
 MAX_BODY_BYTES = 4096
 REQUEST_DEADLINE_SECONDS = 5.0
-# Far more than the kubelet, the operator and a few scrapers need; each costs a socket and ~100 KiB at most.
+# Far more than the kubelet, the operator and a few scrapers need; each costs a socket and at most the
+# 128 KiB of headers allowed below.
 MAX_CONNECTIONS = 512
 LISTEN_BACKLOG = 128
 # Header limits well below aiohttp's defaults (128 fields of 8 KiB): our clients send a handful.
