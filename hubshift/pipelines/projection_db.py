@@ -7,11 +7,20 @@ in a message: errors name the database by host and database name only.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_random_exponential,
+)
 
 from hubshift.errors import UserError
 from hubshift.pipelines.projection_tables import (
@@ -22,6 +31,12 @@ from hubshift.pipelines.projection_tables import (
     record_values,
     utc_now,
 )
+log = logging.getLogger(__name__)
+
+# A write that deadlocks or fails to serialize against another consumer's is run again, up to this many
+# times in all, after a short random pause (so the two do not collide again in step).
+WRITE_ATTEMPTS = 5
+
 
 # --- PostgreSQL ------------------------------------------------------------------------------------------
 
@@ -119,66 +134,95 @@ class PostgresProjection:
         return text[:300]
 
     def write(self, latest: Sequence[Record], history: Sequence[Record]) -> None:
+        """One transaction: the winners upserted (newer only), every record into the history table. A
+        deadlock or serialization failure against another consumer's write re-runs the whole transaction."""
+        from psycopg.errors import DeadlockDetected, SerializationFailure
+
+        retrying = Retrying(
+            retry=retry_if_exception_type((DeadlockDetected, SerializationFailure)),
+            stop=stop_after_attempt(WRITE_ATTEMPTS),
+            wait=wait_random_exponential(multiplier=0.05, max=1.0),
+            before_sleep=self._log_retry,
+            reraise=True,
+        )
+        try:
+            connection = self.connection()
+            for attempt in retrying:
+                with attempt:
+                    self._write_once(connection, latest, history)
+        except Exception:
+            forget_connection("postgres", self.conninfo)
+            raise
+
+    def _log_retry(self, state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        log.warning(
+            "projection write to %s: %s, retrying (attempt %d of %d)",
+            self.describe(),
+            type(error).__name__,
+            state.attempt_number + 1,
+            WRITE_ATTEMPTS,
+        )
+
+    def _write_once(self, connection: Any, latest: Sequence[Record], history: Sequence[Record]) -> None:
         from psycopg import sql
 
         t = self.tables
         staged = sql.Identifier(f"hubshift_staged_{t.payload_type}")
         columns = sql.SQL(", ").join(sql.Identifier(c) for c in t.columns)
-        key = sql.Identifier(t.key_column)
         now = utc_now()
-        try:
-            connection = self.connection()
-            with connection.transaction():
-                connection.execute(
-                    sql.SQL(
-                        "CREATE TEMPORARY TABLE IF NOT EXISTS {} ({} text, {} {}, source_partition text, "
-                        "source_sequence bigint, source_offset text, enqueued_time timestamptz, "
-                        "projected_at timestamptz, latest boolean) ON COMMIT DELETE ROWS"
-                    ).format(
-                        staged,
-                        key,
-                        sql.Identifier(t.payload_column),
-                        sql.SQL(_PG_TYPES[t.payload_type]),
-                    )
+        with connection.transaction():
+            connection.execute(
+                sql.SQL(
+                    "CREATE TEMPORARY TABLE IF NOT EXISTS {} ({} text, {} {}, source_partition text, "
+                    "source_sequence bigint, source_offset text, enqueued_time timestamptz, "
+                    "projected_at timestamptz, latest boolean) ON COMMIT DELETE ROWS"
+                ).format(
+                    staged,
+                    sql.Identifier(t.key_column),
+                    sql.Identifier(t.payload_column),
+                    sql.SQL(_PG_TYPES[t.payload_type]),
                 )
-                winners = {id(record) for record in latest}
-                rows = history if history else latest
-                with connection.cursor() as cursor:
-                    copy_sql = sql.SQL("COPY {} ({}, latest) FROM STDIN").format(staged, columns)
-                    with cursor.copy(copy_sql) as copy:
-                        # `history` holds every record, the winners among them; else only the winners.
-                        for record in rows:
-                            copy.write_row((*record_values(record, now), id(record) in winners))
-                    cursor.execute(self._upsert(staged, columns))
-                    if t.history_table is not None and history:
-                        cursor.execute(
-                            sql.SQL(
-                                "INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT (source_partition, "
-                                "source_sequence) DO NOTHING"
-                            ).format(self._name(t.history_table), columns, columns, staged)
-                        )
-        except Exception:
-            forget_connection("postgres", self.conninfo)
-            raise
+            )
+            winners = {id(record) for record in latest}
+            rows = history if history else latest
+            with connection.cursor() as cursor:
+                copy_sql = sql.SQL("COPY {} ({}, latest) FROM STDIN").format(staged, columns)
+                with cursor.copy(copy_sql) as copy:
+                    # `history` holds every record, the winners among them; else only the winners.
+                    for record in rows:
+                        copy.write_row((*record_values(record, now), id(record) in winners))
+                cursor.execute(self._upsert(staged, columns))
+                if t.history_table is not None and history:
+                    # In key order too, for the same reason as the upsert (two consumers replaying events).
+                    cursor.execute(
+                        sql.SQL(
+                            "INSERT INTO {} ({}) SELECT {} FROM {} ORDER BY source_partition, "
+                            "source_sequence ON CONFLICT (source_partition, source_sequence) DO NOTHING"
+                        ).format(self._name(t.history_table), columns, columns, staged)
+                    )
 
     def _upsert(self, staged: Any, columns: Any) -> Any:
         from psycopg import sql
 
         t = self.tables
         table = self._name(t.table)
+        key = sql.Identifier(t.key_column)
         updates = sql.SQL(", ").join(
             sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
             for c in t.columns
             if c != t.key_column
         )
+        # Rows are locked in the order they are inserted: in key order, every consumer takes the locks of the
+        # keys they share in the same order and none waits for another in a cycle (a deadlock).
         return sql.SQL(
-            "INSERT INTO {} AS current ({}) SELECT {} FROM {} WHERE latest "
+            "INSERT INTO {} AS current ({}) SELECT {} FROM {} WHERE latest ORDER BY {} "
             "ON CONFLICT ({}) DO UPDATE SET {} WHERE "
             "(current.source_partition = EXCLUDED.source_partition "
             "AND current.source_sequence < EXCLUDED.source_sequence) OR "
             "(current.source_partition <> EXCLUDED.source_partition "
             "AND current.enqueued_time < EXCLUDED.enqueued_time)"
-        ).format(table, columns, columns, staged, sql.Identifier(t.key_column), updates)
+        ).format(table, columns, columns, staged, key, key, updates)
 
 
 # --- SQLite ----------------------------------------------------------------------------------------------

@@ -62,9 +62,19 @@ default
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
-{{/* Watching all namespaces (a ClusterRole) or only the listed ones (a Role in each). */}}
+{{/* The namespaces the operator watches, as JSON (`include ... | fromJsonArray`): operator.watchNamespaces,
+plus the release's namespace with operator.watchReleaseNamespace. None: every namespace. */}}
+{{- define "hubshift.watchedNamespaces" -}}
+{{- $namespaces := .Values.operator.watchNamespaces | default list -}}
+{{- if .Values.operator.watchReleaseNamespace -}}
+{{- $namespaces = append $namespaces .Release.Namespace | uniq -}}
+{{- end -}}
+{{- toJson $namespaces -}}
+{{- end -}}
+
+{{/* Watching all namespaces (a ClusterRole) or only the watched ones (a Role in each). */}}
 {{- define "hubshift.clusterwide" -}}
-{{- if .Values.operator.watchNamespaces -}}false{{- else -}}true{{- end -}}
+{{- if include "hubshift.watchedNamespaces" . | fromJsonArray -}}false{{- else -}}true{{- end -}}
 {{- end -}}
 
 {{/* The rules the operator needs in every namespace it watches. */}}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 import time
@@ -11,7 +12,6 @@ import urllib.request
 
 import pytest
 
-from hubshift.consumer import http
 from hubshift.consumer.http import ConsumerHTTPServer
 from hubshift.consumer.metrics import ConsumerMetrics
 from hubshift.errors import UserError
@@ -64,6 +64,7 @@ def test_endpoints() -> None:
         assert post(f"{base}/assignment", b'{"generation": "7"}')[0] == 400
         assert post(f"{base}/assignment", b"x" * 5000)[0] == 413
         assert post(f"{base}/elsewhere")[0] == 404
+        assert post(f"{base}/metrics")[0] == 405
         assert nudges == [None, 7]
         assert "hubshift_consumer_nudges_total 2.0" in get(f"{base}/metrics")[2]  # the refused ones: not
     with pytest.raises(RuntimeError):
@@ -141,13 +142,41 @@ def test_hostile_bodies_are_refused_without_being_read() -> None:
     assert nudges == []
 
 
-def test_an_idle_connection_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert 0 < http.IDLE_TIMEOUT_SECONDS <= 30 and http._Handler.timeout == http.IDLE_TIMEOUT_SECONDS
-    monkeypatch.setattr(http._Handler, "timeout", 0.5)  # the same mechanism, quicker
+def test_oversized_headers_are_refused_in_one_debug_line(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="hubshift.consumer.http")
     with ConsumerHTTPServer(ConsumerMetrics("c")) as server:
-        # Headers that never end: the server gives up after its idle timeout instead of waiting forever.
+        head = b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+        many = b"".join(b"X-%d: y\r\n" % i for i in range(40))
+        assert raw_exchange(server.port, head + many + b"\r\n")[0].endswith("400 Bad Request")
+        long = b"X-Long: " + b"y" * 5000 + b"\r\n"
+        assert raw_exchange(server.port, head + long + b"\r\n")[0].endswith("400 Bad Request")
+        enough = head + many[: many.index(b"X-20:")] + b"Connection: close\r\n\r\n"
+        assert raw_exchange(server.port, enough)[0].endswith("200 OK")
+    # A client's mistake: no ERROR with a traceback and the client's bytes, one DEBUG line each.
+    assert [(r.levelname, r.getMessage()) for r in caplog.records if r.name.endswith(".requests")] == [
+        ("DEBUG", "refused a malformed request: BadHttpMessage"),
+        ("DEBUG", "refused a malformed request: LineTooLong"),
+    ]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+
+
+def test_idle_and_trickling_connections_are_closed_at_the_deadline() -> None:
+    with ConsumerHTTPServer(ConsumerMetrics("c"), deadline=1.0) as server:
         started = time.monotonic()
-        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
-            assert sock.recv(4096) == b""  # closed, nothing answered
-        assert time.monotonic() - started < 5
+        idle = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        trickling = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        kept_alive = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        trickling.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        kept_alive.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert kept_alive.recv(4096).startswith(b"HTTP/1.1 200 OK")
+        with idle, trickling, kept_alive:
+            for _ in range(15):  # bytes trickling in do not push the deadline back
+                time.sleep(0.2)
+                try:
+                    trickling.sendall(b"a")
+                except OSError:
+                    break
+            assert idle.recv(4096) == b""  # closed, nothing answered
+            assert trickling.recv(4096) == b""
+            assert kept_alive.recv(4096) == b""  # no next request within the deadline of the answer
+        assert time.monotonic() - started < 4

@@ -292,6 +292,7 @@ SETUPS: dict[str, dict[str, Any]] = {
     "workload-identity": {
         "azure": {"workloadIdentity": {"enabled": True, "clientId": "cid-1", "tenantId": "tid-1"}},
     },
+    "release-namespace": {"operator": {"watchReleaseNamespace": True, "watchNamespaces": ["ops", "team-a"]}},
 }
 
 
@@ -383,6 +384,12 @@ def test_helm_template(helm: str, tmp_path: Path, setup: str) -> None:
             "azure.workload.identity/client-id": "cid-1",
             "azure.workload.identity/tenant-id": "tid-1",
         }
+    if setup == "release-namespace":  # the release's namespace joins the list, once
+        assert [a for a in container["args"] if a.startswith("--namespace")] == [
+            "--namespace=ops",
+            "--namespace=team-a",
+        ]
+        assert {d["metadata"]["namespace"] for d in documents if d["kind"] == "Role"} == {"ops", "team-a"}
     if setup == "namespaced-with-peering":
         assert "--peering=hubshift" in container["args"]
         assert {d["metadata"]["namespace"] for d in documents if d["kind"] == "Role"} == {"team-a", "team-b"}
@@ -433,3 +440,108 @@ def test_helm_refuses_two_replicas_without_peering(helm: str, tmp_path: Path) ->
     assert result.returncode != 0
     # The schema refuses it first (maximum 1 without peering); the template's own `fail` is the fallback.
     assert "/operator/replicas" in result.stderr, result.stderr
+
+
+# What each install grants where: (apiGroup, resource, verb) per namespace ("*": cluster-wide).
+DISCOVERY = {
+    ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+    ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+    ("", "namespaces", "list"),
+    ("", "namespaces", "watch"),
+}
+
+
+def grants(documents: list[dict[str, Any]]) -> dict[str, set[tuple[str, str, str]]]:
+    """Where the chart's roles apply, and what they grant there (bindings followed to their roles)."""
+    roles = {(d["kind"], d["metadata"].get("namespace", "*"), d["metadata"]["name"]): d for d in documents}
+    where: dict[str, set[tuple[str, str, str]]] = {}
+    for binding in documents:
+        if binding["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        scope = binding["metadata"].get("namespace", "*")
+        ref = binding["roleRef"]
+        role = roles[(ref["kind"], "*" if ref["kind"] == "ClusterRole" else scope, ref["name"])]
+        where.setdefault(scope, set()).update(
+            (group, resource, verb)
+            for rule in role["rules"]
+            for group in rule["apiGroups"]
+            for resource in rule["resources"]
+            for verb in rule["verbs"]
+        )
+    return where
+
+
+@pytest.mark.parametrize(
+    ("overrides", "namespaces"),
+    [
+        ({"operator": {"watchReleaseNamespace": True}}, {"ops"}),
+        ({"operator": {"watchNamespaces": ["team-a", "team-b"]}}, {"team-a", "team-b"}),
+    ],
+)
+def test_a_namespaced_install_grants_nothing_cluster_wide_but_discovery(
+    helm: str, tmp_path: Path, overrides: dict[str, Any], namespaces: set[str]
+) -> None:
+    where = grants(render(helm, tmp_path, overrides))
+    assert where.pop("*") == DISCOVERY
+    assert set(where) == namespaces
+    for granted in where.values():
+        assert ("", "secrets", "get") in granted and ("apps", "statefulsets", "create") in granted
+
+
+def test_a_cluster_wide_install_grants_secrets_and_workloads_everywhere(helm: str, tmp_path: Path) -> None:
+    where = grants(render(helm, tmp_path, {}))
+    assert set(where) == {"*"}  # one ClusterRole, bound cluster-wide: every namespace, kube-system too
+    granted = where["*"]
+    # What values.yaml, the README, NOTES.txt and docs/security.md say a cluster-wide install grants.
+    assert {
+        ("", "secrets", "get"),
+        ("apps", "statefulsets", "create"),
+        ("apps", "statefulsets", "patch"),
+        ("", "serviceaccounts", "create"),
+        ("", "serviceaccounts", "patch"),
+        ("", "services", "create"),
+        ("", "configmaps", "create"),
+        ("policy", "poddisruptionbudgets", "create"),
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+    } <= granted
+    assert (
+        not {("", "secrets", "list"), ("", "secrets", "watch"), ("apps", "statefulsets", "delete")} & granted
+    )
+
+
+def rendered_notes(helm: str, tmp_path: Path, overrides: dict[str, Any]) -> str:
+    """NOTES.txt as `helm install` prints it. `helm template` skips NOTES.txt, and `helm install --dry-run`
+    wants a cluster: a copy of the chart renders it under another name (not YAML, hence --debug)."""
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart)
+    shutil.copy(chart / "templates" / "NOTES.txt", chart / "templates" / "notes-as-text.txt")
+    values_file = tmp_path / "notes-values.yaml"
+    values_file.write_text(yaml.safe_dump(overrides))
+    command = [helm, "template", "rel", str(chart), "-n", "ops", "-f", str(values_file), "--debug"]
+    result = subprocess.run(
+        [*command, "--show-only", "templates/notes-as-text.txt"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=helm_env(tmp_path),
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    marker = "# Source: hubshift/templates/notes-as-text.txt\n"
+    assert marker in output, output
+    return output.split(marker, 1)[1]
+
+
+def test_the_notes_warn_of_a_cluster_wide_install_and_say_how_to_confine_it(
+    helm: str, tmp_path: Path
+) -> None:
+    notes = rendered_notes(helm, tmp_path, {})
+    assert "every namespace" in notes and "WARNING: cluster-wide install" in notes
+    assert "get any Secret by name" in notes and "kube-system" in notes
+    assert "--set operator.watchReleaseNamespace=true" in notes
+    confined = rendered_notes(
+        tmp_path=tmp_path / "confined", helm=helm, overrides={"operator": {"watchReleaseNamespace": True}}
+    )
+    assert "The operator manages PartitionedConsumers in: ops." in confined
+    assert "WARNING" not in confined
