@@ -6,12 +6,15 @@ from __future__ import annotations
 import functools
 import importlib
 import random
+from pathlib import Path
 from typing import Any
 
 import click
+import yaml
 
 from hubshift.errors import UserError
 from hubshift.identity import CREDENTIAL_TYPES, parse_identity
+from hubshift.operator.access import AccessPolicy, policy_from
 
 # --- hubshift operator ------------------------------------------------------------------------------
 
@@ -61,6 +64,16 @@ from hubshift.identity import CREDENTIAL_TYPES, parse_identity
 )
 @click.option("--client-id", default=None, help="With --credential: a user-assigned identity's client id.")
 @click.option(
+    "--access",
+    "access_file",
+    type=click.Path(dir_okay=False),
+    envvar="HUBSHIFT_OPERATOR_ACCESS",
+    default=None,
+    help="A YAML file (the chart's operator.access): per Kubernetes namespace, the Event Hubs namespaces "
+    "and storage accounts the operator reads with its own identity, and extra host domains. Without it, "
+    "the operator reads nothing with its identity (resources with a token credential are refused).",
+)
+@click.option(
     "--control-loop",
     "control_loop",
     metavar="MODULE:FUNCTION",
@@ -79,6 +92,7 @@ def operator(
     verbose: bool,
     credential: str,
     client_id: str | None,
+    access_file: str | None,
     control_loop: str | None,
 ) -> None:
     """Run the Kubernetes operator for PartitionedConsumers."""
@@ -101,8 +115,9 @@ def operator(
         liveness_port=liveness_port or None,
     )
     identity = parse_identity(credential, client_id)
+    access = load_access(access_file)
     if control_loop is None:
-        open_loop = functools.partial(reconcile.open_cluster_loop, identity=identity)
+        open_loop = functools.partial(reconcile.open_cluster_loop, identity=identity, access=access)
     else:
         open_loop = _load(control_loop)
     registry = kopf.OperatorRegistry()
@@ -124,6 +139,24 @@ def operator(
         priority=config.priority,
         liveness_endpoint=config.liveness_endpoint,
     )
+
+
+def load_access(path: str | None) -> AccessPolicy:
+    """The access policy file (`--access`); an empty policy without one; `UserError` for a bad file."""
+    if path is None:
+        return AccessPolicy()
+    try:
+        document = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as error:
+        raise UserError(f"--access {path}: {error.strerror}") from None
+    except yaml.YAMLError:
+        raise UserError(f"--access {path}: not valid YAML") from None
+    if not isinstance(document, dict):
+        raise UserError(f"--access {path}: expected a map with namespaces and extraDomains")
+    try:
+        return policy_from(document)
+    except ValueError as error:
+        raise UserError(f"--access {path}: {error}") from None
 
 
 def configure_operator_logging(log_format: str, verbose: bool) -> None:

@@ -31,6 +31,7 @@ from hubshift.pipelines.projection_tables import (
     record_values,
     utc_now,
 )
+
 log = logging.getLogger(__name__)
 
 # A write that deadlocks or fails to serialize against another consumer's is run again, up to this many

@@ -18,7 +18,8 @@ from typing import Any
 import kopf
 
 from hubshift.errors import UserError
-from hubshift.manifest import PartitionedConsumer
+from hubshift.manifest import PartitionedConsumer, connections_of
+from hubshift.operator.access import AccessPolicy, Service
 from hubshift.operator.driver import MIN_CYCLE_SECONDS, CycleRunner, Desired, LoopDriver
 from hubshift.operator.kubernetes.api import KubeAdapter, consumer_instance
 from hubshift.operator.kubernetes.render import (
@@ -31,12 +32,12 @@ from hubshift.operator.kubernetes.render import (
     render_children,
     service_account_name,
 )
-from hubshift.operator.kubernetes.runtime import KubernetesRuntime
+from hubshift.operator.kubernetes.runtime import OPERATOR_ROLES, KubernetesRuntime
 from hubshift.operator.loop import CycleInputs, open_control_loop
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.operator.status import READY, Condition, PartitionedConsumerStatus, carry_transition_time
-from hubshift.spec import TokenCredentialSpec
+from hubshift.spec import ConnectionSpec, HubConnectionSpec, TokenCredentialSpec
 
 ConsumerKey = tuple[str, str]  # (namespace, PartitionedConsumer name)
 Logger = logging.Logger | logging.LoggerAdapter[Any]  # what kopf passes handlers
@@ -230,12 +231,33 @@ async def open_cluster_loop(
     metrics: OperatorMetrics,
     *,
     identity: TokenCredentialSpec = OPERATOR_IDENTITY,
+    access: AccessPolicy | None = None,
 ) -> CycleRunner:
     """The control loop of a PartitionedConsumer in the cluster: connection strings from its Secrets; where
     the spec names a token credential, the operator's own `identity` instead (never the spec's: a resource
-    must not make the operator act as an identity it chose)."""
+    must not make the operator act as an identity it chose), and only for what `access` allows the
+    resource's namespace (`UserError` naming the block otherwise, before anything is opened)."""
+    refusals = (access or AccessPolicy()).refusals(consumer.metadata.namespace, identity_reads(consumer))
+    if refusals:
+        more = f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""
+        raise UserError(refusals[0] + more)
     environment = await runtime.connection_environment(consumer)
     return await open_control_loop(consumer, environment, runtime, metrics=metrics, identity=identity)
+
+
+def identity_reads(consumer: PartitionedConsumer) -> list[tuple[Service, str, str]]:
+    """What the control loop would read with the operator's identity: each connection it opens (the source,
+    the checkpoint store) that names a token credential, as (service, address, block)."""
+    reads: list[tuple[Service, str, str]] = []
+    for named in connections_of(consumer.spec):
+        connection = named.connection
+        if named.role not in OPERATOR_ROLES or not isinstance(connection, ConnectionSpec):
+            continue
+        if connection.credential is None or connection.address is None:
+            continue
+        service: Service = "eventHubs" if isinstance(connection, HubConnectionSpec) else "storage"
+        reads.append((service, connection.address, named.path))
+    return reads
 
 
 async def run_control_loop(

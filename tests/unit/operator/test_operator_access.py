@@ -1,0 +1,65 @@
+"""What the operator reads with its own identity: only what an administrator listed per namespace, and only
+in the Azure clouds' domains (or those the policy adds)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hubshift.operator.access import AccessPolicy, NamespaceAccess, policy_from
+
+TEAM = NamespaceAccess(
+    frozenset({"team.servicebus.windows.net"}), frozenset({"https://teamstore.blob.core.windows.net"})
+)
+
+
+def test_nothing_is_allowed_by_default() -> None:
+    reason = AccessPolicy().refusal("default", "eventHubs", "team.servicebus.windows.net", "spec.eventHubs")
+    assert reason is not None
+    assert "spec.eventHubs" in reason and "operator.access.namespaces.default.eventHubsNamespaces" in reason
+
+
+def test_a_listed_namespace_and_account_are_allowed_in_their_kubernetes_namespace_only() -> None:
+    policy = AccessPolicy({"team": TEAM})
+    assert policy.refusal("team", "eventHubs", "Team.servicebus.windows.net", "p") is None
+    assert policy.refusal("team", "storage", "https://teamstore.blob.core.windows.net/", "p") is None
+    assert policy.refusal("other", "eventHubs", "team.servicebus.windows.net", "p") is not None
+    assert policy.refusal("team", "eventHubs", "victim.servicebus.windows.net", "p") is not None
+    assert policy.refusal("team", "storage", "https://victimstore.blob.core.windows.net", "p") is not None
+
+
+def test_any_host_outside_the_azure_domains_is_refused_even_where_everything_is_allowed() -> None:
+    everything = NamespaceAccess(frozenset({"*"}), frozenset({"*"}))
+    policy = AccessPolicy({"*": everything})
+    assert policy.refusal("x", "storage", "https://attacker.example.com", "spec.checkpointStore.blob") == (
+        "spec.checkpointStore.blob: attacker.example.com is not an Azure storage accounts endpoint (hosts "
+        "ending in .blob.core.windows.net, .dfs.core.windows.net, .blob.core.chinacloudapi.cn, "
+        ".dfs.core.chinacloudapi.cn, .blob.core.usgovcloudapi.net, .dfs.core.usgovcloudapi.net); an "
+        "administrator may allow others in the chart's operator.access.extraDomains"
+    )
+    # A suffix trick: the Azure domain inside the host name, not at its end.
+    assert policy.refusal("x", "eventHubs", "ns.servicebus.windows.net.attacker.example.com", "p") is not None
+    assert policy.refusal("x", "eventHubs", "ns.servicebus.windows.net:443", "p") is None
+    assert policy.refusal("x", "eventHubs", "ns.servicebus.chinacloudapi.cn", "p") is None
+
+
+def test_extra_domains_admit_private_hosts_and_test_servers() -> None:
+    policy = AccessPolicy(
+        {"*": NamespaceAccess(frozenset({"*"}), frozenset({"*"}))}, frozenset({"127.0.0.1:5671", ".corp"})
+    )
+    assert policy.refusal("x", "eventHubs", "127.0.0.1:5671", "p") is None
+    assert policy.refusal("x", "eventHubs", "127.0.0.1:5672", "p") is not None
+    assert policy.refusal("x", "storage", "https://store.corp", "p") is None
+
+
+def test_the_chart_document_becomes_a_policy_and_bad_ones_name_the_field() -> None:
+    policy = policy_from(
+        {
+            "namespaces": {"team": {"eventHubsNamespaces": ["TEAM.servicebus.windows.net"]}},
+            "extraDomains": [".Corp"],
+        }
+    )
+    assert policy.namespaces["team"].event_hubs_namespaces == {"team.servicebus.windows.net"}
+    assert policy.extra_domains == {".corp"}
+    assert policy_from({}) == AccessPolicy()
+    with pytest.raises(ValueError, match=r"operator.access.namespaces.team.storageAccounts must be a list"):
+        policy_from({"namespaces": {"team": {"storageAccounts": "https://x.blob.core.windows.net"}}})
