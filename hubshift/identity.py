@@ -19,7 +19,9 @@ operator's probe) take the same credential through `AsyncCredential`.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
+from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, get_args
 
@@ -88,9 +90,7 @@ def _build(identity: TokenCredentialSpec) -> TokenCredential:
             )
         return DefaultAzureCredential()
     except ValueError as exc:
-        raise UserError(
-            f"credential {identity.describe()}: {_first_line(exc)} ({_HINTS[identity.type]})"
-        ) from None
+        raise UserError(f"credential {identity.describe()}: {_first_line(exc)} ({hint(identity)})") from None
 
 
 def describe_credential_error(error: BaseException, identity: TokenCredentialSpec) -> str | None:
@@ -100,7 +100,36 @@ def describe_credential_error(error: BaseException, identity: TokenCredentialSpe
 
     if not isinstance(error, ClientAuthenticationError):
         return None
-    return f"no token from credential {identity.describe()}: {_first_line(error)} ({_HINTS[identity.type]})"
+    return f"no token from credential {identity.describe()}: {_first_line(error)} ({hint(identity)})"
+
+
+def hint(identity: TokenCredentialSpec, environ: Mapping[str, str] | None = None) -> str:
+    """What to check when no token came: where this place's identity is missing, or, when its environment
+    is there, the client id (a wrong one is the usual cause)."""
+    environ = os.environ if environ is None else environ
+    client_id = identity.client_id
+    if identity.type == "managedIdentity" and (
+        environ.get("IDENTITY_ENDPOINT") or environ.get("MSI_ENDPOINT")
+    ):
+        if client_id:
+            return (
+                f"the managed identity endpoint is set (IDENTITY_ENDPOINT): check that client id {client_id} "
+                "is a user-assigned identity of this machine (on AKS: of the node pool)"
+            )
+        return (
+            "the managed identity endpoint is set: this machine may have no system-assigned identity; "
+            "name a user-assigned one with its client id"
+        )
+    federated = all(environ.get(name) for name in ("AZURE_TENANT_ID", "AZURE_FEDERATED_TOKEN_FILE"))
+    if identity.type == "workloadIdentity" and federated:
+        subject = client_id or environ.get("AZURE_CLIENT_ID") or "AZURE_CLIENT_ID"
+        return (
+            f"the workload identity environment is set: check that client id {subject} is the identity "
+            "federated with this pod's ServiceAccount (the federated credential's issuer and subject)"
+        )
+    if client_id and identity.type == "default":
+        return f"{_HINTS['default']}; check that client id {client_id} is an identity this place can use"
+    return _HINTS[identity.type]
 
 
 def _first_line(error: BaseException) -> str:

@@ -397,3 +397,22 @@ def test_a_missing_connection_string_names_the_block_and_the_fields_to_set() -> 
     assert target.resolve(
         {"TB": "  Endpoint=sb://x/;SharedAccessKeyName=k;SharedAccessKey=v \n"}
     ).connection_string == ("Endpoint=sb://x/;SharedAccessKeyName=k;SharedAccessKey=v")
+
+
+def test_the_hint_names_the_client_id_when_the_identity_environment_is_there() -> None:
+    """A wrong client id with the managed identity endpoint (or the workload identity environment) set: the
+    hint names the client id, not the variables that are already there."""
+    endpoint = {"IDENTITY_ENDPOINT": "http://127.0.0.1:1/token", "IDENTITY_HEADER": "h"}
+    managed = TokenCredentialSpec(type="managedIdentity", client_id="wrong-id")
+    assert "check that client id wrong-id is a user-assigned identity" in identity.hint(managed, endpoint)
+    assert "IDENTITY_ENDPOINT and IDENTITY_HEADER" in identity.hint(managed, {})  # nothing set: where to look
+    federated = {
+        "AZURE_TENANT_ID": "t",
+        "AZURE_FEDERATED_TOKEN_FILE": "/var/run/token",
+        "AZURE_CLIENT_ID": "c",
+    }
+    workload = TokenCredentialSpec(type="workloadIdentity")
+    assert "client id c is the identity federated with this pod's ServiceAccount" in identity.hint(
+        workload, federated
+    )
+    assert "AZURE_FEDERATED_TOKEN_FILE set" in identity.hint(workload, {})
