@@ -6,7 +6,7 @@ one list of them that credentials, Secrets and the operator's reads all come fro
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -29,6 +29,7 @@ from hubshift.spec import (
     NamedConnection,
     RebalanceSpec,
     ResourcesSpec,
+    Role,
     ScalingSpec,
     SparkSpec,
     StartPositionSpec,
@@ -159,15 +160,18 @@ def describe_validation_error(exc: ValidationError) -> str:
     return f"{path or 'document'}: {message}{more}"
 
 
-def with_credential(consumer: PartitionedConsumer, credential: TokenCredentialSpec) -> PartitionedConsumer:
+def with_credential(
+    consumer: PartitionedConsumer, credential: TokenCredentialSpec, roles: Collection[Role] | None = None
+) -> PartitionedConsumer:
     """The manifest with every connection that takes a token credential (`connections_of`: the source, a
     Blob store, a Blob sink, target hubs, a failover's store) authenticated by `credential` instead of a
     connection string: what a command line's `--credential` means. The manifest must name the namespaces and
-    account URLs (`UserError`). A PostgreSQL database keeps its connection string."""
+    account URLs (`UserError`). A PostgreSQL database keeps its connection string. `roles`: only the
+    connections of these roles (a command that opens only the sink)."""
     document = consumer.model_dump(by_alias=True, mode="json", exclude_none=True)
     chosen = credential.model_dump(by_alias=True, mode="json", exclude_none=True)
     for connection in connections_of(consumer.spec):
-        if not connection.connection.TAKES_CREDENTIAL:
+        if not connection.connection.TAKES_CREDENTIAL or (roles is not None and connection.role not in roles):
             continue
         block: Any = document
         for key in connection.location:

@@ -17,9 +17,13 @@ from typing import TYPE_CHECKING
 
 import click
 
+from hubshift.connections import chosen_identity, credential_options
 from hubshift.errors import UserError
-from hubshift.manifest import load_manifest
+from hubshift.manifest import load_manifest, with_credential
+from hubshift.spec import Role
 
+# --credential reaches only the sink: the one connection this command opens.
+SINK_ONLY: tuple[Role, ...] = ("sink",)
 # With --serve and no --every: project this often, so the page shows new windows.
 SERVE_EVERY_SECONDS = 5.0
 
@@ -49,13 +53,27 @@ if TYPE_CHECKING:
     default=None,
     help="Also serve the residents' page with the views on 127.0.0.1:PORT (0: a free port).",
 )
-def views(manifest_path: str, every: float, duration: float | None, serve_port: int | None) -> None:
+@credential_options(
+    "Read the sink with this token credential instead of its connection string (the manifest names the "
+    "account URL)"
+)
+def views(
+    manifest_path: str,
+    every: float,
+    duration: float | None,
+    serve_port: int | None,
+    credential: str | None,
+    client_id: str | None,
+) -> None:
     """Write the aggregate's window totals as JSON for a web page (views/index.json, one file per window);
     with --serve, also serve the residents' page that reads them."""
     from hubshift.pipelines.aggregate_view import AggregateView
     from hubshift.sinks import build_store
 
     consumer = load_manifest(manifest_path)
+    chosen = chosen_identity(credential, client_id)
+    if chosen is not None:
+        consumer = with_credential(consumer, chosen, roles=SINK_ONLY)
     pipeline = consumer.spec.consumer.pipeline
     if pipeline.type != "aggregate":
         raise UserError(

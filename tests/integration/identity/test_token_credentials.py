@@ -413,3 +413,41 @@ def test_a_token_credential_pool_reads_checkpoints_hands_off_and_renews_its_toke
     ]
     leaked = secrets_in("\n".join(everything), entra.endpoint.tokens())
     assert not leaked, leaked
+
+
+@pytest.mark.timeout(120)
+def test_views_reads_a_blob_sink_with_the_command_lines_credential(entra: Entra, tmp_path: Path) -> None:
+    """A manifest written for connection strings, its sink on an account URL: `--credential` reaches the one
+    connection `hubshift views` opens (the sink), whatever the rest of the manifest names."""
+    path = tmp_path / "views.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "hubshift.dev/v1alpha1",
+                "kind": "PartitionedConsumer",
+                "metadata": {"name": "homes"},
+                "spec": {
+                    "eventHubs": {"hub": "hub", "connectionStringEnv": "UNSET_EVENTHUBS"},
+                    "checkpointStore": {"sqlite": {"path": str(tmp_path / "store.db")}},
+                    "consumer": {
+                        "sink": {
+                            "type": "blob",
+                            "blob": {
+                                "container": "views-sink",
+                                "accountUrl": entra.azurite.account_url,
+                                "connectionStringEnv": "UNSET_SINK",
+                            },
+                        }
+                    },
+                },
+            }
+        )
+    )
+    without = run_cli(entra, "views", "-f", str(path))
+    assert without.returncode != 0 and "UNSET_SINK is not set" in without.stderr
+    done = run_cli(entra, "views", "-f", str(path), "--credential", "managedIdentity")
+    assert done.returncode == 0, done.stderr
+    store = BlobStore(
+        None, "views-sink", "", account_url=entra.azurite.account_url, identity=MANAGED_IDENTITY
+    )
+    assert "views/index.json" in store.list("views/")
