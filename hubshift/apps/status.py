@@ -249,7 +249,3 @@ def print_table(snapshot: OwnershipSnapshot, lag: Lag | None = None) -> None:
             f"lag: {worst.seconds:.1f}s (partition {worst.partition}), backlog {sum(lag[0].values())} events"
             + (f"; {unknown} partitions not known yet" if unknown else "")
         )
-
-
-def _is_url(store: str) -> bool:
-    return store.strip().lower().startswith(("https://", "http://"))

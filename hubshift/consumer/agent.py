@@ -6,7 +6,7 @@ Each turn of its loop:
 2. renews the membership lease, and stops reading everything at `safe_until` if renewals keep failing;
 3. lists the scope (every `list_interval`, at once when nudged, often while waiting for a handoff) and
    follows the operator's assignment record, or the fallback balancer without a current one
-   (`handoff.plan_ownership`): claims (by force past the handoff deadline or for an orphan) and drains;
+   (`plan.plan_ownership`): claims (by force past the handoff deadline or for an orphan) and drains;
 4. writes the checkpoints that are due (fenced by the partition lease: a deposed consumer is refused),
    and on a drained partition its final checkpoint, then releases its lease. With each checkpoint goes
    the enqueued time of the event after it when the receiver has it (the control loop's lag in seconds):

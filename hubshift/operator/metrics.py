@@ -7,8 +7,7 @@ most a few thousand, and small fixed sets). The counters that matter before the 
 the start (`initialise`, called when a control loop is set up). `OperatorMetrics` owns its registry, so a
 test makes a fresh one; the operator process uses `METRICS`.
 
-The consumers export their own metrics (`hubshift/consumer/metrics.py`); the names the chart's dashboards
-and alerts read from them are listed in `CONSUMER_METRICS`.
+The consumers export their own metrics, named in `hubshift/consumer/metrics.py` only.
 """
 
 from __future__ import annotations
@@ -27,25 +26,6 @@ from hubshift.operator.status import PHASES
 PREFIX = "hubshift"
 LABELS = ("namespace", "consumer")
 
-# What the dashboards and alert rules may read from the consumers (`hubshift/consumer/metrics.py`).
-CONSUMER_METRICS = {
-    "info": f"{PREFIX}_consumer_info",
-    "start_time": f"{PREFIX}_consumer_start_time_seconds",
-    "events": f"{PREFIX}_consumer_events_total",
-    "batches": f"{PREFIX}_consumer_batches_total",
-    "batch_duration": f"{PREFIX}_consumer_batch_duration_seconds",
-    "enqueue_to_sink": f"{PREFIX}_consumer_enqueue_to_sink_seconds",
-    "backlog": f"{PREFIX}_consumer_backlog_events",
-    "owned": f"{PREFIX}_consumer_owned_partitions",
-    "checkpoint_age": f"{PREFIX}_consumer_checkpoint_age_seconds",
-    "checkpoints": f"{PREFIX}_consumer_checkpoints_total",
-    "lease_renewals": f"{PREFIX}_consumer_lease_renewals_total",
-    "lease_lost": f"{PREFIX}_consumer_lease_lost_total",
-    "acquired": f"{PREFIX}_consumer_partitions_acquired_total",
-    "released": f"{PREFIX}_consumer_partitions_released_total",
-    "handoff_duration": f"{PREFIX}_consumer_handoff_duration_seconds",
-    "spool_depth": f"{PREFIX}_consumer_spool_events",
-}
 LAG_READ_RESULTS = ("ok", "failed")
 
 HANDOFF_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600)

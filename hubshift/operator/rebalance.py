@@ -1,7 +1,9 @@
 """The rebalance state machine: when to hand partitions over, and when the StatefulSet may shrink.
 
-Pure: `step(state, observation, now, config)` returns the next state and the actions to take. Solace's
-partitioned-queue semantics (docs/architecture.md, "The control loop"), over the assignment planner.
+Pure: `step(state, observation, now, config)` returns the next state and the actions to take, over the
+assignment planner. docs/decisions.md ("Rebalance state machine") fixes the exact semantics: a partition has
+one reader at a time, an unplanned change of the consumers waits out a holddown before anything moves, and
+a move is a graceful handoff (drain, final checkpoint, release) unless the old reader is gone.
 
 Phases:
 - `Ready`: the published assignment is balanced over the consumers present.
@@ -31,7 +33,7 @@ Immediate publications (no holddown):
 - a partition's owner is leaving (ordinal at or beyond the desired replica count, still present): the
   drain before a (planned) scale-in.
 Orphans and drained partitions are re-planned over the consumers the published assignment was planned
-for, minus those leaving or gone (standbys included: one takes over at once, as in Solace); other
+for, minus those leaving or gone (standbys included: a standby takes an orphan over at once); other
 pending changes keep their holddown. The StatefulSet shrinks (`SetReplicas`) only once no partition is
 assigned to a leaving consumer and the handoffs are done or forced (a publication is a handoff to wait for
 whenever a lease is held where it says otherwise, e.g. a joiner's cold-start share it read before it was
@@ -41,10 +43,10 @@ Forced partitions: in a publication, a partition whose current holder (the obser
 the previous assignee if nobody holds it) is not present cannot be handed over gracefully, so its new
 owner may break the lease at once instead of waiting for `maxHandoffSeconds`.
 
-Restart safety: the state is exactly what the assignment record holds (`to_dict`/`from_dict`, or
-`to_record`/`from_record` with `hubshift.ownership.model.Assignment`). When the record read from the
-store has a different generation than the state passed in (an operator restart, a lost write, another
-writer), the record wins. Deadlines are absolute wall-clock times, so they survive a restart unchanged.
+Restart safety: the state is exactly what the assignment record holds (`to_record`/`from_record` with
+`hubshift.ownership.model.Assignment`). When the record read from the store has a different generation
+than the state passed in (an operator restart, a lost write, another writer), the record wins. Deadlines
+are absolute wall-clock times, so they survive a restart unchanged.
 """
 
 from __future__ import annotations
@@ -53,7 +55,6 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
 
 from hubshift.ownership.model import Assignment as AssignmentRecord
 from hubshift.ownership.model import ChangeKind, Phase
@@ -117,38 +118,6 @@ class RebalanceState:
 
     def partitions_of(self, consumer: str) -> list[str]:
         return [p for p, owner in self.assignment.items() if owner == consumer]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "generation": self.generation,
-            "phase": self.phase.value,
-            "assignment": dict(self.assignment),
-            "consumers": list(self.consumers),
-            "forced": sorted_partitions(self.forced),
-            "publishedAt": self.published_at,
-            "holddownUntil": self.holddown_until,
-            "replicas": self.replicas,
-            "planned": dict(self.planned),
-            "plannedUntil": self.planned_until,
-            "change": None if self.change is None else self.change.value,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RebalanceState:
-        assignment = {str(p): (None if c is None else str(c)) for p, c in data.get("assignment", {}).items()}
-        return cls(
-            generation=int(data.get("generation", 0)),
-            phase=Phase(data.get("phase", Phase.READY.value)),
-            assignment={p: assignment[p] for p in sorted_partitions(assignment)},
-            consumers=tuple(str(c) for c in data.get("consumers", ())),
-            forced=frozenset(str(p) for p in data.get("forced", ())),
-            published_at=_optional_float(data.get("publishedAt")),
-            holddown_until=_optional_float(data.get("holddownUntil")),
-            replicas=int(data.get("replicas", 0)),
-            planned={str(p): str(c) for p, c in (data.get("planned") or {}).items()},
-            planned_until=_optional_float(data.get("plannedUntil")),
-            change=None if data.get("change") is None else ChangeKind(data["change"]),
-        )
 
     def to_record(self, config: RebalanceSpec) -> AssignmentRecord:
         """The assignment record the consumers read (`hubshift.ownership.model.Assignment`)."""
@@ -702,7 +671,3 @@ def _names(consumers: Iterable[str]) -> str:
 
 def _datetime(timestamp: float) -> datetime:
     return datetime.fromtimestamp(timestamp, tz=UTC)
-
-
-def _optional_float(value: Any) -> float | None:
-    return None if value is None else float(value)

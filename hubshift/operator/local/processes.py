@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from hubshift.operator.consumer_http import consumer_ready
 from hubshift.operator.rebalance import consumer_name
@@ -330,12 +330,6 @@ class LocalRuntime:
                 running.log_file.close()
         self.processes.clear()
 
-    def kill_all(self) -> None:
-        """Last resort (the runner itself is being torn down): SIGKILL every process still running."""
-        for running in self.processes.values():
-            if running.process.poll() is None:
-                running.process.kill()
-
 
 def _write_atomically(path: Path, text: str) -> None:
     temporary = path.with_suffix(".tmp")
@@ -352,11 +346,3 @@ def free_port() -> int:
 
 def _iso(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, tz=UTC).isoformat(timespec="seconds")
-
-
-def read_status_file(workdir: Path) -> dict[str, Any] | None:
-    try:
-        document: dict[str, Any] = json.loads((workdir / "status.json").read_text())
-        return document
-    except (OSError, ValueError):
-        return None

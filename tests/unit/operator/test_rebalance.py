@@ -3,7 +3,7 @@ restarts."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,9 +24,15 @@ from hubshift.operator.rebalance import (
     step,
 )
 from hubshift.ownership.planner import is_balanced, minimum_moves, plan_assignment, plan_moves
+from hubshift.ownership.records import decode_assignment, encode_assignment
 from hubshift.spec import RebalanceSpec
 
 CONFIG = RebalanceSpec(delay_seconds=5.0, max_handoff_seconds=3.0)
+
+
+def stored(state: RebalanceState) -> RebalanceState:
+    """`state` as the control loop reads it back from the store: its assignment record, as JSON."""
+    return RebalanceState.from_record(decode_assignment(encode_assignment(state.to_record(CONFIG))))
 
 
 def ids(n: int) -> list[str]:
@@ -527,7 +533,7 @@ def test_operator_restart_mid_rebalance_resumes_from_the_record() -> None:
     deadline = world.record.handoff_deadline(CONFIG) if world.record else None
     world.state = None  # the operator restarts; the record in the store is all it has
     assert world.record is not None
-    world.record = RebalanceState.from_dict(world.record.to_dict())
+    world.record = stored(world.record)
     world.run(CONFIG.max_handoff_seconds + 2)
     assert len(world.published) == 1  # nothing re-published
     assert world.record.handoff_deadline(CONFIG) == deadline
@@ -552,20 +558,20 @@ def test_a_lost_write_is_recomputed_with_the_same_generation() -> None:
 
 def test_the_record_wins_over_a_stale_state() -> None:
     world = settled_world()
-    newer = RebalanceState.from_dict({**(world.record.to_dict() if world.record else {}), "generation": 9})
-    world.record = newer
+    assert world.record is not None
+    world.record = replace(stored(world.record), generation=9)
     world.cycle()
     assert world.state is not None and world.state.generation == 9
 
 
-def test_state_round_trips_through_a_dict_and_the_assignment_record() -> None:
+def test_state_round_trips_through_the_assignment_record() -> None:
     world = settled_world()
     world.present.remove("homes-2")
     world.cycle()
     state = world.state
     assert state is not None and state.holddown_until is not None
-    assert RebalanceState.from_dict(state.to_dict()) == state
     assert RebalanceState.from_record(state.to_record(CONFIG)) == state
+    assert stored(state) == state
 
 
 def test_ordinal_reads_the_statefulset_suffix() -> None:
@@ -663,14 +669,12 @@ def test_invariants_hold_over_random_event_sequences(
                 assert not still_held or world.now >= (after.handoff_deadline(CONFIG) or 0.0)
         if after.phase is Phase.HOLDDOWN:
             assert after.holddown_until is not None
-        assert RebalanceState.from_dict(after.to_dict()) == after
+        assert stored(after) == after
         assert set(after.assignment) == set(world.partitions)
     assert world.early_breaks == [], "no live holder lost a partition before its handoff time"
 
 
 def test_state_survives_the_stored_json_record() -> None:
-    from hubshift.ownership.records import decode_assignment, encode_assignment
-
     world = settled_world(partitions=6, consumers=2)
     world.now = 1_763_700_000.25
     world.present.remove("homes-1")
