@@ -70,7 +70,7 @@ class OwnershipPlan:
 def assignment_is_healthy(assignment: Assignment, partitions: Collection[str], live: Collection[str]) -> bool:
     """Every partition is assigned to a live consumer."""
     alive = set(live)
-    return all(assignment.owner_of(p) in alive for p in partitions)
+    return all(assignment.assignee_of(p) in alive for p in partitions)
 
 
 def assignment_is_current(
@@ -149,7 +149,7 @@ def _follow(
     # Planned for me and read by nobody (a cold start, a reader that left): read it now that I have joined,
     # if its lease is free, instead of a listing after the operator's next generation. Held by anyone else,
     # it stays the operator's to move.
-    unread = {p for p in planned if assignment.owner_of(p) is None}
+    unread = {p for p in planned if assignment.assignee_of(p) is None}
     drains = tuple(sorted(active - mine - unread))
     handoff = assignment.max_handoff_seconds if assignment.max_handoff_seconds is not None else None
     deadline_seconds = handoff if handoff is not None else max_handoff_seconds

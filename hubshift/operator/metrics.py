@@ -21,7 +21,7 @@ from prometheus_client.exposition import generate_latest
 
 from hubshift import __version__
 from hubshift.operator.rebalance import PublishReason
-from hubshift.operator.status import PHASES
+from hubshift.operator.status import ResourcePhase
 
 PREFIX = "hubshift"
 LABELS = ("namespace", "consumer")
@@ -166,8 +166,8 @@ class OperatorMetrics:
 
     # helpers for the label sets that must be replaced, not just set
 
-    def set_phase(self, namespace: str, consumer: str, phase: str) -> None:
-        for candidate in PHASES:
+    def set_phase(self, namespace: str, consumer: str, phase: ResourcePhase) -> None:
+        for candidate in ResourcePhase:
             self.phase.labels(namespace, consumer, candidate).set(1 if candidate == phase else 0)
 
     def set_backlog(self, namespace: str, consumer: str, per_partition: Mapping[str, int]) -> None:
@@ -193,10 +193,10 @@ class OperatorMetrics:
         self.lag.labels(namespace, consumer).set(max(known.values(), default=0.0))
         self.lag_unknown.labels(namespace, consumer).set(len(per_partition) - len(known))
 
-    def set_owners(self, namespace: str, consumer: str, holders: Mapping[str, str | None]) -> None:
+    def set_owners(self, namespace: str, consumer: str, owners: Mapping[str, str | None]) -> None:
         """Who holds each partition now (`hubshift_partition_owner`): a changed owner replaces the series."""
         key = (namespace, consumer)
-        now = {(p, owner) for p, owner in holders.items() if owner is not None}
+        now = {(p, owner) for p, owner in owners.items() if owner is not None}
         for partition, owner in self._owners_seen.get(key, set()) - now:
             self.partition_owner.remove(namespace, consumer, partition, owner)
         for partition, owner in now:
@@ -237,7 +237,7 @@ class OperatorMetrics:
             _remove(self.lag_reads, (namespace, consumer, result))
         for partition, owner in self._owners_seen.pop((namespace, consumer), set()):
             _remove(self.partition_owner, (namespace, consumer, partition, owner))
-        for phase in PHASES:
+        for phase in ResourcePhase:
             _remove(self.phase, (namespace, consumer, phase))
         for direction in ("up", "down"):
             _remove(self.scale_events, (namespace, consumer, direction))

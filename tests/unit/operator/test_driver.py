@@ -55,7 +55,7 @@ class FakeLoop:
             state=RebalanceState(),
             status=PartitionedConsumerStatus(),
             decision=None,
-            holders={},
+            owners={},
             backlog=None,
             actions=(),
             store_requests=0,
