@@ -268,7 +268,7 @@ def consumer_name(pool: str, number: int) -> str:
 def pending_handoffs(state: RebalanceState, owners: Mapping[str, str | None]) -> list[str]:
     """Partitions whose observed owner is not (yet) their assignee. A partition without an assignee that
     its planned owner already owns is not pending: a joiner claims such a partition itself as soon
-    as it has joined (`hubshift.consumer.plan`)."""
+    as it has joined (`hubshift.consumer.ownership_step`)."""
     return _pending(state.assignment, state.planned, owners)
 
 

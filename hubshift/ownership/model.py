@@ -96,6 +96,38 @@ class ChangeKind(enum.StrEnum):
     IMMEDIATE = "immediate"  # the partition set changed, or a consumer is gone for good: published at once
 
 
+class ClaimReason(enum.StrEnum):
+    """Why a consumer claims a partition."""
+
+    FREE = "free"  # nobody holds its lease (never claimed, released, broken or expired)
+    MINE = "mine"  # its lease is still ours (a restart with the same identity)
+    ORPHANED = "orphaned"  # its owner is no longer alive
+    OWNER_GONE = "owner gone"  # the operator saw its owner go (the assignment's `forced`)
+    HANDOFF_DEADLINE = "handoff deadline passed"  # its owner did not release it in time
+    STEAL = "steal"  # fallback balancing: from the biggest owner
+
+    @property
+    def acquired_how(self) -> str:
+        """How the lease is acquired: released, own, expired or broken (a consumer metric's label)."""
+        return {ClaimReason.FREE: "released", ClaimReason.MINE: "own", ClaimReason.ORPHANED: "expired"}.get(
+            self, "broken"
+        )
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A partition a consumer is to claim, by `force` (breaking the lease of `owner`) or not."""
+
+    partition: str
+    force: bool
+    reason: ClaimReason
+    owner: str | None = None  # who holds its lease now, when it is taken from someone
+
+    def describe(self) -> str:
+        """For a log line: the reason, and from whom."""
+        return self.reason.value if self.owner is None else f"{self.reason.value} from {self.owner}"
+
+
 @dataclass(frozen=True)
 class Assignment:
     """The operator's decision, published with compare-and-swap: each partition's assignee.

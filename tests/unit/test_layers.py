@@ -19,7 +19,10 @@ PURE_MODULES = [
     "operator/autoscaler.py",
     "operator/rebalance.py",
     "operator/observe.py",
-    "consumer/plan.py",
+    "consumer/ownership_step.py",
+    "consumer/checkpointing.py",
+    "consumer/schedule.py",
+    "consumer/failures.py",
 ]
 # Plain data the pure modules read: the ownership and Event Hubs models, the manifest's typed spec, the
 # consumers as a runtime reports them.
