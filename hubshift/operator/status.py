@@ -206,20 +206,7 @@ def build_status(
     handoffs = pending(state, owners)
     change = state.running
     waiting = assignment_by_consumer(state.planned)
-    if state.phase is Phase.HOLDDOWN and state.holddown_until is not None:
-        message = (
-            f"consumers changed; the assignment is held until {_datetime(state.holddown_until):%H:%M:%S} UTC"
-        )
-    elif state.phase is Phase.REBALANCING:
-        kind = f" ({change.value})" if change is not None else ""
-        message = f"generation {state.generation}{kind}: {len(handoffs)} handoffs pending"
-    else:
-        message = f"generation {state.generation}: balanced"
-    if waiting:
-        names = ", ".join(w.consumer for w in waiting)
-        message += f"; {len(state.planned)} partitions planned for {names} (not ready yet)"
-    if probe_error:
-        message += f"; {probe_error}"
+    message = _message(state, len(handoffs), waiting, probe_error)
     moving = state.phase is Phase.REBALANCING or bool(waiting)
     conditions = [
         Condition(
@@ -236,29 +223,7 @@ def build_status(
         ),
     ]
     if decision is not None:
-        problems = "; ".join(pause.problems)
-        conditions += [
-            Condition(
-                type=ACTIVE,
-                status="True" if decision.active else "False",
-                reason="BacklogAboveActivation" if decision.active else "Idle",
-                message=decision.reason,
-            ),
-            Condition(
-                type=FALLBACK,
-                status="True" if decision.fallback else "False",
-                reason="BacklogUnreadable" if decision.fallback else "BacklogRead",
-                message=probe_error or "the backlog was read",
-            ),
-            Condition(
-                type=PAUSED,
-                status="True" if decision.paused else "False",
-                reason="PauseAnnotation"
-                if decision.paused
-                else ("BadAnnotation" if problems else "NotPaused"),
-                message=problems or (decision.reason if decision.paused else "no pause annotation"),
-            ),
-        ]
+        conditions += _scaling_conditions(decision, pause, probe_error)
     stamped = [
         carry_transition_time(list(previous_conditions), c, moment, observed_generation) for c in conditions
     ]
@@ -285,6 +250,53 @@ def build_status(
         last_scale_time=None if last_scale_time is None else _datetime(last_scale_time),
         last_active_time=None if last_active is None else _datetime(last_active),
     )
+
+
+def _message(
+    state: RebalanceState, handoffs: int, waiting: list[AssignedPartitions], probe_error: str | None
+) -> str:
+    """Why the phase is what it is, for people."""
+    change = state.running
+    if state.phase is Phase.HOLDDOWN and state.holddown_until is not None:
+        message = (
+            f"consumers changed; the assignment is held until {_datetime(state.holddown_until):%H:%M:%S} UTC"
+        )
+    elif state.phase is Phase.REBALANCING:
+        kind = f" ({change.value})" if change is not None else ""
+        message = f"generation {state.generation}{kind}: {handoffs} handoffs pending"
+    else:
+        message = f"generation {state.generation}: balanced"
+    if waiting:
+        names = ", ".join(w.consumer for w in waiting)
+        message += f"; {len(state.planned)} partitions planned for {names} (not ready yet)"
+    if probe_error:
+        message += f"; {probe_error}"
+    return message
+
+
+def _scaling_conditions(decision: ScalingDecision, pause: Pause, probe_error: str | None) -> list[Condition]:
+    """The autoscaler's conditions: Active, Fallback, Paused."""
+    problems = "; ".join(pause.problems)
+    return [
+        Condition(
+            type=ACTIVE,
+            status="True" if decision.active else "False",
+            reason="BacklogAboveActivation" if decision.active else "Idle",
+            message=decision.reason,
+        ),
+        Condition(
+            type=FALLBACK,
+            status="True" if decision.fallback else "False",
+            reason="BacklogUnreadable" if decision.fallback else "BacklogRead",
+            message=probe_error or "the backlog was read",
+        ),
+        Condition(
+            type=PAUSED,
+            status="True" if decision.paused else "False",
+            reason="PauseAnnotation" if decision.paused else ("BadAnnotation" if problems else "NotPaused"),
+            message=problems or (decision.reason if decision.paused else "no pause annotation"),
+        ),
+    ]
 
 
 def _datetime(timestamp: float) -> datetime:
