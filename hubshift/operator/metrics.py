@@ -95,6 +95,13 @@ class OperatorMetrics:
             LABELS,
             registry=r,
         )
+        self._define_loop_metrics(r)
+        self._partitions_seen: dict[tuple[str, str], set[str]] = {}
+        self._lag_seen: dict[tuple[str, str], set[str]] = {}
+        self._owners_seen: dict[tuple[str, str], set[tuple[str, str]]] = {}
+
+    def _define_loop_metrics(self, r: CollectorRegistry) -> None:
+        """The phase, rebalance, scaling and cycle metrics."""
         self.phase_duration = Gauge(
             f"{PREFIX}_phase_duration_seconds", "Seconds since the phase last changed.", LABELS, registry=r
         )
@@ -146,9 +153,6 @@ class OperatorMetrics:
             LABELS,
             registry=r,
         )
-        self._partitions_seen: dict[tuple[str, str], set[str]] = {}
-        self._lag_seen: dict[tuple[str, str], set[str]] = {}
-        self._owners_seen: dict[tuple[str, str], set[tuple[str, str]]] = {}
 
     def initialise(self, namespace: str, consumer: str) -> None:
         """Every counter and histogram of one PartitionedConsumer at 0, so their series exist before the
