@@ -1,8 +1,8 @@
 """The ownership agent: one thread of the consumer's main process that decides which partitions this
-consumer reads and does every store write for them. It is the thin loop that does the I/O; what to do and
-when is decided by pure code beside it: `ownership_step` (claims and drains), `checkpointing` (what each
-owned partition's checkpoint writes and when), `schedule` (when to list, renew, retry, stop) and `failures`
-(which log line a failure gets).
+consumer reads and does every store write for them. It is the loop that does the I/O (the writes for the
+partitions it owns in `owned.OwnedPartitions`); what to do and when is decided by pure code beside it:
+`ownership_step` (claims and drains), `checkpointing` (what each owned partition's checkpoint writes and
+when), `schedule` (when to list, renew, retry, stop) and `failures` (which log line a failure gets).
 
 Each turn of its loop:
 1. takes what the engine reported (batches committed, partitions drained, receivers stolen);
@@ -22,7 +22,6 @@ SIGTERM (`request_stop`): drain everything, checkpoint, release, leave, within t
 
 from __future__ import annotations
 
-import functools
 import logging
 import queue
 import threading
@@ -30,21 +29,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any
 
-from hubshift.consumer.checkpointing import EnqueuedTime, OwnedPartition, next_enqueued
-from hubshift.consumer.engine import Committed, Drained, Engine, EngineEvent, EngineFailed, Stolen
-from hubshift.consumer.failures import FailureLog, LogLine
+from hubshift.consumer.engine import Engine, EngineEvent, EngineFailed
+from hubshift.consumer.failures import FailureLog
+from hubshift.consumer.owned import Hub, OwnedPartitions, log_line
 from hubshift.consumer.ownership_step import OwnershipStep, lost_partitions, ownership_step, track_unhealthy
 from hubshift.consumer.schedule import AgentSchedule, StopOutcome
-from hubshift.eventhubs.receiver import StartAt
-from hubshift.ownership.checkpoints import write_checkpoint
-from hubshift.ownership.leases import claim_partition, release_partition
 from hubshift.ownership.membership import Membership, join, leave, renew
-from hubshift.ownership.model import EARLIEST, Checkpoint, Claim, OwnershipSnapshot
+from hubshift.ownership.model import OwnershipSnapshot
 from hubshift.ownership.scope import Scope, consumer_id
 from hubshift.ownership.snapshot import take_snapshot
-from hubshift.ownership.store import LeaseConflict, LeaseLost, LeaseStore, StoreError
+from hubshift.ownership.store import LeaseStore, StoreError
 from hubshift.ownership.timing import Timing
 from hubshift.spec import CheckpointPolicy, PartitionedConsumerSpec, StartPosition
 
@@ -56,23 +52,10 @@ log = logging.getLogger(__name__)
 # SIGTERM: a consumer hands off within maxHandoffSeconds plus this (the pod's grace period is longer).
 GRACE_MARGIN_SECONDS = 10.0
 
-# The kinds of store and hub operations whose failures `FailureLog` reports.
+# The kinds of operations whose failures `FailureLog` reports (`owned.py` has the partitions' own).
 RENEWAL = "membership renewal"
 LISTING = "listing the ownership table"
 HUB_PARTITIONS = "reading the hub's partition ids"
-CLAIM = "claim"
-CHECKPOINT = "checkpoint"
-RELEASE = "release"
-
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
-
-
-class Hub(Protocol):
-    """What the agent asks Event Hubs (`eventhubs.EventHubsManagement`)."""
-
-    def partition_ids(self) -> list[str]: ...
-
-    def last_enqueued(self, partition: str) -> Checkpoint | None: ...
 
 
 @dataclass(frozen=True)
@@ -125,6 +108,8 @@ class AgentSettings:
 
 
 class OwnershipAgent:
+    """One consumer's ownership loop (module docstring): the I/O of each turn, the decisions beside it."""
+
     def __init__(
         self,
         store: LeaseStore,
@@ -151,13 +136,14 @@ class OwnershipAgent:
         # A timer on the real clock behind `safe_until`; tests that drive `clock` by hand turn it off.
         self.watchdog = watchdog
         self._watchdog_timer: threading.Timer | None = None
-        self._stopped_at_deadline: set[str] = set()
         self._events: queue.Queue[EngineEvent] = queue.Queue()
         self._wake = threading.Event()
         self._nudged = threading.Event()
         self._stop_requested = threading.Event()
-        self._lock = threading.Lock()
-        self._owned: dict[str, OwnedPartition] = {}
+        self._failures = FailureLog()
+        self._owned = OwnedPartitions(
+            store, scope, self.me, engine, hub, self._failures, metrics=metrics, clock=clock
+        )
         self._membership: Membership | None = None
         self._snapshot: OwnershipSnapshot | None = None
         self._partitions: list[str] = []
@@ -165,7 +151,6 @@ class OwnershipAgent:
         # (generation, when first seen) of an assignment record naming a consumer that is not alive.
         self._unhealthy: tuple[int, datetime] | None = None
         self._schedule = settings.schedule()
-        self._failures = FailureLog()
         self._failure: str | None = None
         self.ready = False
 
@@ -188,25 +173,16 @@ class OwnershipAgent:
 
     def status(self) -> dict[str, Any]:
         """What this consumer owns and does, for the HTTP server and the operator (JSON-ready)."""
-        with self._lock:
-            step = self._step
-            owned = {
-                p: {
-                    "state": o.state,
-                    "ownerLevel": o.lease.owner_level,
-                    "checkpoint": o.lease.checkpoint.sequence_number,
-                    "committed": None if o.committed is None else o.committed.sequence_number,
-                }
-                for p, o in self._owned.items()
-            }
-            assignment = self._snapshot.assignment if self._snapshot is not None else None
+        step = self._step
+        snapshot = self._snapshot
+        assignment = snapshot.assignment if snapshot is not None else None
         return {
             "consumer": self.me,
             "ready": self.ready,
             "stopping": self._stop_requested.is_set(),
             "mode": step.mode if step else None,
             "assignmentGeneration": assignment.generation if assignment else None,
-            "partitions": owned,
+            "partitions": self._owned.rows(),
             "waiting": list(step.waiting) if step else [],
             "planned": list(step.planned) if step else [],
         }
@@ -218,8 +194,7 @@ class OwnershipAgent:
 
     def owned(self) -> dict[str, int]:
         """Partition -> owner level, for partitions read or being drained now."""
-        with self._lock:
-            return {p: o.lease.owner_level for p, o in self._owned.items()}
+        return self._owned.levels()
 
     # --- the loop --------------------------------------------------------------------------------
 
@@ -251,7 +226,7 @@ class OwnershipAgent:
         now = self.clock()
         self._take_engine_events()
         if self._failure is not None:
-            self._abandon(self._failure)
+            self._owned.abandon(self._failure)
             return 1
         self._keep_membership(now)
         stopping = self._stop_requested.is_set()
@@ -259,15 +234,17 @@ class OwnershipAgent:
             log.info("stopping: handing off %d partitions", len(self._owned))
             self.ready = False
         if stopping:
-            for partition in list(self._owned):
-                self._drain(partition)
+            for partition in self._owned.levels():
+                self._owned.drain(partition)
         elif self._listing_due(now):
             self._list_and_follow(now)
-        self._write_due_checkpoints(now)
-        self._report_backlog()
+        membership = self._membership
+        if membership is not None and membership.is_safe(now):
+            self._owned.write_due_checkpoints(now, self.settings.checkpoint)
+        self._owned.report_backlog()
         outcome = self._schedule.stop_outcome(now, owned=len(self._owned))
         if outcome is StopOutcome.OUT_OF_TIME:
-            self._abandon("the grace period ran out")
+            self._owned.abandon("the grace period ran out")
         return None if outcome is StopOutcome.RUNNING else 0
 
     def leave(self) -> None:
@@ -293,21 +270,6 @@ class OwnershipAgent:
         """Some partition assigned here is still held by its old owner (the claim is retried soon)."""
         return self._step is not None and bool(self._step.waiting)
 
-    def _report(self, line: LogLine | None) -> None:
-        if line is not None:
-            log.log(_LEVELS[line.level], "%s", line.message)
-
-    def _failed(self, kind: str, reason: str, now: float, *, where: str = "") -> None:
-        self._report(self._failures.failed(kind, reason, now, where=where))
-
-    def _succeeded(self, kind: str, now: float) -> None:
-        self._report(self._failures.succeeded(kind, now))
-
-    def _enqueued_time(self, partition: str) -> EnqueuedTime:
-        return functools.partial(self.engine.enqueued_time, partition)
-
-    # --- engine reports --------------------------------------------------------------------------
-
     def _take_engine_events(self) -> None:
         while True:
             try:
@@ -316,83 +278,9 @@ class OwnershipAgent:
                 return
             if isinstance(event, EngineFailed):
                 self._failure = event.reason
-                continue
-            owned = self._owned.get(event.partition)
-            if owned is None or owned.lease.owner_level != event.owner_level:
-                continue  # an earlier epoch of a partition lost or handed off since
-            if isinstance(event, Committed):
-                owned.commit(event.position, event.events)
-            elif isinstance(event, Drained):
-                self._finish_drain(event.partition, owned, event.position)
-            elif isinstance(event, Stolen):
-                self._lost(event.partition, "a receiver with a higher owner level took it", release=True)
-
-    def _finish_drain(self, partition: str, owned: OwnedPartition, position: Checkpoint | None) -> None:
-        final = owned.final_position(position)
-        released = self._release(partition, owned, final)
-        if self.metrics:
-            if released:
-                if final is not None:
-                    self.metrics.checkpoint_written(partition)
-                drain = None if owned.drain_started is None else self.clock() - owned.drain_started
-                self.metrics.partition_released(partition, drain)
-            else:
-                self.metrics.partition_lost(partition)
-        log.info(
-            "partition %s handed off at sequence number %s%s",
-            partition,
-            (final or owned.lease.checkpoint).sequence_number,
-            "" if released else " (the lease was already gone)",
-        )
-        with self._lock:
-            self._owned.pop(partition, None)
-        # Whoever waits for it learns at its next claim attempt; look again soon ourselves.
-        self._schedule.released(self.clock())
-
-    def _release(self, partition: str, owned: OwnedPartition, final: Checkpoint | None) -> bool:
-        """Write `final` (if any) and release the lease; False when it was not released."""
-        now = self.clock()
-        try:
-            released = release_partition(
-                self.store,
-                owned.lease,
-                final=final,
-                next_enqueued=next_enqueued(final, self._enqueued_time(partition)),
-            )
-        except StoreError as exc:
-            self._failed(RELEASE, str(exc), now, where=f"partition {partition}")
-            return False
-        self._succeeded(RELEASE, now)
-        return released
-
-    def _lost(self, partition: str, reason: str, *, release: bool = False) -> None:
-        owned = self._owned.get(partition)
-        log.warning("partition %s: lost (%s); stopped reading it", partition, reason)
-        self.engine.stop_partition(partition)
-        with self._lock:
-            self._owned.pop(partition, None)
-        if self.metrics:
-            self.metrics.partition_lost(partition)
-        if release and owned is not None:
-            try:
-                release_partition(self.store, owned.lease)
-            except StoreError:
-                pass
-
-    def _abandon(self, reason: str) -> None:
-        """Stop everything now: checkpoint what was committed, release, stop the engine's reading."""
-        log.warning("stopping every partition: %s", reason)
-        for partition, owned in list(self._owned.items()):
-            self.engine.stop_partition(partition)
-            now = self.clock()
-            try:
-                release_partition(self.store, owned.lease, final=owned.final_position())
-            except StoreError as exc:
-                self._failed(RELEASE, str(exc), now, where=f"partition {partition}")
-        with self._lock:
-            self._owned.clear()
-        if self.metrics:
-            self.metrics.partitions_owned([])
+            elif self._owned.apply(event):
+                # Handed off: whoever waits for it learns at its next claim attempt; we look again soon.
+                self._schedule.released(self.clock())
 
     # --- membership ------------------------------------------------------------------------------
 
@@ -420,56 +308,35 @@ class OwnershipAgent:
     def _deadline_passed(self, membership: Membership) -> None:
         if self._membership is not membership:
             return  # renewed meanwhile
-        with self._lock:
-            partitions = list(self._owned)
-            self._stopped_at_deadline.update(partitions)
-        for partition in partitions:
-            self.engine.stop_partition(partition)
-        if partitions:
+        stopped = self._owned.stop_reading()
+        if stopped:
             log.warning(
-                "membership not renewed before its safe deadline: stopped reading %d partitions",
-                len(partitions),
+                "membership not renewed before its safe deadline: stopped reading %d partitions", stopped
             )
         self._wake.set()
 
-    def _forget_stopped_at_deadline(self) -> None:
-        """The partitions the watchdog stopped are no longer read: forget them (they are claimed again,
-        without force, once the membership is renewed)."""
-        with self._lock:
-            stopped, self._stopped_at_deadline = self._stopped_at_deadline, set()
-            for partition in stopped:
-                self._owned.pop(partition, None)
-        for partition in stopped:
-            if self.metrics:
-                self.metrics.partition_lost(partition)
-
     def _keep_membership(self, now: float) -> None:
-        self._forget_stopped_at_deadline()
+        self._owned.forget_stopped()
         membership = self._membership
         assert membership is not None
         if self._schedule.renewal_due(now, membership.renew_due):
             self._renew(membership, now)
         membership = self._membership
-        if membership is not None and not membership.is_safe(now) and self._owned:
+        if membership is not None and not membership.is_safe(now) and len(self._owned):
             # Others may take our partitions once the lease could have expired: stop before that.
-            for partition in list(self._owned):
-                self.engine.stop_partition(partition)
-                if self.metrics:
-                    self.metrics.partition_lost(partition)
-            with self._lock:
-                self._owned.clear()
+            self._owned.stop_all()
             log.warning("membership not renewed in time: stopped reading every partition")
 
     def _renew(self, membership: Membership, now: float) -> None:
         try:
             self._membership = renew(self.store, membership, clock=self.clock)
         except StoreError as exc:
-            self._failed(RENEWAL, str(exc), now)
+            log_line(self._failures.failed(RENEWAL, str(exc), now))
             if self.metrics:
                 self.metrics.lease_renewed(False)
             self._schedule.renewal_failed(now)
             return
-        self._succeeded(RENEWAL, now)
+        log_line(self._failures.succeeded(RENEWAL, now))
         self._arm_watchdog()
         if self.metrics:
             self.metrics.lease_renewed(True)
@@ -492,10 +359,8 @@ class OwnershipAgent:
         if snapshot is None:
             return
         self._snapshot = snapshot
-        for partition, why in lost_partitions(self.me, self.owned(), snapshot):
-            self._lost(partition, why)
-        active = [p for p, o in self._owned.items() if o.state == "active"]
-        draining = [p for p, o in self._owned.items() if o.state == "draining"]
+        for partition, why in lost_partitions(self.me, self._owned.levels(), snapshot):
+            self._owned.lose(partition, why)
         wall_now = self.wall()
         live = set(snapshot.live_members) | {self.me}
         record = snapshot.assignment
@@ -504,18 +369,17 @@ class OwnershipAgent:
             self.me,
             self._partitions,
             snapshot,
-            active,
-            draining,
+            self._owned.in_state("active"),
+            self._owned.in_state("draining"),
             wall_now,
             max_handoff_seconds=self.settings.max_handoff_seconds,
             stale_after_seconds=self.settings.stale_after_seconds,
             unhealthy_since=None if self._unhealthy is None else self._unhealthy[1],
         )
-        with self._lock:
-            self._step = step
+        self._step = step
         for partition in step.drains:
-            self._drain(partition)
-        claimed = [self._claim(claim, snapshot) for claim in step.claims]
+            self._owned.drain(partition)
+        claimed = [self._owned.claim(claim, snapshot, self.settings.start) for claim in step.claims]
         self._schedule.listed(now, waiting=bool(step.waiting) or not all(claimed))
 
     def _list(self, now: float) -> OwnershipSnapshot | None:
@@ -526,10 +390,10 @@ class OwnershipAgent:
         try:
             snapshot = take_snapshot(self.store, self.scope, previous=self._snapshot)
         except StoreError as exc:
-            self._failed(LISTING, str(exc), now)
+            log_line(self._failures.failed(LISTING, str(exc), now))
             self._schedule.listing_failed(now)
             return None
-        self._succeeded(LISTING, now)
+        log_line(self._failures.succeeded(LISTING, now))
         record = snapshot.assignment
         if record is not None and not set(record.covered) <= set(self._partitions):
             # The operator saw partitions this consumer does not know yet (the hub grew): read them now
@@ -542,132 +406,11 @@ class OwnershipAgent:
         try:
             self._partitions = self.hub.partition_ids()
         except Exception as exc:
-            self._failed(HUB_PARTITIONS, type(exc).__name__, now)
+            log_line(self._failures.failed(HUB_PARTITIONS, type(exc).__name__, now))
             if not self._partitions:
                 self._schedule.listing_failed(now)
                 return False
             return True
         self._schedule.partitions_read(now)
-        self._succeeded(HUB_PARTITIONS, now)
+        log_line(self._failures.succeeded(HUB_PARTITIONS, now))
         return True
-
-    def _drain(self, partition: str) -> None:
-        owned = self._owned.get(partition)
-        if owned is None or not owned.start_drain(self.clock()):
-            return  # not ours, or draining already
-        log.info("partition %s: handing off (draining)", partition)
-        self.engine.drain_partition(partition)
-
-    def _initial(self, partition: str, snapshot: OwnershipSnapshot) -> Checkpoint:
-        """Where a partition with no checkpoint blob yet starts (written by its first claim)."""
-        if snapshot.partition(partition) is not None:
-            return EARLIEST  # the blob exists: the claim reads its checkpoint
-        start = self.settings.start
-        if start.type == "latest":
-            last = self.hub.last_enqueued(partition)
-            return last if last is not None else EARLIEST
-        if start.type == "enqueuedTime" and start.enqueued_time is not None:
-            return Checkpoint(offset="-1", sequence_number=-1, start=start.enqueued_time)
-        return EARLIEST
-
-    def _claim(self, claim: Claim, snapshot: OwnershipSnapshot) -> bool:
-        """Claim and start reading; False when it is not ours yet (the old owner still holds it, or the
-        claim failed): tried again soon."""
-        partition = claim.partition
-        now = self.clock()
-        try:
-            initial = self._initial(partition, snapshot)
-            lease = claim_partition(
-                self.store, self.scope, partition, self.me, force=claim.force, initial=initial
-            )
-        except LeaseConflict:
-            return False
-        except StoreError as exc:
-            self._failed(CLAIM, str(exc), now, where=f"partition {partition}")
-            return False
-        except Exception as exc:  # Event Hubs (the start position of `latest`)
-            self._failed(CLAIM, type(exc).__name__, now, where=f"partition {partition}")
-            return False
-        self._succeeded(CLAIM, now)
-        checkpoint = lease.checkpoint
-        if checkpoint.sequence_number >= 0:
-            start = StartAt(sequence_number=checkpoint.sequence_number)
-            next_sequence: int | None = checkpoint.sequence_number + 1
-        else:
-            start = StartAt(enqueued_time=checkpoint.start)
-            next_sequence = None
-        log.info(
-            "partition %s: claimed (%s%s) at owner level %d, from sequence number %s",
-            partition,
-            claim.describe(),
-            ", forced" if claim.force else "",
-            lease.owner_level,
-            checkpoint.sequence_number,
-        )
-        with self._lock:
-            self._owned[partition] = OwnedPartition(lease=lease, last_written=self.clock())
-        self.engine.start_partition(partition, lease.owner_level, start, next_sequence)
-        if self.metrics:
-            self.metrics.partition_acquired(partition, claim.reason.acquired_how)
-        return True
-
-    def _report_backlog(self) -> None:
-        if self.metrics is None:
-            return
-        for partition, events in self.engine.backlog().items():
-            if partition in self._owned:
-                self.metrics.set_backlog(partition, events)
-
-    # --- checkpoints -------------------------------------------------------------------------------
-
-    def _write_due_checkpoints(self, now: float) -> None:
-        """Each owned partition's due checkpoint, or its written one again with its neighbour's enqueued
-        time once known. The failures of one turn count as one (`FailureLog`): a partition that keeps
-        failing while others succeed is one run of failures, not a warning every turn."""
-        membership = self._membership
-        if membership is None or not membership.is_safe(now):
-            return
-        results: list[Literal["written", "lost", "failed"]] = []
-        for partition, owned in list(self._owned.items()):
-            enqueued = self._enqueued_time(partition)
-            if not owned.due(now, self.settings.checkpoint):
-                if owned.completes_checkpoint:
-                    moment = next_enqueued(owned.lease.checkpoint, enqueued)
-                    if moment is not None:
-                        result = self._write(partition, owned, owned.lease.checkpoint, moment, now)
-                        owned.written_with_next = result == "written"
-                        results.append(result)
-                continue
-            position, moment = owned.to_write(enqueued)
-            result = self._write(partition, owned, position, moment, now)
-            results.append(result)
-            if result == "written":
-                owned.written(position, moment is not None, now)
-                if self.metrics:
-                    self.metrics.checkpoint_written(partition)
-        if "written" in results and "failed" not in results:
-            self._succeeded(CHECKPOINT, now)
-
-    def _write(
-        self,
-        partition: str,
-        owned: OwnedPartition,
-        position: Checkpoint,
-        next_enqueued: datetime | None,
-        now: float,
-    ) -> Literal["written", "lost", "failed"]:
-        """Write the checkpoint under the partition's lease. A lost lease stops the partition; any other
-        failure is tried again at the next turn."""
-        try:
-            owned.lease = write_checkpoint(self.store, owned.lease, position, next_enqueued=next_enqueued)
-        except LeaseLost:
-            if self.metrics:
-                self.metrics.checkpoint_failed(fenced=True)
-            self._lost(partition, "the checkpoint write was refused: the lease was broken")
-            return "lost"
-        except StoreError as exc:
-            if self.metrics:
-                self.metrics.checkpoint_failed()
-            self._failed(CHECKPOINT, str(exc), now, where=f"partition {partition}")
-            return "failed"
-        return "written"
