@@ -156,7 +156,7 @@ def lag_reads(
 ) -> list[tuple[str, int]]:
     """The events the control loop reads itself this cycle, as (partition, sequence number): only where
     nobody reads the partition (no live owner: a live owner would write the time soon, and Event Hubs refuses
-    a second reader beside the owner's epoch receiver), the time is unknown, and this event was not tried
+    a second receiver beside the owner's epoch receiver), the time is unknown, and this event was not tried
     within `retry_seconds` (`tried`: partition -> (sequence number, when)); the largest backlog first, at
     most `limit`."""
     live = set(alive)

@@ -125,7 +125,7 @@ class PartitionedConsumerStatus(Model):
     planned: list[AssignedPartitions] = Field(
         default_factory=list,
         description="Partitions planned for consumers not ready yet, one entry per consumer; each keeps its "
-        "current reader until its consumer is ready.",
+        "current assignee until its consumer is ready.",
     )
     planned_until: datetime | None = Field(
         default=None,
