@@ -69,10 +69,8 @@ from hubshift.spec import RebalanceSpec
 __all__ = [
     "Action",
     "BreakLeases",
-    "ChangeKind",
     "EventReason",
     "Observation",
-    "Phase",
     "PublishAssignment",
     "PublishReason",
     "RebalanceState",

@@ -26,14 +26,14 @@ from hubshift.operator.observe import (
     present_consumers,
     record_changed,
 )
-from hubshift.operator.rebalance import Phase, PublishAssignment, PublishReason, RebalanceState
+from hubshift.operator.rebalance import PublishAssignment, PublishReason, RebalanceState
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.operator.scaling_record import AUTOSCALER_RECORD
 from hubshift.operator.status import build_status
 from hubshift.ownership.assignment import publish_assignment, read_assignment
 from hubshift.ownership.leases import claim_partition
 from hubshift.ownership.membership import join
-from hubshift.ownership.model import ChangeKind, Checkpoint, OwnershipSnapshot
+from hubshift.ownership.model import ChangeKind, Checkpoint, OwnershipSnapshot, Phase
 from hubshift.ownership.records import decode_assignment, encode_assignment
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot

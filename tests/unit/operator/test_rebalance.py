@@ -10,9 +10,7 @@ from hypothesis import strategies as st
 
 from hubshift.operator.rebalance import (
     BreakLeases,
-    ChangeKind,
     Observation,
-    Phase,
     PublishAssignment,
     PublishReason,
     RebalanceState,
@@ -23,6 +21,7 @@ from hubshift.operator.rebalance import (
     pending_handoffs,
     step,
 )
+from hubshift.ownership.model import ChangeKind, Phase
 from hubshift.ownership.planner import is_balanced, minimum_moves, plan_assignment, plan_moves
 from hubshift.ownership.records import decode_assignment, encode_assignment
 from hubshift.spec import RebalanceSpec
