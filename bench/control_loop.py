@@ -46,7 +46,7 @@ from hubshift.operator.observe import (
     backlog_per_partition,
     lag_per_partition,
     lag_reads,
-    lease_holders,
+    lease_owners,
     worst_lag,
 )
 from hubshift.operator.runtime import ConsumerInstance
@@ -69,7 +69,7 @@ class StandInRuntime:
     """100 ready consumers, as the kopf pod index would report them; nothing is started."""
 
     count: int
-    target: int = 0
+    replica_count: int = 0
     events: list[str] = field(default_factory=list)
     gone: set[int] = field(default_factory=set)
 
@@ -81,10 +81,10 @@ class StandInRuntime:
         ]
 
     async def replicas(self) -> int:
-        return self.target
+        return self.replica_count
 
     async def set_replicas(self, count: int) -> None:
-        self.target = count
+        self.replica_count = count
 
     async def record_event(self, reason: str, message: str, *, warning: bool = False) -> None:
         self.events.append(reason)
@@ -209,7 +209,7 @@ async def measure(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             scope = Scope(target.fqns, target.hub, target.consumer_group)
             seed_seconds = await asyncio.to_thread(seed_store, store, scope, partitions, consumers, console)
             probe = TimedProbe(EventHubsProbe(target))
-            runtime = StandInRuntime(consumers, target=consumers)
+            runtime = StandInRuntime(consumers, replica_count=consumers)
 
             async def nudge(address: str, generation: int) -> bool:
                 return True
@@ -263,11 +263,11 @@ def time_lag_decision(loop: ControlLoop, rounds: int = 20) -> dict[str, Any]:
     backlog = backlog_per_partition(
         memory.partitions, memory.snapshot, loop.consumer.spec.consumer.start_position
     )
-    holders = lease_holders(memory.snapshot, memory.partition_ids)
+    owners = lease_owners(memory.snapshot, memory.partition_ids)
     started = time.perf_counter()
     for _ in range(rounds):
         lags = lag_per_partition(memory.partitions, memory.snapshot, backlog, memory.lag_read, time.time())
-        lag_reads(lags, backlog, holders, memory.snapshot.live_members, memory.lag_tried, time.time())
+        lag_reads(lags, backlog, owners, memory.snapshot.live_members, memory.lag_tried, time.time())
         worst_lag(lags)
     seconds = (time.perf_counter() - started) / rounds
     return {"partitions": len(memory.partitions), "secondsPerCycle": round(seconds, 5)}

@@ -216,9 +216,7 @@ class HubshiftAgent(threading.Thread):
         owners.update({row.partition: row.owner for row in snapshot.partitions})
         for claim in balance(self.consumer, PARTITIONS, owners, snapshot.live_members):
             try:
-                lease = claim_partition(
-                    self.store, SCOPE, claim.partition, self.consumer, force=claim.previous_owner is not None
-                )
+                lease = claim_partition(self.store, SCOPE, claim.partition, self.consumer, force=claim.force)
             except (LeaseConflict, StoreError):
                 continue
             self.leases[lease.partition] = lease

@@ -89,7 +89,7 @@ def _partitions(report: CycleReport) -> Table:
     backlog = report.backlog or {}
     lag = report.lag or {}
     for partition in sorted_partitions(report.state.assignment):
-        owner = report.holders.get(partition)
+        owner = report.owners.get(partition)
         assigned = report.state.assignment.get(partition)
         moving = owner != assigned
         table.add_row(

@@ -149,7 +149,7 @@ def status_document(snapshot: OwnershipSnapshot, lag: Lag | None = None) -> dict
             "ownerAlive": p.owner_alive,
             "ownerLevel": p.owner_level,
             "leaseState": p.lease_state.value,
-            "assignedTo": None if assignment is None else assignment.owner_of(p.partition),
+            "assignedTo": None if assignment is None else assignment.assignee_of(p.partition),
             "plannedFor": None if assignment is None else assignment.planned.get(p.partition),
         }
         for p in snapshot.partitions
@@ -223,9 +223,9 @@ def print_table(snapshot: OwnershipSnapshot, lag: Lag | None = None) -> None:
             str(p.owner_level),
         ]
         if assignment is not None:
-            reader = assignment.owner_of(p.partition) or "-"
+            assignee = assignment.assignee_of(p.partition) or "-"
             planned = assignment.planned.get(p.partition)
-            row.append(reader if planned is None else f"{reader} -> {planned} (planned, not ready)")
+            row.append(assignee if planned is None else f"{assignee} -> {planned} (planned, not ready)")
         if lag is not None:
             known = lag[1].get(p.partition)
             row.append(str(lag[0].get(p.partition, "-")))
@@ -249,7 +249,3 @@ def print_table(snapshot: OwnershipSnapshot, lag: Lag | None = None) -> None:
             f"lag: {worst.seconds:.1f}s (partition {worst.partition}), backlog {sum(lag[0].values())} events"
             + (f"; {unknown} partitions not known yet" if unknown else "")
         )
-
-
-def _is_url(store: str) -> bool:
-    return store.strip().lower().startswith(("https://", "http://"))

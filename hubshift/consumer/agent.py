@@ -1,12 +1,15 @@
 """The ownership agent: one thread of the consumer's main process that decides which partitions this
-consumer reads and does every store write for them.
+consumer reads and does every store write for them. It is the loop that does the I/O (the writes for the
+partitions it owns in `owned.OwnedPartitions`); what to do and when is decided by pure code beside it:
+`ownership_step` (claims and drains), `checkpointing` (what each owned partition's checkpoint writes and
+when), `schedule` (when to list, renew, retry, stop) and `failures` (which log line a failure gets).
 
 Each turn of its loop:
 1. takes what the engine reported (batches committed, partitions drained, receivers stolen);
 2. renews the membership lease, and stops reading everything at `safe_until` if renewals keep failing;
 3. lists the scope (every `list_interval`, at once when nudged, often while waiting for a handoff) and
    follows the operator's assignment record, or the fallback balancer without a current one
-   (`handoff.plan_ownership`): claims (by force past the handoff deadline or for an orphan) and drains;
+   (`ownership_step`): claims (by force past the handoff deadline or for an orphan) and drains;
 4. writes the checkpoints that are due (fenced by the partition lease: a deposed consumer is refused),
    and on a drained partition its final checkpoint, then releases its lease. With each checkpoint goes
    the enqueued time of the event after it when the receiver has it (the control loop's lag in seconds):
@@ -24,27 +27,21 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any
 
-from hubshift.consumer.engine import Committed, Drained, Engine, EngineEvent, EngineFailed, Stolen
-from hubshift.consumer.plan import (
-    ClaimPlan,
-    OwnershipPlan,
-    assignment_is_healthy,
-    checkpoint_due,
-    plan_ownership,
-)
-from hubshift.eventhubs.receiver import StartAt
+from hubshift.consumer.engine import Engine, EngineEvent, EngineFailed
+from hubshift.consumer.failures import FailureLog
+from hubshift.consumer.owned import Hub, OwnedPartitions, log_line
+from hubshift.consumer.ownership_step import OwnershipStep, lost_partitions, ownership_step, track_unhealthy
+from hubshift.consumer.schedule import AgentSchedule, StopOutcome
 from hubshift.manifest import PartitionedConsumerSpec
-from hubshift.ownership.checkpoints import write_checkpoint
-from hubshift.ownership.leases import claim_partition, release_partition
 from hubshift.ownership.membership import Membership, join, leave, renew
-from hubshift.ownership.model import EARLIEST, Checkpoint, OwnershipSnapshot, PartitionLease
+from hubshift.ownership.model import OwnershipSnapshot
 from hubshift.ownership.scope import Scope, consumer_id
 from hubshift.ownership.snapshot import take_snapshot
-from hubshift.ownership.store import LeaseConflict, LeaseLost, LeaseStore, StoreError
+from hubshift.ownership.store import LeaseStore, StoreError
 from hubshift.ownership.timing import Timing
 from hubshift.spec import CheckpointPolicySpec, StartPositionSpec
 
@@ -55,16 +52,11 @@ log = logging.getLogger(__name__)
 
 # SIGTERM: a consumer hands off within maxHandoffSeconds plus this (the pod's grace period is longer).
 GRACE_MARGIN_SECONDS = 10.0
-# Nudges (`POST /assignment`) make the consumer list the scope at most this often.
-NUDGE_FLOOR_SECONDS = 0.5
 
-
-class Hub(Protocol):
-    """What the agent asks Event Hubs (`eventhubs.EventHubsManagement`)."""
-
-    def partition_ids(self) -> list[str]: ...
-
-    def last_enqueued(self, partition: str) -> Checkpoint | None: ...
+# The kinds of operations whose failures `FailureLog` reports (`owned.py` has the partitions' own).
+RENEWAL = "membership renewal"
+LISTING = "listing the ownership table"
+HUB_PARTITIONS = "reading the hub's partition ids"
 
 
 @dataclass(frozen=True)
@@ -107,24 +99,18 @@ class AgentSettings:
         t = self.timing
         return t.membership_lease_seconds + t.list_interval_seconds + self.max_handoff_seconds
 
-
-# Committed positions kept per partition between checkpoint writes (the candidates to write).
-RECENT_COMMITS_KEPT = 32
-
-
-@dataclass
-class _Owned:
-    lease: PartitionLease
-    state: Literal["active", "draining"] = "active"
-    committed: Checkpoint | None = None
-    events_since: int = 0
-    last_written: float = 0.0
-    drain_started: float | None = None
-    recent: list[Checkpoint] = field(default_factory=list)  # committed since the last write, oldest first
-    written_with_next: bool = False  # the written checkpoint carries its neighbour's enqueued time
+    def schedule(self) -> AgentSchedule:
+        """The agent's timers, all due at once."""
+        return AgentSchedule(
+            list_interval=self.timing.list_interval_seconds,
+            claim_retry=self.claim_retry_seconds,
+            partition_refresh=self.partition_refresh_seconds,
+        )
 
 
 class OwnershipAgent:
+    """One consumer's ownership loop (module docstring): the I/O of each turn, the decisions beside it."""
+
     def __init__(
         self,
         store: LeaseStore,
@@ -151,25 +137,21 @@ class OwnershipAgent:
         # A timer on the real clock behind `safe_until`; tests that drive `clock` by hand turn it off.
         self.watchdog = watchdog
         self._watchdog_timer: threading.Timer | None = None
-        self._stopped_at_deadline: set[str] = set()
         self._events: queue.Queue[EngineEvent] = queue.Queue()
         self._wake = threading.Event()
         self._nudged = threading.Event()
         self._stop_requested = threading.Event()
-        self._lock = threading.Lock()
-        self._owned: dict[str, _Owned] = {}
+        self._failures = FailureLog()
+        self._owned = OwnedPartitions(
+            store, scope, self.me, engine, hub, self._failures, metrics=metrics, clock=clock
+        )
         self._membership: Membership | None = None
         self._snapshot: OwnershipSnapshot | None = None
         self._partitions: list[str] = []
-        self._plan: OwnershipPlan | None = None
+        self._step: OwnershipStep | None = None
         # (generation, when first seen) of an assignment record naming a consumer that is not alive.
         self._unhealthy: tuple[int, datetime] | None = None
-        self._next_list = 0.0
-        self._last_listing = float("-inf")
-        self._next_claim_retry = 0.0
-        self._next_partition_refresh = 0.0
-        self._stop_deadline: float | None = None
-        self._renew_retry_at = 0.0
+        self._schedule = settings.schedule()
         self._failure: str | None = None
         self.ready = False
 
@@ -192,27 +174,18 @@ class OwnershipAgent:
 
     def status(self) -> dict[str, Any]:
         """What this consumer owns and does, for the HTTP server and the operator (JSON-ready)."""
-        with self._lock:
-            plan = self._plan
-            owned = {
-                p: {
-                    "state": o.state,
-                    "ownerLevel": o.lease.owner_level,
-                    "checkpoint": o.lease.checkpoint.sequence_number,
-                    "committed": None if o.committed is None else o.committed.sequence_number,
-                }
-                for p, o in self._owned.items()
-            }
-            assignment = self._snapshot.assignment if self._snapshot is not None else None
+        step = self._step
+        snapshot = self._snapshot
+        assignment = snapshot.assignment if snapshot is not None else None
         return {
             "consumer": self.me,
             "ready": self.ready,
             "stopping": self._stop_requested.is_set(),
-            "mode": plan.mode if plan else None,
+            "mode": step.mode if step else None,
             "assignmentGeneration": assignment.generation if assignment else None,
-            "partitions": owned,
-            "waiting": list(plan.waiting) if plan else [],
-            "planned": list(plan.planned) if plan else [],
+            "partitions": self._owned.rows(),
+            "waiting": list(step.waiting) if step else [],
+            "planned": list(step.planned) if step else [],
         }
 
     @property
@@ -222,8 +195,7 @@ class OwnershipAgent:
 
     def owned(self) -> dict[str, int]:
         """Partition -> owner level, for partitions read or being drained now."""
-        with self._lock:
-            return {p: o.lease.owner_level for p, o in self._owned.items()}
+        return self._owned.levels()
 
     # --- the loop --------------------------------------------------------------------------------
 
@@ -255,23 +227,26 @@ class OwnershipAgent:
         now = self.clock()
         self._take_engine_events()
         if self._failure is not None:
-            self._abandon(self._failure)
+            self._owned.abandon(self._failure)
             return 1
         self._keep_membership(now)
-        if self._stop_requested.is_set() and self._stop_deadline is None:
-            self._stop_deadline = now + self.settings.grace_seconds
+        stopping = self._stop_requested.is_set()
+        if stopping and self._schedule.stop(now, self.settings.grace_seconds):
             log.info("stopping: handing off %d partitions", len(self._owned))
             self.ready = False
-        self._decide(now)
-        self._write_due_checkpoints(now)
-        self._report_backlog()
-        if self._stop_deadline is not None:
-            if not self._owned:
-                return 0
-            if now >= self._stop_deadline:
-                self._abandon("the grace period ran out")
-                return 0
-        return None
+        if stopping:
+            for partition in self._owned.levels():
+                self._owned.drain(partition)
+        elif self._listing_due(now):
+            self._list_and_follow(now)
+        membership = self._membership
+        if membership is not None and membership.is_safe(now):
+            self._owned.write_due_checkpoints(now, self.settings.checkpoint)
+        self._owned.report_backlog()
+        outcome = self._schedule.stop_outcome(now, owned=len(self._owned))
+        if outcome is StopOutcome.OUT_OF_TIME:
+            self._owned.abandon("the grace period ran out")
+        return None if outcome is StopOutcome.RUNNING else 0
 
     def leave(self) -> None:
         """Deregister, so survivors may take what is left at once."""
@@ -285,18 +260,16 @@ class OwnershipAgent:
             self._membership = None
 
     def _wait(self, now: float) -> None:
-        deadlines = [now + 1.0, self._next_list]
-        if self._membership is not None:
-            deadlines.append(max(self._membership.renew_due, self._renew_retry_at))
-        if self._plan is not None and self._plan.waiting:
-            deadlines.append(self._next_claim_retry)
-        if self._stop_deadline is not None:
-            deadlines.append(self._stop_deadline)
-        timeout = max(0.0, min(deadlines) - self.clock())
-        self._wake.wait(timeout)
+        membership = self._membership
+        wake = self._schedule.wake_at(
+            now, renew_due=None if membership is None else membership.renew_due, waiting=self._waiting()
+        )
+        self._wake.wait(max(0.0, wake - self.clock()))
         self._wake.clear()
 
-    # --- engine reports --------------------------------------------------------------------------
+    def _waiting(self) -> bool:
+        """Some partition assigned here is still held by its old owner (the claim is retried soon)."""
+        return self._step is not None and bool(self._step.waiting)
 
     def _take_engine_events(self) -> None:
         while True:
@@ -306,80 +279,9 @@ class OwnershipAgent:
                 return
             if isinstance(event, EngineFailed):
                 self._failure = event.reason
-                continue
-            owned = self._owned.get(event.partition)
-            if owned is None or owned.lease.owner_level != event.owner_level:
-                continue  # an earlier epoch of a partition lost or handed off since
-            if isinstance(event, Committed):
-                owned.committed = event.position
-                owned.events_since += event.events
-                owned.recent.append(event.position)
-                del owned.recent[:-RECENT_COMMITS_KEPT]
-            elif isinstance(event, Drained):
-                self._finish_drain(event.partition, owned, event.position)
-            elif isinstance(event, Stolen):
-                self._lost(event.partition, "a receiver with a higher owner level took it", release=True)
-
-    def _finish_drain(self, partition: str, owned: _Owned, position: Checkpoint | None) -> None:
-        final = position or owned.committed
-        if final is not None and final.sequence_number <= owned.lease.checkpoint.sequence_number:
-            final = None
-        released = False
-        try:
-            released = release_partition(
-                self.store, owned.lease, final=final, next_enqueued=self._next_enqueued(partition, final)
-            )
-        except StoreError as exc:
-            log.warning("partition %s: releasing failed: %s", partition, exc)
-        if self.metrics:
-            if released:
-                if final is not None:
-                    self.metrics.checkpoint_written(partition)
-                drain = None if owned.drain_started is None else self.clock() - owned.drain_started
-                self.metrics.partition_released(partition, drain)
-            else:
-                self.metrics.partition_lost(partition)
-        log.info(
-            "partition %s handed off at sequence number %s%s",
-            partition,
-            (final or owned.lease.checkpoint).sequence_number,
-            "" if released else " (the lease was already gone)",
-        )
-        with self._lock:
-            self._owned.pop(partition, None)
-        # Whoever waits for it learns at its next claim attempt; look again soon ourselves.
-        self._next_list = min(self._next_list, self.clock() + 0.5)
-
-    def _lost(self, partition: str, reason: str, *, release: bool = False) -> None:
-        owned = self._owned.get(partition)
-        log.warning("partition %s: lost (%s); stopped reading it", partition, reason)
-        self.engine.stop_partition(partition)
-        with self._lock:
-            self._owned.pop(partition, None)
-        if self.metrics:
-            self.metrics.partition_lost(partition)
-        if release and owned is not None:
-            try:
-                release_partition(self.store, owned.lease)
-            except StoreError:
-                pass
-
-    def _abandon(self, reason: str) -> None:
-        """Stop everything now: checkpoint what was committed, release, stop the engine's reading."""
-        log.warning("stopping every partition: %s", reason)
-        for partition, owned in list(self._owned.items()):
-            self.engine.stop_partition(partition)
-            final = owned.committed
-            if final is not None and final.sequence_number <= owned.lease.checkpoint.sequence_number:
-                final = None
-            try:
-                release_partition(self.store, owned.lease, final=final)
-            except StoreError as exc:
-                log.warning("partition %s: releasing failed: %s", partition, exc)
-        with self._lock:
-            self._owned.clear()
-        if self.metrics:
-            self.metrics.partitions_owned([])
+            elif self._owned.apply(event):
+                # Handed off: whoever waits for it learns at its next claim attempt; we look again soon.
+                self._schedule.released(self.clock())
 
     # --- membership ------------------------------------------------------------------------------
 
@@ -407,294 +309,109 @@ class OwnershipAgent:
     def _deadline_passed(self, membership: Membership) -> None:
         if self._membership is not membership:
             return  # renewed meanwhile
-        with self._lock:
-            partitions = list(self._owned)
-            self._stopped_at_deadline.update(partitions)
-        for partition in partitions:
-            self.engine.stop_partition(partition)
-        if partitions:
+        stopped = self._owned.stop_reading()
+        if stopped:
             log.warning(
-                "membership not renewed before its safe deadline: stopped reading %d partitions",
-                len(partitions),
+                "membership not renewed before its safe deadline: stopped reading %d partitions", stopped
             )
         self._wake.set()
 
-    def _forget_stopped_at_deadline(self) -> None:
-        """The partitions the watchdog stopped are no longer read: forget them (they are claimed again,
-        without force, once the membership is renewed)."""
-        with self._lock:
-            stopped, self._stopped_at_deadline = self._stopped_at_deadline, set()
-            for partition in stopped:
-                self._owned.pop(partition, None)
-        for partition in stopped:
-            if self.metrics:
-                self.metrics.partition_lost(partition)
-
     def _keep_membership(self, now: float) -> None:
-        self._forget_stopped_at_deadline()
+        self._owned.forget_stopped()
         membership = self._membership
         assert membership is not None
-        if now >= membership.renew_due and now >= self._renew_retry_at:
-            try:
-                self._membership = renew(self.store, membership, clock=self.clock)
-                self._arm_watchdog()
-                if self.metrics:
-                    self.metrics.lease_renewed(True)
-                if self._membership.lapsed:
-                    log.warning("membership renewed after its deadline: partitions are claimed again")
-            except StoreError as exc:
-                log.warning("membership renewal failed (retrying): %s", exc)
-                if self.metrics:
-                    self.metrics.lease_renewed(False)
-                self._renew_retry_at = now + 1.0
+        if self._schedule.renewal_due(now, membership.renew_due):
+            self._renew(membership, now)
         membership = self._membership
-        if membership is not None and not membership.is_safe(now) and self._owned:
+        if membership is not None and not membership.is_safe(now) and len(self._owned):
             # Others may take our partitions once the lease could have expired: stop before that.
-            for partition in list(self._owned):
-                self.engine.stop_partition(partition)
-                if self.metrics:
-                    self.metrics.partition_lost(partition)
-            with self._lock:
-                self._owned.clear()
+            self._owned.stop_all()
             log.warning("membership not renewed in time: stopped reading every partition")
 
-    # --- ownership decisions -----------------------------------------------------------------------
+    def _renew(self, membership: Membership, now: float) -> None:
+        try:
+            self._membership = renew(self.store, membership, clock=self.clock)
+        except StoreError as exc:
+            log_line(self._failures.failed(RENEWAL, str(exc), now))
+            if self.metrics:
+                self.metrics.lease_renewed(False)
+            self._schedule.renewal_failed(now)
+            return
+        log_line(self._failures.succeeded(RENEWAL, now))
+        self._arm_watchdog()
+        if self.metrics:
+            self.metrics.lease_renewed(True)
+        if self._membership.lapsed:
+            log.warning("membership renewed after its deadline: partitions are claimed again")
 
-    def _decide(self, now: float) -> None:
-        # A nudge lists the scope at once, but at most once per NUDGE_FLOOR_SECONDS: whoever can reach the
-        # HTTP port may only make the consumer read the store, never more often than that.
-        nudged = self._nudged.is_set() and now >= self._last_listing + NUDGE_FLOOR_SECONDS
-        waiting = self._plan is not None and bool(self._plan.waiting) and now >= self._next_claim_retry
-        stopping = self._stop_requested.is_set()
-        if stopping:
-            self._drain_all()
-            return
-        if not (nudged or now >= self._next_list or waiting):
-            return
+    # --- listing and following -----------------------------------------------------------------------
+
+    def _listing_due(self, now: float) -> bool:
+        """Whether to list the scope this turn (the schedule says so and the membership is safe)."""
+        if not self._schedule.listing_due(now, nudged=self._nudged.is_set(), waiting=self._waiting()):
+            return False
         membership = self._membership
-        if membership is None or not membership.is_safe(now):
-            return
+        return membership is not None and membership.is_safe(now)
+
+    def _list_and_follow(self, now: float) -> None:
         self._nudged.clear()
-        self._last_listing = now
-        if (now >= self._next_partition_refresh or not self._partitions) and not self._refresh_partitions(
-            now
-        ):
+        self._schedule.listing_started(now)
+        snapshot = self._list(now)
+        if snapshot is None:
             return
+        self._snapshot = snapshot
+        for partition, why in lost_partitions(self.me, self._owned.levels(), snapshot):
+            self._owned.lose(partition, why)
+        wall_now = self.wall()
+        live = set(snapshot.live_members) | {self.me}
+        record = snapshot.assignment
+        self._unhealthy = track_unhealthy(self._unhealthy, record, self._partitions, live, wall_now)
+        step = ownership_step(
+            self.me,
+            self._partitions,
+            snapshot,
+            self._owned.in_state("active"),
+            self._owned.in_state("draining"),
+            wall_now,
+            max_handoff_seconds=self.settings.max_handoff_seconds,
+            stale_after_seconds=self.settings.stale_after_seconds,
+            unhealthy_since=None if self._unhealthy is None else self._unhealthy[1],
+        )
+        self._step = step
+        for partition in step.drains:
+            self._owned.drain(partition)
+        claimed = [self._owned.claim(claim, snapshot, self.settings.start) for claim in step.claims]
+        self._schedule.listed(now, waiting=bool(step.waiting) or not all(claimed))
+
+    def _list(self, now: float) -> OwnershipSnapshot | None:
+        """One listing of the scope (and the hub's partition ids when due); None when it failed."""
+        due = self._schedule.partitions_due(now, known=bool(self._partitions))
+        if due and not self._refresh_partitions(now):
+            return None
         try:
             snapshot = take_snapshot(self.store, self.scope, previous=self._snapshot)
         except StoreError as exc:
-            log.warning("could not list the ownership table: %s", exc)
-            self._next_list = now + 1.0
-            return
+            log_line(self._failures.failed(LISTING, str(exc), now))
+            self._schedule.listing_failed(now)
+            return None
+        log_line(self._failures.succeeded(LISTING, now))
         record = snapshot.assignment
         if record is not None and not set(record.covered) <= set(self._partitions):
             # The operator saw partitions this consumer does not know yet (the hub grew): read them now
             # rather than at the next periodic refresh, so new partitions are read at once.
             self._refresh_partitions(now)
-        self._next_list = now + self.settings.timing.list_interval_seconds
-        self._snapshot = snapshot
-        self._check_still_mine(snapshot)
-        active = [p for p, o in self._owned.items() if o.state == "active"]
-        draining = [p for p, o in self._owned.items() if o.state == "draining"]
-        wall_now = self.wall()
-        plan = plan_ownership(
-            self.me,
-            self._partitions,
-            snapshot,
-            active,
-            draining,
-            wall_now,
-            max_handoff_seconds=self.settings.max_handoff_seconds,
-            stale_after_seconds=self.settings.stale_after_seconds,
-            unhealthy_since=self._unhealthy_since(snapshot, wall_now),
-        )
-        with self._lock:
-            self._plan = plan
-        for partition in plan.drains:
-            self._drain(partition)
-        still_waiting = list(plan.waiting)
-        for claim in plan.claims:
-            if not self._claim(claim, snapshot):
-                still_waiting.append(claim.partition)
-        if still_waiting:
-            self._next_claim_retry = now + self.settings.claim_retry_seconds
-            # Re-list at the retry: a released partition shows as free in the listing.
-            self._next_list = min(self._next_list, self._next_claim_retry)
+        return snapshot
 
     def _refresh_partitions(self, now: float) -> bool:
         """Read the hub's partition ids; False when they cannot be read and none are known."""
         try:
             self._partitions = self.hub.partition_ids()
-            self._next_partition_refresh = now + self.settings.partition_refresh_seconds
         except Exception as exc:
-            log.warning("could not read the hub's partition ids: %s", type(exc).__name__)
+            log_line(self._failures.failed(HUB_PARTITIONS, type(exc).__name__, now))
             if not self._partitions:
-                self._next_list = now + 1.0
+                self._schedule.listing_failed(now)
                 return False
-        return True
-
-    def _unhealthy_since(self, snapshot: OwnershipSnapshot, now: datetime) -> datetime | None:
-        """When this consumer first saw the record's generation assign a partition to a consumer that is
-        not alive (a pod gone, maybe coming back within the operator's holddown); None while it does not.
-        The record is followed for `stale_after_seconds` from then, not from its publication, which may
-        be long past."""
-        record = snapshot.assignment
-        live = set(snapshot.live_members) | {self.me}
-        if record is None or assignment_is_healthy(record, self._partitions, live):
-            self._unhealthy = None
-            return None
-        if self._unhealthy is None or self._unhealthy[0] != record.generation:
-            self._unhealthy = (record.generation, now)
-        return self._unhealthy[1]
-
-    def _check_still_mine(self, snapshot: OwnershipSnapshot) -> None:
-        """A partition whose lease is no longer ours in the listing was taken (broken): stop it now."""
-        for partition in list(self._owned):
-            row = snapshot.partition(partition)
-            if row is None or row.free or row.owner != self.me:
-                self._lost(partition, "its lease is held by someone else")
-            elif row.owner_level > self._owned[partition].lease.owner_level:
-                self._lost(partition, f"it was claimed again at owner level {row.owner_level}")
-
-    def _drain(self, partition: str) -> None:
-        owned = self._owned.get(partition)
-        if owned is None or owned.state == "draining":
-            return
-        log.info("partition %s: handing off (draining)", partition)
-        owned.state = "draining"
-        owned.drain_started = self.clock()
-        self.engine.drain_partition(partition)
-
-    def _drain_all(self) -> None:
-        for partition in list(self._owned):
-            self._drain(partition)
-
-    def _initial(self, partition: str, snapshot: OwnershipSnapshot) -> Checkpoint:
-        """Where a partition with no checkpoint blob yet starts (written by its first claim)."""
-        if snapshot.partition(partition) is not None:
-            return EARLIEST  # the blob exists: the claim reads its checkpoint
-        start = self.settings.start
-        if start.type == "latest":
-            last = self.hub.last_enqueued(partition)
-            return last if last is not None else EARLIEST
-        if start.type == "enqueuedTime" and start.enqueued_time is not None:
-            return Checkpoint(offset="-1", sequence_number=-1, start=start.enqueued_time)
-        return EARLIEST
-
-    def _claim(self, plan: ClaimPlan, snapshot: OwnershipSnapshot) -> bool:
-        """Claim and start reading; False when the old owner still holds it (try again soon)."""
-        partition = plan.partition
-        try:
-            initial = self._initial(partition, snapshot)
-            lease = claim_partition(
-                self.store, self.scope, partition, self.me, force=plan.force, initial=initial
-            )
-        except LeaseConflict:
-            return False
-        except StoreError as exc:
-            log.warning("partition %s: claim failed: %s", partition, exc)
-            return False
-        except Exception as exc:  # Event Hubs (the start position of `latest`)
-            log.warning("partition %s: claim failed: %s", partition, type(exc).__name__)
-            return False
-        checkpoint = lease.checkpoint
-        if checkpoint.sequence_number >= 0:
-            start = StartAt(sequence_number=checkpoint.sequence_number)
-            next_sequence: int | None = checkpoint.sequence_number + 1
-        else:
-            start = StartAt(enqueued_time=checkpoint.start)
-            next_sequence = None
-        log.info(
-            "partition %s: claimed (%s%s) at owner level %d, from sequence number %s",
-            partition,
-            plan.describe(),
-            ", forced" if plan.force else "",
-            lease.owner_level,
-            checkpoint.sequence_number,
-        )
-        with self._lock:
-            self._owned[partition] = _Owned(lease=lease, last_written=self.clock())
-        self.engine.start_partition(partition, lease.owner_level, start, next_sequence)
-        if self.metrics:
-            self.metrics.partition_acquired(partition, plan.reason.metric_label)
-        return True
-
-    def _report_backlog(self) -> None:
-        if self.metrics is None:
-            return
-        for partition, events in self.engine.backlog().items():
-            if partition in self._owned:
-                self.metrics.set_backlog(partition, events)
-
-    # --- checkpoints -------------------------------------------------------------------------------
-
-    def _next_enqueued(self, partition: str, position: Checkpoint | None) -> datetime | None:
-        """When the event after `position` was enqueued, if the engine's receiver has it."""
-        if position is None or position.sequence_number < 0:
-            return None
-        return self.engine.enqueued_time(partition, position.sequence_number + 1)
-
-    def _to_write(self, partition: str, owned: _Owned) -> tuple[Checkpoint, datetime | None]:
-        """The newest committed position whose neighbour's enqueued time is known (usually the newest: the
-        receiver reads ahead), else the newest without it."""
-        assert owned.committed is not None
-        for candidate in reversed(owned.recent):
-            if candidate.sequence_number <= owned.lease.checkpoint.sequence_number:
-                break
-            moment = self._next_enqueued(partition, candidate)
-            if moment is not None:
-                return candidate, moment
-        return owned.committed, None
-
-    def _write_due_checkpoints(self, now: float) -> None:
-        membership = self._membership
-        if membership is None or not membership.is_safe(now):
-            return
-        for partition, owned in list(self._owned.items()):
-            if not checkpoint_due(
-                owned.committed,
-                owned.lease.checkpoint,
-                owned.events_since,
-                owned.last_written,
-                now,
-                every_events=self.settings.checkpoint.every_events,
-                every_seconds=self.settings.checkpoint.every_seconds,
-            ):
-                if owned.state == "active" and not owned.written_with_next:
-                    self._complete_checkpoint(partition, owned)
-                continue
-            position, next_enqueued = self._to_write(partition, owned)
-            if not self._write(partition, owned, position, next_enqueued):
-                continue
-            owned.events_since = 0
-            owned.last_written = now
-            owned.written_with_next = next_enqueued is not None
-            owned.recent = [c for c in owned.recent if c.sequence_number > position.sequence_number]
-            if self.metrics:
-                self.metrics.checkpoint_written(partition)
-
-    def _complete_checkpoint(self, partition: str, owned: _Owned) -> None:
-        """The written checkpoint again, unmoved, with its neighbour's enqueued time once the receiver has
-        that event (a partition that was caught up, or just claimed): one write per such change."""
-        moment = self._next_enqueued(partition, owned.lease.checkpoint)
-        if moment is not None and self._write(partition, owned, owned.lease.checkpoint, moment):
-            owned.written_with_next = True
-
-    def _write(
-        self, partition: str, owned: _Owned, position: Checkpoint, next_enqueued: datetime | None
-    ) -> bool:
-        """Write the checkpoint under the partition's lease; False when it failed (a lost lease stops the
-        partition; any other failure is tried again at the next turn)."""
-        try:
-            owned.lease = write_checkpoint(self.store, owned.lease, position, next_enqueued=next_enqueued)
-        except LeaseLost:
-            if self.metrics:
-                self.metrics.checkpoint_failed(fenced=True)
-            self._lost(partition, "the checkpoint write was refused: the lease was broken")
-            return False
-        except StoreError as exc:
-            if self.metrics:
-                self.metrics.checkpoint_failed()
-            log.warning("partition %s: checkpoint failed (will retry): %s", partition, exc)
-            return False
+            return True
+        self._schedule.partitions_read(now)
+        log_line(self._failures.succeeded(HUB_PARTITIONS, now))
         return True

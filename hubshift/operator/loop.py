@@ -2,13 +2,13 @@
 
 One cycle:
 1. observe: the hub's partitions and last enqueued sequence numbers (`EventHubsProbe`, once per polling
-   interval), the ownership table (one store listing: checkpoints, lease holders, members, the assignment
+   interval), the ownership table (one store listing: checkpoints, lease owners, members, the assignment
    record's ETag), the consumers and the replica count (the `ConsumerRuntime`);
 2. decide the replica count (`autoscaler.decide_replicas`, on fresh backlog only);
 3. run the rebalance state machine (`rebalance.step`);
 4. write the assignment record when the state changed (compare-and-swap; a lost swap re-reads and runs
    the cycle again), before anything else;
-5. act: set the replicas, end the membership of holders that are gone so their forced partitions move
+5. act: set the replicas, end the membership of owners that are gone so their forced partitions move
    at once, nudge the consumers (`POST /assignment`), record the Events;
 6. report: the status (`runtime.publish_status`) and the operator's metrics, with each partition's lag in
    seconds (`observe.lag_per_partition`: from the times the owners write beside their checkpoints; the
@@ -45,11 +45,11 @@ from hubshift.operator.metrics import OperatorMetrics
 from hubshift.operator.observe import (
     PartitionLag,
     backlog_per_partition,
-    holders_to_expel,
     lag_per_partition,
     lag_reads,
-    lease_holders,
+    lease_owners,
     next_cycle_in,
+    owners_to_expel,
     phase_bound,
     present_consumers,
     record_changed,
@@ -67,7 +67,7 @@ from hubshift.operator.rebalance import (
 )
 from hubshift.operator.runtime import ConsumerInstance, ConsumerRuntime
 from hubshift.operator.scaling_record import ScalingRecord
-from hubshift.operator.status import PartitionedConsumerStatus, build_status
+from hubshift.operator.status import PartitionedConsumerStatus, ResourcePhase, build_status
 from hubshift.ownership.assignment import publish_assignment
 from hubshift.ownership.membership import expel
 from hubshift.ownership.model import OwnershipSnapshot, Phase
@@ -111,7 +111,7 @@ class CycleReport:
     state: RebalanceState
     status: PartitionedConsumerStatus
     decision: ScalingDecision | None
-    holders: dict[str, str | None]
+    owners: dict[str, str | None]
     backlog: dict[str, int] | None
     actions: tuple[rebalance.Action, ...]
     store_requests: int
@@ -132,7 +132,7 @@ class _Memory:
     probed_at: float | None = None
     probe_error: str | None = None
     last_scale_time: float | None = None
-    moving: dict[str, tuple[str, float]] = field(default_factory=dict)  # partition -> (target, published)
+    moving: dict[str, tuple[str, float]] = field(default_factory=dict)  # partition -> (assignee, published)
     expelled: set[str] = field(default_factory=set)
     # lag in seconds: events read by the loop itself, partition -> (sequence number, enqueued time), and
     # the reads tried, partition -> (sequence number, when)
@@ -205,19 +205,19 @@ class ControlLoop:
         decision = await self._decide_replicas(now, current, pause, inputs)
         desired = decision.replicas if decision is not None else current
 
-        step, holders = await self._rebalance(now, instances, desired, current)
-        await self._act(step, holders, instances, now, current)
+        step, owners = await self._rebalance(now, instances, desired, current)
+        await self._act(step, owners, instances, now, current)
         current = await self.runtime.replicas()
 
         memory = self.memory
         backlog = self._backlog()
-        lag = self._lag(backlog, holders, now)
+        lag = self._lag(backlog, owners, now)
         worst = None if lag is None else worst_lag(lag)
         status = build_status(
             state=step.state,
             decision=decision,
             pause=pause,
-            holders=holders,
+            owners=owners,
             instances=instances,
             current_replicas=current,
             partition_count=len(memory.partition_ids),
@@ -232,12 +232,12 @@ class ControlLoop:
         await self.runtime.publish_status(status.to_body())
         duration = time.perf_counter() - started
         self._report_metrics(step.state, decision, instances, current, backlog, duration, lag)
-        self._report_ownership(step.state, holders, now)
+        self._report_ownership(step.state, owners, now)
         return CycleReport(
             state=step.state,
             status=status,
             decision=decision,
-            holders=holders,
+            owners=owners,
             backlog=backlog,
             lag=lag,
             actions=step.actions,
@@ -275,7 +275,7 @@ class ControlLoop:
         )
 
     def _lag(
-        self, backlog: Mapping[str, int] | None, holders: Mapping[str, str | None], now: float
+        self, backlog: Mapping[str, int] | None, owners: Mapping[str, str | None], now: float
     ) -> dict[str, PartitionLag] | None:
         """Each partition's lag in seconds; starts reading, in the background, the few events whose time
         nobody wrote (partitions nobody reads), for the next cycles."""
@@ -284,7 +284,7 @@ class ControlLoop:
             return None
         lag = lag_per_partition(memory.partitions, memory.snapshot, backlog, memory.lag_read, now)
         if memory.lag_reading is None or memory.lag_reading.done():
-            reads = lag_reads(lag, backlog, holders, memory.snapshot.live_members, memory.lag_tried, now)
+            reads = lag_reads(lag, backlog, owners, memory.snapshot.live_members, memory.lag_tried, now)
             if reads and hasattr(self.probe, "enqueued_time"):
                 for partition, sequence in reads:
                     memory.lag_tried[partition] = (sequence, now)
@@ -362,14 +362,14 @@ class ControlLoop:
                 snapshot = await self._snapshot()
             record = snapshot.assignment
             partitions = memory.partition_ids or (record.partition_ids if record else ())
-            holders = lease_holders(snapshot, partitions)
+            owners = lease_owners(snapshot, partitions)
             if not partitions:  # nothing known about the hub yet: nothing to decide
                 state = memory.rebalance or RebalanceState()
-                return Step(state, ()), holders
+                return Step(state, ()), owners
             observation = Observation(
                 partitions=partitions,
                 consumers=present,
-                owners=holders,
+                owners=owners,
                 desired_replicas=desired,
                 current_replicas=current,
                 record=None if record is None else RebalanceState.from_record(record),
@@ -379,7 +379,7 @@ class ControlLoop:
             written = step.state.to_record(self.config)
             if not record_changed(written, record):
                 memory.rebalance = step.state
-                return step, holders
+                return step, owners
             try:
                 etag = await asyncio.to_thread(
                     publish_assignment, self.store, self.scope, written, etag=snapshot.assignment_etag
@@ -391,7 +391,7 @@ class ControlLoop:
                 continue
             memory.rebalance = step.state
             memory.snapshot = replace(snapshot, assignment=written, assignment_etag=etag)
-            return step, holders
+            return step, owners
         raise StoreError(f"{self.scope}: the assignment record kept changing ({CAS_ATTEMPTS} attempts)")
 
     # --- act ---------------------------------------------------------------------------------------
@@ -399,7 +399,7 @@ class ControlLoop:
     async def _act(
         self,
         step: Step,
-        holders: Mapping[str, str | None],
+        owners: Mapping[str, str | None],
         instances: Sequence[ConsumerInstance],
         now: float,
         current: int,
@@ -412,9 +412,9 @@ class ControlLoop:
             if isinstance(action, PublishAssignment):
                 nudge_generation = action.generation
                 for move in action.moves:
-                    memory.moving[move.partition] = (move.target, now)
+                    memory.moving[move.partition] = (move.assignee, now)
                 stopping = [i.name for i in instances if i.terminating]
-                for gone in holders_to_expel(action, holders, [*present, *stopping]):
+                for gone in owners_to_expel(action, owners, [*present, *stopping]):
                     await self._expel(gone)
                 if self.metrics is not None:
                     self.metrics.moves.labels(namespace, name).inc(len(action.moves))
@@ -432,7 +432,7 @@ class ControlLoop:
         for action in step.actions:
             if isinstance(action, RecordEvent):
                 await self.runtime.record_event(action.reason, action.message, warning=action.warning)
-        self._observe_handoffs(holders, now)
+        self._observe_handoffs(owners, now)
 
     async def _expel(self, consumer: str) -> None:
         memory = self.memory
@@ -454,14 +454,14 @@ class ControlLoop:
                 "%s: %d consumers did not take the nudge (they list on their own)", self.scope, len(missed)
             )
 
-    def _observe_handoffs(self, holders: Mapping[str, str | None], now: float) -> None:
+    def _observe_handoffs(self, owners: Mapping[str, str | None], now: float) -> None:
         """The handoff-duration histogram: from a move's publication to the new owner holding it."""
         memory = self.memory
         state = memory.rebalance
-        for partition, (target, published) in list(memory.moving.items()):
-            if state is not None and state.assignment.get(partition) != target:
+        for partition, (assignee, published) in list(memory.moving.items()):
+            if state is not None and state.assignment.get(partition) != assignee:
                 del memory.moving[partition]  # superseded by a later generation
-            elif holders.get(partition) == target:
+            elif owners.get(partition) == assignee:
                 del memory.moving[partition]
                 if self.metrics is not None:
                     self.metrics.handoff_duration.labels(*self.labels).observe(max(0.0, now - published))
@@ -493,9 +493,9 @@ class ControlLoop:
             metrics.set_backlog(namespace, name, backlog)
         if lag is not None:
             metrics.set_lag(namespace, name, {p: x.seconds for p, x in lag.items()})
-        metrics.set_phase(namespace, name, state.phase.value)
+        metrics.set_phase(namespace, name, ResourcePhase(state.phase.value))
 
-    def _report_ownership(self, state: RebalanceState, holders: Mapping[str, str | None], now: float) -> None:
+    def _report_ownership(self, state: RebalanceState, owners: Mapping[str, str | None], now: float) -> None:
         """Owners, partitions nobody reads, and how long the phase has lasted against its bound."""
         memory = self.memory
         phase = state.phase.value
@@ -505,8 +505,8 @@ class ControlLoop:
         if metrics is None or memory.snapshot is None:
             return
         namespace, name = self.labels
-        metrics.set_owners(namespace, name, holders)
-        metrics.unowned.labels(namespace, name).set(len(unowned(holders, memory.snapshot.live_members)))
+        metrics.set_owners(namespace, name, owners)
+        metrics.unowned.labels(namespace, name).set(len(unowned(owners, memory.snapshot.live_members)))
         began = memory.phase_since[1]
         if state.phase is Phase.REBALANCING and state.published_at is not None:
             began = state.published_at  # survives an operator restart

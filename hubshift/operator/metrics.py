@@ -7,8 +7,7 @@ most a few thousand, and small fixed sets). The counters that matter before the 
 the start (`initialise`, called when a control loop is set up). `OperatorMetrics` owns its registry, so a
 test makes a fresh one; the operator process uses `METRICS`.
 
-The consumers export their own metrics (`hubshift/consumer/metrics.py`); the names the chart's dashboards
-and alerts read from them are listed in `CONSUMER_METRICS`.
+The consumers export their own metrics, named in `hubshift/consumer/metrics.py` only.
 """
 
 from __future__ import annotations
@@ -22,30 +21,11 @@ from prometheus_client.exposition import generate_latest
 
 from hubshift import __version__
 from hubshift.operator.rebalance import PublishReason
-from hubshift.operator.status import PHASES
+from hubshift.operator.status import ResourcePhase
 
 PREFIX = "hubshift"
 LABELS = ("namespace", "consumer")
 
-# What the dashboards and alert rules may read from the consumers (`hubshift/consumer/metrics.py`).
-CONSUMER_METRICS = {
-    "info": f"{PREFIX}_consumer_info",
-    "start_time": f"{PREFIX}_consumer_start_time_seconds",
-    "events": f"{PREFIX}_consumer_events_total",
-    "batches": f"{PREFIX}_consumer_batches_total",
-    "batch_duration": f"{PREFIX}_consumer_batch_duration_seconds",
-    "enqueue_to_sink": f"{PREFIX}_consumer_enqueue_to_sink_seconds",
-    "backlog": f"{PREFIX}_consumer_backlog_events",
-    "owned": f"{PREFIX}_consumer_owned_partitions",
-    "checkpoint_age": f"{PREFIX}_consumer_checkpoint_age_seconds",
-    "checkpoints": f"{PREFIX}_consumer_checkpoints_total",
-    "lease_renewals": f"{PREFIX}_consumer_lease_renewals_total",
-    "lease_lost": f"{PREFIX}_consumer_lease_lost_total",
-    "acquired": f"{PREFIX}_consumer_partitions_acquired_total",
-    "released": f"{PREFIX}_consumer_partitions_released_total",
-    "handoff_duration": f"{PREFIX}_consumer_handoff_duration_seconds",
-    "spool_depth": f"{PREFIX}_consumer_spool_events",
-}
 LAG_READ_RESULTS = ("ok", "failed")
 
 HANDOFF_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600)
@@ -115,6 +95,13 @@ class OperatorMetrics:
             LABELS,
             registry=r,
         )
+        self._define_loop_metrics(r)
+        self._partitions_seen: dict[tuple[str, str], set[str]] = {}
+        self._lag_seen: dict[tuple[str, str], set[str]] = {}
+        self._owners_seen: dict[tuple[str, str], set[tuple[str, str]]] = {}
+
+    def _define_loop_metrics(self, r: CollectorRegistry) -> None:
+        """The phase, rebalance, scaling and cycle metrics."""
         self.phase_duration = Gauge(
             f"{PREFIX}_phase_duration_seconds", "Seconds since the phase last changed.", LABELS, registry=r
         )
@@ -166,9 +153,6 @@ class OperatorMetrics:
             LABELS,
             registry=r,
         )
-        self._partitions_seen: dict[tuple[str, str], set[str]] = {}
-        self._lag_seen: dict[tuple[str, str], set[str]] = {}
-        self._owners_seen: dict[tuple[str, str], set[tuple[str, str]]] = {}
 
     def initialise(self, namespace: str, consumer: str) -> None:
         """Every counter and histogram of one PartitionedConsumer at 0, so their series exist before the
@@ -186,8 +170,8 @@ class OperatorMetrics:
 
     # helpers for the label sets that must be replaced, not just set
 
-    def set_phase(self, namespace: str, consumer: str, phase: str) -> None:
-        for candidate in PHASES:
+    def set_phase(self, namespace: str, consumer: str, phase: ResourcePhase) -> None:
+        for candidate in ResourcePhase:
             self.phase.labels(namespace, consumer, candidate).set(1 if candidate == phase else 0)
 
     def set_backlog(self, namespace: str, consumer: str, per_partition: Mapping[str, int]) -> None:
@@ -213,10 +197,10 @@ class OperatorMetrics:
         self.lag.labels(namespace, consumer).set(max(known.values(), default=0.0))
         self.lag_unknown.labels(namespace, consumer).set(len(per_partition) - len(known))
 
-    def set_owners(self, namespace: str, consumer: str, holders: Mapping[str, str | None]) -> None:
+    def set_owners(self, namespace: str, consumer: str, owners: Mapping[str, str | None]) -> None:
         """Who holds each partition now (`hubshift_partition_owner`): a changed owner replaces the series."""
         key = (namespace, consumer)
-        now = {(p, owner) for p, owner in holders.items() if owner is not None}
+        now = {(p, owner) for p, owner in owners.items() if owner is not None}
         for partition, owner in self._owners_seen.get(key, set()) - now:
             self.partition_owner.remove(namespace, consumer, partition, owner)
         for partition, owner in now:
@@ -257,7 +241,7 @@ class OperatorMetrics:
             _remove(self.lag_reads, (namespace, consumer, result))
         for partition, owner in self._owners_seen.pop((namespace, consumer), set()):
             _remove(self.partition_owner, (namespace, consumer, partition, owner))
-        for phase in PHASES:
+        for phase in ResourcePhase:
             _remove(self.phase, (namespace, consumer, phase))
         for direction in ("up", "down"):
             _remove(self.scale_events, (namespace, consumer, direction))

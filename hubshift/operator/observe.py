@@ -23,14 +23,14 @@ LAG_READS_PER_CYCLE = 4
 LAG_READ_RETRY_SECONDS = 60.0
 
 
-def lease_holders(snapshot: OwnershipSnapshot, partitions: Iterable[str]) -> dict[str, str | None]:
-    """Who holds each partition's lease now, alive or not; None when nobody does."""
+def lease_owners(snapshot: OwnershipSnapshot, partitions: Iterable[str]) -> dict[str, str | None]:
+    """Each partition's lease owner now, alive or not; None when nobody holds the lease."""
     rows = {row.partition: row for row in snapshot.partitions}
-    holders: dict[str, str | None] = {}
+    owners: dict[str, str | None] = {}
     for partition in partitions:
         row = rows.get(partition)
-        holders[partition] = None if row is None or row.free else row.owner
-    return holders
+        owners[partition] = None if row is None or row.free else row.owner
+    return owners
 
 
 def backlog_per_partition(
@@ -62,14 +62,14 @@ def record_changed(new: Assignment, old: Assignment | None) -> bool:
     return old is None or encode_assignment(new) != encode_assignment(old)
 
 
-def holders_to_expel(
-    published: PublishAssignment, holders: Mapping[str, str | None], spared: Iterable[str]
+def owners_to_expel(
+    published: PublishAssignment, owners: Mapping[str, str | None], spared: Iterable[str]
 ) -> list[str]:
-    """The holders of forced partitions to expel: ending their membership lets the new owners take those
+    """The owners of forced partitions to expel: ending their membership lets the new owners take those
     partitions at once (an orphan is claimed by force) instead of after the membership lease. `spared`
     are the consumers present or still handing off after SIGTERM (they release on their own)."""
     keep = set(spared)
-    gone = {holders.get(p) for p in published.forced}
+    gone = {owners.get(p) for p in published.forced}
     return sorted((c for c in gone if c is not None and c not in keep and c != "?"), key=consumer_sort_key)
 
 
@@ -146,7 +146,7 @@ def lag_per_partition(
 def lag_reads(
     lags: Mapping[str, PartitionLag],
     backlog: Mapping[str, int],
-    holders: Mapping[str, str | None],
+    owners: Mapping[str, str | None],
     alive: Iterable[str],
     tried: Mapping[str, tuple[int, float]],
     now: float,
@@ -155,8 +155,8 @@ def lag_reads(
     retry_seconds: float = LAG_READ_RETRY_SECONDS,
 ) -> list[tuple[str, int]]:
     """The events the control loop reads itself this cycle, as (partition, sequence number): only where
-    nobody reads the partition (no live holder: its owner would write the time soon, and Event Hubs refuses
-    a second reader beside the owner's epoch receiver), the time is unknown, and this event was not tried
+    nobody reads the partition (no live owner: a live owner would write the time soon, and Event Hubs refuses
+    a second receiver beside the owner's epoch receiver), the time is unknown, and this event was not tried
     within `retry_seconds` (`tried`: partition -> (sequence number, when)); the largest backlog first, at
     most `limit`."""
     live = set(alive)
@@ -164,8 +164,8 @@ def lag_reads(
     for partition, lag in lags.items():
         if lag.seconds is not None or lag.first_unprocessed is None:
             continue
-        holder = holders.get(partition)
-        if holder is not None and holder in live:
+        owner = owners.get(partition)
+        if owner is not None and owner in live:
             continue
         last = tried.get(partition)
         if last is not None and last[0] == lag.first_unprocessed and now - last[1] < retry_seconds:
@@ -197,7 +197,7 @@ def phase_bound(phase: Phase, config: RebalanceSpec) -> float:
     return float("inf")
 
 
-def unowned(holders: Mapping[str, str | None], alive: Iterable[str]) -> list[str]:
-    """Partitions nobody alive holds: nobody reads them."""
+def unowned(owners: Mapping[str, str | None], alive: Iterable[str]) -> list[str]:
+    """Partitions without a live owner: nobody reads them."""
     live = set(alive)
-    return [p for p, holder in holders.items() if holder is None or holder not in live]
+    return [p for p, owner in owners.items() if owner is None or owner not in live]

@@ -1,7 +1,9 @@
 """The rebalance state machine: when to hand partitions over, and when the StatefulSet may shrink.
 
-Pure: `step(state, observation, now, config)` returns the next state and the actions to take. Solace's
-partitioned-queue semantics (docs/architecture.md, "The control loop"), over the assignment planner.
+Pure: `step(state, observation, now, config)` returns the next state and the actions to take, over the
+assignment planner. docs/decisions.md ("Rebalance state machine") fixes the exact semantics: a partition has
+one owner at a time, an unplanned change of the consumers waits out a holddown before anything moves, and
+a move is a graceful handoff (drain, final checkpoint, release) unless the old owner is gone.
 
 Phases:
 - `Ready`: the published assignment is balanced over the consumers present.
@@ -11,15 +13,15 @@ Phases:
   set the published assignment already suits, the holddown ends without a handoff, same generation.
   When the timer ends, the planner's assignment for the consumers present is published (generation+1).
 - `Rebalancing`: a generation was published and not every move is done; it ends when the observed owner
-  of every partition is the assigned one, or at `published_at + maxHandoffSeconds`, when the new owners
+  of every partition is its assignee, or at `published_at + maxHandoffSeconds`, when the new owners
   of the partitions still pending may break their leases (`BreakLeases`).
 
 Planned changes (no holddown): a change of the replica count the operator decides itself (the autoscaler,
 or the spec's bounds) names the consumers it brings in advance: replica `i` is `<pool>-<i>` (StatefulSet
-ordinals). The machine publishes the plan for the new set at once, from who reads what now, with the
-minimum moves. A partition planned for a consumer that is not ready yet keeps its current reader in the
+ordinals). The machine publishes the plan for the new set at once, from the current assignment, with the
+minimum moves. A partition planned for a consumer that is not ready yet keeps its current assignee in the
 record (`assignment`) and is named in `planned`; in the cycle that consumer is ready, the machine publishes
-the generation that hands it over (graceful: the reader drains and releases). Partitions of the plan that
+the generation that hands it over (graceful: the assignee drains and releases). Partitions of the plan that
 nobody reads (a cold start) wait for their planned consumer at most `delaySeconds` from the first cycle in
 which another consumer could read them (`planned_until`); then the consumers not ready are dropped from the
 plan and count as unplanned arrivals when they come.
@@ -31,20 +33,20 @@ Immediate publications (no holddown):
 - a partition's owner is leaving (ordinal at or beyond the desired replica count, still present): the
   drain before a (planned) scale-in.
 Orphans and drained partitions are re-planned over the consumers the published assignment was planned
-for, minus those leaving or gone (standbys included: one takes over at once, as in Solace); other
+for, minus those leaving or gone (standbys included: a standby takes an orphan over at once); other
 pending changes keep their holddown. The StatefulSet shrinks (`SetReplicas`) only once no partition is
 assigned to a leaving consumer and the handoffs are done or forced (a publication is a handoff to wait for
 whenever a lease is held where it says otherwise, e.g. a joiner's cold-start share it read before it was
 ready, when a scale-in drops it from the plan). Scale-out sets the replicas at once.
 
-Forced partitions: in a publication, a partition whose current holder (the observed lease owner, or
-the previous assignee if nobody holds it) is not present cannot be handed over gracefully, so its new
+Forced partitions: in a publication, a partition whose current owner (the observed lease owner, or
+the previous assignee if nobody holds the lease) is not present cannot be handed over gracefully, so its new
 owner may break the lease at once instead of waiting for `maxHandoffSeconds`.
 
-Restart safety: the state is exactly what the assignment record holds (`to_dict`/`from_dict`, or
-`to_record`/`from_record` with `hubshift.ownership.model.Assignment`). When the record read from the
-store has a different generation than the state passed in (an operator restart, a lost write, another
-writer), the record wins. Deadlines are absolute wall-clock times, so they survive a restart unchanged.
+Restart safety: the state is exactly what the assignment record holds (`to_record`/`from_record` with
+`hubshift.ownership.model.Assignment`). When the record read from the store has a different generation
+than the state passed in (an operator restart, a lost write, another writer), the record wins. Deadlines
+are absolute wall-clock times, so they survive a restart unchanged.
 """
 
 from __future__ import annotations
@@ -53,10 +55,8 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
 
-from hubshift.ownership.model import Assignment as AssignmentRecord
-from hubshift.ownership.model import ChangeKind, Phase
+from hubshift.ownership.model import Assignment, ChangeKind, Phase
 from hubshift.ownership.planner import (
     Move,
     consumer_sort_key,
@@ -69,10 +69,8 @@ from hubshift.spec import RebalanceSpec
 __all__ = [
     "Action",
     "BreakLeases",
-    "ChangeKind",
     "EventReason",
     "Observation",
-    "Phase",
     "PublishAssignment",
     "PublishReason",
     "RebalanceState",
@@ -92,7 +90,7 @@ class RebalanceState:
 
     generation: int = 0
     phase: Phase = Phase.READY
-    assignment: Mapping[str, str | None] = field(default_factory=dict)  # every partition: its reader now
+    assignment: Mapping[str, str | None] = field(default_factory=dict)  # every partition: its assignee now
     consumers: tuple[str, ...] = ()  # the consumers the plan is for (standbys and planned ones too)
     forced: frozenset[str] = frozenset()  # partitions the new owner may break at once
     published_at: float | None = None
@@ -103,9 +101,9 @@ class RebalanceState:
     change: ChangeKind | None = None  # the kind of the last publication, until it is done
 
     @property
-    def target(self) -> dict[str, str | None]:
-        """The plan: each partition's planned owner, or its reader when none is planned."""
-        return {p: self.planned.get(p, owner) for p, owner in self.assignment.items()}
+    def plan(self) -> dict[str, str | None]:
+        """The plan the pool moves towards: each partition's planned owner, else its assignee."""
+        return {p: self.planned.get(p, assignee) for p, assignee in self.assignment.items()}
 
     @property
     def running(self) -> ChangeKind | None:
@@ -116,43 +114,11 @@ class RebalanceState:
         return None if self.published_at is None else self.published_at + config.max_handoff_seconds
 
     def partitions_of(self, consumer: str) -> list[str]:
-        return [p for p, owner in self.assignment.items() if owner == consumer]
+        return [p for p, assignee in self.assignment.items() if assignee == consumer]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "generation": self.generation,
-            "phase": self.phase.value,
-            "assignment": dict(self.assignment),
-            "consumers": list(self.consumers),
-            "forced": sorted_partitions(self.forced),
-            "publishedAt": self.published_at,
-            "holddownUntil": self.holddown_until,
-            "replicas": self.replicas,
-            "planned": dict(self.planned),
-            "plannedUntil": self.planned_until,
-            "change": None if self.change is None else self.change.value,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RebalanceState:
-        assignment = {str(p): (None if c is None else str(c)) for p, c in data.get("assignment", {}).items()}
-        return cls(
-            generation=int(data.get("generation", 0)),
-            phase=Phase(data.get("phase", Phase.READY.value)),
-            assignment={p: assignment[p] for p in sorted_partitions(assignment)},
-            consumers=tuple(str(c) for c in data.get("consumers", ())),
-            forced=frozenset(str(p) for p in data.get("forced", ())),
-            published_at=_optional_float(data.get("publishedAt")),
-            holddown_until=_optional_float(data.get("holddownUntil")),
-            replicas=int(data.get("replicas", 0)),
-            planned={str(p): str(c) for p, c in (data.get("planned") or {}).items()},
-            planned_until=_optional_float(data.get("plannedUntil")),
-            change=None if data.get("change") is None else ChangeKind(data["change"]),
-        )
-
-    def to_record(self, config: RebalanceSpec) -> AssignmentRecord:
+    def to_record(self, config: RebalanceSpec) -> Assignment:
         """The assignment record the consumers read (`hubshift.ownership.model.Assignment`)."""
-        return AssignmentRecord(
+        return Assignment(
             generation=self.generation,
             partitions={p: c for p, c in self.assignment.items() if c is not None},
             phase=self.phase,
@@ -169,7 +135,7 @@ class RebalanceState:
         )
 
     @classmethod
-    def from_record(cls, record: AssignmentRecord) -> RebalanceState:
+    def from_record(cls, record: Assignment) -> RebalanceState:
         ids = record.covered
         consumers = record.consumers or sorted(set(record.partitions.values()), key=consumer_sort_key)
         return cls(
@@ -193,7 +159,7 @@ class Observation:
 
     partitions: tuple[str, ...]
     consumers: tuple[str, ...]  # present and ready, e.g. ("homes-0", "homes-1")
-    owners: Mapping[str, str | None]  # the lease holder of each partition now (None: free)
+    owners: Mapping[str, str | None]  # the lease owner of each partition now (None: free)
     desired_replicas: int  # from the autoscaler
     current_replicas: int  # the StatefulSet's spec.replicas
     record: RebalanceState | None = None  # the assignment record as read from the store
@@ -298,9 +264,9 @@ def consumer_name(pool: str, number: int) -> str:
 
 
 def pending_handoffs(state: RebalanceState, owners: Mapping[str, str | None]) -> list[str]:
-    """Partitions whose observed owner is not (yet) the assigned one. A partition nobody is assigned to
-    that its planned owner already reads is not pending: a joiner claims such a partition itself as soon
-    as it has joined (`hubshift.consumer.plan`)."""
+    """Partitions whose observed owner is not (yet) their assignee. A partition without an assignee that
+    its planned owner already owns is not pending: a joiner claims such a partition itself as soon
+    as it has joined (`hubshift.consumer.ownership_step`)."""
     return _pending(state.assignment, state.planned, owners)
 
 
@@ -309,8 +275,8 @@ def _pending(
 ) -> list[str]:
     return [
         p
-        for p, target in assignment.items()
-        if owners.get(p) != target and not (target is None and owners.get(p) == planned.get(p))
+        for p, assignee in assignment.items()
+        if owners.get(p) != assignee and not (assignee is None and owners.get(p) == planned.get(p))
     ]
 
 
@@ -387,8 +353,8 @@ class _Cycle:
         kind: ChangeKind,
         detail: str,
     ) -> RebalanceState:
-        """Generation + 1 with `plan`, moving from `previous`: each partition read by its planned owner when
-        that consumer is ready, else (a joiner) kept by its current reader and named in `planned`."""
+        """Generation + 1 with `plan`, moving from `previous`: each partition assigned to its planned owner
+        when that consumer is ready, else (a joiner) kept by its current assignee and named in `planned`."""
         assignment, planned = plan.split(previous, self.view)
         if state.generation and assignment == dict(state.assignment) and planned == dict(state.planned):
             return state
@@ -429,10 +395,10 @@ class _Cycle:
 
 @dataclass(frozen=True)
 class _Plan:
-    """A balanced plan (`target`: every partition's planned owner) over `members`, of which `joiners` are
-    expected but not ready yet."""
+    """The planner's plan (`assignment`: every partition's assignee in it) over `members`, of which
+    `joiners` are expected but not ready yet."""
 
-    target: Mapping[str, str | None]
+    assignment: Mapping[str, str | None]
     members: tuple[str, ...]
     joiners: frozenset[str]
 
@@ -444,27 +410,28 @@ class _Plan:
         joiners: Iterable[str],
         current: Mapping[str, str | None],
     ) -> _Plan:
-        """The planner's plan over `members` with the fewest moves from `current` (who reads what)."""
+        """The planner's plan over `members` with the fewest moves from `current` (each partition's
+        assignee, or at the first cycle its lease owner)."""
         ordered = tuple(sorted(set(members), key=consumer_sort_key))
         return cls(plan_assignment(partitions, ordered, current).assignment, ordered, frozenset(joiners))
 
     def split(
         self, previous: Mapping[str, str | None], view: _View
     ) -> tuple[dict[str, str | None], dict[str, str]]:
-        """(who reads each partition now, the partitions kept for joiners): a partition planned for a joiner
-        stays with its reader as long as that one is still in the plan and not leaving (else nobody reads it
-        until the joiner is ready)."""
+        """(each partition's assignee now, the partitions kept for joiners): a partition planned for a joiner
+        stays with its current assignee as long as that one is still in the plan and not leaving (else it
+        has none until the joiner is ready)."""
         assignment: dict[str, str | None] = {}
         planned: dict[str, str] = {}
         members = set(self.members)
-        for partition, owner in self.target.items():
-            if owner is None or owner not in self.joiners:
-                assignment[partition] = owner
+        for partition, assignee in self.assignment.items():
+            if assignee is None or assignee not in self.joiners:
+                assignment[partition] = assignee
                 continue
-            planned[partition] = owner
-            reader = previous.get(partition)
-            keeps = reader is not None and reader in members and not view.leaving(reader)
-            assignment[partition] = reader if keeps else None
+            planned[partition] = assignee
+            current = previous.get(partition)
+            keeps = current is not None and current in members and not view.leaving(current)
+            assignment[partition] = current if keeps else None
         return assignment, planned
 
 
@@ -479,7 +446,7 @@ def _rebalance(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
     planned partitions when it is ready; otherwise hold down, then publish."""
     view = cycle.view
     parts = view.partitions
-    readers = dict(state.assignment)
+    assignees = dict(state.assignment)
     candidates = view.candidates
     arriving = [c for c in view.arriving if c not in state.consumers]  # a scale-out decided this cycle
     expected = _expected_joiners(state, cycle)
@@ -487,9 +454,9 @@ def _rebalance(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
     late = sorted((c for c in dropped if not view.leaving(c)), key=consumer_sort_key)
     joiners = _unique([*expected, *arriving])
 
-    if set(parts) != set(readers):
+    if set(parts) != set(assignees):
         # Without any record yet, plan from who really holds what, so the first plan is sticky too.
-        base = readers if state.generation else {p: view.observation.owners.get(p) for p in parts}
+        base = assignees if state.generation else {p: view.observation.owners.get(p) for p in parts}
         plan = _Plan.over(parts, [*candidates, *joiners], joiners, base)
         planned_change = (PublishReason.PLANNED, ChangeKind.PLANNED) if arriving else None
         reason, kind = planned_change or (PublishReason.PARTITIONS_CHANGED, ChangeKind.IMMEDIATE)
@@ -501,25 +468,26 @@ def _rebalance(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
             base,
             reason,
             kind,
-            f"partitions changed ({len(readers)} -> {len(parts)})",
+            f"partitions changed ({len(assignees)} -> {len(parts)})",
         )
 
-    urgent = sorted({o for o in readers.values() if o is not None and view.leaving(o)}, key=consumer_sort_key)
+    leaving = {c for c in assignees.values() if c is not None and view.leaving(c)}
+    urgent = sorted(leaving, key=consumer_sort_key)
     if urgent or arriving or dropped:
         # Re-planned over the consumers the plan was made for (minus those leaving or dropped), so that a
         # consumer that may still come back, or one that just arrived, keeps waiting for the holddown.
         survivors = [c for c in state.consumers if not view.leaving(c) and c not in dropped] or candidates
-        plan = _Plan.over(parts, [*survivors, *arriving], joiners, readers)
+        plan = _Plan.over(parts, [*survivors, *arriving], joiners, assignees)
     else:
-        plan = _Plan(state.target, state.consumers, frozenset(joiners))
+        plan = _Plan(state.plan, state.consumers, frozenset(joiners))
 
-    present_plan = _Plan.over(parts, [*candidates, *joiners], joiners, plan.target)
-    state = _holddown(state, cycle, joiners, needed=present_plan.target != plan.target)
+    present_plan = _Plan.over(parts, [*candidates, *joiners], joiners, plan.assignment)
+    state = _holddown(state, cycle, joiners, needed=present_plan.assignment != plan.assignment)
     if state.holddown_until is not None and cycle.now >= state.holddown_until:
         return cycle.publish(
             replace(state, holddown_until=None),
-            _Plan.over(parts, [*candidates, *joiners], joiners, readers),
-            readers,
+            _Plan.over(parts, [*candidates, *joiners], joiners, assignees),
+            assignees,
             PublishReason.HOLDDOWN_OVER,
             ChangeKind.HOLDDOWN,
             "holddown over",
@@ -527,11 +495,11 @@ def _rebalance(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
     if urgent:
         reason, detail = _urgent_reason(urgent, view)
         kind = ChangeKind.IMMEDIATE if reason is PublishReason.ORPHANS else ChangeKind.PLANNED
-        return cycle.publish(state, plan, readers, reason, kind, detail)
+        return cycle.publish(state, plan, assignees, reason, kind, detail)
     if arriving:
         _announce(cycle, plan, arriving)
         return cycle.publish(
-            state, plan, readers, PublishReason.PLANNED, ChangeKind.PLANNED, f"scale-out to {view.limit}"
+            state, plan, assignees, PublishReason.PLANNED, ChangeKind.PLANNED, f"scale-out to {view.limit}"
         )
     if late:
         cycle.event(
@@ -541,14 +509,14 @@ def _rebalance(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
             "their share goes to the consumers present",
         )
         return cycle.publish(
-            state, plan, readers, PublishReason.JOINERS_LATE, ChangeKind.HOLDDOWN, "planned consumers late"
+            state, plan, assignees, PublishReason.JOINERS_LATE, ChangeKind.HOLDDOWN, "planned consumers late"
         )
     if dropped:  # a scale-in before they were ready
         detail = f"scale-in to {view.limit} before {_names(sorted(dropped, key=consumer_sort_key))} was ready"
-        return cycle.publish(state, plan, readers, PublishReason.DRAIN, ChangeKind.PLANNED, detail)
+        return cycle.publish(state, plan, assignees, PublishReason.DRAIN, ChangeKind.PLANNED, detail)
     ready = sorted(set(state.planned.values()) & set(view.present), key=consumer_sort_key)
     kind = state.change or ChangeKind.PLANNED
-    return cycle.publish(state, plan, readers, PublishReason.JOINED, kind, f"{_names(ready)} ready")
+    return cycle.publish(state, plan, assignees, PublishReason.JOINED, kind, f"{_names(ready)} ready")
 
 
 def _expected_joiners(state: RebalanceState, cycle: _Cycle) -> list[str]:
@@ -567,7 +535,7 @@ def _expected_joiners(state: RebalanceState, cycle: _Cycle) -> list[str]:
 
 
 def _unread(state: RebalanceState, view: _View) -> list[str]:
-    """Partitions planned for a consumer not ready yet that no present consumer reads."""
+    """Partitions planned for a consumer not ready yet whose assignee is not present (nobody reads them)."""
     present = set(view.present)
     return [p for p in state.planned if state.assignment.get(p) not in present]
 
@@ -584,7 +552,7 @@ def _joiner_wait(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
 
 def _announce(cycle: _Cycle, plan: _Plan, arriving: list[str]) -> None:
     """The Event of a planned scale-out: who comes, and that nothing waits for a holddown."""
-    waiting = [p for p, owner in plan.target.items() if owner in plan.joiners]
+    waiting = [p for p, assignee in plan.assignment.items() if assignee in plan.joiners]
     observation = cycle.view.observation
     cycle.event(
         EventReason.PLANNED,
@@ -624,20 +592,20 @@ def _urgent_reason(urgent: list[str], view: _View) -> tuple[PublishReason, str]:
 def _forced(
     assignment: Mapping[str, str | None], previous: Mapping[str, str | None], view: _View
 ) -> frozenset[str]:
-    """Partitions whose holder is not present to hand them over: the new owner may break at once."""
+    """Partitions whose owner is not present to hand them over: the new owner may break at once."""
     owners = view.observation.owners
     present = set(view.present)
     forced = set()
-    for partition, target in assignment.items():
-        holder = owners.get(partition) or previous.get(partition)
-        if target is not None and holder is not None and holder != target and holder not in present:
+    for partition, assignee in assignment.items():
+        owner = owners.get(partition) or previous.get(partition)
+        if assignee is not None and owner is not None and owner != assignee and owner not in present:
             forced.add(partition)
     return frozenset(forced)
 
 
 def _settle(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
-    """`Rebalancing` ends when every owner is the assigned one, or by force at the handoff deadline; the
-    change is over once nothing is planned for a consumer not ready yet."""
+    """`Rebalancing` ends when every partition's owner is its assignee, or by force at the handoff deadline;
+    the change is over once nothing is planned for a consumer not ready yet."""
     idle = Phase.HOLDDOWN if state.holddown_until is not None else Phase.READY
     if state.phase is not Phase.REBALANCING:
         return replace(state, phase=idle, change=state.change if state.planned else None)
@@ -664,21 +632,23 @@ def _replicas(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
     """Scale out at once; scale in only once the consumers about to go hold nothing."""
     desired = cycle.view.observation.desired_replicas
     current = cycle.view.observation.current_replicas
-    target = desired if desired > current or (desired < current and _drained(state, cycle.view)) else current
-    if target != current:
+    shrink = desired < current and _drained(state, cycle.view)
+    replicas = desired if desired > current or shrink else current
+    if replicas != current:
         # Level-triggered: asked again every cycle until the StatefulSet shows it; one Event per change.
-        cycle.actions.append(SetReplicas(target, "scale out" if target > current else "scale in after drain"))
-        if state.replicas != target:
-            reason = EventReason.SCALING_OUT if target > current else EventReason.SCALING_IN
-            cycle.event(reason, f"replicas {current} -> {target}")
-    return replace(state, replicas=target)
+        why = "scale out" if replicas > current else "scale in after drain"
+        cycle.actions.append(SetReplicas(replicas, why))
+        if state.replicas != replicas:
+            reason = EventReason.SCALING_OUT if replicas > current else EventReason.SCALING_IN
+            cycle.event(reason, f"replicas {current} -> {replicas}")
+    return replace(state, replicas=replicas)
 
 
 def _drained(state: RebalanceState, view: _View) -> bool:
     """No partition is assigned to a consumer about to go, and every handoff is done or forced."""
     if state.phase is Phase.REBALANCING:
         return False
-    return not any(owner is not None and view.leaving(owner) for owner in state.assignment.values())
+    return not any(c is not None and view.leaving(c) for c in state.assignment.values())
 
 
 def _change(before: Iterable[str], view: _View, joiners: Iterable[str]) -> str:
@@ -702,7 +672,3 @@ def _names(consumers: Iterable[str]) -> str:
 
 def _datetime(timestamp: float) -> datetime:
     return datetime.fromtimestamp(timestamp, tz=UTC)
-
-
-def _optional_float(value: Any) -> float | None:
-    return None if value is None else float(value)

@@ -7,26 +7,37 @@ control loop writes is never pruned by the API server. Build one `PartitionedCon
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, WithJsonSchema
 
 from hubshift.operator import rebalance
 from hubshift.operator.autoscaler import Pause, ScalingDecision
 from hubshift.operator.rebalance import RebalanceState
 from hubshift.operator.runtime import ConsumerInstance
-from hubshift.ownership.model import ChangeKind
-from hubshift.ownership.model import Phase as RebalancePhase
+from hubshift.ownership.model import ChangeKind, Phase
 from hubshift.ownership.planner import consumer_sort_key
 from hubshift.spec import Model
 
-# Pending: children created, no control-loop cycle yet. Invalid: the spec failed the operator's validation.
-Phase = Literal["Pending", "Ready", "Holddown", "Rebalancing", "Invalid"]
-PHASES: tuple[Phase, ...] = ("Pending", "Ready", "Holddown", "Rebalancing", "Invalid")
-# The kind of change under way (`hubshift.ownership.model.ChangeKind`).
-Change = Literal["planned", "holddown", "immediate"]
+
+class ResourcePhase(enum.StrEnum):
+    """The PartitionedConsumer's `status.phase`: the rebalance phase (`Phase`) once a cycle ran."""
+
+    PENDING = "Pending"  # children created, no control-loop cycle yet
+    READY = Phase.READY.value
+    HOLDDOWN = Phase.HOLDDOWN.value
+    REBALANCING = Phase.REBALANCING.value
+    INVALID = "Invalid"  # the spec failed the operator's validation
+
+
+def _inline_enum(kind: type[enum.StrEnum]) -> WithJsonSchema:
+    """The enum's values inline in the JSON schema (the CRD's schema has no references)."""
+    return WithJsonSchema({"type": "string", "enum": [member.value for member in kind]})
+
+
 # The Rebalancing condition's reason while a change of each kind runs.
 CHANGE_REASONS: dict[ChangeKind, str] = {
     ChangeKind.PLANNED: "Planned",
@@ -70,7 +81,12 @@ class PendingHandoff(Model):
 
 
 class PartitionedConsumerStatus(Model):
-    phase: Phase = Field(default="Pending", description="Pending, Ready, Holddown, Rebalancing or Invalid.")
+    # The default as the CRD stores it (a plain string), validated into the enum.
+    phase: Annotated[ResourcePhase, _inline_enum(ResourcePhase)] = Field(
+        default=ResourcePhase.PENDING.value,
+        validate_default=True,
+        description="Pending, Ready, Holddown, Rebalancing or Invalid.",
+    )
     message: str | None = Field(default=None, description="Why the phase is what it is, for people.")
     observed_generation: int | None = Field(
         default=None, ge=0, description="The metadata.generation this status describes."
@@ -100,7 +116,7 @@ class PartitionedConsumerStatus(Model):
     holddown_until: datetime | None = Field(
         default=None, description="While in Holddown: when the new assignment will be published."
     )
-    change: Change | None = Field(
+    change: Annotated[ChangeKind, _inline_enum(ChangeKind)] | None = Field(
         default=None,
         description="The kind of change under way: planned (a scale the operator decided: published at once, "
         "no holddown), holddown (the consumers changed unplanned: waited out) or immediate (the partitions "
@@ -109,7 +125,7 @@ class PartitionedConsumerStatus(Model):
     planned: list[AssignedPartitions] = Field(
         default_factory=list,
         description="Partitions planned for consumers not ready yet, one entry per consumer; each keeps its "
-        "current reader until its consumer is ready.",
+        "current assignee until its consumer is ready.",
     )
     planned_until: datetime | None = Field(
         default=None,
@@ -159,12 +175,12 @@ def assignment_by_consumer(assignment: Mapping[str, str | None]) -> list[Assigne
     ]
 
 
-def pending(state: RebalanceState, holders: Mapping[str, str | None]) -> list[PendingHandoff]:
+def pending(state: RebalanceState, owners: Mapping[str, str | None]) -> list[PendingHandoff]:
     since = None if state.published_at is None else _datetime(state.published_at)
     return [
-        PendingHandoff(partition=p, from_owner=holders.get(p), to_owner=target, since=since)
-        for p in rebalance.pending_handoffs(state, holders)
-        if (target := state.assignment.get(p)) is not None
+        PendingHandoff(partition=p, from_owner=owners.get(p), to_owner=assignee, since=since)
+        for p in rebalance.pending_handoffs(state, owners)
+        if (assignee := state.assignment.get(p)) is not None
     ]
 
 
@@ -173,7 +189,7 @@ def build_status(
     state: RebalanceState,
     decision: ScalingDecision | None,
     pause: Pause,
-    holders: Mapping[str, str | None],
+    owners: Mapping[str, str | None],
     instances: Sequence[ConsumerInstance],
     current_replicas: int,
     partition_count: int,
@@ -187,30 +203,16 @@ def build_status(
 ) -> PartitionedConsumerStatus:
     """The status subresource for this cycle (pure)."""
     moment = _datetime(now).replace(microsecond=0)
-    handoffs = pending(state, holders)
-    phase = state.phase.value
+    handoffs = pending(state, owners)
     change = state.running
     waiting = assignment_by_consumer(state.planned)
-    if state.phase is RebalancePhase.HOLDDOWN and state.holddown_until is not None:
-        message = (
-            f"consumers changed; the assignment is held until {_datetime(state.holddown_until):%H:%M:%S} UTC"
-        )
-    elif state.phase is RebalancePhase.REBALANCING:
-        kind = f" ({change.value})" if change is not None else ""
-        message = f"generation {state.generation}{kind}: {len(handoffs)} handoffs pending"
-    else:
-        message = f"generation {state.generation}: balanced"
-    if waiting:
-        names = ", ".join(w.consumer for w in waiting)
-        message += f"; {len(state.planned)} partitions planned for {names} (not ready yet)"
-    if probe_error:
-        message += f"; {probe_error}"
-    moving = state.phase is RebalancePhase.REBALANCING or bool(waiting)
+    message = _message(state, len(handoffs), waiting, probe_error)
+    moving = state.phase is Phase.REBALANCING or bool(waiting)
     conditions = [
         Condition(
             type=READY,
-            status="True" if state.phase is RebalancePhase.READY else "False",
-            reason="Balanced" if state.phase is RebalancePhase.READY else phase,
+            status="True" if state.phase is Phase.READY else "False",
+            reason="Balanced" if state.phase is Phase.READY else state.phase.value,
             message=message,
         ),
         Condition(
@@ -221,35 +223,13 @@ def build_status(
         ),
     ]
     if decision is not None:
-        problems = "; ".join(pause.problems)
-        conditions += [
-            Condition(
-                type=ACTIVE,
-                status="True" if decision.active else "False",
-                reason="BacklogAboveActivation" if decision.active else "Idle",
-                message=decision.reason,
-            ),
-            Condition(
-                type=FALLBACK,
-                status="True" if decision.fallback else "False",
-                reason="BacklogUnreadable" if decision.fallback else "BacklogRead",
-                message=probe_error or "the backlog was read",
-            ),
-            Condition(
-                type=PAUSED,
-                status="True" if decision.paused else "False",
-                reason="PauseAnnotation"
-                if decision.paused
-                else ("BadAnnotation" if problems else "NotPaused"),
-                message=problems or (decision.reason if decision.paused else "no pause annotation"),
-            ),
-        ]
+        conditions += _scaling_conditions(decision, pause, probe_error)
     stamped = [
         carry_transition_time(list(previous_conditions), c, moment, observed_generation) for c in conditions
     ]
     last_active = None if decision is None else decision.state.last_active_at
     return PartitionedConsumerStatus(
-        phase=state.phase.value,
+        phase=ResourcePhase(state.phase.value),
         message=message,
         observed_generation=observed_generation,
         conditions=stamped,
@@ -263,13 +243,60 @@ def build_status(
         assignment_generation=state.generation,
         assignment=assignment_by_consumer(state.assignment),
         holddown_until=None if state.holddown_until is None else _datetime(state.holddown_until),
-        change=None if change is None else change.value,
+        change=change,
         planned=waiting,
         planned_until=None if state.planned_until is None else _datetime(state.planned_until),
         pending_handoffs=handoffs,
         last_scale_time=None if last_scale_time is None else _datetime(last_scale_time),
         last_active_time=None if last_active is None else _datetime(last_active),
     )
+
+
+def _message(
+    state: RebalanceState, handoffs: int, waiting: list[AssignedPartitions], probe_error: str | None
+) -> str:
+    """Why the phase is what it is, for people."""
+    change = state.running
+    if state.phase is Phase.HOLDDOWN and state.holddown_until is not None:
+        message = (
+            f"consumers changed; the assignment is held until {_datetime(state.holddown_until):%H:%M:%S} UTC"
+        )
+    elif state.phase is Phase.REBALANCING:
+        kind = f" ({change.value})" if change is not None else ""
+        message = f"generation {state.generation}{kind}: {handoffs} handoffs pending"
+    else:
+        message = f"generation {state.generation}: balanced"
+    if waiting:
+        names = ", ".join(w.consumer for w in waiting)
+        message += f"; {len(state.planned)} partitions planned for {names} (not ready yet)"
+    if probe_error:
+        message += f"; {probe_error}"
+    return message
+
+
+def _scaling_conditions(decision: ScalingDecision, pause: Pause, probe_error: str | None) -> list[Condition]:
+    """The autoscaler's conditions: Active, Fallback, Paused."""
+    problems = "; ".join(pause.problems)
+    return [
+        Condition(
+            type=ACTIVE,
+            status="True" if decision.active else "False",
+            reason="BacklogAboveActivation" if decision.active else "Idle",
+            message=decision.reason,
+        ),
+        Condition(
+            type=FALLBACK,
+            status="True" if decision.fallback else "False",
+            reason="BacklogUnreadable" if decision.fallback else "BacklogRead",
+            message=probe_error or "the backlog was read",
+        ),
+        Condition(
+            type=PAUSED,
+            status="True" if decision.paused else "False",
+            reason="PauseAnnotation" if decision.paused else ("BadAnnotation" if problems else "NotPaused"),
+            message=problems or (decision.reason if decision.paused else "no pause annotation"),
+        ),
+    ]
 
 
 def _datetime(timestamp: float) -> datetime:

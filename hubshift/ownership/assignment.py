@@ -6,20 +6,20 @@ decides again.
 
 from __future__ import annotations
 
-from hubshift.ownership.model import Assignment, AssignmentRecord
+from hubshift.ownership.model import Assignment, StoredAssignment
 from hubshift.ownership.records import decode_assignment, encode_assignment
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import BlobNotFound, LeaseStore, StoreError
 
 
-def read_assignment(store: LeaseStore, scope: Scope) -> AssignmentRecord | None:
+def read_assignment(store: LeaseStore, scope: Scope) -> StoredAssignment | None:
     """The current record and its ETag; None when no operator has published one."""
     try:
         data, etag = store.read(scope.assignment_blob)
     except BlobNotFound:
         return None
     try:
-        return AssignmentRecord(decode_assignment(data), etag)
+        return StoredAssignment(decode_assignment(data), etag)
     except ValueError as exc:
         raise StoreError(f"{scope.assignment_blob} is not a valid assignment record: {exc}") from None
 

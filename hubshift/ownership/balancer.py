@@ -28,18 +28,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 
+from hubshift.ownership.model import Claim, ClaimReason
 from hubshift.ownership.planner import consumer_sort_key, sorted_partitions
-
-
-@dataclass(frozen=True)
-class Claim:
-    """Take `partition`. `previous_owner` is whoever held it (None if free, the dead owner if orphaned)."""
-
-    partition: str
-    previous_owner: str | None
-    steal: bool = False
 
 
 def fair_share(partition_count: int, member_count: int) -> int:
@@ -73,11 +64,18 @@ def balance(
     if mine >= share:
         return ()
     if free:
-        return tuple(Claim(p, owners.get(p)) for p in free[: share - mine])
+        return tuple(_free_claim(p, owners.get(p)) for p in free[: share - mine])
     victim = _biggest(members, holdings)
     if len(holdings[victim]) >= mine + 2:
-        return (Claim(holdings[victim][0], victim, steal=True),)
+        return (Claim(holdings[victim][0], True, ClaimReason.STEAL, victim),)
     return ()
+
+
+def _free_claim(partition: str, owner: str | None) -> Claim:
+    """A free partition: nobody's, or its owner is not alive (an orphan, its lease broken by force)."""
+    if owner is None:
+        return Claim(partition, False, ClaimReason.FREE)
+    return Claim(partition, True, ClaimReason.ORPHANED, owner)
 
 
 def _preference(parts: list[str], index: int, member_count: int) -> list[str]:

@@ -1,8 +1,8 @@
 """Partition ownership: claim (acquire an infinite lease on the checkpoint blob) and release.
 
 The lease id is the consumer's own (`Scope.lease_id`), so a restarted consumer re-acquires its partitions
-at once and anybody else is refused. Every claim writes `ownerlevel + 1` under the new lease: the reader
-opens its Event Hubs receiver with it and the service disconnects any older reader.
+at once and anybody else is refused. Every claim writes `ownerlevel + 1` under the new lease: the owner
+opens its Event Hubs receiver with it and the service disconnects any older receiver.
 """
 
 from __future__ import annotations

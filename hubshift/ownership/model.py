@@ -96,20 +96,52 @@ class ChangeKind(enum.StrEnum):
     IMMEDIATE = "immediate"  # the partition set changed, or a consumer is gone for good: published at once
 
 
+class ClaimReason(enum.StrEnum):
+    """Why a consumer claims a partition."""
+
+    FREE = "free"  # nobody holds its lease (never claimed, released, broken or expired)
+    MINE = "mine"  # its lease is still ours (a restart with the same identity)
+    ORPHANED = "orphaned"  # its owner is no longer alive
+    OWNER_GONE = "owner gone"  # the operator saw its owner go (the assignment's `forced`)
+    HANDOFF_DEADLINE = "handoff deadline passed"  # its owner did not release it in time
+    STEAL = "steal"  # fallback balancing: from the biggest owner
+
+    @property
+    def acquired_how(self) -> str:
+        """How the lease is acquired: released, own, expired or broken (a consumer metric's label)."""
+        return {ClaimReason.FREE: "released", ClaimReason.MINE: "own", ClaimReason.ORPHANED: "expired"}.get(
+            self, "broken"
+        )
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A partition a consumer is to claim, by `force` (breaking the lease of `owner`) or not."""
+
+    partition: str
+    force: bool
+    reason: ClaimReason
+    owner: str | None = None  # who holds its lease now, when it is taken from someone
+
+    def describe(self) -> str:
+        """For a log line: the reason, and from whom."""
+        return self.reason.value if self.owner is None else f"{self.reason.value} from {self.owner}"
+
+
 @dataclass(frozen=True)
 class Assignment:
-    """The operator's decision, published with compare-and-swap: which consumer owns which partition.
+    """The operator's decision, published with compare-and-swap: each partition's assignee.
 
-    `partitions` maps partition id -> consumer identity (a partition nobody can own is left out).
-    `partition_ids` are every partition the decision covers, `consumers` the consumers it was planned for
-    (standbys too), `forced` the partitions whose new owner may break the old owner's lease at once (that
-    owner is gone). `updated_at` is when this generation was published: a new owner may break the old
-    owner's lease `max_handoff_seconds` after it. `extra` keeps fields this version does not know, so a
-    round trip never drops them.
+    `partitions` maps partition id -> its assignee, the consumer that reads it (a partition without one is
+    left out). `partition_ids` are every partition the decision covers, `consumers` the consumers it was
+    planned for (standbys too), `forced` the partitions whose assignee may break the old owner's lease at
+    once (that owner is gone). `updated_at` is when this generation was published: an assignee may break
+    the old owner's lease `max_handoff_seconds` after it. `extra` keeps fields this version does not know,
+    so a round trip never drops them.
 
     A planned change (docs/decisions.md, "Planned changes") names consumers that are not ready yet:
-    `planned` maps such a partition to its planned owner while `partitions` keeps its current reader (or
-    leaves it out when nobody reads it); the operator moves the partition into `partitions` for its planned
+    `planned` maps such a partition to its planned owner while `partitions` keeps its current assignee (or
+    leaves it out when it has none); the operator moves the partition into `partitions` for its planned
     owner in the generation it publishes once that consumer is ready. A partition left out of `partitions`
     its planned owner may claim before that, while its lease is free (a cold start); a consumer that does
     not know `planned` simply waits for that generation. `planned_until`: partitions of `planned` that
@@ -132,7 +164,7 @@ class Assignment:
     change: ChangeKind | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
-    def owner_of(self, partition: str) -> str | None:
+    def assignee_of(self, partition: str) -> str | None:
         return self.partitions.get(partition)
 
     @property
@@ -150,7 +182,7 @@ class Assignment:
 
 
 @dataclass(frozen=True)
-class AssignmentRecord:
+class StoredAssignment:
     """An assignment as stored, with the ETag to compare-and-swap against."""
 
     assignment: Assignment
@@ -179,7 +211,7 @@ class OwnershipSnapshot:
 
     @property
     def owners(self) -> dict[str, str]:
-        """partition -> current lease holder, for leased partitions only."""
+        """partition -> its lease owner now, for leased partitions only."""
         return {p.partition: p.owner for p in self.partitions if p.owner is not None}
 
 

@@ -5,17 +5,17 @@ Pure: a function of the partition ids, the active consumers and the current assi
 Rules (docs/decisions.md, "Assignment planner"):
 - every active consumer gets ``P // k`` or ``P // k + 1`` partitions, where ``k = min(consumers, P)``;
   consumers beyond the partition count are hot standbys and get nothing;
-- the number of moves (partitions whose owner changes, counting unowned -> owned) is the minimum
+- the number of moves (partitions whose assignee changes, counting unassigned -> assigned) is the minimum
   possible from the current assignment;
 - the same input gives the same output: partitions in numeric order ("2" before "10"), consumers in the
   order given, no dict-order or hash randomness.
 
-Why the plan is minimal: a consumer can keep at most ``min(held, cap)`` of what it holds, where its cap
-is ``P // k + 1`` for ``P % k`` of the active consumers and ``P // k`` for the rest. Giving the larger
-caps to the consumers that hold the most, and making the ``k`` biggest holders the active ones, keeps
-the most partitions (an exchange argument: swapping a larger holder into a larger cap never keeps
+Why the plan is minimal: a consumer can keep at most ``min(assigned, cap)`` of what it is assigned now,
+where its cap is ``P // k + 1`` for ``P % k`` of the active consumers and ``P // k`` for the rest. Giving
+the larger caps to the consumers assigned the most, and making the ``k`` most assigned ones active, keeps
+the most partitions (an exchange argument: swapping a consumer with more into a larger cap never keeps
 fewer). Everything not kept moves, so ``moves = P - kept`` and no balanced assignment does better.
-Ties between equal holders go to the consumer earlier in the list.
+Ties between consumers assigned as many go to the consumer earlier in the list.
 """
 
 from __future__ import annotations
@@ -25,20 +25,20 @@ from dataclasses import dataclass
 
 from hubshift.ownership.model import partition_sort_key
 
-# partition -> consumer (None: nobody owns it)
-Assignment = Mapping[str, str | None]
+# Each partition's assignee (None: nobody's).
+Assignees = Mapping[str, str | None]
 
 
 @dataclass(frozen=True)
 class Move:
-    """`partition` changes owner: from `source` (None when it was unowned) to `target`.
+    """`partition` changes assignee: from `previous` (None when it had none) to `assignee`.
 
-    `source` is the owner recorded in the current assignment, even when that consumer is gone.
+    `previous` is the assignee in the current assignment, even when that consumer is gone.
     """
 
     partition: str
-    source: str | None
-    target: str
+    previous: str | None
+    assignee: str
 
 
 @dataclass(frozen=True)
@@ -47,11 +47,11 @@ class Plan:
 
     assignment: dict[str, str | None]  # every partition, in partition order; None only without consumers
     moves: tuple[Move, ...]
-    active: tuple[str, ...]  # consumers that own at least one partition, in the order given
+    active: tuple[str, ...]  # consumers assigned at least one partition, in the order given
     standbys: tuple[str, ...]  # consumers beyond the partition count, in the order given
 
     def partitions_of(self, consumer: str) -> list[str]:
-        return [p for p, owner in self.assignment.items() if owner == consumer]
+        return [p for p, assignee in self.assignment.items() if assignee == consumer]
 
 
 def consumer_sort_key(name: str) -> tuple[tuple[int, int, str], ...]:
@@ -90,11 +90,11 @@ def fair_shares(partition_count: int, consumer_count: int) -> list[int]:
     return [base + 1] * extra + [base] * (active - extra)
 
 
-def plan_assignment(partitions: Iterable[str], consumers: Sequence[str], current: Assignment) -> Plan:
+def plan_assignment(partitions: Iterable[str], consumers: Sequence[str], current: Assignees) -> Plan:
     """The balanced assignment with the fewest moves from `current`.
 
     `current` may name consumers that are gone (not in `consumers`) or partitions that no longer exist;
-    both are ignored, so a gone consumer's partitions count as unowned.
+    both are ignored, so a gone consumer's partitions count as unassigned.
     """
     parts = sorted_partitions(partitions)
     members = list(dict.fromkeys(consumers))
@@ -126,17 +126,17 @@ def plan_assignment(partitions: Iterable[str], consumers: Sequence[str], current
     return Plan(assignment, plan_moves(current, assignment), active, standbys)
 
 
-def plan_moves(current: Assignment, target: Assignment) -> tuple[Move, ...]:
-    """The partitions `target` gives to a different owner than `current`, in partition order."""
+def plan_moves(current: Assignees, plan: Assignees) -> tuple[Move, ...]:
+    """The partitions `plan` gives to a different assignee than `current`, in partition order."""
     moves = [
-        Move(p, current.get(p), owner)
-        for p, owner in target.items()
-        if owner is not None and current.get(p) != owner
+        Move(p, current.get(p), assignee)
+        for p, assignee in plan.items()
+        if assignee is not None and current.get(p) != assignee
     ]
     return tuple(sorted(moves, key=lambda m: partition_sort_key(m.partition)))
 
 
-def minimum_moves(partitions: Iterable[str], consumers: Sequence[str], current: Assignment) -> int:
+def minimum_moves(partitions: Iterable[str], consumers: Sequence[str], current: Assignees) -> int:
     """The fewest moves any balanced assignment needs from `current` (without building one)."""
     parts = sorted_partitions(partitions)
     members = list(dict.fromkeys(consumers))
@@ -148,27 +148,27 @@ def minimum_moves(partitions: Iterable[str], consumers: Sequence[str], current: 
     return len(parts) - kept
 
 
-def is_balanced(assignment: Assignment, consumers: Sequence[str]) -> bool:
-    """Every partition owned by one of `consumers`, `min(consumers, partitions)` of them active, ±1."""
+def is_balanced(assignment: Assignees, consumers: Sequence[str]) -> bool:
+    """Every partition assigned to one of `consumers`, `min(consumers, partitions)` of them active, ±1."""
     members = set(consumers)
     if not assignment:
         return True
     if not members:
-        return all(owner is None for owner in assignment.values())
+        return all(assignee is None for assignee in assignment.values())
     counts: dict[str, int] = {}
-    for owner in assignment.values():
-        if owner is None or owner not in members:
+    for assignee in assignment.values():
+        if assignee is None or assignee not in members:
             return False
-        counts[owner] = counts.get(owner, 0) + 1
+        counts[assignee] = counts.get(assignee, 0) + 1
     if len(counts) != min(len(members), len(assignment)):
         return False
     return max(counts.values()) - min(counts.values()) <= 1
 
 
-def _held(parts: list[str], members: list[str], current: Assignment) -> dict[str, list[str]]:
+def _held(parts: list[str], members: list[str], current: Assignees) -> dict[str, list[str]]:
     held: dict[str, list[str]] = {c: [] for c in members}
     for p in parts:
-        owner = current.get(p)
-        if owner is not None and owner in held:
-            held[owner].append(p)
+        assignee = current.get(p)
+        if assignee is not None and assignee in held:
+            held[assignee].append(p)
     return held

@@ -13,7 +13,13 @@ from hubshift.operator.kubernetes.runtime import KubernetesRuntime
 from hubshift.operator.loop import CycleInputs, CycleReport
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.operator.rebalance import RebalanceState
-from hubshift.operator.status import READY, Condition, PartitionedConsumerStatus, carry_transition_time
+from hubshift.operator.status import (
+    READY,
+    Condition,
+    PartitionedConsumerStatus,
+    ResourcePhase,
+    carry_transition_time,
+)
 
 OPENER = "tests.harness.report_only:open_report_only"
 
@@ -43,7 +49,7 @@ class ReportOnlyLoop:
         now = datetime.now(UTC).replace(microsecond=0)
         generation = inputs.spec_generation
         status = PartitionedConsumerStatus(
-            phase="Ready",
+            phase=ResourcePhase.READY,
             observed_generation=generation,
             desired_replicas=current,
             current_replicas=current,
@@ -58,12 +64,12 @@ class ReportOnlyLoop:
         self.metrics.desired_replicas.labels(namespace, name).set(current)
         self.metrics.current_replicas.labels(namespace, name).set(current)
         self.metrics.ready_replicas.labels(namespace, name).set(ready)
-        self.metrics.set_phase(namespace, name, "Ready")
+        self.metrics.set_phase(namespace, name, ResourcePhase.READY)
         return CycleReport(
             state=RebalanceState(),
             status=status,
             decision=None,
-            holders={},
+            owners={},
             backlog=None,
             actions=(),
             store_requests=0,

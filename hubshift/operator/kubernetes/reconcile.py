@@ -36,7 +36,13 @@ from hubshift.operator.kubernetes.runtime import OPERATOR_ROLES, KubernetesRunti
 from hubshift.operator.loop import CycleInputs, open_control_loop
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.operator.runtime import ConsumerInstance
-from hubshift.operator.status import READY, Condition, PartitionedConsumerStatus, carry_transition_time
+from hubshift.operator.status import (
+    READY,
+    Condition,
+    PartitionedConsumerStatus,
+    ResourcePhase,
+    carry_transition_time,
+)
 from hubshift.spec import ConnectionSpec, HubConnectionSpec, TokenCredentialSpec
 
 ConsumerKey = tuple[str, str]  # (namespace, PartitionedConsumer name)
@@ -166,7 +172,7 @@ async def report_invalid(
 ) -> None:
     generation = body.get("metadata", {}).get("generation")
     status = PartitionedConsumerStatus(
-        phase="Invalid",
+        phase=ResourcePhase.INVALID,
         message=message,
         observed_generation=generation,
         conditions=[
@@ -180,7 +186,7 @@ async def report_invalid(
     )
     await context.kube.apply_status(owner, status.to_body())
     await context.kube.post_event(owner, "InvalidSpec", message, warning=True)
-    context.metrics.set_phase(owner.namespace, owner.name, "Invalid")
+    context.metrics.set_phase(owner.namespace, owner.name, ResourcePhase.INVALID)
 
 
 # --- consumer pods -------------------------------------------------------------------------------------

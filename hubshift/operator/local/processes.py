@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from hubshift.manifest import PartitionedConsumer
 from hubshift.operator.consumer_http import consumer_ready
@@ -105,7 +105,7 @@ class LocalRuntime:
         self.extra_args = extra_args
         self.on_change = on_change
         self.clock = clock
-        self.target = 0
+        self.replica_count = 0
         self.processes: dict[int, ConsumerProcess] = {}
         self.events: deque[RecordedEvent] = deque(maxlen=EVENTS_KEPT)
         self.status: dict[str, object] = {}
@@ -122,14 +122,14 @@ class LocalRuntime:
         return [p.instance() for _, p in sorted(self.processes.items())]
 
     async def replicas(self) -> int:
-        return self.target
+        return self.replica_count
 
     async def set_replicas(self, count: int) -> None:
         if count < 0:
             raise ValueError(f"replica count must be >= 0, not {count}")
-        if count != self.target:
-            log.info("%s: replicas %d -> %d", self.name, self.target, count)
-        self.target = count
+        if count != self.replica_count:
+            log.info("%s: replicas %d -> %d", self.name, self.replica_count, count)
+        self.replica_count = count
         self._reconcile()
 
     async def record_event(self, reason: str, message: str, *, warning: bool = False) -> None:
@@ -219,18 +219,18 @@ class LocalRuntime:
         return started
 
     def _reconcile(self) -> None:
-        """Start missing ordinals below the target; ask the ones at or above it to stop."""
+        """Start missing ordinals below the replica count; ask the ones at or above it to stop."""
         if self._stopping:
             return
         now = self.clock()
-        for ordinal in range(self.target):
+        for ordinal in range(self.replica_count):
             if ordinal in self.processes or ordinal in self.held:
                 continue
             _, not_before = self._restarts.get(ordinal, (0, 0.0))
             if now >= not_before:
                 self._start(ordinal)
         for ordinal, running in self.processes.items():
-            if ordinal >= self.target and not running.terminating:
+            if ordinal >= self.replica_count and not running.terminating:
                 self.terminate(running)
 
     def terminate(self, running: ConsumerProcess) -> None:
@@ -284,12 +284,13 @@ class LocalRuntime:
             if self.clock() - running.started_at > 60:
                 failures, delay = 0, RESTART_BACKOFF_SECONDS[0]
             self._restarts[ordinal] = (failures + 1, self.clock() + delay)
+            restarting = ordinal not in self.held and ordinal < self.replica_count
             log.warning(
                 "%s: %s exited with %s%s (log: %s)",
                 self.name,
                 running.name,
                 code,
-                "" if ordinal in self.held or ordinal >= self.target else f"; restarting in {delay:g}s",
+                f"; restarting in {delay:g}s" if restarting else "",
                 running.log_path,
             )
         return changed
@@ -330,12 +331,6 @@ class LocalRuntime:
                 running.log_file.close()
         self.processes.clear()
 
-    def kill_all(self) -> None:
-        """Last resort (the runner itself is being torn down): SIGKILL every process still running."""
-        for running in self.processes.values():
-            if running.process.poll() is None:
-                running.process.kill()
-
 
 def _write_atomically(path: Path, text: str) -> None:
     temporary = path.with_suffix(".tmp")
@@ -352,11 +347,3 @@ def free_port() -> int:
 
 def _iso(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, tz=UTC).isoformat(timespec="seconds")
-
-
-def read_status_file(workdir: Path) -> dict[str, Any] | None:
-    try:
-        document: dict[str, Any] = json.loads((workdir / "status.json").read_text())
-        return document
-    except (OSError, ValueError):
-        return None

@@ -1,9 +1,11 @@
 """The ownership agent against a real store (SQLite), with a recording engine and a clock the test turns:
 claims and owner levels, checkpoints only after commit, graceful handoff by assignment, the handoff
-deadline, a deposed consumer fenced off, SIGTERM."""
+deadline, a deposed consumer fenced off, SIGTERM, a store that refuses every write."""
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -11,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from hubshift.consumer.agent import NUDGE_FLOOR_SECONDS, AgentSettings, OwnershipAgent
+from hubshift.consumer.agent import AgentSettings, OwnershipAgent
 from hubshift.consumer.engine import Committed, Drained, Notify, Stolen
+from hubshift.consumer.schedule import NUDGE_FLOOR_SECONDS
 from hubshift.eventhubs.receiver import StartAt
 from hubshift.ownership.assignment import publish_assignment, read_assignment
 from hubshift.ownership.checkpoints import read_checkpoint
@@ -23,6 +26,7 @@ from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import LeaseStore
 from hubshift.ownership.stores.locations import open_store, sqlite_url
+from hubshift.ownership.stores.sqlite import SqliteLeaseStore
 from hubshift.ownership.timing import Timing
 from hubshift.spec import CheckpointPolicySpec, StartPositionSpec
 
@@ -101,9 +105,15 @@ def clocks() -> Clocks:
 
 
 def make_agent(
-    name: str, store_url: str, stores: list[LeaseStore], clocks: Clocks, **settings: object
+    name: str,
+    store_url: str,
+    stores: list[LeaseStore],
+    clocks: Clocks,
+    *,
+    store: LeaseStore | None = None,
+    **settings: object,
 ) -> tuple[OwnershipAgent, RecordingEngine]:
-    store = open_store(store_url, create=True)
+    store = store if store is not None else open_store(store_url, create=True)
     stores.append(store)
     engine = RecordingEngine()
     options: dict[str, object] = {
@@ -311,3 +321,45 @@ def test_a_consumer_lost_long_after_the_publication_keeps_its_partitions_for_a_w
     a.reread_assignment()
     a.step()
     assert sorted(engine_a.started) == PARTITIONS
+
+
+def test_a_store_that_refuses_every_write_is_one_warning_until_it_works_again(
+    tmp_path: Path, stores: list[LeaseStore], clocks: Clocks, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every write refused for 20 s (another process holds SQLite's write lock; in Azure, a refused token):
+    the renewal retried every second and every checkpoint fail. That used to be a warning each, 70 in 45 s;
+    it is one warning with the whole reason, the repeats at debug, and one line each when writes work
+    again."""
+    path = tmp_path / "store.db"
+    store = SqliteLeaseStore(path, busy_timeout_seconds=0.01)
+    agent, engine = make_agent("a", "", stores, clocks, store=store)
+    agent.step()
+    assert sorted(engine.started) == PARTITIONS
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    caplog.set_level(logging.DEBUG, logger="hubshift.consumer.agent")
+    sequence = 10
+    try:
+        for _ in range(40):  # 20 s, a turn every 0.5 s: renewals fail from 15 s, checkpoints every turn
+            clocks.advance(0.5)
+            for partition in PARTITIONS:
+                agent.notify(Committed(partition, 1, Checkpoint(str(sequence * 100), sequence), 10))
+            sequence += 1
+            agent.step()
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    clocks.advance(1.0)
+    agent.step()
+
+    agent_lines = [r for r in caplog.records if r.name == "hubshift.consumer.agent"]
+    warnings = [r.getMessage() for r in agent_lines if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("checkpoint failed (partition 0) (retrying): ") and "locked" in warnings[0]
+    repeats = [r for r in agent_lines if r.levelno == logging.DEBUG and "again" in r.getMessage()]
+    assert len(repeats) >= 40 * len(PARTITIONS)  # every refused write is still counted, at debug
+    infos = [r.getMessage() for r in agent_lines if r.levelno == logging.INFO]
+    assert "membership renewal failed too, for the same reason as checkpoint (retrying)" in infos
+    assert any(m.startswith("membership renewal works again") for m in infos), infos
+    assert any(m.startswith("checkpoint works again") for m in infos), infos
+    assert read_checkpoint(store, SCOPE, "0") == Checkpoint(str((sequence - 1) * 100), sequence - 1)

@@ -28,7 +28,7 @@ class PodRuntime:
 
     secret: str
     pods: list[ConsumerInstance] = field(default_factory=list)
-    target: int = 0
+    replica_count: int = 0
     events: list[str] = field(default_factory=list)
     status: dict[str, object] = field(default_factory=dict)
 
@@ -36,10 +36,10 @@ class PodRuntime:
         return list(self.pods)
 
     async def replicas(self) -> int:
-        return self.target
+        return self.replica_count
 
     async def set_replicas(self, count: int) -> None:
-        self.target = count
+        self.replica_count = count
 
     async def record_event(self, reason: str, message: str, *, warning: bool = False) -> None:
         self.events.append(f"{reason}: {message}")
@@ -87,7 +87,7 @@ async def test_the_operators_loop_reads_secrets_keeps_its_clients_applies_edits_
     try:
         await driver.cycle(desired(body))
         assert len(opened) == 1 and isinstance(opened[0], ControlLoop)
-        assert runtime.target == 2
+        assert runtime.replica_count == 2
         assert runtime.status["phase"] == "Ready" and runtime.status["observedGeneration"] == 2
         assert runtime.status["partitionCount"] == 4
 

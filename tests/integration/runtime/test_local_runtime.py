@@ -33,14 +33,15 @@ async def test_scales_out_under_load_then_in_when_idle_without_replaying_an_even
     load = Load(pool.emulator.connection_string, rate=300)
     load.start()
     try:
-        await pool.until(lambda: pool.runtime.target >= 2, 40, "a scale-out under load")
+        await pool.until(lambda: pool.runtime.replica_count >= 2, 40, "a scale-out under load")
+        runtime = pool.runtime
         await pool.until(
-            lambda: pool.balanced_over(pool.runtime.target) and pool.runtime.target >= 2, 40, "balanced"
+            lambda: pool.balanced_over(runtime.replica_count) and runtime.replica_count >= 2, 40, "balanced"
         )
-        scaled_out = pool.runtime.target
+        scaled_out = pool.runtime.replica_count
     finally:
         sent = load.finish()
-    await pool.until(lambda: pool.runtime.target == 1, 60, "a scale-in when idle")
+    await pool.until(lambda: pool.runtime.replica_count == 1, 60, "a scale-in when idle")
     await pool.until(lambda: pool.balanced_over(1) and len(pool.runtime.processes) == 1, 40, "drained to one")
     await pool.until(lambda: pool.processed()[0] >= sent, 20, "every event processed")
     distinct, replayed = pool.processed()

@@ -20,20 +20,20 @@ from hubshift.operator.loop import ControlLoop, CycleInputs, CycleReport
 from hubshift.operator.observe import (
     BUSY_CYCLE_SECONDS,
     backlog_per_partition,
-    holders_to_expel,
-    lease_holders,
+    lease_owners,
     next_cycle_in,
+    owners_to_expel,
     present_consumers,
     record_changed,
 )
-from hubshift.operator.rebalance import Phase, PublishAssignment, PublishReason, RebalanceState
+from hubshift.operator.rebalance import PublishAssignment, PublishReason, RebalanceState
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.operator.scaling_record import AUTOSCALER_RECORD
 from hubshift.operator.status import build_status
 from hubshift.ownership.assignment import publish_assignment, read_assignment
 from hubshift.ownership.leases import claim_partition
 from hubshift.ownership.membership import join
-from hubshift.ownership.model import ChangeKind, Checkpoint, OwnershipSnapshot
+from hubshift.ownership.model import ChangeKind, Checkpoint, OwnershipSnapshot, Phase
 from hubshift.ownership.records import decode_assignment, encode_assignment
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
@@ -75,7 +75,7 @@ def snapshot_with(
     return take_snapshot(store, SCOPE)
 
 
-def test_backlog_and_holders_from_one_listing(tmp_path: Path) -> None:
+def test_backlog_and_lease_owners_from_one_listing(tmp_path: Path) -> None:
     store = SqliteLeaseStore(tmp_path / "s.db")
     snapshot = snapshot_with(store, {"0": 40, "1": -1})
     infos = {
@@ -88,7 +88,7 @@ def test_backlog_and_holders_from_one_listing(tmp_path: Path) -> None:
     assert earliest == {"0": 59, "1": 10, "2": 20, "3": 0}
     latest = backlog_per_partition(infos, snapshot, StartPositionSpec(type="latest"))
     assert latest == {"0": 59, "1": 0, "2": 0, "3": 0}
-    assert lease_holders(snapshot, ["0", "1", "2"]) == {"0": "homes-0", "1": "homes-0", "2": None}
+    assert lease_owners(snapshot, ["0", "1", "2"]) == {"0": "homes-0", "1": "homes-0", "2": None}
 
 
 def test_present_consumers_are_ready_and_not_stopping_in_natural_order() -> None:
@@ -138,7 +138,7 @@ def test_a_record_read_back_is_not_written_again(state: RebalanceState) -> None:
     assert record_changed(bumped.to_record(config), read_back)
 
 
-def test_only_absent_holders_of_forced_partitions_are_expelled() -> None:
+def test_only_absent_owners_of_forced_partitions_are_expelled() -> None:
     published = PublishAssignment(
         3,
         {"0": "homes-0", "1": "homes-0", "2": "homes-1"},
@@ -147,9 +147,9 @@ def test_only_absent_holders_of_forced_partitions_are_expelled() -> None:
         PublishReason.ORPHANS,
         "x",
     )
-    holders = {"0": "homes-5", "1": "homes-6", "2": "homes-1", "3": None}
-    assert holders_to_expel(published, holders, ["homes-0", "homes-1"]) == ["homes-5"]
-    assert holders_to_expel(published, holders, ["homes-0", "homes-1", "homes-5"]) == []
+    owners = {"0": "homes-5", "1": "homes-6", "2": "homes-1", "3": None}
+    assert owners_to_expel(published, owners, ["homes-0", "homes-1"]) == ["homes-5"]
+    assert owners_to_expel(published, owners, ["homes-0", "homes-1", "homes-5"]) == []
 
 
 def test_next_cycle_comes_sooner_while_the_machine_is_busy() -> None:
@@ -173,7 +173,7 @@ def test_status_shows_assignment_handoffs_and_keeps_transition_times() -> None:
         state=state,
         decision=None,
         pause=autoscaler.Pause(),
-        holders={"0": "homes-0", "1": "homes-0", "2": None},
+        owners={"0": "homes-0", "1": "homes-0", "2": None},
         instances=[ConsumerInstance("homes-0", 0, True, "x"), ConsumerInstance("homes-1", 1, False, "y")],
         current_replicas=2,
         partition_count=3,
@@ -246,7 +246,7 @@ class FakeProbe:
 @dataclass
 class FakeRuntime:
     instances: list[ConsumerInstance] = field(default_factory=list)
-    target: int = 0
+    replica_count: int = 0
     events: list[tuple[str, str]] = field(default_factory=list)
     status: dict[str, object] = field(default_factory=dict)
 
@@ -254,10 +254,10 @@ class FakeRuntime:
         return list(self.instances)
 
     async def replicas(self) -> int:
-        return self.target
+        return self.replica_count
 
     async def set_replicas(self, count: int) -> None:
-        self.target = count
+        self.replica_count = count
 
     async def record_event(self, reason: str, message: str, *, warning: bool = False) -> None:
         self.events.append((reason, message))
@@ -335,7 +335,7 @@ def test_cold_start_publishes_the_plan_at_once_and_hands_each_consumer_its_share
     harness: Harness,
 ) -> None:
     report = harness.cycle()
-    assert harness.runtime.target == 2  # minReplicas, at once
+    assert harness.runtime.replica_count == 2  # minReplicas, at once
     record = read_assignment(harness.store, SCOPE)
     assert record is not None and record.assignment.generation == 1
     assert record.assignment.partitions == {}  # nobody reads yet
@@ -461,7 +461,7 @@ def test_an_operator_restart_keeps_the_holddown_and_publishes_once(harness: Harn
 def test_the_autoscalers_history_survives_a_restart(harness: Harness) -> None:
     harness.probe.last = {str(p): 5000 for p in range(8)}  # 40k backlog: scale out to max 4
     harness.cycle()
-    assert harness.runtime.target == 4
+    assert harness.runtime.replica_count == 4
     saved = json.loads(harness.store.read(SCOPE.prefix + AUTOSCALER_RECORD)[0])
     assert saved["replicas"] == 4 and saved["scaleEvents"]
     restarted = harness.restart()
@@ -469,7 +469,7 @@ def test_the_autoscalers_history_survives_a_restart(harness: Harness) -> None:
     restarted.clock.now += 5
     restarted.cycle()
     # The 300 s scale-down stabilisation remembers the recommendation of 4 made before the restart.
-    assert restarted.runtime.target == 4
+    assert restarted.runtime.replica_count == 4
 
 
 def test_an_unreadable_hub_keeps_the_pool_and_says_why(harness: Harness) -> None:
@@ -478,7 +478,7 @@ def test_an_unreadable_hub_keeps_the_pool_and_says_why(harness: Harness) -> None
     harness.clock.now += 5
     report = harness.cycle()
     body = report.status.to_body()
-    assert harness.runtime.target == 2
+    assert harness.runtime.replica_count == 2
     assert "cannot connect" in body["message"]
 
 

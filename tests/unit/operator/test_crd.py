@@ -20,6 +20,7 @@ from hubshift.operator.status import (
     Condition,
     PartitionedConsumerStatus,
     PendingHandoff,
+    ResourcePhase,
 )
 from hubshift.spec import Model
 
@@ -228,7 +229,7 @@ def test_bad_resources_are_refused_by_the_schema_naming_the_field(mutate: Any, f
 
 def test_a_full_status_fits_the_declared_schema() -> None:
     status = PartitionedConsumerStatus(
-        phase="Rebalancing",
+        phase=ResourcePhase.REBALANCING,
         observed_generation=3,
         conditions=[Condition(type="Ready", status="True", reason="Balanced", message="ok")],
         desired_replicas=4,

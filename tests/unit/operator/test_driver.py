@@ -54,7 +54,7 @@ class FakeLoop:
             state=RebalanceState(),
             status=PartitionedConsumerStatus(),
             decision=None,
-            holders={},
+            owners={},
             backlog=None,
             actions=(),
             store_requests=0,

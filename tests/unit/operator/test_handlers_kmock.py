@@ -42,6 +42,7 @@ from hubshift.operator.kubernetes.settings import OperatorConfig, apply_settings
 from hubshift.operator.loop import CycleInputs, CycleReport
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.operator.runtime import ConsumerInstance
+from hubshift.operator.status import ResourcePhase
 from hubshift.spec import SecretKeyRefSpec
 from tests.harness.report_only import ReportOnlyLoop
 
@@ -660,7 +661,7 @@ def test_metrics_replace_stale_label_sets() -> None:
     assert 'hubshift_partition_backlog_events{consumer="homes",namespace="sensors",partition="0"} 3.0' in text
     assert 'partition="1"' not in text
     assert 'hubshift_backlog_events{consumer="homes",namespace="sensors"} 3.0' in text
-    metrics.set_phase(NAMESPACE, "homes", "Holddown")
+    metrics.set_phase(NAMESPACE, "homes", ResourcePhase.HOLDDOWN)
     assert (
         'hubshift_phase{consumer="homes",namespace="sensors",phase="Holddown"} 1.0'
         in metrics.exposition().decode()

@@ -114,17 +114,17 @@ def test_the_loop_reads_only_events_nobody_reads_a_few_at_a_time() -> None:
     unknown = {str(p): PartitionLag(str(p), None, "unknown", 100 + p) for p in range(10)}
     lags = {**unknown, "known": PartitionLag("known", 3.0, "checkpoint", 7)}
     backlog = {str(p): p for p in range(10)}
-    holders: dict[str, str | None] = {"0": "homes-0", "1": "homes-9", "2": None}
+    owners: dict[str, str | None] = {"0": "homes-0", "1": "homes-9", "2": None}
     alive = ["homes-0"]
-    reads = lag_reads(lags, backlog, holders, alive, {}, NOW)
+    reads = lag_reads(lags, backlog, owners, alive, {}, NOW)
     # homes-0 reads partition 0 (it will write the time); the largest backlogs first; a few per cycle
     assert reads == [("9", 109), ("8", 108), ("7", 107), ("6", 106)]
     assert len(reads) == LAG_READS_PER_CYCLE
     tried = {p: (seq, NOW - 10) for p, seq in reads}
-    assert lag_reads(lags, backlog, holders, alive, tried, NOW)[:2] == [("5", 105), ("4", 104)]
+    assert lag_reads(lags, backlog, owners, alive, tried, NOW)[:2] == [("5", 105), ("4", 104)]
     # the same event is tried again only after the retry interval; a new first event at once
     tried = {"9": (109, NOW - 61), "8": (107, NOW - 1)}
-    assert lag_reads(lags, backlog, holders, alive, tried, NOW, limit=2) == [("9", 109), ("8", 108)]
+    assert lag_reads(lags, backlog, owners, alive, tried, NOW, limit=2) == [("9", 109), ("8", 108)]
 
 
 def samples(metrics: OperatorMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -3,16 +3,14 @@ restarts."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hubshift.operator.rebalance import (
     BreakLeases,
-    ChangeKind,
     Observation,
-    Phase,
     PublishAssignment,
     PublishReason,
     RebalanceState,
@@ -23,10 +21,17 @@ from hubshift.operator.rebalance import (
     pending_handoffs,
     step,
 )
+from hubshift.ownership.model import ChangeKind, Phase
 from hubshift.ownership.planner import is_balanced, minimum_moves, plan_assignment, plan_moves
+from hubshift.ownership.records import decode_assignment, encode_assignment
 from hubshift.spec import RebalanceSpec
 
 CONFIG = RebalanceSpec(delay_seconds=5.0, max_handoff_seconds=3.0)
+
+
+def stored(state: RebalanceState) -> RebalanceState:
+    """`state` as the control loop reads it back from the store: its assignment record, as JSON."""
+    return RebalanceState.from_record(decode_assignment(encode_assignment(state.to_record(CONFIG))))
 
 
 def ids(n: int) -> list[str]:
@@ -58,7 +63,7 @@ class World:
     published: list[PublishAssignment] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     stuck: set[str] = field(default_factory=set)  # present consumers that never release (hung)
-    early_breaks: list[str] = field(default_factory=list)  # live holders broken before the deadline
+    early_breaks: list[str] = field(default_factory=list)  # live owners broken before the deadline
     breakable: set[str] = field(default_factory=set)
     pool: str | None = "homes"  # None: names the operator cannot plan with (every change waits)
     joined: set[str] = field(default_factory=set)  # consumers up and joined that the operator has not seen
@@ -104,22 +109,22 @@ class World:
             unread = record.assignment.get(partition) is None and self.owners.get(partition) is None
             if unread and planned in up:
                 self.owners[partition] = planned
-        for partition, target in record.assignment.items():
-            holder = self.owners.get(partition)
-            if holder == target or (target is None and holder == record.planned.get(partition)):
+        for partition, assignee in record.assignment.items():
+            owner = self.owners.get(partition)
+            if owner == assignee or (assignee is None and owner == record.planned.get(partition)):
                 continue
-            if holder is not None and holder in up:
-                if holder not in self.stuck:
+            if owner is not None and owner in up:
+                if owner not in self.stuck:
                     self.owners[partition] = None  # final checkpoint, release
-                elif target in self.present and (partition in self.breakable or self.now >= deadline):
+                elif assignee in self.present and (partition in self.breakable or self.now >= deadline):
                     if self.now < deadline and partition not in self.breakable:
                         self.early_breaks.append(partition)
-                    self.owners[partition] = target
+                    self.owners[partition] = assignee
                 continue
-            if target is None or target not in self.present:
+            if assignee is None or assignee not in self.present:
                 continue
-            if holder is None or partition in self.breakable or self.now >= deadline:
-                self.owners[partition] = target
+            if owner is None or partition in self.breakable or self.now >= deadline:
+                self.owners[partition] = assignee
 
     def run(self, seconds: float) -> None:
         end = self.now + seconds
@@ -240,7 +245,7 @@ def test_a_planned_scale_out_publishes_the_plan_at_once_and_hands_each_joiner_it
     assert SetReplicas(8, "scale out") in decided.actions
     plan = decided.published
     assert plan is not None and plan.reason is PublishReason.PLANNED and plan.kind is ChangeKind.PLANNED
-    assert plan.moves == () and plan.assignment == before  # the current readers keep reading
+    assert plan.moves == () and plan.assignment == before  # the current assignees keep reading
     assert sorted(set(plan.planned.values())) == pods(4, start=4)
     assert len(plan.planned) == minimum_moves(ids(32), pods(8), before) == 16
     assert world.state is not None and world.state.running is ChangeKind.PLANNED
@@ -248,9 +253,9 @@ def test_a_planned_scale_out_publishes_the_plan_at_once_and_hands_each_joiner_it
     for pod in pods(4, start=4):  # each ready pod takes its share in the cycle that sees it
         world.present.append(pod)
         handover = world.cycle()
-        world.consumers_act()  # the old reader released: the joiner claims
+        world.consumers_act()  # the old owner released: the joiner claims
         assert handover.published is not None and handover.published.reason is PublishReason.JOINED
-        assert {m.target for m in handover.published.moves} == {pod}
+        assert {m.assignee for m in handover.published.moves} == {pod}
         assert sorted(world.owned_by(pod)) == sorted(p for p, c in plan.planned.items() if c == pod)
         assert world.state is not None and pod not in world.state.planned.values()
     assert world.balanced()
@@ -345,7 +350,7 @@ def test_partitions_planned_for_a_late_consumer_go_to_those_present_after_the_de
     assert world.balanced()
 
 
-def test_a_joiner_that_never_comes_leaves_its_planned_partitions_with_their_readers() -> None:
+def test_a_joiner_that_never_comes_leaves_its_planned_partitions_with_their_assignees() -> None:
     world = settled_world(consumers=4)
     world.desired = 8
     world.cycle()
@@ -444,7 +449,7 @@ def test_a_standby_takes_over_an_orphan_at_once() -> None:
     world.departed.add("homes-1")
     result = world.cycle()
     assert result.published is not None
-    assert [(m.partition, m.target) for m in result.published.moves] == [(lost[0], "homes-4")]
+    assert [(m.partition, m.assignee) for m in result.published.moves] == [(lost[0], "homes-4")]
 
 
 def test_orphans_during_a_holddown_keep_the_holddown_for_the_rest() -> None:
@@ -455,7 +460,7 @@ def test_orphans_during_a_holddown_keep_the_holddown_for_the_rest() -> None:
     world.departed.add("homes-7")
     result = world.cycle()
     assert result.published is not None
-    assert all(m.source == "homes-7" for m in result.published.moves)
+    assert all(m.previous == "homes-7" for m in result.published.moves)
     assert world.state is not None and world.state.holddown_until is not None
     world.present.insert(2, "homes-2")
     world.run(10)
@@ -527,7 +532,7 @@ def test_operator_restart_mid_rebalance_resumes_from_the_record() -> None:
     deadline = world.record.handoff_deadline(CONFIG) if world.record else None
     world.state = None  # the operator restarts; the record in the store is all it has
     assert world.record is not None
-    world.record = RebalanceState.from_dict(world.record.to_dict())
+    world.record = stored(world.record)
     world.run(CONFIG.max_handoff_seconds + 2)
     assert len(world.published) == 1  # nothing re-published
     assert world.record.handoff_deadline(CONFIG) == deadline
@@ -552,20 +557,20 @@ def test_a_lost_write_is_recomputed_with_the_same_generation() -> None:
 
 def test_the_record_wins_over_a_stale_state() -> None:
     world = settled_world()
-    newer = RebalanceState.from_dict({**(world.record.to_dict() if world.record else {}), "generation": 9})
-    world.record = newer
+    assert world.record is not None
+    world.record = replace(stored(world.record), generation=9)
     world.cycle()
     assert world.state is not None and world.state.generation == 9
 
 
-def test_state_round_trips_through_a_dict_and_the_assignment_record() -> None:
+def test_state_round_trips_through_the_assignment_record() -> None:
     world = settled_world()
     world.present.remove("homes-2")
     world.cycle()
     state = world.state
     assert state is not None and state.holddown_until is not None
-    assert RebalanceState.from_dict(state.to_dict()) == state
     assert RebalanceState.from_record(state.to_record(CONFIG)) == state
+    assert stored(state) == state
 
 
 def test_ordinal_reads_the_statefulset_suffix() -> None:
@@ -624,7 +629,7 @@ def test_invariants_hold_over_random_event_sequences(
                 step(world.state, world.observe(), world.now, CONFIG)
             world.state = None
         before = world.record or world.state
-        holders = dict(world.owners)
+        owners = dict(world.owners)
         live = set(world.present)
         replicas = world.replicas
         observation = world.observe()
@@ -636,41 +641,39 @@ def test_invariants_hold_over_random_event_sequences(
         after = result.state
         for partition, joiner in after.planned.items():
             assert joiner not in live, "a planned consumer takes its share in the cycle it is ready"
-            reader = after.assignment[partition]
-            assert reader != joiner and (reader is None or reader in after.consumers), "one reader"
+            assignee = after.assignment[partition]
+            assert assignee != joiner and (assignee is None or assignee in after.consumers), "one assignee"
             previous = before.assignment.get(partition) if before is not None else None
             if previous in live and previous in after.consumers:
-                assert reader == previous, "the current reader keeps reading until then"
+                assert assignee == previous, "the current assignee keeps reading until then"
         if publication is not None:
             assert publication.generation > last_generation
             assert seen.get(publication.generation, publication.assignment) == publication.assignment
             seen[publication.generation] = dict(publication.assignment)
             last_generation = publication.generation
-            assert is_balanced(after.target, after.consumers), "the plan is balanced over its consumers"
+            assert is_balanced(after.plan, after.consumers), "the plan is balanced over its consumers"
             if before is not None and before.generation and set(before.assignment) == set(world.partitions):
                 expected = minimum_moves(world.partitions, after.consumers, before.assignment)
-                assert len(plan_moves(before.assignment, after.target)) == expected, "minimum moves"
+                assert len(plan_moves(before.assignment, after.plan)) == expected, "minimum moves"
             for partition in publication.forced:
-                holder = holders.get(partition) or (before.assignment.get(partition) if before else None)
-                assert holder not in live, "a ready holder must be given the handoff time"
+                owner = owners.get(partition) or (before.assignment.get(partition) if before else None)
+                assert owner not in live, "a ready owner must be given the handoff time"
         for action in result.actions:
             if isinstance(action, SetReplicas) and action.replicas < replicas:
                 # The StatefulSet shrinks only once the consumers about to go hold nothing, or their
                 # handoff time is over.
                 still_held = [
-                    o for o in holders.values() if o is not None and (ordinal(o) or 0) >= action.replicas
+                    o for o in owners.values() if o is not None and (ordinal(o) or 0) >= action.replicas
                 ]
                 assert not still_held or world.now >= (after.handoff_deadline(CONFIG) or 0.0)
         if after.phase is Phase.HOLDDOWN:
             assert after.holddown_until is not None
-        assert RebalanceState.from_dict(after.to_dict()) == after
+        assert stored(after) == after
         assert set(after.assignment) == set(world.partitions)
-    assert world.early_breaks == [], "no live holder lost a partition before its handoff time"
+    assert world.early_breaks == [], "no live owner lost a partition before its handoff time"
 
 
 def test_state_survives_the_stored_json_record() -> None:
-    from hubshift.ownership.records import decode_assignment, encode_assignment
-
     world = settled_world(partitions=6, consumers=2)
     world.now = 1_763_700_000.25
     world.present.remove("homes-1")

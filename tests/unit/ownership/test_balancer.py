@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hubshift.ownership.balancer import Claim, balance, fair_share
+from hubshift.ownership.balancer import balance, fair_share
+from hubshift.ownership.model import Claim, ClaimReason
 
 
 def ids(n: int) -> list[str]:
@@ -20,7 +21,7 @@ def ids(n: int) -> list[str]:
 
 def test_a_lone_consumer_claims_everything() -> None:
     claims = balance("c-0", ids(4), {}, live=[])
-    assert claims == tuple(Claim(p, None) for p in ids(4))
+    assert claims == tuple(Claim(p, False, ClaimReason.FREE) for p in ids(4))
 
 
 def test_claims_free_partitions_up_to_the_fair_share_only() -> None:
@@ -37,7 +38,7 @@ def test_members_start_in_their_own_block_so_they_do_not_race() -> None:
 def test_orphaned_partitions_are_free() -> None:
     owners: dict[str, str | None] = {"0": "dead", "1": "c-1"}
     claims = balance("c-0", ids(2), owners, live=["c-0", "c-1"])
-    assert claims == (Claim("0", "dead"),)
+    assert claims == (Claim("0", True, ClaimReason.ORPHANED, "dead"),)
 
 
 def test_steals_one_from_the_biggest_owner_when_it_holds_two_more() -> None:
@@ -45,14 +46,13 @@ def test_steals_one_from_the_biggest_owner_when_it_holds_two_more() -> None:
     owners.update({"4": "c-2", "5": "c-2", "6": "c-2"})
     claims = balance("c-0", ids(7), owners, live=["c-0", "c-1", "c-2"])
     assert len(claims) == 1
-    assert claims[0].steal
-    assert claims[0].previous_owner == "c-1"
+    assert claims[0] == Claim(claims[0].partition, True, ClaimReason.STEAL, "c-1")
 
 
 def test_biggest_owner_ties_go_to_the_first_name() -> None:
     owners: dict[str, str | None] = {"0": "c-2", "1": "c-2", "2": "c-10", "3": "c-10"}
     (claim,) = balance("c-0", ids(4), owners, live=["c-0", "c-2", "c-10"])
-    assert claim.previous_owner == "c-2"
+    assert claim.owner == "c-2"
 
 
 def test_no_steal_from_an_owner_only_one_ahead() -> None:
@@ -63,7 +63,7 @@ def test_no_steal_from_an_owner_only_one_ahead() -> None:
 def test_no_steal_while_partitions_are_free() -> None:
     owners: dict[str, str | None] = {p: "c-1" for p in ids(5)}
     claims = balance("c-0", ids(6), owners, live=["c-0", "c-1"])
-    assert claims == (Claim("5", None),)
+    assert claims == (Claim("5", False, ClaimReason.FREE),)
 
 
 def test_a_consumer_at_its_share_does_nothing() -> None:
@@ -94,16 +94,17 @@ def test_every_cycle_follows_the_rules(case: tuple[list[str], list[str | None], 
     claims = balance("c-0", partitions, owners, live)
     share = math.ceil(len(partitions) / len(live)) if partitions else 0
     mine = sum(1 for o in holders if o == "c-0")
-    steals = [c for c in claims if c.steal]
+    steals = [c for c in claims if c.reason is ClaimReason.STEAL]
     assert len(steals) <= 1
     assert mine + len(claims) <= max(share, mine)
     for claim in claims:
-        if not claim.steal:
+        if claim.reason is not ClaimReason.STEAL:
             assert owners.get(claim.partition) not in live
+            assert claim.owner == owners.get(claim.partition) and claim.force == (claim.owner is not None)
     if steals:
         counts = {m: sum(1 for o in holders if o == m) for m in live}
         assert all(owners.get(p) in live for p in partitions)
-        assert counts[steals[0].previous_owner or ""] == max(counts.values()) >= mine + 2
+        assert counts[steals[0].owner or ""] == max(counts.values()) >= mine + 2
     assert claims == balance("c-0", list(reversed(partitions)), dict(reversed(owners.items())), live)
 
 
@@ -124,7 +125,7 @@ class LeaseStore:
         if me not in self.live:
             return  # a consumer that left does nothing more
         current = self.owners[claim.partition]
-        if claim.steal:
+        if claim.reason is ClaimReason.STEAL:
             self.owners[claim.partition] = me
             self.stolen += 1
         elif current is None or current not in self.live:  # free at this moment

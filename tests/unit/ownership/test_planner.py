@@ -55,7 +55,7 @@ def test_eight_to_four_moves_16() -> None:
     before = plan_assignment(ids(32), pods(8), {}).assignment
     plan = plan_assignment(ids(32), pods(4), before)
     assert len(plan.moves) == 16 == minimum_moves(ids(32), pods(4), before)
-    assert all(m.source in pods(4, start=4) for m in plan.moves)
+    assert all(m.previous in pods(4, start=4) for m in plan.moves)
     assert is_balanced(plan.assignment, pods(4))
 
 
@@ -63,7 +63,7 @@ def test_cold_start_gives_contiguous_blocks_in_numeric_order() -> None:
     plan = plan_assignment(ids(12), pods(3), {})
     assert plan.partitions_of("homes-2") == ["8", "9", "10", "11"]
     assert [m.partition for m in plan.moves] == ids(12)
-    assert all(m.source is None for m in plan.moves)
+    assert all(m.previous is None for m in plan.moves)
 
 
 def test_removing_a_consumer_from_a_balanced_pool_moves_only_its_partitions() -> None:

@@ -1,76 +1,54 @@
-"""The consumer's ownership decisions, as pure functions of plain data and a time passed in.
+"""A consumer's ownership step: what it claims and drains after one listing of the scope, as pure functions
+of plain data and a time passed in.
 
-- `plan_ownership`: what to claim (and whether by force) and what to drain, from one ownership snapshot:
-  follow the operator's assignment record while it is current, else balance with the fallback balancer.
-  A consumer reads the record's `partitions`. Its `planned` entries (a planned change: partitions planned
-  for a consumer not ready yet) that someone reads stay with that reader until the operator's next
-  generation moves them into `partitions` for their planned owner (a graceful handoff), so a partition
-  never has two readers and is never left unread for a pod's start-up time. Those nobody reads (a cold
-  start) the planned owner claims itself, without force, as soon as it has joined: no operator round trip
-  (docs/decisions.md, "Planned changes"). The plan reports the rest (`OwnershipPlan.planned`).
-- `checkpoint_due`: the checkpoint cadence (events and seconds) of one partition.
+- `ownership_step`: the claims (and whether by force) and the drains that move this consumer towards its
+  assignment: follow the operator's assignment record while it is current, else balance with the fallback
+  balancer. A consumer follows the record's `partitions`. Its `planned` entries (a planned change:
+  partitions planned for a consumer not ready yet) that have an assignee stay with it until the operator's
+  next generation moves them into `partitions` for their planned owner (a graceful handoff), so a
+  partition never has two owners and is never left unread for a pod's start-up time. Those without an
+  assignee (a cold start) the planned owner claims itself, without force, as soon as it has joined: no
+  operator round trip (docs/decisions.md, "Planned changes"). The step reports the rest
+  (`OwnershipStep.planned`).
+- `track_unhealthy`: since when the record has named a consumer that is not alive.
+- `lost_partitions`: the partitions whose lease the listing shows is no longer this consumer's.
 
 The agent (`agent.py`) does the I/O these decide.
 """
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
 from hubshift.ownership.balancer import balance
-from hubshift.ownership.model import Assignment, Checkpoint, OwnershipSnapshot
-
-
-class ClaimReason(enum.StrEnum):
-    """Why a partition is claimed."""
-
-    FREE = "free"  # nobody holds it (never claimed, released, broken or expired)
-    MINE = "mine"  # its lease is still ours (a restart with the same identity)
-    ORPHANED = "orphaned"  # its holder is no longer alive
-    OWNER_GONE = "owner gone"  # the operator saw its holder go (the record's `forced`)
-    HANDOFF_DEADLINE = "handoff deadline passed"  # its holder did not release it in time
-    STEAL = "steal"  # fallback balancing: from the biggest owner
-
-    @property
-    def metric_label(self) -> str:
-        """`how` in `hubshift_consumer_partitions_acquired_total`: released, own, expired or broken."""
-        return {ClaimReason.FREE: "released", ClaimReason.MINE: "own", ClaimReason.ORPHANED: "expired"}.get(
-            self, "broken"
-        )
+from hubshift.ownership.model import Assignment, Claim, ClaimReason, OwnershipSnapshot
 
 
 @dataclass(frozen=True)
-class ClaimPlan:
-    partition: str
-    force: bool
-    reason: ClaimReason
-    holder: str | None = None  # who holds it now, when it is taken from someone
+class OwnershipStep:
+    """One listing's decision of a consumer: what to claim and drain, and what it waits for.
 
-    def describe(self) -> str:
-        """For a log line: the reason, and from whom."""
-        return self.reason.value if self.holder is None else f"{self.reason.value} from {self.holder}"
+    In Kafka's terms the assignment record is the target assignment and the leases this consumer holds its
+    current one; a step moves it towards the target: `drains` are given up, `claims` taken, `waiting` are
+    assigned here but still owned by a live consumer that has until `handoff_deadline` to release them,
+    `planned` are planned here by a planned change and not handed over yet.
+    """
 
-
-@dataclass(frozen=True)
-class OwnershipPlan:
-    mode: Literal["assignment", "fallback", "stopping"]
-    claims: tuple[ClaimPlan, ...] = ()
+    mode: Literal["assignment", "fallback"]
+    claims: tuple[Claim, ...] = ()
     drains: tuple[str, ...] = ()
-    # Assigned to me, still held by a live owner that has until `handoff_deadline` to release them.
     waiting: tuple[str, ...] = ()
     handoff_deadline: datetime | None = None
-    # Planned for me by a planned change, not handed over yet: the operator moves them to me once I am ready.
     planned: tuple[str, ...] = ()
 
 
 def assignment_is_healthy(assignment: Assignment, partitions: Collection[str], live: Collection[str]) -> bool:
     """Every partition is assigned to a live consumer."""
     alive = set(live)
-    return all(assignment.owner_of(p) in alive for p in partitions)
+    return all(assignment.assignee_of(p) in alive for p in partitions)
 
 
 def assignment_is_current(
@@ -102,7 +80,37 @@ def assignment_is_current(
     return (now - since).total_seconds() < stale_after_seconds
 
 
-def plan_ownership(
+def track_unhealthy(
+    previous: tuple[int, datetime] | None,
+    assignment: Assignment | None,
+    partitions: Collection[str],
+    live: Collection[str],
+    now: datetime,
+) -> tuple[int, datetime] | None:
+    """(generation, when first seen) of a record that assigns a partition to a consumer not alive (a pod
+    gone, maybe coming back within the operator's holddown); None while it does not. The record is followed
+    for `stale_after_seconds` from then, not from its publication, which may be long past."""
+    if assignment is None or assignment_is_healthy(assignment, partitions, live):
+        return None
+    if previous is None or previous[0] != assignment.generation:
+        return (assignment.generation, now)
+    return previous
+
+
+def lost_partitions(me: str, owned: Mapping[str, int], snapshot: OwnershipSnapshot) -> list[tuple[str, str]]:
+    """(partition, why) for each partition `me` owns (partition -> owner level) whose lease the listing
+    shows is someone else's or was claimed again since: it was taken (broken)."""
+    lost = []
+    for partition, level in owned.items():
+        row = snapshot.partition(partition)
+        if row is None or row.free or row.owner != me:
+            lost.append((partition, "its lease is held by someone else"))
+        elif row.owner_level > level:
+            lost.append((partition, f"it was claimed again at owner level {row.owner_level}"))
+    return lost
+
+
+def ownership_step(
     me: str,
     partitions: Sequence[str],
     snapshot: OwnershipSnapshot,
@@ -113,16 +121,13 @@ def plan_ownership(
     max_handoff_seconds: float,
     stale_after_seconds: float,
     unhealthy_since: datetime | None = None,
-    stopping: bool = False,
-) -> OwnershipPlan:
-    """One decision cycle of consumer `me`.
+) -> OwnershipStep:
+    """The step of consumer `me` after one listing (`snapshot`).
 
     `active` are the partitions it reads now, `draining` those being handed off. A partition whose lease
     this consumer still holds in the store (a restart with the same identity) is re-claimed without force.
     `unhealthy_since`: when this consumer first saw the record's generation name a consumer not alive.
     """
-    if stopping:
-        return OwnershipPlan("stopping", drains=tuple(sorted(active)))
     held = set(active) | set(draining)
     live = set(snapshot.live_members) | {me}
     assignment = snapshot.assignment
@@ -142,40 +147,40 @@ def _follow(
     held: set[str],
     now: datetime,
     max_handoff_seconds: float,
-) -> OwnershipPlan:
+) -> OwnershipStep:
     known = set(partitions)
     mine = {p for p in assignment.partitions_of(me) if p in known}
     planned = [p for p in assignment.planned_for(me) if p in known and p not in mine]
-    # Planned for me and read by nobody (a cold start, a reader that left): read it now that I have joined,
-    # if its lease is free, instead of a listing after the operator's next generation. Held by anyone else,
-    # it stays the operator's to move.
-    unread = {p for p in planned if assignment.owner_of(p) is None}
+    # Planned for me and without an assignee (a cold start, an assignee that left): read it now that I have
+    # joined, if its lease is free, instead of a listing after the operator's next generation. Owned by
+    # anyone else, it stays the operator's to move.
+    unread = {p for p in planned if assignment.assignee_of(p) is None}
     drains = tuple(sorted(active - mine - unread))
     handoff = assignment.max_handoff_seconds if assignment.max_handoff_seconds is not None else None
     deadline_seconds = handoff if handoff is not None else max_handoff_seconds
     deadline = assignment.updated_at.timestamp() + deadline_seconds
     # The operator saw the old owner go (pod deleted, process gone): no release will come.
     forced = assignment.forced
-    claims: list[ClaimPlan] = []
+    claims: list[Claim] = []
     waiting: list[str] = []
     for partition in sorted((mine | unread) - held):
         row = snapshot.partition(partition)
         if row is None or row.free:
-            claims.append(ClaimPlan(partition, False, ClaimReason.FREE))
+            claims.append(Claim(partition, False, ClaimReason.FREE))
         elif row.owner == me:
-            claims.append(ClaimPlan(partition, False, ClaimReason.MINE))
+            claims.append(Claim(partition, False, ClaimReason.MINE))
         elif partition in unread:
-            continue  # someone reads it after all: the operator's to move
+            continue  # someone owns it after all: the operator's to move
         elif not row.owner_alive:
-            claims.append(ClaimPlan(partition, True, ClaimReason.ORPHANED, row.owner))
+            claims.append(Claim(partition, True, ClaimReason.ORPHANED, row.owner))
         elif partition in forced:
-            claims.append(ClaimPlan(partition, True, ClaimReason.OWNER_GONE, row.owner))
+            claims.append(Claim(partition, True, ClaimReason.OWNER_GONE, row.owner))
         elif now.timestamp() >= deadline:
-            claims.append(ClaimPlan(partition, True, ClaimReason.HANDOFF_DEADLINE, row.owner))
+            claims.append(Claim(partition, True, ClaimReason.HANDOFF_DEADLINE, row.owner))
         else:
             waiting.append(partition)
     reading = held | {c.partition for c in claims}
-    return OwnershipPlan(
+    return OwnershipStep(
         "assignment",
         claims=tuple(claims),
         drains=drains,
@@ -189,39 +194,17 @@ def _follow(
 
 def _fallback(
     me: str, partitions: Sequence[str], snapshot: OwnershipSnapshot, held: set[str], live: set[str]
-) -> OwnershipPlan:
+) -> OwnershipStep:
     owners: dict[str, str | None] = {p: None for p in partitions}
-    claims: list[ClaimPlan] = []
+    claims: list[Claim] = []
     for row in snapshot.partitions:
         if row.partition in owners and not row.free:
             owners[row.partition] = row.owner
         if row.owner == me and row.partition not in held and row.partition in owners:
-            claims.append(ClaimPlan(row.partition, False, ClaimReason.MINE))
+            claims.append(Claim(row.partition, False, ClaimReason.MINE))
     for partition in held:
         owners[partition] = me
     for partition in (c.partition for c in claims):
         owners[partition] = me
-    for claim in balance(me, partitions, owners, live):
-        if claim.steal:
-            claims.append(ClaimPlan(claim.partition, True, ClaimReason.STEAL, claim.previous_owner))
-        elif claim.previous_owner is not None and claim.previous_owner != me:
-            claims.append(ClaimPlan(claim.partition, True, ClaimReason.ORPHANED, claim.previous_owner))
-        else:
-            claims.append(ClaimPlan(claim.partition, False, ClaimReason.FREE))
-    return OwnershipPlan("fallback", claims=tuple(claims))
-
-
-def checkpoint_due(
-    committed: Checkpoint | None,
-    checkpointed: Checkpoint,
-    events_since: int,
-    last_written: float,
-    now: float,
-    *,
-    every_events: int,
-    every_seconds: float,
-) -> bool:
-    """Write a partition's checkpoint when it moved and enough events or enough time went by."""
-    if committed is None or committed.sequence_number <= checkpointed.sequence_number:
-        return False
-    return events_since >= every_events or now - last_written >= every_seconds
+    claims.extend(balance(me, partitions, owners, live))
+    return OwnershipStep("fallback", claims=tuple(claims))

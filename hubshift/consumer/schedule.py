@@ -1,0 +1,124 @@
+"""When the ownership agent does what: its timers as plain data, each decision a method with `now` (the
+agent's monotonic clock, seconds) passed in.
+
+- the listing of the scope (re-reading the assignment): every `list_interval`, at once when nudged but at
+  most once per `NUDGE_FLOOR_SECONDS`, every `claim_retry` while a partition assigned here waits for its
+  release, soon after this consumer released one, `RETRY_SECONDS` after a failed listing;
+- the hub's partition ids: every `partition_refresh`, and whenever none are known;
+- the membership renewal: when the membership says it is due, and `RETRY_SECONDS` after a failure;
+- SIGTERM: a grace period to drain in, and whether the stop is done, going on, or out of time;
+- when the loop wakes next (`wake_at`).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+# Nudges (`POST /assignment`) make the consumer list the scope at most this often.
+NUDGE_FLOOR_SECONDS = 0.5
+# A failed listing, partition-id read or membership renewal is tried again this much later.
+RETRY_SECONDS = 1.0
+# After a release the consumer lists again this soon: whoever waits for the partition claims it at its next
+# attempt, and a partition planned here may have been freed at the same time.
+AFTER_RELEASE_SECONDS = 0.5
+# The loop turns at least this often (engine reports are also taken when they come).
+IDLE_SECONDS = 1.0
+
+
+class StopOutcome(enum.Enum):
+    """Where a SIGTERM stands after a turn of the loop."""
+
+    RUNNING = "running"  # no stop asked, or still handing off within the grace period
+    DONE = "done"  # everything handed off
+    OUT_OF_TIME = "out of time"  # the grace period ran out: stop whatever is left
+
+
+@dataclass
+class AgentSchedule:
+    """The agent's timers (monotonic seconds)."""
+
+    list_interval: float
+    claim_retry: float
+    partition_refresh: float
+    next_list: float = 0.0
+    last_listing: float = -math.inf
+    next_claim_retry: float = 0.0
+    next_partition_refresh: float = 0.0
+    renew_retry_at: float = 0.0
+    stop_deadline: float | None = None
+
+    # --- listing --------------------------------------------------------------------------------------------
+
+    def nudge_taken(self, now: float, nudged: bool) -> bool:
+        """A nudge lists at once, but at most once per NUDGE_FLOOR_SECONDS: whoever can reach the HTTP port
+        may only make the consumer read the store, never more often than that."""
+        return nudged and now >= self.last_listing + NUDGE_FLOOR_SECONDS
+
+    def listing_due(self, now: float, *, nudged: bool, waiting: bool) -> bool:
+        """List the scope now: nudged, the interval passed, or a release waited for may have come."""
+        retry = waiting and now >= self.next_claim_retry
+        return self.nudge_taken(now, nudged) or now >= self.next_list or retry
+
+    def listing_started(self, now: float) -> None:
+        self.last_listing = now
+
+    def listing_failed(self, now: float) -> None:
+        self.next_list = now + RETRY_SECONDS
+
+    def listed(self, now: float, *, waiting: bool) -> None:
+        """A listing was acted on; `waiting`: a partition assigned here is still held by its old owner, so
+        list again at the claim retry (a released partition shows as free in the listing)."""
+        self.next_list = now + self.list_interval
+        if waiting:
+            self.next_claim_retry = now + self.claim_retry
+            self.next_list = min(self.next_list, self.next_claim_retry)
+
+    def released(self, now: float) -> None:
+        self.next_list = min(self.next_list, now + AFTER_RELEASE_SECONDS)
+
+    # --- the hub's partition ids ----------------------------------------------------------------------------
+
+    def partitions_due(self, now: float, *, known: bool) -> bool:
+        return not known or now >= self.next_partition_refresh
+
+    def partitions_read(self, now: float) -> None:
+        self.next_partition_refresh = now + self.partition_refresh
+
+    # --- membership -----------------------------------------------------------------------------------------
+
+    def renewal_due(self, now: float, renew_due: float) -> bool:
+        return now >= renew_due and now >= self.renew_retry_at
+
+    def renewal_failed(self, now: float) -> None:
+        self.renew_retry_at = now + RETRY_SECONDS
+
+    # --- SIGTERM --------------------------------------------------------------------------------------------
+
+    def stop(self, now: float, grace_seconds: float) -> bool:
+        """A stop was asked: hand off within `grace_seconds`. True the first time (the stop starts now)."""
+        if self.stop_deadline is not None:
+            return False
+        self.stop_deadline = now + grace_seconds
+        return True
+
+    def stop_outcome(self, now: float, *, owned: int) -> StopOutcome:
+        if self.stop_deadline is None:
+            return StopOutcome.RUNNING
+        if owned == 0:
+            return StopOutcome.DONE
+        return StopOutcome.OUT_OF_TIME if now >= self.stop_deadline else StopOutcome.RUNNING
+
+    # --- waking ---------------------------------------------------------------------------------------------
+
+    def wake_at(self, now: float, *, renew_due: float | None, waiting: bool) -> float:
+        """When the loop's next turn is due at the latest (an engine report or a nudge wakes it sooner)."""
+        deadlines = [now + IDLE_SECONDS, self.next_list]
+        if renew_due is not None:
+            deadlines.append(max(renew_due, self.renew_retry_at))
+        if waiting:
+            deadlines.append(self.next_claim_retry)
+        if self.stop_deadline is not None:
+            deadlines.append(self.stop_deadline)
+        return min(deadlines)
