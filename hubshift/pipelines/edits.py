@@ -398,16 +398,17 @@ def dedupe_partition(
     events: Sequence[Event], key: Callable[[Event], str | None], state: dict[str, Seen], window_us: int
 ) -> tuple[list[Event], list[Event]]:
     """One source partition's events (in sequence order): (kept, dropped as repeats). `state` (key -> the
-    first event of the key within the window) is updated and pruned to the window."""
+    first event of the key within the window) is updated, and pruned of records older than a window before
+    the batch's first event."""
     kept: list[Event] = []
     dropped: list[Event] = []
-    newest: int | None = None
+    oldest: int | None = None
     for event in events:
         value = key(event)
         sequence = event.row.get("sequence_number")
         enqueued = _micros(event.row.get("enqueued_time"))
         if enqueued is not None:
-            newest = enqueued if newest is None else max(newest, enqueued)
+            oldest = enqueued if oldest is None else min(oldest, enqueued)
         if value is None or sequence is None:
             kept.append(event)
             continue
@@ -423,8 +424,10 @@ def dedupe_partition(
             if sequence > seen.sequence:
                 state[value] = Seen(sequence, enqueued)
             kept.append(event)
-    if newest is not None:
-        horizon = newest - window_us
+    if oldest is not None:
+        # Kept back to a window before this batch's first event: a replay of this batch (from its start)
+        # meets the records its first run met, so it forwards every event that run forwarded.
+        horizon = oldest - window_us
         for value in [v for v, s in state.items() if s.enqueued_us is not None and s.enqueued_us < horizon]:
             del state[value]
     return kept, dropped

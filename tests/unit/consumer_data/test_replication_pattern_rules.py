@@ -243,7 +243,10 @@ def test_a_replay_forwards_every_event_the_first_run_forwarded(
         forwarded |= {e.row["sequence_number"] for e in kept}
     kept, _ = run_steps([dedupe(folder, window=10)], events(*rows[replay_from:]))
     replayed = {e.row["sequence_number"] for e in kept}
-    assert {n for n in forwarded if n >= replay_from} <= replayed
+    if replay_from >= cut:
+        # A replay from within the last batch meets the records its first run met (older ones are pruned:
+        # a replay from further back may forward another event of a key within the window, never none).
+        assert {n for n in forwarded if n >= replay_from} <= replayed
     # Every id reaches the target within any window of 10 s.
     for n, i in enumerate(ids):
         assert any(ids[m] == i and n - 10 <= m <= n for m in forwarded | replayed)
