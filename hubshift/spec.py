@@ -23,6 +23,7 @@ from a connection and an environment to a connection string or a credential.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -542,6 +543,11 @@ class ScalingSpec(Model):
         return self
 
 
+# SIGTERM: a consumer hands off within maxHandoffSeconds plus this; its pod gets EXIT_MARGIN_SECONDS more.
+STOP_MARGIN_SECONDS = 10.0
+EXIT_MARGIN_SECONDS = 20.0
+
+
 class RebalanceSpec(Model):
     delay_seconds: float = Field(
         default=10.0,
@@ -563,6 +569,18 @@ class RebalanceSpec(Model):
         le=MAX_LEASE_SECONDS,
         description="Membership lease (Azure's bounds: 15-60 s).",
     )
+
+    @property
+    def stop_budget_seconds(self) -> float:
+        """On SIGTERM a consumer hands every partition off within this: a handoff, plus a margin for the
+        batch in flight to commit."""
+        return self.max_handoff_seconds + STOP_MARGIN_SECONDS
+
+    @property
+    def termination_grace_seconds(self) -> int:
+        """A consumer pod's grace period: the stop budget, then time for Spark to stop and the process to
+        exit after its last release, before the kubelet's SIGKILL."""
+        return math.ceil(self.stop_budget_seconds + EXIT_MARGIN_SECONDS)
 
     def timing(self, list_interval_seconds: float | None = None) -> Timing:
         """The consumer's ownership timings for this lease: renewed at half of it, stopped a safety margin

@@ -50,8 +50,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# SIGTERM: a consumer hands off within maxHandoffSeconds plus this (the pod's grace period is longer).
-GRACE_MARGIN_SECONDS = 10.0
 
 # The kinds of operations whose failures `FailureLog` reports (`owned.py` has the partitions' own).
 RENEWAL = "membership renewal"
@@ -89,7 +87,7 @@ class AgentSettings:
             checkpoint=spec.consumer.checkpoint,
             max_handoff_seconds=handoff,
             timing=spec.rebalance.timing(list_interval_seconds),
-            grace_seconds=grace_seconds if grace_seconds is not None else handoff + GRACE_MARGIN_SECONDS,
+            grace_seconds=grace_seconds if grace_seconds is not None else spec.rebalance.stop_budget_seconds,
         )
 
     @property

@@ -57,7 +57,7 @@ class ConsumerOptions:
     scratch: Path | None = None  # default: a folder of its own under the temp directory
     http_host: str | None = None  # default: 0.0.0.0 in a pod, 127.0.0.1 elsewhere
     http_port: int | None = None  # default: consumer.metricsPort; 0 picks a free port
-    grace_seconds: float | None = None  # default: maxHandoffSeconds + 10
+    grace_seconds: float | None = None  # default: rebalance.stop_budget_seconds
     list_interval_seconds: float | None = None  # default: the protocol's 20 s
     ranges: Path | None = None  # --engine sdk: where the batch ranges go
 

@@ -13,7 +13,6 @@ the operator creates it) and the label `azure.workload.identity/use: "true"`, an
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -48,8 +47,6 @@ WORKLOAD_IDENTITY_LABEL = "azure.workload.identity/use"
 WORKLOAD_IDENTITY_CLIENT_ID = "azure.workload.identity/client-id"
 # Credential types that use the pod's workload identity (DefaultAzureCredential tries it first on AKS).
 WORKLOAD_IDENTITY_TYPES = frozenset(("workloadIdentity", "default"))
-# Beyond the handoff bound: time for Spark to stop and the process to exit after its last release.
-TERMINATION_MARGIN_SECONDS = 30
 
 
 @dataclass(frozen=True)
@@ -274,7 +271,7 @@ def _resources(consumer: PartitionedConsumer) -> JSON:
 
 
 def termination_grace_seconds(consumer: PartitionedConsumer) -> int:
-    return math.ceil(consumer.spec.rebalance.max_handoff_seconds) + TERMINATION_MARGIN_SECONDS
+    return consumer.spec.rebalance.termination_grace_seconds
 
 
 def initial_replicas(consumer: PartitionedConsumer) -> int:
