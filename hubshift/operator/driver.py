@@ -6,8 +6,10 @@ The rule:
   sooner while a holddown or a handoff runs, exactly at the holddown's end), or at once when woken (a
   consumer appeared, went or changed readiness; the spec changed);
 - never sooner than `min_cycle_seconds` after the previous cycle started (pod events come in bursts);
-- a failed cycle (the store or the hub away, a Secret missing) is counted and logged, and the next one
-  comes after a back-off: 1 s, doubling, at most the polling interval;
+- a failed cycle (the store or the hub away, a Secret missing, a refusal) is counted and logged (one
+  warning per run of the same failure), reported to `on_failure` (the runtimes put it into the status:
+  `Ready` False with the failure's line), and the next one comes after a back-off: 1 s, doubling, at most
+  the polling interval;
 - before each cycle the driver asks what the resource says now (`Desired`: the spec and the cycle's
   inputs). A changed spec applies from this cycle on (`CycleRunner.apply`); a changed hub or store
   closes the loop's connections and opens them again. Nothing is desired (an invalid spec, children not
@@ -25,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from hubshift.errors import UserError
 from hubshift.manifest import PartitionedConsumer
 from hubshift.operator.loop import CycleInputs, CycleReport
 from hubshift.operator.metrics import OperatorMetrics
@@ -67,6 +70,10 @@ class CycleRunner(Protocol):
 
     async def close(self) -> None: ...
 
+    async def release(self) -> None:
+        """The resource is gone: let another resource drive its scope."""
+        ...
+
 
 LoopOpener = Callable[[PartitionedConsumer], Awaitable[CycleRunner]]
 
@@ -97,6 +104,7 @@ class LoopDriver:
         lock: asyncio.Lock | None = None,
         min_cycle_seconds: float = MIN_CYCLE_SECONDS,
         on_report: Callable[[CycleReport], None] | None = None,
+        on_failure: Callable[[str], Awaitable[None]] | None = None,
         logger: logging.Logger | logging.LoggerAdapter[Any] = log,
     ) -> None:
         self.open_loop = open_loop
@@ -106,7 +114,9 @@ class LoopDriver:
         self.lock = lock if lock is not None else asyncio.Lock()
         self.min_cycle_seconds = min_cycle_seconds
         self.on_report = on_report
+        self.on_failure = on_failure
         self.logger = logger
+        self._last_failure: str | None = None
         self.loop: CycleRunner | None = None
         self.consumer: PartitionedConsumer | None = None
         self.report: CycleReport | None = None
@@ -157,20 +167,47 @@ class LoopDriver:
             self._failures += 1
             if self.metrics is not None:
                 self.metrics.cycle_errors.labels(*self.labels).inc()
-            what = str(error) if isinstance(error, StoreError) else f"{type(error).__name__}: {error}"
-            self.logger.warning("control-loop cycle failed (retrying): %s", what)
+            known = isinstance(error, StoreError | UserError)
+            what = str(error) if known else f"{type(error).__name__}: {error}"
+            if what != self._last_failure:
+                self.logger.warning("control-loop cycle failed (retrying): %s", what)
+            else:
+                self.logger.debug("control-loop cycle failed again (retrying): %s", what)
             self.logger.debug("control-loop cycle failed", exc_info=True)
+            self._last_failure = what
+            await self._report_failure(what)
             backoff: float = FIRST_RETRY_SECONDS * 2.0 ** min(self._failures - 1, 16)
             return min(backoff, polling)
         finally:
             if self.metrics is not None:
                 self.metrics.cycle_duration.labels(*self.labels).observe(time.perf_counter() - started)
         self._failures = 0
+        if self._last_failure is not None:
+            self.logger.info("control-loop cycles work again")
+            self._last_failure = None
         self.cycles += 1
         self.report = report
         if self.on_report is not None:
             self.on_report(report)
         return float(report.next_cycle_in)
+
+    async def _report_failure(self, what: str) -> None:
+        if self.on_failure is None:
+            return
+        try:
+            await self.on_failure(what)
+        except Exception as error:  # a status that cannot be written is no reason to stop the driver
+            self.logger.debug("could not report the failed cycle: %s", error)
+
+    async def release(self) -> None:
+        """The resource is gone: its loop lets another resource drive the scope (best effort), then closes."""
+        loop = self.loop
+        if loop is not None:
+            try:
+                await loop.release()
+            except Exception as error:
+                self.logger.warning("could not release the scope: %s", error)
+        await self.close()
 
     async def _loop_for(self, consumer: PartitionedConsumer) -> CycleRunner:
         """The loop for this spec: the same one with the new settings, or a new one for a new hub or store."""

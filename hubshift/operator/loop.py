@@ -45,6 +45,7 @@ from hubshift.operator.metrics import OperatorMetrics
 from hubshift.operator.observe import (
     PartitionLag,
     backlog_per_partition,
+    driving_refusal,
     lag_per_partition,
     lag_reads,
     lease_owners,
@@ -70,7 +71,7 @@ from hubshift.operator.scaling_record import ScalingRecord
 from hubshift.operator.status import PartitionedConsumerStatus, ResourcePhase, build_status
 from hubshift.ownership.assignment import publish_assignment
 from hubshift.ownership.membership import expel
-from hubshift.ownership.model import OwnershipSnapshot, Phase
+from hubshift.ownership.model import Driver, OwnershipSnapshot, Phase
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import LeaseStore, StoreError, WriteConflict
@@ -157,8 +158,10 @@ class ControlLoop:
         metrics: OperatorMetrics | None = None,
         nudge: Nudger = nudge_consumer,
         clock: Callable[[], float] = time.time,
+        driver: Driver | None = None,
     ) -> None:
         self.consumer = consumer
+        self.driver = driver  # written into the records it publishes; None: no check (tests, benchmarks)
         self.scope = scope
         self.store = CountingStore(store)
         self.probe = probe
@@ -180,6 +183,26 @@ class ControlLoop:
         # Decide replicas again at once, on the backlog last read (at most a polling interval old): probing
         # every partition first would delay the scale the new bounds ask for by that probe.
         self.memory.decision = None
+
+    async def release(self) -> None:
+        """The resource is gone (deleted, or `hubshift run` ends): its record no longer names it as the
+        scope's driver, so another resource may take the scope over. Best effort (CAS, one attempt)."""
+        if self.driver is None:
+            return
+        snapshot = await self._snapshot()
+        record = snapshot.assignment
+        if record is None or record.driver != self.driver:
+            return
+        try:
+            await asyncio.to_thread(
+                publish_assignment,
+                self.store,
+                self.scope,
+                replace(record, driver=None),
+                etag=snapshot.assignment_etag,
+            )
+        except (WriteConflict, StoreError) as exc:
+            log.warning("%s: could not release the assignment record: %s", self.scope, exc)
 
     async def close(self) -> None:
         reading = self.memory.lag_reading
@@ -361,6 +384,10 @@ class ControlLoop:
             if snapshot is None:
                 snapshot = await self._snapshot()
             record = snapshot.assignment
+            if self.driver is not None and record is not None:
+                refusal = driving_refusal(record.driver, self.driver, str(self.scope))
+                if refusal is not None:
+                    raise UserError(refusal)
             partitions = memory.partition_ids or (record.partition_ids if record else ())
             owners = lease_owners(snapshot, partitions)
             if not partitions:  # nothing known about the hub yet: nothing to decide
@@ -376,7 +403,7 @@ class ControlLoop:
                 pool=self.consumer.metadata.name,  # replica i is `<name>-<i>` in both runtimes
             )
             step = rebalance.step(memory.rebalance, observation, now, self.config)
-            written = step.state.to_record(self.config)
+            written = replace(step.state.to_record(self.config), driver=self.driver)
             if not record_changed(written, record):
                 memory.rebalance = step.state
                 return step, owners
@@ -531,6 +558,7 @@ async def open_control_loop(
     metrics: OperatorMetrics | None = None,
     check_hub: bool = False,
     identity: TokenCredentialSpec | None = None,
+    driver: Driver | None = None,
 ) -> ControlLoop:
     """A control loop with its clients for this spec: the hub (one probe, kept open) and the store, their
     connection strings from `environ`, their token credentials the spec's (or `identity`, the operator's
@@ -548,4 +576,6 @@ async def open_control_loop(
             await probe.close()
             store.close()
             raise UserError(str(exc)) from None
-    return ControlLoop(consumer, ownership_scope(target), store, probe, runtime, metrics=metrics)
+    return ControlLoop(
+        consumer, ownership_scope(target), store, probe, runtime, metrics=metrics, driver=driver
+    )

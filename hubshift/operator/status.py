@@ -166,6 +166,24 @@ def carry_transition_time(
 # --- the status of one cycle (pure) ---------------------------------------------------------------------
 
 
+def failed_cycle_status(
+    last: PartitionedConsumerStatus | None, previous_conditions: object, message: str, now: float
+) -> PartitionedConsumerStatus:
+    """The status after a cycle that failed (the store or the hub refusing, an access refusal, a scope driven
+    by another resource): the last cycle's figures kept, `Ready` False with the failure's one line, so the
+    resource never says it is fine while its loop cannot run."""
+    base = last or PartitionedConsumerStatus()
+    moment = _datetime(now)
+    ready = carry_transition_time(
+        previous_conditions,
+        Condition(type=READY, status="False", reason="CycleFailed", message=message),
+        moment,
+        base.observed_generation,
+    )
+    others = [condition for condition in base.conditions if condition.type != READY]
+    return base.model_copy(update={"conditions": [ready, *others], "message": message})
+
+
 def assignment_by_consumer(assignment: Mapping[str, str | None]) -> list[AssignedPartitions]:
     """One entry per consumer named in `assignment` (partition -> consumer), in natural order."""
     consumers = sorted({c for c in assignment.values() if c is not None}, key=consumer_sort_key)

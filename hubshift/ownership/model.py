@@ -129,6 +129,16 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Driver:
+    """The resource whose control loop publishes a scope's assignment: its unique id (a Kubernetes
+    resource's `metadata.uid`; `local:<namespace>/<name>` for `hubshift run`) and, for messages, its name
+    (`namespace/name`)."""
+
+    uid: str
+    resource: str
+
+
+@dataclass(frozen=True)
 class Assignment:
     """The operator's decision, published with compare-and-swap: each partition's assignee.
 
@@ -146,7 +156,7 @@ class Assignment:
     its planned owner may claim before that, while its lease is free (a cold start); a consumer that does
     not know `planned` simply waits for that generation. `planned_until`: partitions of `planned` that
     nobody reads wait for their planned owner until then. `change` is the kind of change this generation
-    carries out, while it runs.
+    carries out, while it runs. `driver`: the resource whose control loop publishes it (one per scope).
     """
 
     generation: int
@@ -162,6 +172,7 @@ class Assignment:
     planned: Mapping[str, str] = field(default_factory=dict)
     planned_until: datetime | None = None
     change: ChangeKind | None = None
+    driver: Driver | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def assignee_of(self, partition: str) -> str | None:

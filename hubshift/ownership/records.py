@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from hubshift.ownership.model import Assignment, ChangeKind, Checkpoint, Phase, partition_sort_key
+from hubshift.ownership.model import Assignment, ChangeKind, Checkpoint, Driver, Phase, partition_sort_key
 
 # --- checkpoint blobs ----------------------------------------------------------------------------------
 
@@ -91,6 +91,7 @@ _KNOWN = {
     "planned",
     "plannedUntil",
     "change",
+    "drivenBy",
 }
 
 
@@ -118,6 +119,8 @@ def encode_assignment(assignment: Assignment) -> bytes:
         document["plannedUntil"] = assignment.planned_until.isoformat()
     if assignment.change is not None:
         document["change"] = assignment.change.value
+    if assignment.driver is not None:
+        document["drivenBy"] = {"uid": assignment.driver.uid, "resource": assignment.driver.resource}
     return json.dumps(document, indent=1).encode()
 
 
@@ -151,6 +154,7 @@ def decode_assignment(data: bytes) -> Assignment:
             planned={str(p): str(c) for p, c in planned.items()},
             planned_until=None if planned_until is None else datetime.fromisoformat(planned_until),
             change=_change_kind(change),
+            driver=_driver(document.get("drivenBy")),
             extra={k: v for k, v in document.items() if k not in _KNOWN},
         )
     except (KeyError, TypeError) as exc:
@@ -159,6 +163,13 @@ def decode_assignment(data: bytes) -> Assignment:
 
 def _by_partition(owners: Mapping[str, str]) -> dict[str, str]:
     return {p: owners[p] for p in sorted(owners, key=partition_sort_key)}
+
+
+def _driver(value: object) -> Driver | None:
+    """The publishing resource; None when the record names none (written by a version before it did)."""
+    if not isinstance(value, Mapping) or not value.get("uid"):
+        return None
+    return Driver(uid=str(value["uid"]), resource=str(value.get("resource") or "?"))
 
 
 def _change_kind(value: object) -> ChangeKind | None:

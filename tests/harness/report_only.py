@@ -83,6 +83,9 @@ class ReportOnlyLoop:
     async def close(self) -> None:
         pass
 
+    async def release(self) -> None:
+        pass
+
 
 async def open_report_only(
     consumer: PartitionedConsumer, runtime: KubernetesRuntime, metrics: OperatorMetrics

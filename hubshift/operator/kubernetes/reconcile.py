@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -42,7 +43,9 @@ from hubshift.operator.status import (
     PartitionedConsumerStatus,
     ResourcePhase,
     carry_transition_time,
+    failed_cycle_status,
 )
+from hubshift.ownership.model import Driver
 from hubshift.spec import ConnectionSpec, HubConnectionSpec, TokenCredentialSpec
 
 ConsumerKey = tuple[str, str]  # (namespace, PartitionedConsumer name)
@@ -248,7 +251,11 @@ async def open_cluster_loop(
         more = f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""
         raise UserError(refusals[0] + more)
     environment = await runtime.connection_environment(consumer)
-    return await open_control_loop(consumer, environment, runtime, metrics=metrics, identity=identity)
+    owner = runtime.owner
+    driver = Driver(uid=owner.uid, resource=f"PartitionedConsumer {owner.namespace}/{owner.name}")
+    return await open_control_loop(
+        consumer, environment, runtime, metrics=metrics, identity=identity, driver=driver
+    )
 
 
 def identity_reads(consumer: PartitionedConsumer) -> list[tuple[Service, str, str]]:
@@ -294,6 +301,12 @@ async def run_control_loop(
             return None
         return Desired(consumer, CycleInputs.from_body(body))
 
+    async def report_failure(message: str) -> None:
+        last = driver.report.status if driver.report is not None else None
+        previous = (body.get("status") or {}).get("conditions")
+        status = failed_cycle_status(last, previous, message, time.time())
+        await runtime.publish_status(status.to_body())
+
     driver = LoopDriver(
         open_loop,
         labels=key,
@@ -301,12 +314,16 @@ async def run_control_loop(
         wakeup=context.wakeup(key),
         lock=state.lock,
         min_cycle_seconds=context.min_cycle_seconds,
+        on_failure=report_failure,
         logger=logger,
     )
     try:
         await driver.run(stopped, desired)
     finally:
-        await driver.close()
+        if stopped.reason is not None and stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED:
+            await driver.release()  # the scope's record no longer names this resource as its driver
+        else:
+            await driver.close()
 
 
 # --- deletion --------------------------------------------------------------------------------------------

@@ -24,6 +24,8 @@ from hubshift.operator.driver import CycleRunner, Desired, LoopDriver, same_conn
 from hubshift.operator.local.processes import LocalRuntime
 from hubshift.operator.loop import CycleInputs, CycleReport, open_control_loop
 from hubshift.operator.metrics import OperatorMetrics
+from hubshift.operator.status import failed_cycle_status
+from hubshift.ownership.model import Driver
 
 
 class LocalOperator:
@@ -51,6 +53,7 @@ class LocalOperator:
             labels=(consumer.metadata.namespace, consumer.metadata.name),
             metrics=metrics,
             on_report=on_report,
+            on_failure=self._report_failure,
         )
         self.runtime = LocalRuntime(
             manifest_path,
@@ -119,9 +122,11 @@ class LocalOperator:
         await self.driver.run(stop, self._desired)
 
     async def shutdown(self, grace: float | None = None) -> None:
+        """The consumers hand their partitions off (each within its pod's grace period), then the scope's
+        record stops naming this run as its driver."""
         rebalance = self.consumer.spec.rebalance
-        await self.runtime.stop_all(grace if grace is not None else rebalance.max_handoff_seconds + 20)
-        await self.driver.close()
+        await self.runtime.stop_all(grace if grace is not None else rebalance.termination_grace_seconds)
+        await self.driver.release()
 
     def _desired(self) -> Desired:
         previous = self.runtime.status.get("conditions")
@@ -134,9 +139,20 @@ class LocalOperator:
         return Desired(self.consumer, inputs)
 
     async def _open_loop(self, consumer: PartitionedConsumer, *, check_hub: bool = False) -> CycleRunner:
+        where = f"{consumer.metadata.namespace}/{consumer.metadata.name}"
         return await open_control_loop(
-            consumer, self.environ, self.runtime, metrics=self.metrics, check_hub=check_hub
+            consumer,
+            self.environ,
+            self.runtime,
+            metrics=self.metrics,
+            check_hub=check_hub,
+            driver=Driver(uid=f"local:{where}", resource=f"hubshift run {where}"),
         )
+
+    async def _report_failure(self, message: str) -> None:
+        last = self.driver.report.status if self.driver.report is not None else None
+        status = failed_cycle_status(last, self.runtime.status.get("conditions"), message, time.time())
+        await self.runtime.publish_status(status.to_body())
 
 
 def install_stop_signals(stop: asyncio.Event) -> None:

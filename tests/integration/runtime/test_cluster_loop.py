@@ -16,9 +16,11 @@ from hubshift.emulator.launch import RunningEmulator
 from hubshift.manifest import PartitionedConsumer, parse_manifest
 from hubshift.operator.driver import CycleRunner, Desired, LoopDriver
 from hubshift.operator.kubernetes.reconcile import open_cluster_loop
+from hubshift.operator.kubernetes.render import Owner
 from hubshift.operator.loop import ControlLoop, CycleInputs
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.operator.runtime import ConsumerInstance
+from hubshift.operator.status import failed_cycle_status
 from hubshift.spec import DEFAULT_EVENTHUBS_ENV
 
 
@@ -27,6 +29,7 @@ class PodRuntime:
     """What `KubernetesRuntime` offers the loop, without an API server: the Secret holds `secret`."""
 
     secret: str
+    owner: Owner = field(default_factory=lambda: Owner("homes", "default", "u"))
     pods: list[ConsumerInstance] = field(default_factory=list)
     replica_count: int = 0
     events: list[str] = field(default_factory=list)
@@ -112,3 +115,45 @@ async def test_the_operators_loop_reads_secrets_keeps_its_clients_applies_edits_
         await driver.close()
     assert emulator.connection_string not in json.dumps(runtime.status) + " ".join(runtime.events)
     assert DEFAULT_EVENTHUBS_ENV not in json.dumps(runtime.status)
+
+
+@pytest.mark.timeout(60)
+async def test_a_second_resource_on_the_same_hub_and_consumer_group_is_refused_until_the_first_is_deleted(
+    tmp_path: Path, emulator_factory: Any
+) -> None:
+    """Records are keyed by the scope (namespace, hub, consumer group): a second resource naming the same
+    ones, in another namespace, would publish assignments over the first's. The record names its driver;
+    the second resource is refused, its status says why, and it takes over once the first is deleted."""
+    emulator: RunningEmulator = emulator_factory(["hub:4"])
+    first_runtime = PodRuntime(emulator.connection_string)
+    second_runtime = PodRuntime(emulator.connection_string, owner=Owner("steal", "other", "u2"))
+    body = resource(tmp_path / "store.db")
+    intruder = dict(body, metadata={"name": "steal", "namespace": "other", "generation": 1, "uid": "u2"})
+
+    def driver_for(runtime: PodRuntime) -> LoopDriver:
+        async def open_loop(consumer: PartitionedConsumer) -> CycleRunner:
+            return await open_cluster_loop(consumer, runtime, OperatorMetrics())  # type: ignore[arg-type]
+
+        async def report_failure(message: str) -> None:
+            runtime.status = failed_cycle_status(None, None, message, 0.0).to_body()
+
+        return LoopDriver(open_loop, labels=("x", "y"), on_failure=report_failure)
+
+    first, second = driver_for(first_runtime), driver_for(second_runtime)
+    try:
+        await first.cycle(Desired(parse_manifest(body), CycleInputs.from_body(body)))
+        assert first.errors == 0
+        await second.cycle(Desired(parse_manifest(intruder), CycleInputs.from_body(intruder)))
+        assert second.errors == 1
+        ready = second_runtime.status["conditions"][0]  # type: ignore[index]
+        assert (
+            ready["status"] == "False"
+            and "published by PartitionedConsumer default/homes" in ready["message"]
+        )
+        assert second_runtime.replica_count == 0  # it scaled nothing
+        await first.release()  # the first resource is deleted
+        await second.cycle(Desired(parse_manifest(intruder), CycleInputs.from_body(intruder)))
+        assert second.errors == 1 and second_runtime.status["phase"] == "Ready"
+    finally:
+        await first.close()
+        await second.close()

@@ -4,6 +4,7 @@ apply, and that nothing runs while nothing is desired."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -44,6 +45,7 @@ class FakeLoop:
     started: list[float] = field(default_factory=list)
     applied: list[PartitionedConsumer] = field(default_factory=list)
     closed: bool = False
+    released: bool = False
 
     async def cycle(self, inputs: CycleInputs) -> CycleReport:
         self.started.append(time.monotonic())
@@ -67,6 +69,9 @@ class FakeLoop:
 
     async def close(self) -> None:
         self.closed = True
+
+    async def release(self) -> None:
+        self.released = True
 
 
 @dataclass
@@ -129,6 +134,32 @@ async def test_failures_are_counted_and_retried_with_a_growing_back_off() -> Non
     assert metrics.cycle_errors.labels(*LABELS)._value.get() == 2
     assert 0.9 <= started[1] - started[0] <= 1.5  # 1 s
     assert 1.9 <= started[2] - started[1] <= 2.5  # then 2 s
+
+
+async def test_a_failed_cycle_is_reported_to_the_runtime_and_logged_once_per_run_of_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    reported: list[str] = []
+
+    async def on_failure(message: str) -> None:
+        reported.append(message)
+
+    opener = Opener(next_in=60.0, failing=2)
+    driver = LoopDriver(opener, labels=LABELS, min_cycle_seconds=0.0, on_failure=on_failure)
+    with caplog.at_level(logging.INFO, logger="hubshift.operator.driver"):
+        await run_for(driver, 3.5, wish())
+    assert reported == ["RuntimeError: the store is away"] * 2
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == ["control-loop cycle failed (retrying): RuntimeError: the store is away"]
+    assert "control-loop cycles work again" in [r.getMessage() for r in caplog.records]
+
+
+async def test_release_lets_the_loop_give_its_scope_up_then_closes_it() -> None:
+    opener = Opener()
+    driver = LoopDriver(opener, labels=LABELS, min_cycle_seconds=0.0)
+    await run_for(driver, 0.2, wish())
+    await driver.release()
+    assert opener.loops[0].released and opener.loops[0].closed and driver.loop is None
 
 
 async def test_an_edit_applies_to_the_same_loop_and_a_new_hub_opens_a_new_one() -> None:

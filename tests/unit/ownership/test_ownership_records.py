@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hubshift.ownership.model import Assignment, ChangeKind, Checkpoint, Phase, partition_sort_key
+from hubshift.ownership.model import Assignment, ChangeKind, Checkpoint, Driver, Phase, partition_sort_key
 from hubshift.ownership.records import (
     checkpoint_metadata,
     decode_assignment,
@@ -71,6 +71,7 @@ assignments = st.builds(
     planned=st.dictionaries(st.integers(0, 1023).map(str), st.sampled_from(["c-2", "pod-13"]), max_size=3),
     planned_until=st.none() | aware_times,
     change=st.none() | st.sampled_from(list(ChangeKind)),
+    driver=st.none() | st.builds(Driver, uid=st.uuids().map(str), resource=st.text(min_size=1, max_size=20)),
     extra=st.dictionaries(
         st.sampled_from(["observedGeneration", "note"]), st.integers() | st.text(max_size=5)
     ),
