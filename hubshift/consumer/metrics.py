@@ -74,6 +74,23 @@ class ConsumerMetrics:
             f"{PREFIX}_start_time_seconds", "When this consumer process started (Unix seconds).", registry=r
         )
         started.set(clock())
+        self._declare_batches(r)
+        self._declare_ownership(r)
+        for result in ("ok", "failed"):
+            self.batches.labels(result)
+        for result in CHECKPOINT_RESULTS:
+            self.checkpoints.labels(result)
+        for result in RENEWAL_RESULTS:
+            self.lease_renewals.labels(result)
+        for how in ACQUIRED_HOW:
+            self.acquired.labels(how)
+        self._lock = Lock()
+        self._owned: set[str] = set()
+        self._checkpointed_at: dict[str, float] = {}
+        r.register(_CheckpointAge(self))
+
+    def _declare_batches(self, r: CollectorRegistry) -> None:
+        """What the engine reports of each batch."""
         self.events = Counter(
             f"{PREFIX}_events", "Events processed and committed to the sink.", ["partition"], registry=r
         )
@@ -104,6 +121,9 @@ class ConsumerMetrics:
         self.last_batch = Gauge(
             f"{PREFIX}_last_batch_timestamp_seconds", "When the last batch committed.", registry=r
         )
+
+    def _declare_ownership(self, r: CollectorRegistry) -> None:
+        """What the ownership agent reports: partitions, checkpoints, leases, handoffs."""
         self.backlog = Gauge(
             f"{PREFIX}_backlog_events",
             "Last enqueued minus last processed sequence number, per owned partition.",
@@ -149,18 +169,6 @@ class ConsumerMetrics:
         self.nudges = Counter(
             f"{PREFIX}_nudges", "The operator's nudges taken: re-read the assignment now.", registry=r
         )
-        for result in ("ok", "failed"):
-            self.batches.labels(result)
-        for result in CHECKPOINT_RESULTS:
-            self.checkpoints.labels(result)
-        for result in RENEWAL_RESULTS:
-            self.lease_renewals.labels(result)
-        for how in ACQUIRED_HOW:
-            self.acquired.labels(how)
-        self._lock = Lock()
-        self._owned: set[str] = set()
-        self._checkpointed_at: dict[str, float] = {}
-        r.register(_CheckpointAge(self))
 
     # --- ownership ----------------------------------------------------------------------------------
 

@@ -306,8 +306,9 @@ def sink_volume(consumer: PartitionedConsumer) -> tuple[JSON | None, JSON | None
     return {"name": SINK_VOLUME, "emptyDir": {}}, mount, None
 
 
-def render_statefulset(consumer: PartitionedConsumer, owner: Owner, replicas: int) -> JSON:
-    names = ChildNames.of(owner.name)
+def consumer_container(consumer: PartitionedConsumer) -> JSON:
+    """The consumer pods' one container: `hubshift consume` on the manifest, its environment (the Secrets
+    of the resource's connections), probes, the restricted security context and its mounts."""
     port = consumer.spec.consumer.metrics_port
     probe_target = {"port": METRICS_PORT_NAME, "scheme": "HTTP"}
     container: JSON = {
@@ -359,6 +360,12 @@ def render_statefulset(consumer: PartitionedConsumer, owner: Owner, replicas: in
     resources = _resources(consumer)
     if resources:
         container["resources"] = resources
+    return container
+
+
+def render_statefulset(consumer: PartitionedConsumer, owner: Owner, replicas: int) -> JSON:
+    names = ChildNames.of(owner.name)
+    container = consumer_container(consumer)
     volumes: list[JSON] = [
         {"name": "manifest", "configMap": {"name": names.config_map}},
         {"name": "work", "emptyDir": {}},

@@ -283,6 +283,14 @@ def assigned(workdir: Path) -> set[str]:
     return {a["consumer"] for a in status.get("assignment", [])} if status.get("phase") == "Ready" else set()
 
 
+def ready_condition(workdir: Path) -> dict[str, Any]:
+    try:
+        conditions = json.loads((workdir / "status.json").read_text())["status"].get("conditions", [])
+    except (OSError, ValueError, KeyError):
+        return {}
+    return next((c for c in conditions if c.get("type") == "Ready"), {})
+
+
 def status_message(workdir: Path) -> str:
     try:
         return (workdir / "status.json").read_text()
@@ -380,6 +388,11 @@ def test_a_token_credential_pool_reads_checkpoints_hands_off_and_renews_its_toke
         eventually(
             lambda: "InvalidSignature" in status_message(workdir), 120, "the refusal in status.json", logs
         )
+        # Then no token at all (the identity's roles and assignment gone): once the cached ones expire the
+        # store refuses the control loop too, and the status stops saying the pool is Ready.
+        entra.endpoint.mode = "refuse"
+        eventually(lambda: ready_condition(workdir).get("status") == "False", 150, "Ready False", logs)
+        assert "no token from credential" in ready_condition(workdir).get("message", "")
     finally:
         if produce is not None and produce.poll() is None:
             produce.kill()
