@@ -8,6 +8,9 @@ own types cannot say. `lint-imports` puts the repository on `sys.path`, so it fi
 - `only_imports`: each source module imports nothing but the listed modules (and their submodules), at any
   depth of its code: the pure decisions, whose list of allowed imports (the standard library's pure parts,
   the plain-data modules) is this contract's.
+- `lazy_imports`: an import inside a function is of a heavy module (`heavy_modules`: PySpark, pyarrow, the
+  SDKs, a database driver), which modules the operator or a light command reads import where they need it;
+  any other says why on its line or the line above (`# lazy: ...`). Everything else is imported at the top.
 """
 
 from __future__ import annotations
@@ -119,3 +122,54 @@ class OnlyImportsContract(Contract):
         for item in check.metadata["broken"]:
             lines = ", ".join(f"l.{line}" for line in item["lines"])
             output.print_error(f"{item['importer']} may not import {item['imported']} ({lines})")
+
+
+def _function_imports(path: str) -> list[tuple[int, str]]:
+    """(line, imported module) of every import inside a function of a module."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(Path(path).read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.ImportFrom) and sub.module and sub.level == 0:
+                    found.append((sub.lineno, sub.module))
+                elif isinstance(sub, ast.Import):
+                    found.extend((sub.lineno, alias.name) for alias in sub.names)
+    return sorted(set(found))
+
+
+class LazyImportsContract(Contract):
+    """Function-level imports are of `heavy_modules`, or carry `# lazy: <why>`."""
+
+    type_name = "lazy_imports"
+
+    source_modules = fields.SetField(subfield=fields.ModuleExpressionField())
+    heavy_modules = fields.ListField(subfield=fields.StringField())
+
+    def check(self, graph: ImportGraph, verbose: bool) -> ContractCheck:
+        heavy = {str(name) for name in self.heavy_modules}  # type: ignore[attr-defined]
+        sources = module_expressions_to_modules(graph, self.source_modules)  # type: ignore[arg-type]
+        names = {m.name for m in sources}
+        for source in sorted(names):
+            names.update(graph.find_descendants(source))
+        broken: list[dict[str, Any]] = []
+        for module in sorted(names):
+            path = _source_of(module)
+            if path is None or not path.endswith(".py"):
+                continue
+            lines = Path(path).read_text().splitlines()
+            for line, imported in _function_imports(path):
+                if imported.split(".")[0] in heavy:
+                    continue
+                said = lines[line - 1] + (lines[line - 2] if line >= 2 else "")
+                if "# lazy:" not in said:
+                    broken.append({"importer": module, "imported": imported, "lines": [line]})
+        return ContractCheck(kept=not broken, metadata={"broken": broken})
+
+    def render_broken_contract(self, check: ContractCheck) -> None:
+        from importlinter.application import output
+
+        for item in check.metadata["broken"]:
+            output.print_error(
+                f"{item['importer']} imports {item['imported']} inside a function (l.{item['lines'][0]}): "
+                "import it at the top, or say why on the line (# lazy: ...)"
+            )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -32,11 +33,18 @@ from rich.console import Console
 from rich.live import Live
 
 from hubshift.apps.demo_view import DemoFigures, render
+from hubshift.apps.produce import HubSender, LoadSpec, RateProfile, produce_load
+from hubshift.apps.views_page import ViewsServer
+from hubshift.emulator.launch import start_emulator
 from hubshift.errors import UserError
 from hubshift.log import configure_logging
 from hubshift.manifest import PartitionedConsumer, load_manifest
+from hubshift.operator.local.processes import TARGETS_FILE, free_port
 from hubshift.operator.local.runner import LocalOperator, install_stop_signals
 from hubshift.operator.loop import CycleReport
+from hubshift.operator.metrics import OperatorMetrics
+from hubshift.pipelines.aggregate_view import AggregateView
+from hubshift.sinks.folder import FolderStore
 from hubshift.spec import DEFAULT_EVENTHUBS_ENV
 
 HUB = "homes"
@@ -115,7 +123,6 @@ def _ignoring_sigint() -> Iterator[None]:
 
 
 def run_demo(settings: DemoSettings) -> int:
-    from hubshift.emulator.launch import start_emulator
 
     if settings.engine == "spark" and shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise UserError(
@@ -165,7 +172,6 @@ def _fresh_output(output: Path) -> None:
 
 
 def logging_shutdown() -> None:
-    import logging
 
     for handler in logging.getLogger().handlers:
         handler.close()
@@ -176,7 +182,6 @@ class _Load(threading.Thread):
 
     def __init__(self, connection_string: str, settings: DemoSettings) -> None:
         super().__init__(name="demo-load", daemon=True)
-        from hubshift.apps.produce import LoadSpec, RateProfile
 
         self.connection_string = connection_string
         self.profile = RateProfile("rise-fall", settings.rate, period=settings.duration)
@@ -198,7 +203,6 @@ class _Load(threading.Thread):
         self.start()
 
     def run(self) -> None:
-        from hubshift.apps.produce import HubSender, produce_load
 
         try:
             sender = HubSender.connect(self.connection_string, HUB)
@@ -235,8 +239,6 @@ class DemoRun:
         output: Path,
         console: Console,
     ) -> None:
-        from hubshift.pipelines.aggregate_view import AggregateView
-        from hubshift.sinks.folder import FolderStore
 
         self.settings = settings
         self.operator = operator
@@ -367,10 +369,6 @@ async def _demo(
     environ: dict[str, str],
     console: Console,
 ) -> int:
-    from hubshift.apps.views_page import ViewsServer
-    from hubshift.operator.local.processes import TARGETS_FILE, free_port
-    from hubshift.operator.metrics import OperatorMetrics
-    from hubshift.sinks.folder import FolderStore
 
     metrics = OperatorMetrics()
     metrics_port = free_port()

@@ -17,9 +17,12 @@ from typing import TYPE_CHECKING
 
 import click
 
+from hubshift.apps.views_page import ViewsServer
 from hubshift.connections import chosen_identity, credential_options
 from hubshift.errors import UserError
 from hubshift.manifest import load_manifest, with_credential
+from hubshift.pipelines.aggregate_view import AggregateView
+from hubshift.sinks import build_store
 from hubshift.spec import Role
 
 # --credential reaches only the sink: the one connection this command opens.
@@ -67,8 +70,6 @@ def views(
 ) -> None:
     """Write the aggregate's window totals as JSON for a web page (views/index.json, one file per window);
     with --serve, also serve the residents' page that reads them."""
-    from hubshift.pipelines.aggregate_view import AggregateView
-    from hubshift.sinks import build_store
 
     consumer = load_manifest(manifest_path)
     chosen = chosen_identity(credential, client_id)
@@ -85,8 +86,6 @@ def views(
     ends = None if duration is None else time.monotonic() + duration
     server = None
     if serve_port is not None:
-        from hubshift.apps.views_page import ViewsServer
-
         try:
             server = ViewsServer(view.store, serve_port).start()
         except OSError as exc:

@@ -32,6 +32,8 @@ from hubshift.consumer.agent import AgentSettings, OwnershipAgent
 from hubshift.consumer.engine import Engine
 from hubshift.consumer.http import ConsumerHTTPServer
 from hubshift.consumer.metrics import ConsumerMetrics
+from hubshift.consumer.ranges import RangeLog
+from hubshift.consumer.sdk_engine import SdkEngine
 from hubshift.errors import UserError
 from hubshift.eventhubs.management import EventHubsManagement
 from hubshift.eventhubs.target import EventHubsTarget
@@ -141,14 +143,11 @@ class ConsumerApp:
         handled: Mapping[str, int] | None = None,
     ) -> Engine:
         if options.engine == "sdk":
-            from hubshift.consumer.ranges import RangeLog
-            from hubshift.consumer.sdk_engine import SdkEngine
-
             sink = manifest.spec.consumer.sink.block
             folder = Path(sink.path if isinstance(sink, FolderSinkSpec) else FolderSinkSpec().path)
             ranges = options.ranges or folder / "ranges" / f"{options.identity}.jsonl"
             return SdkEngine(target, RangeLog(ranges, options.identity), metrics=metrics)
-        from hubshift.consumer.spark.engine import SparkEngine
+        from hubshift.consumer.spark.engine import SparkEngine  # lazy: the SDK engine runs without PySpark
 
         return SparkEngine(
             target, options.identity, manifest.spec.consumer, scratch, metrics=metrics, handled=handled

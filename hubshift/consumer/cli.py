@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from hubshift.connections import chosen_identity, credential_options
+from hubshift.consumer.app import ConsumerApp, ConsumerOptions
 from hubshift.errors import UserError
 from hubshift.log import configure_logging
 from hubshift.manifest import load_manifest, with_credential
@@ -62,7 +63,6 @@ def consume(
     client_id: str | None,
 ) -> None:
     """Run one consumer: own partitions, read them, hand them off on SIGTERM."""
-    from hubshift.consumer.app import ConsumerApp, ConsumerOptions
 
     configure_logging(log_level)
     manifest = load_manifest(manifest_path)

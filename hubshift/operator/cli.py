@@ -14,7 +14,11 @@ import yaml
 
 from hubshift.errors import UserError
 from hubshift.identity import CREDENTIAL_TYPES, parse_identity
+from hubshift.log import quiet_libraries
 from hubshift.operator.access import AccessPolicy, policy_from
+from hubshift.operator.kubernetes import handlers, reconcile
+from hubshift.operator.kubernetes.settings import OperatorConfig
+from hubshift.operator.metrics import METRICS
 
 # --- hubshift operator ------------------------------------------------------------------------------
 
@@ -98,10 +102,6 @@ def operator(
     """Run the Kubernetes operator for PartitionedConsumers."""
     import kopf
 
-    from hubshift.operator.kubernetes import handlers, reconcile
-    from hubshift.operator.kubernetes.settings import OperatorConfig
-    from hubshift.operator.metrics import METRICS
-
     if namespaces and all_namespaces:
         raise UserError("give either --namespace or --all-namespaces, not both")
     if peering and standalone:
@@ -164,8 +164,6 @@ def configure_operator_logging(log_format: str, verbose: bool) -> None:
     libraries' per-request lines: at INFO the Azure SDK logs every storage request of every cycle with its
     headers, httpx2 every API call and aiohttp every probe (`--verbose` keeps the API calls)."""
     import kopf
-
-    from hubshift.log import quiet_libraries
 
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat[log_format.upper()])
     quiet_libraries(requests=not verbose)

@@ -33,6 +33,8 @@ from pydantic import Field
 
 from hubshift.pipelines import sensor_events as ev
 from hubshift.pipelines.base import DEAD_LETTER_LINE, BuildContext, PipelineKind, TaskResult
+from hubshift.pipelines.bodies import EVENT_TIME_US, REASON, read_bodies
+from hubshift.sinks.base import dead_letter_text
 from hubshift.spec import Model
 
 if TYPE_CHECKING:
@@ -84,8 +86,6 @@ class AggregatePipeline:
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
-
-        from hubshift.pipelines.bodies import EVENT_TIME_US, REASON, read_bodies
 
         read = read_bodies(rows.column("body"))
         micros = read.column(EVENT_TIME_US)
@@ -145,8 +145,6 @@ def _dead_letter_lines(rows: pa.Table, reasons: pa.Array | pa.ChunkedArray) -> p
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
-
-    from hubshift.sinks.base import dead_letter_text
 
     bad = pc.is_valid(reasons)
     if not pc.any(bad).as_py():

@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from hubshift.pipelines.base import DEAD_LETTER_REASON, TaskResult
 from hubshift.pipelines.edits import DedupeStep, Event, PythonStep, python_step, run_steps
+from hubshift.pipelines.function import PipelineFunctionError, load_function, one_line
 from hubshift.pipelines.steps import EditorStepSpec
+from hubshift.sinks.base import JSON_OPTIONS, column, dead_letter_text
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -47,7 +49,7 @@ class Forwarder(Protocol):
 
 
 def edited_ddl() -> str:
-    from hubshift.eventhubs.rows import EVENT_SCHEMA_DDL
+    from hubshift.eventhubs.rows import EVENT_SCHEMA_DDL  # lazy: rows imports pyarrow
 
     return f"{EVENT_SCHEMA_DDL}, {DEAD_LETTER_REASON} string"
 
@@ -55,7 +57,7 @@ def edited_ddl() -> str:
 def edited_arrow_schema() -> pa.Schema:
     import pyarrow as pa
 
-    from hubshift.eventhubs.rows import EVENT_ARROW_SCHEMA
+    from hubshift.eventhubs.rows import EVENT_ARROW_SCHEMA  # lazy: rows imports pyarrow
 
     return EVENT_ARROW_SCHEMA.append(pa.field(DEAD_LETTER_REASON, pa.string()))
 
@@ -88,7 +90,6 @@ def filter_step(condition: str) -> SparkStep:
 
 
 def function_step(reference: str) -> SparkStep:
-    from hubshift.pipelines.function import PipelineFunctionError, load_function, one_line
 
     function = load_function(reference)
 
@@ -127,8 +128,7 @@ def conform(frame: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
     from pyspark.sql.types import BinaryType
 
-    from hubshift.eventhubs.rows import EVENT_COLUMNS
-    from hubshift.sinks.base import JSON_OPTIONS, column
+    from hubshift.eventhubs.rows import EVENT_COLUMNS  # lazy: rows imports pyarrow
 
     types = {field.name: field.dataType for field in frame.schema.fields}
     names = {name for name, _ in EVENT_COLUMNS} | {DEAD_LETTER_REASON}
@@ -219,7 +219,6 @@ class EditorPipeline:
         return self.forwarder.prepare(events)
 
     def process_task(self, rows: pa.Table) -> TaskResult:
-        from hubshift.sinks.base import dead_letter_text
 
         events = rows.to_pylist()
         if DEAD_LETTER_REASON in rows.column_names:

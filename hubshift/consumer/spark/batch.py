@@ -30,6 +30,7 @@ from hubshift.pipelines.base import (
     TaskPipeline,
     TaskResult,
 )
+from hubshift.pipelines.failover import already_handled, handled_condition
 from hubshift.sinks.base import Sink, TaskWriter, files_from_rows, sink_summary, written_batch
 from hubshift.sinks.commits import BatchRecord, BatchSummary, PartitionRange, WrittenFile
 from hubshift.sinks.layout import batch_stem
@@ -204,8 +205,6 @@ def without_handled(rows: pa.Table, handled: Mapping[str, int]) -> pa.Table:
     """The rows the old hub's consumers did not handle (`pipelines/failover.py`)."""
     import pyarrow as pa
 
-    from hubshift.pipelines.failover import already_handled
-
     keep = [not already_handled(row, handled) for row in rows.select(["partition", "properties"]).to_pylist()]
     return rows if all(keep) else rows.filter(pa.array(keep, pa.bool_()))
 
@@ -349,7 +348,6 @@ class _cached:
 def _not_handled(prepared: DataFrame, handled: Mapping[str, int]) -> DataFrame:
     if not handled:
         return prepared
-    from hubshift.pipelines.failover import handled_condition
 
     return prepared.where(~handled_condition(handled))
 

@@ -35,13 +35,22 @@ import pyarrow as pa
 
 from hubshift.consumer.engine import Committed, Drained, EngineFailed, Notify, Stolen, not_started
 from hubshift.consumer.spark import spool
+from hubshift.consumer.spark.batch import process_batch
 from hubshift.consumer.spark.offsets import OwnedPartition, SourceOffset
 from hubshift.consumer.spark.ownership_file import OwnershipView, write_ownership
-from hubshift.consumer.spark.source import FORMAT, OPTION_MAX_EVENTS, OPTION_SCRATCH, OPTION_SPOOL
+from hubshift.consumer.spark.source import (
+    FORMAT,
+    OPTION_MAX_EVENTS,
+    OPTION_SCRATCH,
+    OPTION_SPOOL,
+    EventHubsDataSource,
+)
 from hubshift.eventhubs.receiver import PartitionReceiver, ReceiverPool, StartAt
 from hubshift.eventhubs.target import EventHubsTarget
 from hubshift.manifest import ConsumerSpec
 from hubshift.ownership.model import Checkpoint
+from hubshift.pipelines import build_pipeline
+from hubshift.sinks import build_sink, build_store
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -139,17 +148,11 @@ class SparkEngine:
         self.spool_root.mkdir(parents=True, exist_ok=True)
         self._write_ownership()
         self._spark = self._session_builder() if self._session_builder else self._build_session()
-        from hubshift.consumer.spark.source import EventHubsDataSource
 
         self._spark.dataSource.register(EventHubsDataSource)
         if self.sink is None:
-            from hubshift.sinks import build_sink
-
             self.sink = build_sink(self.spec.sink)
         if self.pipeline is None:
-            from hubshift.pipelines import build_pipeline
-            from hubshift.sinks import build_store
-
             # Editor steps keep their state across batches beside the results (`_state/`).
             self.pipeline = build_pipeline(self.spec.pipeline, state=build_store(self.spec.sink))
         self._start_query()
@@ -406,7 +409,6 @@ class SparkEngine:
     # --- batches (py4j callback thread) -----------------------------------------------------------
 
     def _on_batch(self, events: DataFrame, batch_id: int) -> None:
-        from hubshift.consumer.spark.batch import process_batch
 
         assert self.pipeline is not None and self.sink is not None and self._checkpoint_dir is not None
         end = offset_of_batch(self._checkpoint_dir, batch_id)

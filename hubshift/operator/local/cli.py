@@ -13,6 +13,9 @@ from hubshift.connections import chosen_identity, credential_options
 from hubshift.errors import UserError
 from hubshift.log import configure_logging
 from hubshift.manifest import PartitionedConsumer, load_manifest, with_credential
+from hubshift.operator.local.processes import TARGETS_FILE
+from hubshift.operator.local.runner import LocalOperator, install_stop_signals
+from hubshift.operator.metrics import OperatorMetrics
 from hubshift.spec import TokenCredentialSpec
 
 if TYPE_CHECKING:
@@ -104,8 +107,6 @@ async def _run(
     metrics_port: int = 0,
     identity: TokenCredentialSpec | None = None,
 ) -> int:
-    from hubshift.operator.local.runner import LocalOperator, install_stop_signals
-    from hubshift.operator.metrics import OperatorMetrics
 
     metrics = OperatorMetrics()
     if metrics_port:
@@ -127,8 +128,6 @@ async def _run(
         err=True,
     )
     if metrics_port:
-        from hubshift.operator.local.processes import TARGETS_FILE
-
         click.echo(
             f"metrics: the operator's at http://127.0.0.1:{metrics_port}/metrics, each consumer's listed in "
             f"{workdir / TARGETS_FILE} (Prometheus file_sd)",

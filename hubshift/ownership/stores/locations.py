@@ -174,7 +174,7 @@ def _check_connection_string(text: str) -> None:
 
 
 def _open_sqlite(location: SqliteLocation, *, create: bool, clock: Callable[[], float]) -> LeaseStore:
-    from hubshift.ownership.stores.sqlite import SqliteLeaseStore
+    from hubshift.ownership.stores.sqlite import SqliteLeaseStore  # lazy: one backend per store
 
     path = location.path
     if path.is_dir():
@@ -195,7 +195,7 @@ def _open_sqlite(location: SqliteLocation, *, create: bool, clock: Callable[[], 
 
 
 def _open_blob(location: BlobLocation, *, create: bool, timing: Timing, **client_kwargs: Any) -> LeaseStore:
-    from hubshift.ownership.stores.blob import BlobLeaseStore
+    from hubshift.ownership.stores.blob import BlobLeaseStore  # lazy: the Storage SDK only for Blob
 
     try:
         if location.connection_string is not None:
