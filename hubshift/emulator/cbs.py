@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import quote_plus, unquote_plus, urlsplit
 
-SAS_TOKEN_TYPE = "servicebus.windows.net:sastoken"
 JWT_TOKEN_TYPE = "jwt"
 SAS_PREFIX = "SharedAccessSignature "
 DEFAULT_KEY_NAME = "RootManageSharedAccessKey"

@@ -93,10 +93,6 @@ class ServerContext:
     handshake_timeout: float = 30.0
     container_id: str = field(default_factory=lambda: f"hubshift-emulator-{uuid.uuid4()}")
     connections: set[AmqpConnection] = field(default_factory=set)
-    # what the tests of token refresh count: put-tokens that renewed a grant before it expired, and the
-    # addresses of links detached because their token expired unrenewed
-    tokens_renewed: int = 0
-    expired_links: list[str] = field(default_factory=list)
 
 
 def _address(terminus: object) -> str | None:
@@ -1197,7 +1193,6 @@ class AmqpConnection(asyncio.Protocol):
         if verdict.accepted:
             now_ms = self.context.broker.now_ms()
             if any(granted.covers(entity) and now_ms < expiry for granted, expiry in self._authorized):
-                self.context.tokens_renewed += 1
                 LOG.info("connection %s: token for %s renewed", self.peer, audience)
             self._authorized = [(g, e) for g, e in self._authorized if e > now_ms]
             self._authorized.append((entity, verdict.expires_at_ms))
@@ -1227,7 +1222,6 @@ class AmqpConnection(asyncio.Protocol):
             for link in list(session.links.values()):
                 if link.entity is None or link.detached or self._is_authorized(link.entity):
                     continue
-                self.context.expired_links.append(link.address)
                 LOG.info("connection %s: the token for %s expired: link detached", self.peer, link.address)
                 link.detach(
                     frames.amqp_error(

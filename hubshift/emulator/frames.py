@@ -184,8 +184,5 @@ def outcome(code: int, fields: list[Any] | None = None) -> Described:
     return Described(ULong(code), fields or [])
 
 
-ACCEPTED_OUTCOME = outcome(ACCEPTED)
-
-
 def rejected_outcome(condition: str, description: str) -> Described:
     return outcome(REJECTED, [amqp_error(condition, description)])

@@ -42,10 +42,6 @@ class RunningEmulator:
         """The emulator's process id (this process when it runs in-process)."""
         return self.process.pid if self.process is not None else os.getpid()
 
-    def connection_string_for(self, hub: str) -> str:
-        """The connection string with `EntityPath` set, for clients that take no `eventhub_name`."""
-        return f"{self.connection_string};EntityPath={hub}"
-
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
 
