@@ -122,6 +122,8 @@ def _map_entries(data: Buffer, start: int, end: int, drop: frozenset[str] = froz
         count, pos = _I.unpack_from(data, start + 5)[0], start + 9
     else:
         raise DecodeError("annotations are not a map")
+    if count > end - pos:
+        raise DecodeError("annotations with a count beyond their size")
     kept: list[Buffer] = []
     for _ in range(count // 2):
         key, value_start = decode_value(data, pos)
@@ -145,6 +147,8 @@ def _split_annotations(data: Buffer, start: int, end: int) -> tuple[bytes, int, 
         count, pos = _I.unpack_from(data, start + 5)[0], start + 9
     else:
         raise DecodeError("message annotations are not a map")
+    if count > end - pos:
+        raise DecodeError("message annotations with a count beyond their size")
     kept: list[Buffer] = []
     kept_count = 0
     partition_key: str | None = None
