@@ -49,6 +49,28 @@ def parse_entity(address: str) -> Entity:
     return Entity(host, tuple(segment.lower() for segment in path.split("/") if segment))
 
 
+class Grants:
+    """The tokens one connection has put on `$cbs` that were accepted: each entity it covers, until when."""
+
+    def __init__(self) -> None:
+        self._held: list[tuple[Entity, int]] = []
+
+    def covers(self, entity: Entity, now_ms: int) -> bool:
+        return any(scope.covers(entity) and now_ms < expiry for scope, expiry in self._held)
+
+    def put(self, scope: Entity, expires_at_ms: int, now_ms: int) -> bool:
+        """Hold a new grant (expired ones are dropped); whether it renews one that had not expired."""
+        renewed = self.covers(scope, now_ms)
+        self._held = [(held, expiry) for held, expiry in self._held if expiry > now_ms]
+        self._held.append((scope, expires_at_ms))
+        return renewed
+
+    def next_expiry(self, now_ms: int, horizon_ms: int) -> int | None:
+        """The earliest expiry still ahead but within `horizon_ms` (far-off ones are not watched)."""
+        pending = [expiry for _, expiry in self._held if now_ms < expiry < now_ms + horizon_ms]
+        return min(pending, default=None)
+
+
 @dataclass(frozen=True, slots=True)
 class TokenVerdict:
     status_code: int
@@ -79,12 +101,12 @@ class SasAuthorizer:
             token = token.decode("utf-8", "replace")
         if not isinstance(token, str) or not token.startswith("SharedAccessSignature "):
             return TokenVerdict(401, "InvalidToken: the token is not a Shared Access Signature.")
-        fields: dict[str, str] = {}
+        parts: dict[str, str] = {}
         for pair in token[len("SharedAccessSignature ") :].split("&"):
             name, _, value = pair.partition("=")
-            fields[name.strip().lower()] = value
-        resource_raw, signature_raw = fields.get("sr"), fields.get("sig")
-        expiry_raw, key_name = fields.get("se", ""), unquote_plus(fields.get("skn", ""))
+            parts[name.strip().lower()] = value
+        resource_raw, signature_raw = parts.get("sr"), parts.get("sig")
+        expiry_raw, key_name = parts.get("se", ""), unquote_plus(parts.get("skn", ""))
         if not resource_raw or not signature_raw or not expiry_raw.isdigit():
             return TokenVerdict(401, "InvalidToken: the token lacks sr, sig or se.")
         if key_name.lower() != self.key_name.lower():

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable
 from hubshift.emulator.broker import Broker, Clock, HubSpec
 from hubshift.emulator.cbs import Authorizer, JwtChecker, SasAuthorizer
 from hubshift.emulator.config import EmulatorSettings
-from hubshift.emulator.connection import AmqpConnection, ServerContext
+from hubshift.emulator.connection import AmqpConnection
+from hubshift.emulator.context import ServerContext
 from hubshift.emulator.persistence import EventStore
 from hubshift.errors import UserError
 

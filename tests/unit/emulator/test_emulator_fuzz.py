@@ -7,12 +7,20 @@ from __future__ import annotations
 import time
 import tracemalloc
 from collections.abc import Callable
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from hubshift.emulator import codec, frames
+from hubshift.emulator import codec, performatives
 from hubshift.emulator.codec import DecodeError
+from hubshift.emulator.messages import BATCH_MESSAGE_FORMAT, parse_request, unpack_publication
 
+# A few seconds of examples in all; each example must finish well inside its deadline.
+FUZZ = settings(
+    max_examples=400, deadline=200, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 # Decoding a few hundred bytes may allocate this much at most (the largest legal expansion is about 64
 # bytes of Python objects per input byte: a list of empty lists).
 MEMORY_BOUND = 1 << 20
@@ -48,7 +56,7 @@ def test_the_28_bytes_that_froze_the_server_are_a_decode_error_at_once() -> None
     body = memoryview(FROZE_THE_SERVER)[16:]
     started = time.monotonic()
     with pytest.raises(DecodeError):
-        frames.decode_performative(body)
+        performatives.decode(body)
     assert time.monotonic() - started < 0.1
 
 
@@ -115,3 +123,117 @@ def test_nesting_is_bounded(deep: bytes) -> None:
     assert codec.decode(nested_lists(20)) == codec.decode(nested_lists(20))
     shallow = b"\x00\x53\x01" * 10 + b"\x40"
     assert codec.skip_value(shallow, 0) == len(shallow)
+
+
+# --- the fuzzer ------------------------------------------------------------------------------------------
+
+# Bytes that look like AMQP: mostly constructors and small lengths, so the decoder gets past the first byte.
+CONSTRUCTORS = sorted({0x00, *range(0x40, 0x46), 0x50, 0x53, 0x56, 0x70, 0x83, 0x98, 0xA0, 0xA1, 0xA3})
+CONSTRUCTORS += [0xB0, 0xB1, 0xC0, 0xC1, 0xD0, 0xD1, 0xE0, 0xF0]
+amqp_like = st.lists(
+    st.one_of(
+        st.sampled_from(CONSTRUCTORS),
+        st.integers(0, 8),
+        st.sampled_from([0xFF, 0x7F, 0x80]),
+        st.integers(0, 255),
+    ),
+    max_size=400,
+).map(bytes)
+hostile = st.one_of(amqp_like, st.binary(max_size=400))
+
+
+@given(hostile)
+@FUZZ
+def test_the_value_decoder_returns_or_raises_decode_error_within_bounds(data: bytes) -> None:
+    bounded(lambda: codec.decode(data))
+    bounded(lambda: codec.skip_value(data, 0))
+
+
+@given(hostile)
+@FUZZ
+def test_the_performative_decoder_returns_or_raises_decode_error_within_bounds(data: bytes) -> None:
+    body = memoryview(b"\x00\x53\x12" + data)
+    bounded(lambda: performatives.decode(body))
+    bounded(lambda: performatives.decode(memoryview(data)))
+
+
+@given(hostile, st.sampled_from([0, BATCH_MESSAGE_FORMAT]))
+@FUZZ
+def test_message_parsing_returns_or_raises_decode_error_within_bounds(
+    data: bytes, message_format: int
+) -> None:
+    bounded(lambda: unpack_publication(message_format, data))
+    bounded(lambda: parse_request(data))
+
+
+# Well-formed frames of every performative the server reads, with fuzzed field values.
+field_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(0, 2**32 - 1).map(codec.UInt),
+    st.integers(0, 2**16 - 1).map(codec.UShort),
+    st.binary(max_size=20),
+    st.text(max_size=20),
+    st.text(max_size=20).map(codec.Symbol),
+    st.dictionaries(st.text(max_size=5).map(codec.Symbol), st.integers(-5, 5), max_size=3),
+)
+
+
+KINDS: list[Any] = [
+    performatives.Open,
+    performatives.Begin,
+    performatives.Attach,
+    performatives.Flow,
+    performatives.Transfer,
+    performatives.Disposition,
+    performatives.Detach,
+    performatives.End,
+    performatives.Close,
+    performatives.SaslMechanisms,
+    performatives.SaslInit,
+    performatives.SaslChallenge,
+    performatives.SaslResponse,
+    performatives.SaslOutcome,
+]
+
+
+@given(st.sampled_from(KINDS), st.lists(field_values, max_size=16), st.binary(max_size=50))
+@FUZZ
+def test_frames_with_any_field_values_decode_to_their_performative(
+    kind: Any, fields: list[Any], payload: bytes
+) -> None:
+    sent = kind(*fields[: len(kind._fields)])
+    frame = performatives.encode_frame(0, sent, payload)
+    decoded, payload_start = performatives.decode(memoryview(frame)[8:])
+    assert type(decoded) is kind and decoded.code == sent.code
+    assert decoded == sent
+    assert bytes(memoryview(frame)[8:][payload_start:]) == payload
+    assert performatives.ARITY[sent.code] == len(decoded)
+
+
+@given(st.binary(min_size=1, max_size=300))
+@FUZZ
+def test_every_cut_and_flipped_byte_of_a_real_frame_is_handled(noise: bytes) -> None:
+    """Real frames (an attach with a source filter, a transfer) with bytes replaced by noise."""
+    attach = performatives.Attach(
+        name="r",
+        handle=codec.UInt(0),
+        role=True,
+        source=performatives.Source(
+            address="amqps://h/hub/ConsumerGroups/$Default/Partitions/0",
+            filter={
+                codec.Symbol("f"): codec.Described(codec.Symbol("apache.org:selector-filter:string"), "x")
+            },
+        ).encode(),
+        properties={codec.Symbol("com.microsoft:epoch"): 3},
+    )
+    for original in (
+        performatives.encode_frame(0, attach)[8:],
+        performatives.encode_frame(0, performatives.Transfer(handle=codec.UInt(1)), b"\x00\x53\x75\xa0\x01x")[
+            8:
+        ],
+    ):
+        position = noise[0] % len(original)
+        mangled = original[:position] + noise[1:] + original[position + len(noise) - 1 :]
+        bounded(lambda data=mangled: performatives.decode(memoryview(data)))  # type: ignore[misc]
+        bounded(lambda data=original[:position]: performatives.decode(memoryview(data)))  # type: ignore[misc]
