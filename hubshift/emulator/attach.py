@@ -24,17 +24,28 @@ def on_attach(session: Session, attach: Attach) -> None:
     remote_handle = attach.handle
     if not isinstance(remote_handle, int):
         raise ProtocolViolation("amqp:invalid-field", "attach without a handle")
+    limits = session.connection.context.limits
+    if not 0 <= remote_handle <= limits.handle_max:
+        # the spec: a handle outside the range the partner advertised is a framing error
+        raise ProtocolViolation(
+            "amqp:connection:framing-error", f"handle {remote_handle} is past handle-max {limits.handle_max}"
+        )
     peer_is_receiver = bool(attach.role)
-    stale = session.links.pop(remote_handle, None)
+    stale = session.pop_link(remote_handle)
     if stale is not None:
         stale.release()
         session.release_handle(stale.handle)
     try:
+        if session.connection.link_count >= limits.links_per_connection:
+            raise ReceiverRefused(
+                "amqp:resource-limit-exceeded",
+                f"The connection has {limits.links_per_connection} links attached, its limit.",
+            )
         link = _create_link(session, attach, remote_handle, peer_is_receiver)
     except ReceiverRefused as refusal:
         _refuse(session, attach, peer_is_receiver, refusal.condition, refusal.description)
         return
-    session.links[remote_handle] = link
+    session.add_link(remote_handle, link)
     if isinstance(link, PublisherLink | ConsumerLink):
         link.address = address_of(link.target if isinstance(link, PublisherLink) else link.source) or ""
         link.entity = parse_entity(link.address)
@@ -42,7 +53,7 @@ def on_attach(session: Session, attach: Attach) -> None:
         try:
             link.register()
         except ReceiverRefused as refusal:
-            del session.links[remote_handle]
+            session.pop_link(remote_handle)
             session.release_handle(link.handle)
             _refuse(session, attach, peer_is_receiver, refusal.condition, refusal.description)
             return

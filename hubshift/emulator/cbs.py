@@ -50,25 +50,34 @@ def parse_entity(address: str) -> Entity:
 
 
 class Grants:
-    """The tokens one connection has put on `$cbs` that were accepted: each entity it covers, until when."""
+    """The tokens one connection has put on `$cbs` and had accepted: per scope (the entity the token was
+    put for), until when. A token put again for a scope replaces the one before, as on the service."""
 
-    def __init__(self) -> None:
-        self._held: list[tuple[Entity, int]] = []
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._held: dict[Entity, int] = {}
+        self.accepted_any = False
 
     def covers(self, entity: Entity, now_ms: int) -> bool:
-        return any(scope.covers(entity) and now_ms < expiry for scope, expiry in self._held)
+        return any(now_ms < expiry and scope.covers(entity) for scope, expiry in self._held.items())
+
+    def full(self, scope: Entity, now_ms: int) -> bool:
+        """Whether a grant for a new `scope` would be one too many (expired ones are dropped first)."""
+        if scope in self._held or len(self._held) < self.limit:
+            return False
+        self._held = {held: expiry for held, expiry in self._held.items() if expiry > now_ms}
+        return len(self._held) >= self.limit
 
     def put(self, scope: Entity, expires_at_ms: int, now_ms: int) -> bool:
-        """Hold a new grant (expired ones are dropped); whether it renews one that had not expired."""
+        """Hold a grant; whether it renews one that had not expired."""
         renewed = self.covers(scope, now_ms)
-        self._held = [(held, expiry) for held, expiry in self._held if expiry > now_ms]
-        self._held.append((scope, expires_at_ms))
+        self._held[scope] = expires_at_ms
+        self.accepted_any = True
         return renewed
 
     def next_expiry(self, now_ms: int, horizon_ms: int) -> int | None:
         """The earliest expiry still ahead but within `horizon_ms` (far-off ones are not watched)."""
-        pending = [expiry for _, expiry in self._held if now_ms < expiry < now_ms + horizon_ms]
-        return min(pending, default=None)
+        return min((e for e in self._held.values() if now_ms < e < now_ms + horizon_ms), default=None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from hubshift.emulator.broker import MAX_PARTITIONS, HubSpec
 from hubshift.emulator.cbs import DEFAULT_KEY_NAME, PLACEHOLDER_KEY
+from hubshift.emulator.context import Limits
 from hubshift.errors import UserError
 
 DEFAULT_HUB = HubSpec("eh1", 2)
@@ -28,7 +29,8 @@ class EmulatorSettings:
     partition_max_bytes: int = 256 << 20
     key: str | None = None
     key_name: str = DEFAULT_KEY_NAME
-    max_frame_size: int = 65536
+    # what one connection may hold and how long its handshake may take (no flags: tests lower them)
+    limits: Limits = field(default_factory=Limits)
     # AMQP over TLS, as the service speaks it (5671): the certificate chain and its key, PEM files
     tls_cert: Path | None = None
     tls_key: Path | None = None

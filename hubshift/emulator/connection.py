@@ -11,6 +11,7 @@ producer delivery is settled with `accepted` or `rejected`.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import socket
 import time
@@ -41,7 +42,8 @@ LOG = logging.getLogger(__name__)
 
 # Grants expiring later than this (a SAS token without a key: never) are not watched.
 WATCHED_EXPIRY_MS = 10 * 24 * 3600 * 1000
-HANDLE_MAX = 65535
+# Past this many bytes waiting to be sent, consumers stop pumping and the peer's frames are not read
+# (every frame it sends may be answered: a peer that never reads must not grow our buffer).
 WRITE_BUFFER_HIGH = 4 << 20
 WRITE_BUFFER_LOW = 1 << 20
 
@@ -53,10 +55,14 @@ class AmqpConnection(Wire, asyncio.Protocol):
         self._needed = 0
         self._expect_header = True
         self._phase = "header"  # header -> sasl -> amqp-header -> open-wait -> open
-        self._sessions: dict[int, Session] = {}
+        self._sessions: dict[int, Session] = {}  # by the peer's channel
+        self._free_channels: list[int] = []  # a heap: the lowest released local channel is reused first
+        self._next_channel = 0
         self._expiry: asyncio.TimerHandle | None = None
         # the handshake deadline until `open`, then the heartbeat (when the peer asked for one)
         self._timer: asyncio.TimerHandle | None = None
+        # with keys: the deadline for a first accepted token
+        self._authentication: asyncio.TimerHandle | None = None
 
     # --- asyncio.Protocol ------------------------------------------------------------------------------
 
@@ -69,15 +75,14 @@ class AmqpConnection(Wire, asyncio.Protocol):
         if sock is not None:
             _enable_keepalive(sock)
         self.context.connections.add(self)
-        self._timer = self.loop.call_later(self.context.handshake_timeout, self._check_handshake)
+        self._timer = self.loop.call_later(self.context.limits.handshake_timeout, self._check_handshake)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.context.connections.discard(self)
-        if self._timer is not None:
-            self._timer.cancel()
-        if self._expiry is not None:
-            self._expiry.cancel()
+        for timer in (self._timer, self._expiry, self._authentication):
+            if timer is not None:
+                timer.cancel()
         for session in self._sessions.values():
             session.close_links()
         self._sessions.clear()
@@ -85,9 +90,13 @@ class AmqpConnection(Wire, asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.paused = True
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()
 
     def resume_writing(self) -> None:
         self.paused = False
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
         for consumer in list(self.consumers):
             consumer.wake()
 
@@ -147,7 +156,8 @@ class AmqpConnection(Wire, asyncio.Protocol):
                 self._needed = 8
                 return pos
             size, doff, frame_type, channel = unpack(data, pos)
-            limit = self.context.max_frame_size if self._phase == "open" else 65536
+            limits = self.context.limits
+            limit = limits.max_frame_size if self._phase == "open" else limits.handshake_frame_size
             if size < 8 or size > limit or doff < 2 or doff * 4 > size:
                 raise ProtocolViolation(
                     "amqp:connection:framing-error", f"bad frame header (size {size}, data offset {doff})"
@@ -202,10 +212,16 @@ class AmqpConnection(Wire, asyncio.Protocol):
 
     def _check_handshake(self) -> None:
         if self._phase != "open" and not self.closing:
-            LOG.info(
-                "connection %s: no AMQP open within %ss, dropped", self.peer, self.context.handshake_timeout
-            )
+            timeout = self.context.limits.handshake_timeout
+            LOG.info("connection %s: no AMQP open within %ss, dropped", self.peer, timeout)
             self.abort()
+
+    def _check_authenticated(self) -> None:
+        self._authentication = None
+        if not self.grants.accepted_any and not self.closing:
+            timeout = self.context.limits.authentication_timeout
+            self.fail("amqp:unauthorized-access", f"No token was put on $cbs within {timeout}s of open.")
+            self.flush()
 
     # --- performatives -----------------------------------------------------------------------------------
 
@@ -216,7 +232,7 @@ class AmqpConnection(Wire, asyncio.Protocol):
             if session is None:
                 return
             session.next_incoming_id += 1
-            link = session.links.get(performative.handle)
+            link = session.links.get(_handle(performative.handle))
             if link is None or link.detached:
                 return
             link.on_transfer(performative, body[payload_start:])
@@ -230,16 +246,13 @@ class AmqpConnection(Wire, asyncio.Protocol):
                 on_attach(session, performative)
         elif isinstance(performative, Detach):
             session = self._sessions.get(channel)
-            detached = session.links.pop(performative.handle, None) if session is not None else None
+            detached = session.pop_link(_handle(performative.handle)) if session is not None else None
             if detached is not None:
                 detached.on_peer_detach(bool(performative.closed))
         elif isinstance(performative, Begin):
             self._on_begin(channel, performative)
         elif isinstance(performative, End):
-            ended = self._sessions.pop(channel, None)
-            if ended is not None:
-                ended.close_links()
-                self.send(ended.local_channel, End())
+            self._on_end(channel)
         elif isinstance(performative, Open):
             self._on_open(performative)
         elif isinstance(performative, Close):
@@ -259,13 +272,14 @@ class AmqpConnection(Wire, asyncio.Protocol):
         max_frame = open_.max_frame_size
         if isinstance(max_frame, int) and max_frame >= 512:
             self.remote_max_frame_size = min(int(max_frame), 1 << 24)
-        idle = self.context.advertised_idle_timeout_ms
+        limits = self.context.limits
+        idle = limits.advertised_idle_timeout_ms
         self.send(
             0,
             Open(
                 container_id=self.context.container_id,
-                max_frame_size=UInt(self.context.max_frame_size),
-                channel_max=UShort(65535),
+                max_frame_size=UInt(limits.max_frame_size),
+                channel_max=UShort(limits.channel_max),
                 idle_time_out=UInt(idle) if idle else None,
                 properties={Symbol("product"): "hubshift-emulator"},
             ),
@@ -273,6 +287,13 @@ class AmqpConnection(Wire, asyncio.Protocol):
         peer_idle = open_.idle_time_out
         if isinstance(peer_idle, int) and peer_idle > 0:
             self._schedule_heartbeat(peer_idle / 2000)
+        elif self._timer is not None:
+            self._timer.cancel()  # the handshake deadline: met
+            self._timer = None
+        if self.context.authorizer.enforcing:
+            self._authentication = self.loop.call_later(
+                limits.authentication_timeout, self._check_authenticated
+            )
 
     def _schedule_heartbeat(self, interval: float) -> None:
         """Empty frames at half the peer's idle timeout, so it never closes an idle connection."""
@@ -289,12 +310,19 @@ class AmqpConnection(Wire, asyncio.Protocol):
         self._timer = self.loop.call_later(interval, beat)
 
     def _on_begin(self, channel: int, begin: Begin) -> None:
+        limits = self.context.limits
+        if channel > limits.channel_max:
+            # the spec: a channel outside the range the partner advertised is a framing error
+            raise ProtocolViolation(
+                "amqp:connection:framing-error", f"channel {channel} is past channel-max {limits.channel_max}"
+            )
         if channel in self._sessions:
             raise ProtocolViolation("amqp:illegal-state", f"begin on channel {channel} which is in use")
-        used = {session.local_channel for session in self._sessions.values()}
-        local = 0
-        while local in used:
-            local += 1
+        if self._free_channels:
+            local = heapq.heappop(self._free_channels)
+        else:
+            local = self._next_channel
+            self._next_channel += 1
         session = Session(self, local, channel)
         if isinstance(begin.next_outgoing_id, int):
             session.next_incoming_id = int(begin.next_outgoing_id)
@@ -306,9 +334,16 @@ class AmqpConnection(Wire, asyncio.Protocol):
                 next_outgoing_id=UInt(0),
                 incoming_window=UInt(SESSION_WINDOW),
                 outgoing_window=UInt(SESSION_WINDOW),
-                handle_max=UInt(HANDLE_MAX),
+                handle_max=UInt(limits.handle_max),
             ),
         )
+
+    def _on_end(self, channel: int) -> None:
+        ended = self._sessions.pop(channel, None)
+        if ended is not None:
+            ended.close_links()
+            self.send(ended.local_channel, End())
+            heapq.heappush(self._free_channels, ended.local_channel)
 
     def _on_flow(self, channel: int, flow: Flow) -> None:
         session = self._sessions.get(channel)
@@ -318,7 +353,7 @@ class AmqpConnection(Wire, asyncio.Protocol):
             if flow.echo:
                 session.send(session.flow())
             return
-        link = session.links.get(flow.handle)
+        link = session.links.get(_handle(flow.handle))
         if link is not None and not link.detached:
             link.on_flow(flow)
 
@@ -358,6 +393,12 @@ class AmqpConnection(Wire, asyncio.Protocol):
                 )
         self.flush()
         self._watch_expiry()
+
+
+def _handle(value: object) -> int:
+    if not isinstance(value, int):
+        raise ProtocolViolation("amqp:invalid-field", f"a link handle that is not a number: {value!r}")
+    return value
 
 
 def _enable_keepalive(sock: socket.socket) -> None:

@@ -59,7 +59,7 @@ class Link:
             source=self.source,
             target=self.target,
             initial_delivery_count=None if self.role_is_receiver else UInt(self.delivery_count),
-            max_message_size=ULong(self.connection.context.max_message_size),
+            max_message_size=ULong(self.connection.context.limits.max_message_size),
             properties={TRACKING_ID: str(uuid.uuid4())},
         )
 
@@ -99,45 +99,60 @@ class Link:
 
 
 class IncomingDeliveries(Link):
-    """A link on which the peer sends messages to us, reassembled across transfer frames."""
+    """A link on which the peer sends messages to us, reassembled across transfer frames.
+
+    A delivery in one frame is handled straight from the receive buffer. One that spans frames is copied
+    as it comes (never kept as views of the receive buffers, which would hold them all), counted against
+    the connection's budget of unfinished bytes, and no more of it kept once it passes the size limit (it
+    is then rejected, as the service rejects an oversize message, and the link carries on)."""
 
     role_is_receiver = True
 
     def __init__(self, session: Session, name: Any, remote_handle: int, source: Any, target: Any) -> None:
         super().__init__(session, name, remote_handle, source, target)
-        self._chunks: list[memoryview] | None = None
+        self._receiving = False
+        self._body = bytearray()
         self._size = 0
         self._delivery_id = 0
         self._message_format = 0
         self._settled = False
 
+    def max_delivery_size(self) -> int:
+        return self.connection.context.limits.max_message_size
+
     def on_transfer(self, transfer: Transfer, payload: memoryview) -> None:
-        if self._chunks is None:
-            if transfer.delivery_id is None:
+        if not self._receiving:
+            if not isinstance(transfer.delivery_id, int):
                 raise ProtocolViolation(
                     "amqp:session:invalid-field", "first transfer of a delivery has no id"
                 )
-            self._chunks = []
+            self._receiving = True
             self._size = 0
-            self._delivery_id = int(transfer.delivery_id)
-            self._message_format = int(transfer.message_format or 0)
+            self._delivery_id = int(transfer.delivery_id) & 0xFFFFFFFF
+            self._message_format = (
+                int(transfer.message_format) if isinstance(transfer.message_format, int) else 0
+            )
             self._settled = bool(transfer.settled)
         if transfer.settled:
             self._settled = True
         if transfer.aborted:  # nothing to settle
-            self._chunks = None
+            self._receiving = False
+            self._drop_body()
             return
-        max_size = self.connection.context.max_message_size
+        max_size = self.max_delivery_size()
         self._size += len(payload)
-        if self._size <= max_size:
-            self._chunks.append(payload)
         if transfer.more:
+            if self._size <= max_size:
+                self.connection.hold(len(payload))
+                self._body += payload
+            elif self._body:
+                self._drop_body()  # it will be rejected: none of it is kept
             return
-        chunks = self._chunks
-        self._chunks = None
+        self._receiving = False
         self.delivery_count += 1
         self.credit -= 1
         if self._size > max_size:
+            self._drop_body()
             self.settle(
                 rejected_outcome(
                     "amqp:link:message-size-exceeded",
@@ -145,12 +160,25 @@ class IncomingDeliveries(Link):
                     f"exceeds the limit ({max_size} bytes) currently allowed on the link.",
                 )
             )
-        else:
-            body: Buffer = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        elif self._body:
+            body = self._body
+            body += payload
+            self._body = bytearray()
+            self.connection.unhold(len(body) - len(payload))
             self.on_message(self._message_format, body)
+        else:
+            self.on_message(self._message_format, payload)
         if self.credit < PUBLISHER_CREDIT // 2:
             self.credit = PUBLISHER_CREDIT
             self.send_flow()
+
+    def _drop_body(self) -> None:
+        self.connection.unhold(len(self._body))
+        self._body = bytearray()
+
+    def release(self) -> None:
+        self._receiving = False
+        self._drop_body()
 
     def on_message(self, message_format: int, payload: Buffer) -> None:
         raise NotImplementedError

@@ -35,6 +35,9 @@ class RequestLink(IncomingDeliveries):
         super().__init__(session, name, remote_handle, source, target)
         self.node = node
 
+    def max_delivery_size(self) -> int:
+        return self.connection.context.limits.max_request_size
+
     def on_message(self, message_format: int, payload: Buffer) -> None:
         try:
             request = parse_request(payload)
@@ -101,9 +104,12 @@ def put_token(connection: Wire, request: RequestMessage) -> tuple[int, str, Any]
         )
         if hub is None or group_missing:
             return 404, f"The messaging entity '{audience}' could not be found.", None
+    now_ms = context.broker.now_ms()
+    if connection.grants.full(entity, now_ms):
+        return 403, f"QuotaExceeded: this connection holds {connection.grants.limit} tokens already.", None
     verdict = context.authorizer.verify(request.body, audience, properties.get("type"))
     if verdict.accepted:
-        if connection.grants.put(entity, verdict.expires_at_ms, context.broker.now_ms()):
+        if connection.grants.put(entity, verdict.expires_at_ms, now_ms):
             LOG.info("connection %s: token for %s renewed", connection.peer, audience)
         connection.grants_changed()
     else:

@@ -76,9 +76,7 @@ class EmulatorServer:
         except UserError:
             self.broker.close()
             raise
-        context = ServerContext(
-            broker=self.broker, authorizer=authorizer, max_frame_size=settings.max_frame_size
-        )
+        context = ServerContext(broker=self.broker, authorizer=authorizer, limits=settings.limits)
         self.context = context
         loop = asyncio.get_running_loop()
         try:

@@ -4,10 +4,12 @@ peer's handle and the handles it gives them, delivery ids, the flow window, and 
 
 from __future__ import annotations
 
+import heapq
 from typing import Protocol
 
 from hubshift.emulator.cbs import Entity
 from hubshift.emulator.codec import Buffer, Described, UInt
+from hubshift.emulator.context import ProtocolViolation
 from hubshift.emulator.performatives import Flow, Performative, Transfer
 from hubshift.emulator.wire import Wire
 
@@ -47,8 +49,11 @@ class Session:
         self.connection = connection
         self.local_channel = local_channel
         self.remote_channel = remote_channel
+        # the attached links by the peer's handle
         self.links: dict[int, SessionLink] = {}
-        self._local_handles: set[int] = set()
+        self._handles_in_use: set[int] = set()
+        self._free_handles: list[int] = []  # a heap: the lowest released handle is given out first
+        self._next_handle = 0
         self.next_delivery_id = 0
         self.next_outgoing_id = 0
         self.next_incoming_id = 0
@@ -56,14 +61,30 @@ class Session:
         self.pending_replies: dict[str, list[bytes]] = {}
 
     def allocate_handle(self) -> int:
-        handle = 0
-        while handle in self._local_handles:
-            handle += 1
-        self._local_handles.add(handle)
+        """A handle of ours for a new link."""
+        if self._free_handles:
+            handle = heapq.heappop(self._free_handles)
+        else:
+            handle = self._next_handle
+            self._next_handle += 1
+        self._handles_in_use.add(handle)
         return handle
 
     def release_handle(self, handle: int) -> None:
-        self._local_handles.discard(handle)
+        if handle in self._handles_in_use:
+            self._handles_in_use.remove(handle)
+            heapq.heappush(self._free_handles, handle)
+
+    def add_link(self, remote_handle: int, link: SessionLink) -> None:
+        self.links[remote_handle] = link
+        self.connection.link_count += 1
+
+    def pop_link(self, remote_handle: int) -> SessionLink | None:
+        """The link the peer's handle names, no longer attached (None: no such link)."""
+        link = self.links.pop(remote_handle, None)
+        if link is not None:
+            self.connection.link_count -= 1
+        return link
 
     def send(self, performative: Performative, payload: Buffer = b"") -> None:
         self.connection.send(self.local_channel, performative, payload)
@@ -87,7 +108,14 @@ class Session:
     def send_reply(self, node: str, message: bytes) -> None:
         link = self.reply_links.get(node)
         if link is None or link.detached:
-            self.pending_replies.setdefault(node, []).append(message)
+            pending = self.pending_replies.setdefault(node, [])
+            limit = self.connection.context.limits.pending_replies
+            if len(pending) >= limit:
+                raise ProtocolViolation(
+                    "amqp:resource-limit-exceeded",
+                    f"More than {limit} replies of {node} wait for a reply link to be attached.",
+                )
+            pending.append(message)
             return
         link.send_message(message)
 
@@ -100,4 +128,5 @@ class Session:
     def close_links(self) -> None:
         for link in list(self.links.values()):
             link.release()
+        self.connection.link_count -= len(self.links)
         self.links.clear()

@@ -11,7 +11,7 @@ from typing import Protocol
 from hubshift.emulator import performatives
 from hubshift.emulator.cbs import Grants
 from hubshift.emulator.codec import Buffer
-from hubshift.emulator.context import ServerContext
+from hubshift.emulator.context import ProtocolViolation, ServerContext
 from hubshift.emulator.performatives import Performative
 
 
@@ -31,7 +31,10 @@ class Wire:
         self.remote_max_frame_size = 1 << 20
         self.hostname = "localhost"
         self.consumers: set[Wakeable] = set()
-        self.grants = Grants()
+        self.grants = Grants(context.limits.grants_per_connection)
+        # what the connection's links hold: bytes of unfinished deliveries, and how many links there are
+        self.delivery_bytes = 0
+        self.link_count = 0
         self.last_write = time.monotonic()
         self._out: list[Buffer] = []
         self._flush_scheduled = False
@@ -48,6 +51,20 @@ class Wire:
         """Queue `parts` without scheduling a flush (the caller flushes)."""
         if not self.closing:
             self._out.extend(parts)
+
+    def hold(self, size: int) -> None:
+        """Count `size` more bytes of unfinished deliveries; past the connection's budget, the connection
+        is closed."""
+        limit = self.context.limits.delivery_bytes_per_connection
+        if self.delivery_bytes + size > limit:
+            raise ProtocolViolation(
+                "amqp:resource-limit-exceeded",
+                f"The unfinished deliveries on this connection exceed {limit} bytes.",
+            )
+        self.delivery_bytes += size
+
+    def unhold(self, size: int) -> None:
+        self.delivery_bytes -= size
 
     def send(self, channel: int, performative: Performative, payload: Buffer = b"") -> None:
         self.write(performatives.encode_frame(channel, performative, payload))
