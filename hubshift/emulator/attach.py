@@ -5,7 +5,7 @@ refusal (an attach with a null terminus, then a closing detach with the error)."
 from __future__ import annotations
 
 from hubshift.emulator.broker import Hub, ReceiverRefused
-from hubshift.emulator.cbs import Entity, parse_entity
+from hubshift.emulator.cbs import LISTEN, SEND, Entity, parse_entity
 from hubshift.emulator.codec import Array, UInt
 from hubshift.emulator.consumer import RUNTIME_METRIC, ConsumerLink, resolve_start, selector_of
 from hubshift.emulator.context import ProtocolViolation
@@ -49,6 +49,7 @@ def on_attach(session: Session, attach: Attach) -> None:
     if isinstance(link, PublisherLink | ConsumerLink):
         link.address = address_of(link.target if isinstance(link, PublisherLink) else link.source) or ""
         link.entity = parse_entity(link.address)
+        link.right = LISTEN if peer_is_receiver else SEND
     if isinstance(link, ConsumerLink):
         try:
             link.register()
@@ -101,11 +102,8 @@ def _create_link(session: Session, attach: Attach, remote_handle: int, peer_is_r
     hub = context.broker.find_hub(entity.path[0]) if entity.path else None
     if hub is None:
         raise ReceiverRefused("amqp:not-found", f"The messaging entity '{address}' could not be found.")
-    if context.authorizer.enforcing and not _authorized(session, entity):
-        raise ReceiverRefused(
-            "amqp:unauthorized-access",
-            f"Unauthorized access to '{address}': put a valid token on $cbs first.",
-        )
+    if context.authorizer.enforcing:
+        _authorize(session, entity, LISTEN if peer_is_receiver else SEND, address)
     rest = entity.path[1:]
     if not peer_is_receiver:
         partition: PartitionLog | None = None
@@ -140,9 +138,21 @@ def _create_link(session: Session, attach: Attach, remote_handle: int, peer_is_r
     )
 
 
-def _authorized(session: Session, entity: Entity) -> bool:
+def _authorize(session: Session, entity: Entity, right: str, address: str) -> None:
+    """Refuse the link unless a token put on $cbs covers `entity` with `right`, as the service does."""
     connection = session.connection
-    return connection.grants.covers(entity, connection.context.broker.now_ms())
+    now_ms = connection.context.broker.now_ms()
+    if connection.grants.allows(entity, right, now_ms):
+        return
+    if connection.grants.covers(entity, now_ms):
+        raise ReceiverRefused(
+            "amqp:unauthorized-access",
+            f"Unauthorized access. '{right}' claim(s) are required to perform this operation. "
+            f"Resource: '{address}'.",
+        )
+    raise ReceiverRefused(
+        "amqp:unauthorized-access", f"Unauthorized access to '{address}': put a valid token on $cbs first."
+    )
 
 
 def _owner_level(attach: Attach) -> int | None:

@@ -36,10 +36,10 @@ class EmulatorSettings:
     tls_key: Path | None = None
     tls_port: int = 5671
     # Microsoft Entra ID tokens (put-token type jwt): the trusted signing keys, the accepted audiences
-    # (empty: Event Hubs'), the issuer they must start with (None: any)
+    # (empty: Event Hubs'), the accepted issuers (exactly, but for a trailing slash; needed with keys)
     jwt_keys: Path | None = None
     jwt_audiences: tuple[str, ...] = field(default=())
-    jwt_issuer: str | None = None
+    jwt_issuers: tuple[str, ...] = field(default=())
 
     @property
     def tls(self) -> bool:

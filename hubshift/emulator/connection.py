@@ -268,7 +268,7 @@ class AmqpConnection(Wire, asyncio.Protocol):
             raise ProtocolViolation("amqp:illegal-state", "second open on one connection")
         self._phase = "open"
         if isinstance(open_.hostname, str) and open_.hostname:
-            self.hostname = open_.hostname
+            self.hostname = open_.hostname.lower()
         max_frame = open_.max_frame_size
         if isinstance(max_frame, int) and max_frame >= 512:
             self.remote_max_frame_size = min(int(max_frame), 1 << 24)
@@ -382,7 +382,11 @@ class AmqpConnection(Wire, asyncio.Protocol):
         now_ms = self.context.broker.now_ms()
         for session in list(self._sessions.values()):
             for link in list(session.links.values()):
-                if link.entity is None or link.detached or self.grants.covers(link.entity, now_ms):
+                if (
+                    link.entity is None
+                    or link.detached
+                    or self.grants.allows(link.entity, link.right, now_ms)
+                ):
                     continue
                 LOG.info("connection %s: the token for %s expired: link detached", self.peer, link.address)
                 link.detach(

@@ -43,10 +43,11 @@ class Link:
         self.detached = False
         self.delivery_count = 0
         self.credit = 0
-        # the entity an event link reads or writes (and its address), whose token must stay valid while
-        # it is attached
+        # the entity an event link reads or writes (its address, the right it needs), whose token must
+        # stay valid while it is attached
         self.entity: Entity | None = None
         self.address = ""
+        self.right = ""
 
     def attach_reply(self, peer: Attach) -> Attach:
         """Our attach in answer to the peer's."""

@@ -8,7 +8,7 @@ import logging
 import struct
 from typing import Any
 
-from hubshift.emulator.cbs import parse_entity
+from hubshift.emulator.cbs import token_scope
 from hubshift.emulator.codec import Buffer, DecodeError, UInt
 from hubshift.emulator.links import IncomingDeliveries, OutgoingLink
 from hubshift.emulator.management import handle_management_request
@@ -78,13 +78,16 @@ def answer(connection: Wire, node: str, request: RequestMessage) -> tuple[int, s
     """The status code, description and body of the reply to `request` on `node`."""
     context = connection.context
     if node == MANAGEMENT_NODE:
-        reply = handle_management_request(request, context.broker, context.authorizer, connection.hostname)
+        reply = handle_management_request(
+            request, context.broker, context.authorizer, connection.hostname or "localhost"
+        )
         return reply.status_code, reply.description, reply.body
     return put_token(connection, request)
 
 
 def put_token(connection: Wire, request: RequestMessage) -> tuple[int, str, Any]:
-    """A `$cbs` put-token: the token verified for the audience it names, then held by the connection."""
+    """A `$cbs` put-token: the token verified for the scope it names, then held by the connection for that
+    scope with the rights the token carries."""
     context = connection.context
     properties = request.application_properties
     if properties.get("operation") != "put-token":
@@ -92,24 +95,24 @@ def put_token(connection: Wire, request: RequestMessage) -> tuple[int, str, Any]
     audience = properties.get("name")
     if not isinstance(audience, str):
         return 400, "The put-token request has no audience 'name'.", None
-    entity = parse_entity(audience)
-    if entity.path:
-        hub = context.broker.find_hub(entity.path[0])
-        rest = entity.path[1:]
+    try:
+        scope = token_scope(audience, connection.hostname)
+    except ValueError as exc:
+        return 400, f"InvalidAudience: {exc}.", None
+    if scope.path:
+        hub = context.broker.find_hub(scope.path[0])
+        rest = scope.path[1:]
         group_missing = (
-            hub is not None
-            and len(rest) >= 2
-            and rest[0] == "consumergroups"
-            and not hub.has_consumer_group(rest[1])
+            hub is not None and rest[:1] == ("consumergroups",) and not hub.has_consumer_group(rest[1])
         )
         if hub is None or group_missing:
             return 404, f"The messaging entity '{audience}' could not be found.", None
     now_ms = context.broker.now_ms()
-    if connection.grants.full(entity, now_ms):
+    if connection.grants.full(scope, now_ms):
         return 403, f"QuotaExceeded: this connection holds {connection.grants.limit} tokens already.", None
     verdict = context.authorizer.verify(request.body, audience, properties.get("type"))
     if verdict.accepted:
-        if connection.grants.put(entity, verdict.expires_at_ms, now_ms):
+        if connection.grants.put(scope, verdict.expires_at_ms, verdict.rights, now_ms):
             LOG.info("connection %s: token for %s renewed", connection.peer, audience)
         connection.grants_changed()
     else:

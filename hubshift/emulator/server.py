@@ -108,12 +108,17 @@ class EmulatorServer:
         settings = self.settings
         if settings.jwt_keys is None:
             return None
+        if not settings.jwt_issuers:
+            raise UserError(
+                "--jwt-key needs --jwt-issuer: the issuer of the tokens to accept, as their `iss` claim says "
+                "(e.g. https://sts.windows.net/<tenant id>/)"
+            )
         from hubshift.emulator.tokens import EVENTHUBS_AUDIENCES, JwtVerifier, load_keys
 
         return JwtVerifier(
             load_keys(settings.jwt_keys),
+            issuers=settings.jwt_issuers,
             audiences=settings.jwt_audiences or EVENTHUBS_AUDIENCES,
-            issuer=settings.jwt_issuer,
             clock=self.clock,
         )
 

@@ -21,9 +21,11 @@ class SessionLink(Protocol):
 
     handle: int
     detached: bool
-    # the entity an event link reads or writes, and its address (None, "": a $cbs or $management link)
+    # the entity an event link reads or writes, its address and the right it needs (SEND or LISTEN; None,
+    # "": a $cbs or $management link)
     entity: Entity | None
     address: str
+    right: str
 
     def on_flow(self, flow: Flow) -> None: ...
 

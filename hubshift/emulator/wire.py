@@ -29,7 +29,8 @@ class Wire:
         self.closing = False
         self.paused = False
         self.remote_max_frame_size = 1 << 20
-        self.hostname = "localhost"
+        # the namespace's host, as the peer's open names it (None: it named none)
+        self.hostname: str | None = None
         self.consumers: set[Wakeable] = set()
         self.grants = Grants(context.limits.grants_per_connection)
         # what the connection's links hold: bytes of unfinished deliveries, and how many links there are
