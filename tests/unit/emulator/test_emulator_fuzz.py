@@ -4,6 +4,7 @@ of each decoder bug found, as regressions."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -13,8 +14,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hubshift.emulator import codec, performatives
+from hubshift.emulator import codec, frames, performatives
+from hubshift.emulator.broker import Broker, HubSpec
+from hubshift.emulator.cbs import Authorizer, SasAuthorizer
 from hubshift.emulator.codec import DecodeError
+from hubshift.emulator.connection import AmqpConnection
+from hubshift.emulator.context import ServerContext
 from hubshift.emulator.messages import BATCH_MESSAGE_FORMAT, parse_request, unpack_publication
 
 # A few seconds of examples in all; each example must finish well inside its deadline.
@@ -237,3 +242,107 @@ def test_every_cut_and_flipped_byte_of_a_real_frame_is_handled(noise: bytes) -> 
         mangled = original[:position] + noise[1:] + original[position + len(noise) - 1 :]
         bounded(lambda data=mangled: performatives.decode(memoryview(data)))  # type: ignore[misc]
         bounded(lambda data=original[:position]: performatives.decode(memoryview(data)))  # type: ignore[misc]
+
+
+# --- the frame parser and dispatch of a connection -------------------------------------------------------
+
+
+class RecordingTransport(asyncio.Transport):
+    """What the connection writes, kept; closing it only marks it closed (no socket: the unit tier)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = bytearray()
+        self.closed = False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 1) if name == "peername" else default
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def write(self, data: Any) -> None:
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def handshake() -> bytes:
+    return b"".join(
+        (
+            frames.SASL_HEADER,
+            performatives.encode_frame(0, performatives.SaslInit(codec.Symbol("ANONYMOUS"))),
+            frames.AMQP_HEADER,
+            performatives.encode_frame(0, performatives.Open("fuzz", "127.0.0.1", codec.UInt(65536))),
+            performatives.encode_frame(
+                0, performatives.Begin(None, codec.UInt(0), codec.UInt(9), codec.UInt(9))
+            ),
+        )
+    )
+
+
+def fuzzed_frame(channel: int, body: bytes) -> bytes:
+    return (8 + len(body)).to_bytes(4, "big") + b"\x02\x00" + channel.to_bytes(2, "big") + body
+
+
+frame_bodies = st.one_of(
+    hostile,
+    hostile.map(lambda data: b"\x00\x53" + data),
+    st.tuples(st.sampled_from(KINDS), st.lists(field_values, max_size=14)).map(
+        lambda kind_fields: performatives.encode_frame(
+            0, kind_fields[0](*kind_fields[1][: len(kind_fields[0]._fields)])
+        )[8:]
+    ),
+)
+
+
+@given(
+    st.booleans(),
+    st.lists(st.tuples(st.integers(0, 3), frame_bodies), max_size=12),
+    st.integers(1, 64),
+)
+@FUZZ
+def test_a_connection_fed_any_frames_closes_or_carries_on_never_raises(
+    opened: bool, bodies: list[tuple[int, bytes]], chunk: int
+) -> None:
+    """Frames with hostile bodies (after a real handshake, or before one), fed in chunks of any size:
+    the connection answers, or closes itself, and never raises to the event loop."""
+    loop = asyncio.new_event_loop()
+    broker = Broker(
+        [HubSpec("hub", 2)], clock=lambda: 1_000.0, retention_seconds=60, partition_max_bytes=1 << 20
+    )
+    context = ServerContext(broker, Authorizer(SasAuthorizer(None, clock=lambda: 1_000.0)))
+    connection = AmqpConnection(context, loop)
+    transport = RecordingTransport()
+    stream = (handshake() if opened else b"") + b"".join(fuzzed_frame(c, body) for c, body in bodies)
+    try:
+        connection.connection_made(transport)
+
+        def feed() -> None:
+            for start in range(0, len(stream), chunk):
+                connection.data_received(stream[start : start + chunk])
+
+        bounded(feed)
+        connection.connection_lost(None)
+    finally:
+        loop.close()
+    if opened:
+        assert transport.written.startswith(frames.SASL_HEADER)
+        assert b"\x00\x53\x10" in transport.written  # the server's open
+        if transport.closed:
+            assert b"\x00\x53\x18" in transport.written  # an AMQP close says why
+    elif stream:
+        assert transport.closed and transport.written == frames.AMQP_HEADER  # not AMQP: our header, closed
