@@ -41,7 +41,7 @@ def on_attach(session: Session, attach: Attach) -> None:
                 "amqp:resource-limit-exceeded",
                 f"The connection has {limits.links_per_connection} links attached, its limit.",
             )
-        link = _create_link(session, attach, remote_handle, peer_is_receiver)
+        link = _create_link(session, attach, peer_is_receiver)
     except ReceiverRefused as refusal:
         _refuse(session, attach, peer_is_receiver, refusal.condition, refusal.description)
         return
@@ -87,16 +87,16 @@ def _refuse(
     session.release_handle(handle)
 
 
-def _create_link(session: Session, attach: Attach, remote_handle: int, peer_is_receiver: bool) -> Link:
-    name, source, target = attach.name, attach.source, attach.target
+def _create_link(session: Session, attach: Attach, peer_is_receiver: bool) -> Link:
+    source, target = attach.source, attach.target
     address = address_of(source if peer_is_receiver else target)
     if address is None:
         raise ReceiverRefused("amqp:invalid-field", "The link has no address.")
     node = address.lower()
     if node in NODES:
         if peer_is_receiver:
-            return ReplyLink(session, name, remote_handle, source, target, node)
-        return RequestLink(session, name, remote_handle, source, target, node)
+            return ReplyLink(session, attach, node)
+        return RequestLink(session, attach, node)
     context = session.connection.context
     entity = parse_entity(address)
     hub = context.broker.find_hub(entity.path[0]) if entity.path else None
@@ -113,7 +113,7 @@ def _create_link(session: Session, attach: Attach, remote_handle: int, peer_is_r
                     "amqp:not-found", f"The messaging entity '{address}' could not be found."
                 )
             partition = _partition(hub, rest[1])
-        return PublisherLink(session, name, remote_handle, source, target, hub, partition)
+        return PublisherLink(session, attach, hub, partition)
     if len(rest) != 4 or rest[0] != "consumergroups" or rest[2] != "partitions":
         raise ReceiverRefused("amqp:not-found", f"The messaging entity '{address}' could not be found.")
     consumer_group = rest[1]
@@ -125,10 +125,7 @@ def _create_link(session: Session, attach: Attach, remote_handle: int, peer_is_r
     log = _partition(hub, rest[3])
     return ConsumerLink(
         session,
-        name,
-        remote_handle,
-        source,
-        target,
+        attach,
         hub=hub,
         consumer_group=consumer_group,
         partition=log,

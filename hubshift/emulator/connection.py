@@ -260,7 +260,7 @@ class AmqpConnection(Wire, asyncio.Protocol):
             self.close_transport()
         else:
             raise ProtocolViolation(
-                "amqp:not-implemented", f"unexpected performative 0x{performative.code:02x}"
+                "amqp:not-implemented", f"unexpected performative 0x{performatives.code_of(performative):02x}"
             )
 
     def _on_open(self, open_: Open) -> None:

@@ -4,7 +4,6 @@ credit goes, from the start position its selector filter names, under the owner-
 from __future__ import annotations
 
 import struct
-from typing import Any
 
 from hubshift.emulator.broker import Hub, ReceiverRefused
 from hubshift.emulator.codec import Buffer, Described, Symbol, UByte, UInt
@@ -39,10 +38,7 @@ class ConsumerLink(OutgoingLink):
     def __init__(
         self,
         session: Session,
-        name: Any,
-        remote_handle: int,
-        source: Any,
-        target: Any,
+        attach: Attach,
         *,
         hub: Hub,
         consumer_group: str,
@@ -51,7 +47,7 @@ class ConsumerLink(OutgoingLink):
         owner_level: int | None,
         runtime_metric: bool,
     ) -> None:
-        super().__init__(session, name, remote_handle, source, target)
+        super().__init__(session, attach)
         self.hub = hub
         self.consumer_group = consumer_group
         self.partition = partition

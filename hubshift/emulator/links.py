@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import struct
 import uuid
-from typing import Any
 
 from hubshift.emulator.cbs import Entity
 from hubshift.emulator.codec import Buffer, Described, UByte, UInt, ULong
@@ -32,14 +31,14 @@ class Link:
 
     role_is_receiver: bool = False
 
-    def __init__(self, session: Session, name: Any, remote_handle: int, source: Any, target: Any) -> None:
+    def __init__(self, session: Session, attach: Attach) -> None:
         self.session = session
         self.connection = session.connection
-        self.name = name
-        self.remote_handle = remote_handle
+        self.name = attach.name
+        self.remote_handle = int(attach.handle)
         self.handle = session.allocate_handle()
-        self.source = source
-        self.target = target
+        self.source = attach.source
+        self.target = attach.target
         self.detached = False
         self.delivery_count = 0
         self.credit = 0
@@ -109,8 +108,8 @@ class IncomingDeliveries(Link):
 
     role_is_receiver = True
 
-    def __init__(self, session: Session, name: Any, remote_handle: int, source: Any, target: Any) -> None:
-        super().__init__(session, name, remote_handle, source, target)
+    def __init__(self, session: Session, attach: Attach) -> None:
+        super().__init__(session, attach)
         self._receiving = False
         self._body = bytearray()
         self._size = 0

@@ -28,10 +28,6 @@ class Open(NamedTuple):
     desired_capabilities: Any = None
     properties: Any = None
 
-    @property
-    def code(self) -> int:
-        return frames.OPEN
-
 
 class Begin(NamedTuple):
     remote_channel: Any = None
@@ -42,10 +38,6 @@ class Begin(NamedTuple):
     offered_capabilities: Any = None
     desired_capabilities: Any = None
     properties: Any = None
-
-    @property
-    def code(self) -> int:
-        return frames.BEGIN
 
 
 class Attach(NamedTuple):
@@ -64,10 +56,6 @@ class Attach(NamedTuple):
     desired_capabilities: Any = None
     properties: Any = None
 
-    @property
-    def code(self) -> int:
-        return frames.ATTACH
-
 
 class Flow(NamedTuple):
     next_incoming_id: Any = None
@@ -81,10 +69,6 @@ class Flow(NamedTuple):
     drain: Any = None
     echo: Any = None
     properties: Any = None
-
-    @property
-    def code(self) -> int:
-        return frames.FLOW
 
 
 class Transfer(NamedTuple):
@@ -100,10 +84,6 @@ class Transfer(NamedTuple):
     aborted: Any = None
     batchable: Any = None
 
-    @property
-    def code(self) -> int:
-        return frames.TRANSFER
-
 
 class Disposition(NamedTuple):
     role: Any = None
@@ -113,43 +93,23 @@ class Disposition(NamedTuple):
     state: Any = None
     batchable: Any = None
 
-    @property
-    def code(self) -> int:
-        return frames.DISPOSITION
-
 
 class Detach(NamedTuple):
     handle: Any = None
     closed: Any = None
     error: Any = None
 
-    @property
-    def code(self) -> int:
-        return frames.DETACH
-
 
 class End(NamedTuple):
     error: Any = None
-
-    @property
-    def code(self) -> int:
-        return frames.END
 
 
 class Close(NamedTuple):
     error: Any = None
 
-    @property
-    def code(self) -> int:
-        return frames.CLOSE
-
 
 class SaslMechanisms(NamedTuple):
     sasl_server_mechanisms: Any = None
-
-    @property
-    def code(self) -> int:
-        return frames.SASL_MECHANISMS
 
 
 class SaslInit(NamedTuple):
@@ -157,34 +117,18 @@ class SaslInit(NamedTuple):
     initial_response: Any = None
     hostname: Any = None
 
-    @property
-    def code(self) -> int:
-        return frames.SASL_INIT
-
 
 class SaslChallenge(NamedTuple):
     challenge: Any = None
-
-    @property
-    def code(self) -> int:
-        return frames.SASL_CHALLENGE
 
 
 class SaslResponse(NamedTuple):
     response: Any = None
 
-    @property
-    def code(self) -> int:
-        return frames.SASL_RESPONSE
-
 
 class SaslOutcome(NamedTuple):
-    outcome_code: Any = None  # the spec's `code` (here `code` is the performative's own)
+    outcome_code: Any = None  # the spec's `code`
     additional_data: Any = None
-
-    @property
-    def code(self) -> int:
-        return frames.SASL_OUTCOME
 
 
 Performative = (
@@ -220,8 +164,14 @@ _BY_CODE: dict[int, type[Performative]] = {
     frames.SASL_RESPONSE: SaslResponse,
     frames.SASL_OUTCOME: SaslOutcome,
 }
+_CODE_OF: dict[type[Performative], int] = {kind: code for code, kind in _BY_CODE.items()}
 # how many fields each performative has: a frame always carries all of them
 ARITY: dict[int, int] = {code: len(kind._fields) for code, kind in _BY_CODE.items()}
+
+
+def code_of(performative: Performative) -> int:
+    """The descriptor code of a performative (0x10 open ... 0x18 close, 0x40 ... 0x44 for SASL)."""
+    return _CODE_OF[type(performative)]
 
 
 def decode(body: Buffer) -> tuple[Performative, int]:
@@ -245,7 +195,7 @@ def decode(body: Buffer) -> tuple[Performative, int]:
 
 def encode_frame(channel: int, performative: Performative, payload: Buffer = b"") -> bytes:
     """The frame that carries `performative` (and a transfer's payload), every field written."""
-    code = performative.code
+    code = code_of(performative)
     frame_type = frames.FRAME_TYPE_SASL if code >= frames.SASL_MECHANISMS else frames.FRAME_TYPE_AMQP
     return frames.encode_frame(channel, code, performative, payload, frame_type)
 

@@ -4,14 +4,13 @@ robin) or to one partition; each delivery is stored, then settled `accepted`, or
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from hubshift.emulator.broker import Hub
 from hubshift.emulator.codec import Buffer, DecodeError
 from hubshift.emulator.links import IncomingDeliveries
 from hubshift.emulator.messages import unpack_publication
 from hubshift.emulator.partition_log import PartitionLog
-from hubshift.emulator.performatives import rejected_outcome
+from hubshift.emulator.performatives import Attach, rejected_outcome
 from hubshift.emulator.session import Session
 
 LOG = logging.getLogger(__name__)
@@ -20,17 +19,8 @@ LOG = logging.getLogger(__name__)
 class PublisherLink(IncomingDeliveries):
     """Events from a producer, to the hub (routed) or to one partition."""
 
-    def __init__(
-        self,
-        session: Session,
-        name: Any,
-        remote_handle: int,
-        source: Any,
-        target: Any,
-        hub: Hub,
-        partition: PartitionLog | None,
-    ) -> None:
-        super().__init__(session, name, remote_handle, source, target)
+    def __init__(self, session: Session, attach: Attach, hub: Hub, partition: PartitionLog | None) -> None:
+        super().__init__(session, attach)
         self.hub = hub
         self.partition = partition
 

@@ -13,7 +13,7 @@ from hubshift.emulator.codec import Buffer, DecodeError, UInt
 from hubshift.emulator.links import IncomingDeliveries, OutgoingLink
 from hubshift.emulator.management import handle_management_request
 from hubshift.emulator.messages import RequestMessage, encode_reply, parse_request
-from hubshift.emulator.performatives import Transfer, rejected_outcome
+from hubshift.emulator.performatives import Attach, Transfer, rejected_outcome
 from hubshift.emulator.session import Session
 from hubshift.emulator.wire import Wire
 
@@ -29,10 +29,8 @@ _I = struct.Struct(">I")
 class RequestLink(IncomingDeliveries):
     """Requests to `$cbs` or `$management`; replies go out on the same session's link from that node."""
 
-    def __init__(
-        self, session: Session, name: Any, remote_handle: int, source: Any, target: Any, node: str
-    ) -> None:
-        super().__init__(session, name, remote_handle, source, target)
+    def __init__(self, session: Session, attach: Attach, node: str) -> None:
+        super().__init__(session, attach)
         self.node = node
 
     def max_delivery_size(self) -> int:
@@ -50,10 +48,8 @@ class RequestLink(IncomingDeliveries):
 
 
 class ReplyLink(OutgoingLink):
-    def __init__(
-        self, session: Session, name: Any, remote_handle: int, source: Any, target: Any, node: str
-    ) -> None:
-        super().__init__(session, name, remote_handle, source, target)
+    def __init__(self, session: Session, attach: Attach, node: str) -> None:
+        super().__init__(session, attach)
         self.node = node
 
     def send_message(self, message: bytes) -> None:

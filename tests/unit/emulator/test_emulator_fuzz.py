@@ -210,10 +210,10 @@ def test_frames_with_any_field_values_decode_to_their_performative(
     sent = kind(*fields[: len(kind._fields)])
     frame = performatives.encode_frame(0, sent, payload)
     decoded, payload_start = performatives.decode(memoryview(frame)[8:])
-    assert type(decoded) is kind and decoded.code == sent.code
+    assert type(decoded) is kind
     assert decoded == sent
     assert bytes(memoryview(frame)[8:][payload_start:]) == payload
-    assert performatives.ARITY[sent.code] == len(decoded)
+    assert performatives.ARITY[performatives.code_of(sent)] == len(decoded)
 
 
 @given(st.binary(min_size=1, max_size=300))
