@@ -208,8 +208,8 @@ def test_many_attaches_do_not_stall_other_connections(emulator: RunningEmulator)
 
 
 def test_links_on_one_connection_are_bounded_across_sessions(emulator: RunningEmulator) -> None:
-    """Past the per-connection link limit an attach is refused (the link, not the connection), and every
-    refusal frees what it took."""
+    """Past the per-connection link limit an attach is refused (the link, not the connection); a link
+    detached makes room for another."""
     with RawPeer(emulator.port) as peer:
         _, begun = peer.open()
         handles = int(begun.fields[4]) + 1
@@ -231,6 +231,13 @@ def test_links_on_one_connection_are_bounded_across_sessions(emulator: RunningEm
             if refused == 24 * 250 - 4096:
                 break
         assert refused == 24 * 250 - 4096
+        peer.send(1, performatives.Detach(UInt(0), True))
+        peer.expect(0x16)
+        peer.send(
+            1, performatives.Attach("again", UInt(0), False, target=performatives.Target("$cbs").encode())
+        )
+        again = peer.expect(0x12)
+        assert again.fields[0] == b"again" and again.fields[6] is not None  # attached, not refused
     served_within(emulator, 5)
 
 
