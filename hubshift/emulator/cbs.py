@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import quote_plus, unquote_plus, urlsplit
@@ -83,37 +83,55 @@ def token_scope(name: str, namespace: str | None) -> Entity:
 
 class Grants:
     """The tokens one connection has put on `$cbs` and had accepted: per scope (the entity the token was
-    put for), until when and with which rights. A token put again for a scope replaces the one before."""
+    put for), until when and with which rights. A token put again for a scope replaces the one before.
+
+    An entity is covered by the scopes among its own path's prefixes on its host, so a check looks up those
+    few instead of comparing every grant held (the .NET and Java SDKs put one token per partition link)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._held: dict[Entity, tuple[int, frozenset[str]]] = {}
+        self._hosts: dict[str, int] = {}  # the hosts of the scopes held, and how many scopes each
         self.accepted_any = False
+
+    def _covering(self, entity: Entity) -> Iterator[tuple[int, frozenset[str]]]:
+        """The grants whose scope covers `entity` (on any host when the entity names none)."""
+        for host in (entity.host,) if entity.host else tuple(self._hosts):
+            for length in range(len(entity.path) + 1):
+                grant = self._held.get(Entity(host, entity.path[:length]))
+                if grant is not None:
+                    yield grant
 
     def covers(self, entity: Entity, now_ms: int) -> bool:
         """Whether an unexpired grant covers `entity`, whatever its rights."""
-        return any(now_ms < expiry and scope.covers(entity) for scope, (expiry, _) in self._held.items())
+        return any(now_ms < expiry for expiry, _ in self._covering(entity))
 
     def allows(self, entity: Entity, right: str, now_ms: int) -> bool:
         """Whether an unexpired grant covers `entity` with `right`."""
-        return any(
-            now_ms < expiry and right in rights and scope.covers(entity)
-            for scope, (expiry, rights) in self._held.items()
-        )
+        return any(now_ms < expiry and right in rights for expiry, rights in self._covering(entity))
 
     def full(self, scope: Entity, now_ms: int) -> bool:
         """Whether a grant for a new `scope` would be one too many (expired ones are dropped first)."""
         if scope in self._held or len(self._held) < self.limit:
             return False
-        self._held = {held: grant for held, grant in self._held.items() if grant[0] > now_ms}
+        for held in [held for held, (expiry, _) in self._held.items() if expiry <= now_ms]:
+            self._drop(held)
         return len(self._held) >= self.limit
 
     def put(self, scope: Entity, expires_at_ms: int, rights: frozenset[str], now_ms: int) -> bool:
         """Hold a grant; whether it renews one that had not expired."""
         renewed = self.covers(scope, now_ms)
+        if scope not in self._held:
+            self._hosts[scope.host] = self._hosts.get(scope.host, 0) + 1
         self._held[scope] = (expires_at_ms, rights)
         self.accepted_any = True
         return renewed
+
+    def _drop(self, scope: Entity) -> None:
+        del self._held[scope]
+        self._hosts[scope.host] -= 1
+        if not self._hosts[scope.host]:
+            del self._hosts[scope.host]
 
     def next_expiry(self, now_ms: int, horizon_ms: int) -> int | None:
         """The earliest expiry still ahead but within `horizon_ms` (far-off ones are not watched)."""

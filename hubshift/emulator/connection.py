@@ -59,6 +59,7 @@ class AmqpConnection(Wire, asyncio.Protocol):
         self._free_channels: list[int] = []  # a heap: the lowest released local channel is reused first
         self._next_channel = 0
         self._expiry: asyncio.TimerHandle | None = None
+        self._expiry_due_ms = 0
         # the handshake deadline until `open`, then the heartbeat (when the peer asked for one)
         self._timer: asyncio.TimerHandle | None = None
         # with keys: the deadline for a first accepted token
@@ -359,8 +360,10 @@ class AmqpConnection(Wire, asyncio.Protocol):
 
     # --- tokens ------------------------------------------------------------------------------------------
 
-    def grants_changed(self) -> None:
-        self._watch_expiry()
+    def grants_changed(self, expires_at_ms: int) -> None:
+        # the check already due first stays (a renewed grant is found unexpired when it comes)
+        if self._expiry is None or expires_at_ms < self._expiry_due_ms:
+            self._watch_expiry()
 
     def _watch_expiry(self) -> None:
         """Detach, when its token expires unrenewed, every event link the token allowed, as the service
@@ -373,6 +376,7 @@ class AmqpConnection(Wire, asyncio.Protocol):
         now_ms = self.context.broker.now_ms()
         expiry = self.grants.next_expiry(now_ms, WATCHED_EXPIRY_MS)
         if expiry is not None:
+            self._expiry_due_ms = expiry
             self._expiry = self.loop.call_later((expiry - now_ms) / 1000 + 0.01, self._expire_links)
 
     def _expire_links(self) -> None:

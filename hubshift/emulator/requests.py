@@ -95,6 +95,8 @@ def put_token(connection: Wire, request: RequestMessage) -> tuple[int, str, Any]
         scope = token_scope(audience, connection.hostname)
     except ValueError as exc:
         return 400, f"InvalidAudience: {exc}.", None
+    if connection.hostname is None:
+        connection.hostname = scope.host  # the peer's open named no host: its first token names it
     if scope.path:
         hub = context.broker.find_hub(scope.path[0])
         rest = scope.path[1:]
@@ -110,7 +112,7 @@ def put_token(connection: Wire, request: RequestMessage) -> tuple[int, str, Any]
     if verdict.accepted:
         if connection.grants.put(scope, verdict.expires_at_ms, verdict.rights, now_ms):
             LOG.info("connection %s: token for %s renewed", connection.peer, audience)
-        connection.grants_changed()
+        connection.grants_changed(verdict.expires_at_ms)
     else:
         LOG.info("connection %s: token for %s refused: %s", connection.peer, audience, verdict.description)
     return verdict.status_code, verdict.description, None

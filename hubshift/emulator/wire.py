@@ -94,5 +94,5 @@ class Wire:
         if self.transport is not None:
             self.transport.abort()
 
-    def grants_changed(self) -> None:
-        """A token was put on `$cbs` (the connection watches the grants' expiry)."""
+    def grants_changed(self, expires_at_ms: int) -> None:
+        """A token that expires then was put on `$cbs` (the connection watches the grants' expiry)."""

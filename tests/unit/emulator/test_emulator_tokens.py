@@ -301,3 +301,18 @@ def test_a_producers_delivery_annotations_are_stored_and_merged_with_the_runtime
     assert merged.data == delivered.data == [b"body"]
     plain = parse_event(encoded(None))
     assert not stamp_event(plain, 0, 0, 1).startswith(DELIVERY_ANNOTATIONS_PREFIX, len(plain.header))
+
+
+def test_a_connection_holding_thousands_of_grants_checks_each_link_at_once() -> None:
+    """As the .NET and Java SDKs do over one connection: a token per partition link (here 4,096); every put
+    and every check scanned all the grants held (16 million scope comparisons, seconds of a blocked loop)."""
+    grants = Grants(limit=4096)
+    links = [parse_entity(f"amqps://ns/hub/ConsumerGroups/$Default/Partitions/{n}") for n in range(4096)]
+    started = time.perf_counter()
+    for link in links:
+        grants.put(link, 10_000, frozenset({LISTEN}), now_ms=1)
+    assert all(grants.allows(link, LISTEN, 2) for link in links)
+    assert not any(grants.allows(link, SEND, 2) for link in links)
+    assert not grants.allows(parse_entity("amqps://ns/hub/ConsumerGroups/$Default/Partitions/4096"), LISTEN, 2)
+    assert grants.allows(parse_entity("hub/ConsumerGroups/$Default/Partitions/7"), LISTEN, 2)  # a bare address
+    assert time.perf_counter() - started < 0.5
