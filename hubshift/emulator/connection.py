@@ -49,6 +49,9 @@ WRITE_BUFFER_LOW = 1 << 20
 
 
 class AmqpConnection(Wire, asyncio.Protocol):
+    """One peer's AMQP connection: the Wire its sessions and links write to, and the protocol that reads
+    its bytes into frames and hands them on."""
+
     def __init__(self, context: ServerContext, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(context, loop)
         self._buffer = bytearray()
