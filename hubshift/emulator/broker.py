@@ -244,9 +244,6 @@ class Broker:
         if not attached:
             del self._receivers[key]
 
-    def receiver_count(self, hub: Hub, consumer_group: str, partition_id: str) -> int:
-        return len(self._receivers.get((hub.name.lower(), consumer_group.lower(), partition_id), ()))
-
     # --- retention ----------------------------------------------------------------------------------
 
     def expire(self) -> int:

@@ -10,6 +10,7 @@ import click
 
 from hubshift.emulator.broker import HubSpec
 from hubshift.emulator.config import EmulatorSettings, build_hubs
+from hubshift.emulator.server import run
 
 
 @click.command("emulator")
@@ -69,7 +70,9 @@ from hubshift.emulator.config import EmulatorSettings, build_hubs
     "jwt_keys",
     type=click.Path(path_type=Path, dir_okay=False),
     help="Verify Microsoft Entra ID tokens (put-token type jwt) against these keys: PEM public keys or "
-    "certificates, or a JSON Web Key Set; without it every bearer token is treated as the SAS rules say.",
+    "certificates, or a JSON Web Key Set; a token's `roles` (the Event Hubs Data Owner, Sender and Receiver "
+    "roles) say what it allows. Without --key, SAS tokens are then refused. Without --jwt-key every bearer "
+    "token is treated as the SAS rules say.",
 )
 @click.option(
     "--jwt-audience",
@@ -77,7 +80,13 @@ from hubshift.emulator.config import EmulatorSettings, build_hubs
     multiple=True,
     help="An accepted token audience (repeatable; default: https://eventhubs.azure.net and Service Bus's).",
 )
-@click.option("--jwt-issuer", default=None, help="Tokens' issuer must start with this (default: any).")
+@click.option(
+    "--jwt-issuer",
+    "jwt_issuers",
+    multiple=True,
+    help="An accepted token issuer, the tokens' `iss` exactly (a trailing slash aside; repeatable; needed "
+    "with --jwt-key), e.g. https://sts.windows.net/<tenant id>/.",
+)
 @click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
@@ -99,12 +108,11 @@ def emulator(
     tls_port: int,
     jwt_keys: Path | None,
     jwt_audiences: tuple[str, ...],
-    jwt_issuer: str | None,
+    jwt_issuers: tuple[str, ...],
     log_level: str,
 ) -> None:
     """Start a local Event Hubs that the azure-eventhub SDK talks to; prints its connection string (and,
     with --tls-cert, the namespace token credentials use)."""
-    from hubshift.emulator.server import run
 
     logging.basicConfig(
         level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -122,7 +130,7 @@ def emulator(
         tls_port=tls_port,
         jwt_keys=jwt_keys,
         jwt_audiences=jwt_audiences,
-        jwt_issuer=jwt_issuer,
+        jwt_issuers=jwt_issuers,
     )
 
     def announce(line: str) -> None:

@@ -115,6 +115,13 @@ _d = struct.Struct(">d")
 
 NULL = 0x40
 
+# How deep compound values (lists, maps, arrays, described values) may nest: performatives and messages
+# need a handful of levels; the bound keeps a hostile peer from exhausting the stack.
+MAX_NESTING = 64
+# Elements of a zero-width constructor (null, true, false, uint0, ulong0) take no bytes, so only this bound
+# keeps an array's declared count (up to 2**32-1) from turning a few bytes into a loop of billions.
+MAX_ZERO_WIDTH_ELEMENTS = 64
+
 # width in bytes of the value that follows each fixed-width constructor
 _FIXED_WIDTH: dict[int, int] = {
     0x40: 0,
@@ -154,15 +161,17 @@ def _need(data: Buffer, end: int) -> None:
         raise DecodeError("truncated AMQP value")
 
 
-def skip_value(data: Buffer, pos: int) -> int:
+def skip_value(data: Buffer, pos: int, depth: int = 0) -> int:
     """The position just after the encoded value that starts at `pos`, without decoding it."""
+    if depth > MAX_NESTING:
+        raise DecodeError("AMQP value nested too deeply")
     try:
         code = data[pos]
     except IndexError:
         raise DecodeError("truncated AMQP value") from None
     pos += 1
     if code == 0x00:
-        return skip_value(data, skip_value(data, pos))
+        return skip_value(data, skip_value(data, pos, depth + 1), depth + 1)
     width = _FIXED_WIDTH.get(code)
     if width is not None:
         end = pos + width
@@ -180,7 +189,8 @@ def skip_value(data: Buffer, pos: int) -> int:
 
 # --- decoding ----------------------------------------------------------------------------------------
 
-Decoder = Callable[[Buffer, int], tuple[Any, int]]
+# (data, position after the constructor, nesting depth) -> (value, position after the value)
+Decoder = Callable[[Buffer, int, int], tuple[Any, int]]
 
 
 def _text(data: Buffer, start: int, end: int) -> str:
@@ -192,7 +202,7 @@ def _text(data: Buffer, start: int, end: int) -> str:
 
 
 def _fixed(size: int, convert: Callable[[Buffer, int], object]) -> Decoder:
-    def decode(data: Buffer, pos: int) -> tuple[Any, int]:
+    def decode(data: Buffer, pos: int, depth: int) -> tuple[Any, int]:
         end = pos + size
         _need(data, end)
         return convert(data, pos), end
@@ -201,79 +211,80 @@ def _fixed(size: int, convert: Callable[[Buffer, int], object]) -> Decoder:
 
 
 def _constant(value: object) -> Decoder:
-    def decode(data: Buffer, pos: int) -> tuple[Any, int]:
+    def decode(data: Buffer, pos: int, depth: int) -> tuple[Any, int]:
         return value, pos
 
     return decode
 
 
-def _decode_boolean(data: Buffer, pos: int) -> tuple[Any, int]:
+def _decode_boolean(data: Buffer, pos: int, depth: int) -> tuple[Any, int]:
     _need(data, pos + 1)
     return data[pos] != 0, pos + 1
 
 
-def _decode_vbin8(data: Buffer, pos: int) -> tuple[Any, int]:
+def _decode_vbin8(data: Buffer, pos: int, depth: int) -> tuple[Any, int]:
     _need(data, pos + 1)
     end = pos + 1 + data[pos]
     _need(data, end)
     return bytes(data[pos + 1 : end]), end
 
 
-def _decode_vbin32(data: Buffer, pos: int) -> tuple[Any, int]:
+def _decode_vbin32(data: Buffer, pos: int, depth: int) -> tuple[Any, int]:
     _need(data, pos + 4)
     end = pos + 4 + _I.unpack_from(data, pos)[0]
     _need(data, end)
     return bytes(data[pos + 4 : end]), end
 
 
-def _decode_str8(data: Buffer, pos: int) -> tuple[Any, int]:
+def _decode_str8(data: Buffer, pos: int, depth: int) -> tuple[Any, int]:
     _need(data, pos + 1)
     end = pos + 1 + data[pos]
     return _text(data, pos + 1, end), end
 
 
-def _decode_str32(data: Buffer, pos: int) -> tuple[Any, int]:
+def _decode_str32(data: Buffer, pos: int, depth: int) -> tuple[Any, int]:
     _need(data, pos + 4)
     end = pos + 4 + _I.unpack_from(data, pos)[0]
     return _text(data, pos + 4, end), end
 
 
-def _decode_sym8(data: Buffer, pos: int) -> tuple[Any, int]:
-    text, end = _decode_str8(data, pos)
+def _decode_sym8(data: Buffer, pos: int, depth: int) -> tuple[Any, int]:
+    text, end = _decode_str8(data, pos, depth)
     return Symbol(text), end
 
 
-def _decode_sym32(data: Buffer, pos: int) -> tuple[Any, int]:
-    text, end = _decode_str32(data, pos)
+def _decode_sym32(data: Buffer, pos: int, depth: int) -> tuple[Any, int]:
+    text, end = _decode_str32(data, pos, depth)
     return Symbol(text), end
 
 
-def _decode_items(data: Buffer, pos: int, end: int, count: int) -> list[Any]:
+def _decode_items(data: Buffer, pos: int, end: int, count: int, depth: int) -> list[Any]:
+    # every element takes at least its constructor byte
+    if count > end - pos:
+        raise DecodeError(f"AMQP compound value with a count ({count}) beyond its size")
     items: list[Any] = []
     append = items.append
     for _ in range(count):
-        if pos >= end:
-            raise DecodeError("AMQP compound value shorter than its count")
-        value, pos = decode_value(data, pos)
+        value, pos = decode_value(data, pos, depth)
         append(value)
     if pos != end:
         raise DecodeError("AMQP compound value size does not match its content")
     return items
 
 
-def _decode_list8(data: Buffer, pos: int) -> tuple[Any, int]:
+def _decode_list8(data: Buffer, pos: int, depth: int) -> tuple[Any, int]:
     _need(data, pos + 2)
     end = pos + 1 + data[pos]
     _need(data, end)
-    return _decode_items(data, pos + 2, end, data[pos + 1]), end
+    return _decode_items(data, pos + 2, end, data[pos + 1], depth + 1), end
 
 
-def _decode_list32(data: Buffer, pos: int) -> tuple[Any, int]:
+def _decode_list32(data: Buffer, pos: int, depth: int) -> tuple[Any, int]:
     _need(data, pos + 8)
     size, count = struct.unpack_from(">II", data, pos)
     end = pos + 4 + size
     _need(data, end)
-    return _decode_items(data, pos + 8, end, count), end
+    return _decode_items(data, pos + 8, end, count, depth + 1), end
 
 
 def _pairs(items: list[Any]) -> dict[Any, Any]:
@@ -289,65 +300,73 @@ def _pairs(items: list[Any]) -> dict[Any, Any]:
     return result
 
 
-def _decode_map8(data: Buffer, pos: int) -> tuple[Any, int]:
-    items, end = _decode_list8(data, pos)
+def _decode_map8(data: Buffer, pos: int, depth: int) -> tuple[Any, int]:
+    items, end = _decode_list8(data, pos, depth)
     return _pairs(items), end
 
 
-def _decode_map32(data: Buffer, pos: int) -> tuple[Any, int]:
-    items, end = _decode_list32(data, pos)
+def _decode_map32(data: Buffer, pos: int, depth: int) -> tuple[Any, int]:
+    items, end = _decode_list32(data, pos, depth)
     return _pairs(items), end
 
 
-def _array_elements(data: Buffer, pos: int, end: int, count: int) -> tuple[Array, int]:
+def _array_elements(data: Buffer, pos: int, end: int, count: int, depth: int) -> tuple[Array, int]:
+    if depth > MAX_NESTING:
+        raise DecodeError("AMQP value nested too deeply")
     descriptor: object = None
     _need(data, pos + 1)
     if data[pos] == 0x00:
-        descriptor, pos = decode_value(data, pos + 1)
+        descriptor, pos = decode_value(data, pos + 1, depth)
         _need(data, pos + 1)
     code = data[pos]
     kind = _KIND_BY_CONSTRUCTOR.get(code)
     if kind is None:
         raise DecodeError(f"unsupported AMQP array element constructor 0x{code:02x}")
+    pos += 1
+    width = _ELEMENT_MIN_WIDTH[code]
+    if width == 0:
+        if count > MAX_ZERO_WIDTH_ELEMENTS:
+            raise DecodeError(f"AMQP array count ({count}) of zero-width elements is too large")
+    elif count * width > end - pos:
+        raise DecodeError(f"AMQP array with a count ({count}) beyond its size")
     element = _DECODERS[code]
     assert element is not None
-    pos += 1
     items: list[Any] = []
     for _ in range(count):
-        value, pos = element(data, pos)
+        value, pos = element(data, pos, depth)
         items.append(value)
     if pos != end:
         raise DecodeError("AMQP array size does not match its content")
     return Array(kind, tuple(items), descriptor), end
 
 
-def _decode_array8(data: Buffer, pos: int) -> tuple[Any, int]:
+def _decode_array8(data: Buffer, pos: int, depth: int) -> tuple[Any, int]:
     _need(data, pos + 2)
     end = pos + 1 + data[pos]
     _need(data, end)
     if end == pos + 2:
         return Array("null", ()), end
-    return _array_elements(data, pos + 2, end, data[pos + 1])
+    return _array_elements(data, pos + 2, end, data[pos + 1], depth + 1)
 
 
-def _decode_array32(data: Buffer, pos: int) -> tuple[Any, int]:
+def _decode_array32(data: Buffer, pos: int, depth: int) -> tuple[Any, int]:
     _need(data, pos + 8)
     size, count = struct.unpack_from(">II", data, pos)
     end = pos + 4 + size
     _need(data, end)
     if end == pos + 8:
         return Array("null", ()), end
-    return _array_elements(data, pos + 8, end, count)
+    return _array_elements(data, pos + 8, end, count, depth + 1)
 
 
-def _decode_described(data: Buffer, pos: int) -> tuple[Any, int]:
-    descriptor, pos = decode_value(data, pos)
-    value, pos = decode_value(data, pos)
+def _decode_described(data: Buffer, pos: int, depth: int) -> tuple[Any, int]:
+    descriptor, pos = decode_value(data, pos, depth + 1)
+    value, pos = decode_value(data, pos, depth + 1)
     return Described(descriptor, value), pos
 
 
 def _decimal(code: int, size: int) -> Decoder:
-    def decode(data: Buffer, pos: int) -> tuple[Any, int]:
+    def decode(data: Buffer, pos: int, depth: int) -> tuple[Any, int]:
         end = pos + size
         _need(data, end)
         return Decimal(code, bytes(data[pos:end])), end
@@ -398,7 +417,7 @@ _DECODERS[0xE0] = _decode_array8
 _DECODERS[0xF0] = _decode_array32
 
 
-def _decode_list0(data: Buffer, pos: int) -> tuple[Any, int]:
+def _decode_list0(data: Buffer, pos: int, depth: int) -> tuple[Any, int]:
     return [], pos
 
 
@@ -436,15 +455,23 @@ _KIND_BY_CONSTRUCTOR: dict[int, str] = {
     0xB3: "symbol",
     0xC0: "list",
     0xD0: "list",
-    0x45: "list",
     0xC1: "map",
     0xD1: "map",
 }
 ARRAY_KINDS = frozenset(_KIND_BY_CONSTRUCTOR.values())
+# the fewest bytes one array element takes after the shared constructor (list0 is refused as an element
+# constructor: each element would be a fresh list made from no bytes at all)
+_ELEMENT_MIN_WIDTH: dict[int, int] = {
+    code: _FIXED_WIDTH.get(code, 1 if code in _ONE_BYTE_LENGTH else 4 if code in (0xB0, 0xB1, 0xB3) else 8)
+    for code in _KIND_BY_CONSTRUCTOR
+}
 
 
-def decode_value(data: Buffer, pos: int = 0) -> tuple[Any, int]:
-    """Decode the value that starts at `pos`; returns it and the position just after it."""
+def decode_value(data: Buffer, pos: int = 0, depth: int = 0) -> tuple[Any, int]:
+    """Decode the value that starts at `pos`; returns it and the position just after it. `depth`: how deep
+    inside compound values it is (the decoder refuses more than MAX_NESTING)."""
+    if depth > MAX_NESTING:
+        raise DecodeError("AMQP value nested too deeply")
     try:
         decoder = _DECODERS[data[pos]]
     except IndexError:
@@ -452,11 +479,9 @@ def decode_value(data: Buffer, pos: int = 0) -> tuple[Any, int]:
     if decoder is None:
         raise DecodeError(f"unknown AMQP constructor 0x{data[pos]:02x}")
     try:
-        return decoder(data, pos + 1)
+        return decoder(data, pos + 1, depth)
     except struct.error as exc:
         raise DecodeError(str(exc)) from exc
-    except RecursionError:
-        raise DecodeError("AMQP value nested too deeply") from None
 
 
 def decode(data: Buffer) -> Any:

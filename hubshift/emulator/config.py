@@ -7,8 +7,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from hubshift.emulator.broker import MAX_PARTITIONS, HubSpec
 from hubshift.emulator.cbs import DEFAULT_KEY_NAME, PLACEHOLDER_KEY
+from hubshift.emulator.context import Limits
 from hubshift.errors import UserError
 
 DEFAULT_HUB = HubSpec("eh1", 2)
@@ -28,16 +31,17 @@ class EmulatorSettings:
     partition_max_bytes: int = 256 << 20
     key: str | None = None
     key_name: str = DEFAULT_KEY_NAME
-    max_frame_size: int = 65536
+    # what one connection may hold and how long its handshake may take (no flags: tests lower them)
+    limits: Limits = field(default_factory=Limits)
     # AMQP over TLS, as the service speaks it (5671): the certificate chain and its key, PEM files
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_port: int = 5671
     # Microsoft Entra ID tokens (put-token type jwt): the trusted signing keys, the accepted audiences
-    # (empty: Event Hubs'), the issuer they must start with (None: any)
+    # (empty: Event Hubs'), the accepted issuers (exactly, but for a trailing slash; needed with keys)
     jwt_keys: Path | None = None
     jwt_audiences: tuple[str, ...] = field(default=())
-    jwt_issuer: str | None = None
+    jwt_issuers: tuple[str, ...] = field(default=())
 
     @property
     def tls(self) -> bool:
@@ -95,7 +99,6 @@ def parse_hub_spec(text: str) -> HubSpec:
 
 def load_config_file(path: Path) -> list[HubSpec]:
     """The hubs of Microsoft's emulator configuration (`UserConfig.NamespaceConfig[].Entities[]`)."""
-    from pydantic import BaseModel, ConfigDict, ValidationError
 
     class ConsumerGroup(BaseModel):
         model_config = ConfigDict(extra="ignore")

@@ -1,25 +1,18 @@
-"""AMQP 1.0 frames and performatives, written with every field present.
+"""AMQP 1.0 framing: protocol headers, the frame header, and the descriptor codes of performatives,
+message sections, delivery states and composite types (by code and by symbolic name).
 
 The azure-eventhub SDK (pyamqp) reads performative fields by fixed index and takes a transfer's payload
-from index 11, so each performative here is always encoded with its full arity, trailing nulls included,
-as a list8/list32 (never list0), and its descriptor as a smallulong (`00 53 xx`).
+from index 11, so a performative is always encoded with its full arity (`performatives.py` declares the
+fields), trailing nulls included, as a list8/list32 (never list0), and its descriptor as a smallulong
+(`00 53 xx`).
 """
 
 from __future__ import annotations
 
 import struct
-import uuid
 from typing import Any
 
-from hubshift.emulator.codec import (
-    Buffer,
-    DecodeError,
-    Described,
-    Symbol,
-    ULong,
-    decode_value,
-    encode_full_list,
-)
+from hubshift.emulator.codec import Buffer, encode_full_list
 
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
 SASL_HEADER = b"AMQP\x03\x01\x00\x00"
@@ -66,23 +59,6 @@ AMQP_SEQUENCE = 0x76
 AMQP_VALUE = 0x77
 FOOTER = 0x78
 
-ARITY: dict[int, int] = {
-    OPEN: 10,
-    BEGIN: 8,
-    ATTACH: 14,
-    FLOW: 11,
-    TRANSFER: 11,
-    DISPOSITION: 6,
-    DETACH: 3,
-    END: 1,
-    CLOSE: 1,
-    SASL_MECHANISMS: 1,
-    SASL_INIT: 3,
-    SASL_CHALLENGE: 1,
-    SASL_RESPONSE: 1,
-    SASL_OUTCOME: 2,
-}
-
 NAMES: dict[int, str] = {
     OPEN: "open",
     BEGIN: "begin",
@@ -124,8 +100,6 @@ _CODE_BY_SYMBOL.update(
     }
 )
 
-TRACKING_ID = Symbol("com.microsoft:tracking-id")
-
 
 def descriptor_code(descriptor: object) -> int | None:
     """The numeric code of a descriptor given as ulong or as its symbolic name."""
@@ -136,56 +110,16 @@ def descriptor_code(descriptor: object) -> int | None:
     return None
 
 
-def encode_performative(code: int, fields: list[Any]) -> bytearray:
-    """`00 53 code` and the field list, padded with nulls to the performative's full arity."""
-    arity = ARITY.get(code, len(fields))
-    if len(fields) < arity:
-        fields = fields + [None] * (arity - len(fields))
+def encode_frame(
+    channel: int,
+    code: int,
+    fields: list[Any] | tuple[Any, ...],
+    payload: Buffer = b"",
+    frame_type: int = FRAME_TYPE_AMQP,
+) -> bytes:
+    """A frame of the described list `00 53 code` with `fields` (all of them: see the module's docstring)
+    and a transfer's payload."""
     body = bytearray(b"\x00\x53")
     body.append(code)
     encode_full_list(body, fields)
-    return body
-
-
-def encode_frame(
-    channel: int, code: int, fields: list[Any], payload: Buffer = b"", frame_type: int = FRAME_TYPE_AMQP
-) -> bytes:
-    body = encode_performative(code, fields)
     return b"".join((FRAME_HEADER.pack(8 + len(body) + len(payload), 2, frame_type, channel), body, payload))
-
-
-def decode_performative(body: Buffer) -> tuple[int, list[Any], int]:
-    """The performative code, its fields (padded to full arity) and where a transfer's payload starts."""
-    if len(body) < 3 or body[0] != 0x00:
-        raise DecodeError("frame body is not a described performative")
-    descriptor, pos = decode_value(body, 1)
-    code = descriptor_code(descriptor)
-    if code is None:
-        raise DecodeError(f"unknown performative descriptor {descriptor!r}")
-    fields, pos = decode_value(body, pos)
-    if fields is None:
-        fields = []
-    if not isinstance(fields, list):
-        raise DecodeError(f"performative {NAMES.get(code, hex(code))} is not a list")
-    arity = ARITY.get(code)
-    if arity is not None and len(fields) < arity:
-        fields.extend([None] * (arity - len(fields)))
-    return code, fields, pos
-
-
-def amqp_error(condition: str, description: str, info: dict[Any, Any] | None = None) -> Described:
-    """An error with all three fields: pyamqp indexes condition, description and info unconditionally."""
-    if not info:
-        info = {TRACKING_ID: str(uuid.uuid4())}
-    return Described(ULong(ERROR), [Symbol(condition), description, info])
-
-
-def outcome(code: int, fields: list[Any] | None = None) -> Described:
-    return Described(ULong(code), fields or [])
-
-
-ACCEPTED_OUTCOME = outcome(ACCEPTED)
-
-
-def rejected_outcome(condition: str, description: str) -> Described:
-    return outcome(REJECTED, [amqp_error(condition, description)])

@@ -42,17 +42,13 @@ class RunningEmulator:
         """The emulator's process id (this process when it runs in-process)."""
         return self.process.pid if self.process is not None else os.getpid()
 
-    def connection_string_for(self, hub: str) -> str:
-        """The connection string with `EntityPath` set, for clients that take no `eventhub_name`."""
-        return f"{self.connection_string};EntityPath={hub}"
-
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
 
     def stop(self, timeout: float = 10) -> None:
         """Graceful stop (SIGTERM: connections dropped, the event store closed)."""
         if self._thread is not None:
-            from hubshift.emulator.server import EmulatorThread
+            from hubshift.emulator.server import EmulatorThread  # lazy: a child process loads no server here
 
             assert isinstance(self._thread, EmulatorThread)
             self._thread.stop(timeout)
@@ -86,6 +82,7 @@ def emulator_command(
     config_file: Path | None = None,
     tls: tuple[Path, Path] | None = None,
     jwt_keys: Path | None = None,
+    jwt_issuers: Sequence[str] = (),
     extra_args: Sequence[str] = (),
 ) -> list[str]:
     command = [sys.executable, "-m", "hubshift.cli", "emulator", "--port", str(port)]
@@ -95,6 +92,8 @@ def emulator_command(
         command += ["--tls-cert", str(tls[0]), "--tls-key", str(tls[1]), "--tls-port", "0"]
     if jwt_keys is not None:
         command += ["--jwt-key", str(jwt_keys)]
+    for issuer in jwt_issuers:
+        command += ["--jwt-issuer", issuer]
     for hub in hubs:
         command += ["--hub", hub]
     for group in consumer_groups:
@@ -124,6 +123,7 @@ def start_emulator(
     config_file: Path | None = None,
     tls: tuple[Path, Path] | None = None,
     jwt_keys: Path | None = None,
+    jwt_issuers: Sequence[str] = (),
     extra_args: Sequence[str] = (),
     in_process: bool = False,
     startup_timeout: float = 30,
@@ -134,7 +134,7 @@ def start_emulator(
     connections. `host`: the address it listens on and its connection string names (default 127.0.0.1);
     `wrapper`: a command it runs under, which must exec it (e.g. `ip netns exec NS`, to serve inside a
     network namespace). `tls`: (certificate, key) PEM files for a TLS listener on another free port;
-    `jwt_keys`: the keys Entra ID tokens are verified with."""
+    `jwt_keys`, `jwt_issuers`: the keys Entra ID tokens are verified with, and the issuers accepted."""
     if in_process:
         if host is not None or wrapper:
             raise ValueError("an in-process emulator listens on 127.0.0.1 of this process's network")
@@ -148,6 +148,7 @@ def start_emulator(
             config_file,
             tls,
             jwt_keys,
+            tuple(jwt_issuers),
         )
     command = emulator_command(
         hubs,
@@ -160,6 +161,7 @@ def start_emulator(
         config_file=config_file,
         tls=tls,
         jwt_keys=jwt_keys,
+        jwt_issuers=jwt_issuers,
         extra_args=extra_args,
     )
     with tempfile.NamedTemporaryFile(prefix="hubshift-emulator-", suffix=".log", delete=False) as log_file:
@@ -212,9 +214,10 @@ def _start_in_process(
     config_file: Path | None,
     tls: tuple[Path, Path] | None,
     jwt_keys: Path | None,
+    jwt_issuers: tuple[str, ...],
 ) -> RunningEmulator:
-    from hubshift.emulator.config import EmulatorSettings, build_hubs
-    from hubshift.emulator.server import EmulatorThread
+    from hubshift.emulator.config import EmulatorSettings, build_hubs  # lazy: only for an in-process server
+    from hubshift.emulator.server import EmulatorThread  # lazy: only for an in-process server
 
     defaults = EmulatorSettings()
     settings = EmulatorSettings(
@@ -228,6 +231,7 @@ def _start_in_process(
         tls_key=tls[1] if tls is not None else None,
         tls_port=0,
         jwt_keys=jwt_keys,
+        jwt_issuers=jwt_issuers,
     )
     thread = EmulatorThread(settings)
     thread.start()

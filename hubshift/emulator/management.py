@@ -38,6 +38,12 @@ def handle_management_request(
         verdict = authorizer.verify(properties.get("security_token"), audience)
         if not verdict.accepted:
             return ManagementReply(verdict.status_code, verdict.description)
+        if not verdict.rights:
+            return ManagementReply(
+                401,
+                "Unauthorized access. 'Listen' or 'Send' claim(s) are required to perform this operation. "
+                f"Resource: '{audience}'.",
+            )
     hub = broker.find_hub(name)
     if hub is None:
         return ManagementReply(404, f"The messaging entity '{audience}' could not be found.")

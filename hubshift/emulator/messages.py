@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from hubshift.emulator import frames
 from hubshift.emulator.codec import (
@@ -122,6 +122,8 @@ def _map_entries(data: Buffer, start: int, end: int, drop: frozenset[str] = froz
         count, pos = _I.unpack_from(data, start + 5)[0], start + 9
     else:
         raise DecodeError("annotations are not a map")
+    if count > end - pos:
+        raise DecodeError("annotations with a count beyond their size")
     kept: list[Buffer] = []
     for _ in range(count // 2):
         key, value_start = decode_value(data, pos)
@@ -145,6 +147,8 @@ def _split_annotations(data: Buffer, start: int, end: int) -> tuple[bytes, int, 
         count, pos = _I.unpack_from(data, start + 5)[0], start + 9
     else:
         raise DecodeError("message annotations are not a map")
+    if count > end - pos:
+        raise DecodeError("message annotations with a count beyond their size")
     kept: list[Buffer] = []
     kept_count = 0
     partition_key: str | None = None
@@ -368,6 +372,24 @@ def merge_delivery_annotations(runtime_entries: bytes, message: Buffer, start: i
     return merged, end
 
 
+class MessageProperties(NamedTuple):
+    """A message's `properties` section (AMQP 1.0 part 3), by field name."""
+
+    message_id: Any = None
+    user_id: Any = None
+    to: Any = None
+    subject: Any = None
+    reply_to: Any = None
+    correlation_id: Any = None
+    content_type: Any = None
+    content_encoding: Any = None
+    absolute_expiry_time: Any = None
+    creation_time: Any = None
+    group_id: Any = None
+    group_sequence: Any = None
+    reply_to_group_id: Any = None
+
+
 @dataclass(slots=True)
 class RequestMessage:
     """A `$cbs` or `$management` request: only what the emulator reads from it."""
@@ -398,8 +420,8 @@ def _parse_request(payload: Buffer) -> RequestMessage:
     while pos < len(payload):
         code, value_start = _section_code(payload, pos)
         value, pos = decode_value(payload, value_start)
-        if code == frames.PROPERTIES and isinstance(value, list) and value:
-            message_id = value[0]
+        if code == frames.PROPERTIES and isinstance(value, list):
+            message_id = MessageProperties(*value[: len(MessageProperties._fields)]).message_id
         elif code == frames.APPLICATION_PROPERTIES:
             application_properties = _text_keys(value)
         elif code == frames.AMQP_VALUE or code == frames.DATA:
@@ -411,9 +433,7 @@ def encode_reply(correlation_id: Any, status_code: int, description: str, body: 
     """A reply that pyamqp's request/response link correlates: correlation-id of the request's type,
     an integer status code, and the description under both names that the SDK's links read."""
     out = bytearray(b"\x00\x53\x73")
-    encode_full_list(
-        out, [None, None, None, None, None, correlation_id, None, None, None, None, None, None, None]
-    )
+    encode_full_list(out, MessageProperties(correlation_id=correlation_id))
     out += b"\x00\x53\x74"
     encode_value(
         out,

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable
 from hubshift.emulator.broker import Broker, Clock, HubSpec
 from hubshift.emulator.cbs import Authorizer, JwtChecker, SasAuthorizer
 from hubshift.emulator.config import EmulatorSettings
-from hubshift.emulator.connection import AmqpConnection, ServerContext
+from hubshift.emulator.connection import AmqpConnection
+from hubshift.emulator.context import ServerContext
 from hubshift.emulator.persistence import EventStore
 from hubshift.errors import UserError
 
@@ -75,9 +76,7 @@ class EmulatorServer:
         except UserError:
             self.broker.close()
             raise
-        context = ServerContext(
-            broker=self.broker, authorizer=authorizer, max_frame_size=settings.max_frame_size
-        )
+        context = ServerContext(broker=self.broker, authorizer=authorizer, limits=settings.limits)
         self.context = context
         loop = asyncio.get_running_loop()
         try:
@@ -109,12 +108,17 @@ class EmulatorServer:
         settings = self.settings
         if settings.jwt_keys is None:
             return None
-        from hubshift.emulator.tokens import EVENTHUBS_AUDIENCES, JwtVerifier, load_keys
+        if not settings.jwt_issuers:
+            raise UserError(
+                "--jwt-key needs --jwt-issuer: the issuer of the tokens to accept, as their `iss` claim says "
+                "(e.g. https://sts.windows.net/<tenant id>/)"
+            )
+        from hubshift.emulator.tokens import EVENTHUBS_AUDIENCES, JwtVerifier, load_keys  # lazy: cryptography
 
         return JwtVerifier(
             load_keys(settings.jwt_keys),
+            issuers=settings.jwt_issuers,
             audiences=settings.jwt_audiences or EVENTHUBS_AUDIENCES,
-            issuer=settings.jwt_issuer,
             clock=self.clock,
         )
 

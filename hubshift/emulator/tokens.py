@@ -1,7 +1,12 @@
 """Microsoft Entra ID bearer tokens (JWTs) as Event Hubs checks those put on `$cbs` with type `jwt`: signed
-(RS256) by a key the emulator trusts, for an Event Hubs audience, from the expected issuer, within their
-lifetime. The keys come from a file: PEM public keys or certificates, or a JSON Web Key Set (what Entra ID
-publishes). A token is never logged or echoed.
+(RS256) by a key the emulator trusts, for an Event Hubs audience, from one of the configured issuers
+(compared exactly, but for a trailing slash), within their lifetime. The keys come from a file: PEM public
+keys or certificates, or a JSON Web Key Set (what Entra ID publishes). A token is never logged or echoed.
+
+What a token allows comes from its `roles` claim, the Event Hubs data roles (the emulator has no role
+assignments of its own to look up): Data Receiver listens, Data Sender sends, Data Owner does both. A
+valid token without one of them is accepted on `$cbs` but allows nothing, as an identity without a role
+assignment: the attach is refused with the service's "'Send' claim(s) are required" error.
 
 The emulator is strict where the service allows a few minutes of clock skew: a token is expired at its
 `exp`, so a client that refreshes late is caught.
@@ -19,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hubshift.emulator.cbs import TokenVerdict
+from hubshift.emulator.cbs import ALL_RIGHTS, LISTEN, SEND, TokenVerdict
 from hubshift.errors import UserError
 
 if TYPE_CHECKING:
@@ -34,6 +39,29 @@ EVENTHUBS_AUDIENCES = (
     "https://servicebus.azure.net",
     "https://servicebus.azure.net/",
 )
+
+
+# The Azure built-in roles of the Event Hubs data plane, by name (case-insensitive), and their rights.
+ROLE_RIGHTS: dict[str, frozenset[str]] = {
+    "azure event hubs data owner": ALL_RIGHTS,
+    "azure event hubs data sender": frozenset((SEND,)),
+    "azure event hubs data receiver": frozenset((LISTEN,)),
+}
+
+
+def rights_of(roles: object) -> frozenset[str]:
+    """The rights a `roles` claim (a list of role names, or one) carries."""
+    names = roles if isinstance(roles, list) else [roles]
+    rights: frozenset[str] = frozenset()
+    for name in names:
+        if isinstance(name, str):
+            rights |= ROLE_RIGHTS.get(name.strip().lower(), frozenset())
+    return rights
+
+
+def normal_issuer(issuer: str) -> str:
+    """An issuer as compared: exactly, but for a trailing slash."""
+    return issuer.rstrip("/")
 
 
 @dataclass(frozen=True)
@@ -106,13 +134,15 @@ class JwtVerifier:
         self,
         keys: Sequence[TrustedKey],
         *,
+        issuers: Sequence[str],
         audiences: Sequence[str] = EVENTHUBS_AUDIENCES,
-        issuer: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        if not issuers:
+            raise ValueError("a JWT verifier needs the issuers it accepts")
         self.keys = list(keys)
         self.audiences = frozenset(audiences)
-        self.issuer = issuer
+        self.issuers = frozenset(normal_issuer(issuer) for issuer in issuers)
         self.clock = clock
 
     def verify(self, token: object) -> TokenVerdict:
@@ -138,7 +168,7 @@ class JwtVerifier:
         if not self._signed(f"{parts[0]}.{parts[1]}".encode(), signature, header.get("kid")):
             return TokenVerdict(401, "InvalidSignature: The token has an invalid signature.")
         issuer = claims.get("iss")
-        if self.issuer is not None and not (isinstance(issuer, str) and issuer.startswith(self.issuer)):
+        if not isinstance(issuer, str) or normal_issuer(issuer) not in self.issuers:
             return TokenVerdict(401, "InvalidIssuer: Token issuer is invalid.")
         audience = claims.get("aud")
         audiences = audience if isinstance(audience, list) else [audience]
@@ -154,7 +184,7 @@ class JwtVerifier:
             return TokenVerdict(
                 401, f"ExpiredToken: The token is expired. Expiration time: '{_iso(expires)}'."
             )
-        return TokenVerdict(202, "Accepted", int(expires * 1000))
+        return TokenVerdict(202, "Accepted", int(expires * 1000), rights_of(claims.get("roles")))
 
     def _signed(self, data: bytes, signature: bytes, kid: object) -> bool:
         from cryptography.exceptions import InvalidSignature

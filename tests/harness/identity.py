@@ -95,10 +95,17 @@ class SigningKey:
 
 
 def token_claims(
-    resource: str, lifetime: float, *, client_id: str | None, now: float | None = None
+    resource: str,
+    lifetime: float,
+    *,
+    client_id: str | None,
+    now: float | None = None,
+    roles: tuple[str, ...] = (),
 ) -> dict[str, Any]:
+    """The claims of a token Entra ID issues for `resource`; `roles`: the data roles the emulator reads
+    (it has no role assignments of its own)."""
     issued = int(now if now is not None else time.time())
-    return {
+    claims: dict[str, Any] = {
         "aud": resource,
         "iss": ISSUER,
         "iat": issued,
@@ -110,6 +117,9 @@ def token_claims(
         "tid": TENANT,
         "ver": "1.0",
     }
+    if roles:
+        claims["roles"] = list(roles)
+    return claims
 
 
 @dataclass
@@ -127,12 +137,14 @@ class TokenEndpoint:
     uses when IDENTITY_ENDPOINT and IDENTITY_HEADER are set) on 127.0.0.1.
 
     `mode`: "valid" (signed by `key`, the one the emulator trusts), "wrong-key" (signed by another key),
-    "expired" (expired an hour ago), "refuse" (HTTP 400, as for an unknown identity). Every token it gave
-    out is in `issued` (the tests look for them in logs and status)."""
+    "expired" (expired an hour ago), "refuse" (HTTP 400, as for an unknown identity). `roles`: the roles
+    its tokens carry (the emulator grants by them). Every token it gave out is in `issued` (the tests look
+    for them in logs and status)."""
 
     key: SigningKey
     lifetime: float = 3600.0
     mode: str = "valid"
+    roles: tuple[str, ...] = ("Azure Event Hubs Data Owner",)
     header_secret: str = field(default_factory=lambda: uuid.uuid4().hex)
     issued: list[Issued] = field(default_factory=list)
     port: int = 0
@@ -168,9 +180,9 @@ class TokenEndpoint:
             }
         now = time.time()
         if self.mode == "expired":
-            claims = token_claims(resource, 600, client_id=client_id, now=now - 3600)
+            claims = token_claims(resource, 600, client_id=client_id, now=now - 3600, roles=self.roles)
         else:
-            claims = token_claims(resource, self.lifetime, client_id=client_id, now=now)
+            claims = token_claims(resource, self.lifetime, client_id=client_id, now=now, roles=self.roles)
         signer = self._other_key if self.mode == "wrong-key" else self.key
         token = signer.sign(claims)
         with self._lock:

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
+from azure.eventhub._pyamqp import _decode as pyamqp_decode
 from azure.eventhub.aio import EventHubConsumerClient as AsyncConsumerClient
+
+from hubshift.emulator import performatives
+from hubshift.emulator.codec import Symbol, UInt
 
 HUB = "hub"
 
@@ -151,3 +157,124 @@ def receive_async(
 def producer(connection_string: str, hub: str = HUB, **options: Any) -> EventHubProducerClient:
     options.setdefault("retry_total", 1)
     return EventHubProducerClient.from_connection_string(connection_string, eventhub_name=hub, **options)
+
+
+# --- a hand-written AMQP peer --------------------------------------------------------------------------
+
+
+@dataclass
+class Frame:
+    """A frame the server sent, as the SDK's own decoder (pyamqp) reads it."""
+
+    channel: int
+    code: int  # the performative's descriptor code (0x10 open ... 0x18 close); -1: an empty frame
+    fields: list[Any]
+
+    @property
+    def error_condition(self) -> str | None:
+        """The condition of a close, end or detach error (None without one)."""
+        error = self.fields[-1] if self.code in (0x16, 0x17, 0x18) and self.fields else None
+        return error[0].decode() if error else None
+
+
+class RawPeer:
+    """An AMQP peer written frame by frame (what a hostile client can send), over a plain socket."""
+
+    def __init__(self, port: int, timeout: float = 10) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self._received = b""
+        self._headers = 0
+
+    def __enter__(self) -> RawPeer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+
+    def send(self, channel: int, performative: Any, payload: bytes = b"") -> None:
+        self.sock.sendall(performatives.encode_frame(channel, performative, payload))
+
+    def frame_bytes(self, channel: int, performative: Any, payload: bytes = b"") -> bytes:
+        return performatives.encode_frame(channel, performative, payload)
+
+    def open(self, hostname: str = "127.0.0.1") -> tuple[Frame, Frame]:
+        """SASL ANONYMOUS, the AMQP header, open and a session on channel 0; the server's open and begin."""
+        self.sock.sendall(b"AMQP\x03\x01\x00\x00")
+        self.send(0, performatives.SaslInit(Symbol("ANONYMOUS"), b"", hostname))
+        self.sock.sendall(b"AMQP\x00\x01\x00\x00")
+        self.send(0, performatives.Open("raw-peer", hostname, UInt(65536)))
+        self.send(0, performatives.Begin(None, UInt(0), UInt(5000), UInt(5000)))
+        return self.expect(0x10), self.expect(0x11)
+
+    def attach(self, handle: int, address: str, *, sender: bool = True, channel: int = 0) -> None:
+        """Attach a link to `address`: we send to it (`sender`) or receive from it."""
+        terminus = (performatives.Target if sender else performatives.Source)(address).encode()
+        self.send(
+            channel,
+            performatives.Attach(
+                f"link-{handle}",
+                UInt(handle),
+                not sender,
+                source=None if sender else terminus,
+                target=terminus if sender else None,
+                initial_delivery_count=UInt(0) if sender else None,
+            ),
+        )
+
+    def frames(self, timeout: float) -> Iterator[Frame]:
+        """The frames the server sends, until it closes the connection or `timeout` passes."""
+        deadline = time.monotonic() + timeout
+        while True:
+            frame = self._next_frame()
+            if frame is not None:
+                yield frame
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self.sock.settimeout(remaining)
+            try:
+                chunk = self.sock.recv(1 << 20)
+            except TimeoutError:
+                return
+            except ConnectionResetError:
+                chunk = b""
+            if not chunk:
+                raise EOFError("the server closed the connection")
+            self._received += chunk
+
+    def expect(self, code: int, timeout: float = 10) -> Frame:
+        for frame in self.frames(timeout):
+            if frame.code == code:
+                return frame
+        raise AssertionError(f"no frame 0x{code:02x} within {timeout}s")
+
+    def closed_with(self, timeout: float) -> str | None:
+        """The error condition of the server's close (None: closed without one), waiting for the server to
+        close the connection; fails if it did not within `timeout`."""
+        condition = None
+        try:
+            for frame in self.frames(timeout):
+                if frame.code == 0x18:
+                    condition = frame.error_condition
+        except EOFError:
+            return condition
+        raise AssertionError(f"the server kept the connection open for {timeout}s")
+
+    def _next_frame(self) -> Frame | None:
+        data = self._received
+        while data.startswith(b"AMQP") and len(data) >= 8:
+            data = data[8:]
+        if len(data) < 8:
+            self._received = data
+            return None
+        size, doff = int.from_bytes(data[:4], "big"), data[4]
+        if len(data) < size:
+            self._received = data
+            return None
+        channel = int.from_bytes(data[6:8], "big")
+        body, self._received = data[doff * 4 : size], data[size:]
+        if not body:
+            return Frame(channel, -1, [])
+        code, fields = pyamqp_decode.decode_frame(memoryview(body))
+        return Frame(channel, code, fields)

@@ -16,14 +16,13 @@ import pytest
 from azure.eventhub import EventData
 from emulator_clients import BackgroundConsumer, producer, receive, wait_until
 
-from hubshift.emulator import frames
+from hubshift.emulator import performatives
+from hubshift.emulator.codec import Symbol
 from hubshift.emulator.launch import RunningEmulator
 
 pytestmark = pytest.mark.timeout(120)
 
-SASL_INIT = frames.encode_frame(
-    0, frames.SASL_INIT, [frames.Symbol("ANONYMOUS"), b"", "localhost"], frame_type=frames.FRAME_TYPE_SASL
-)
+SASL_INIT = performatives.encode_frame(0, performatives.SaslInit(Symbol("ANONYMOUS"), b"", "localhost"))
 
 
 def raw_socket(server: RunningEmulator) -> socket.socket:
@@ -47,7 +46,7 @@ def abuse(server: RunningEmulator) -> None:
         + b"AMQP\x00\x01\x00\x00"
         + b"\x00\x00\x00\x20\x02\x00\x00\x00"
         + b"\x00\x53\x10",
-        b"AMQP\x00\x01\x00\x00" + frames.encode_frame(0, frames.OPEN, ["c"]) + os.urandom(100),
+        b"AMQP\x00\x01\x00\x00" + performatives.encode_frame(0, performatives.Open("c")) + os.urandom(100),
     ]
     for _ in range(3):
         for payload in payloads:

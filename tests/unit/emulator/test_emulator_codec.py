@@ -13,7 +13,7 @@ from azure.eventhub._pyamqp import _encode as pyamqp_encode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hubshift.emulator import codec, frames
+from hubshift.emulator import codec, frames, performatives
 from hubshift.emulator.codec import (
     Array,
     Byte,
@@ -161,40 +161,69 @@ def test_pyamqp_decodes_what_we_encode(value: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    ("code", "fields"),
+    "performative",
     [
-        (frames.OPEN, ["container", None, UInt(65536), UShort(65535), UInt(240000)]),
-        (frames.BEGIN, [UShort(1), UInt(0), UInt(5), UInt(5), UInt(255)]),
-        (frames.ATTACH, ["name", UInt(0), True]),
-        (frames.FLOW, [UInt(0), UInt(1), UInt(0), UInt(1), UInt(3), UInt(0), UInt(300)]),
-        (frames.DISPOSITION, [True, UInt(7)]),
-        (frames.DETACH, [UInt(2), True]),
-        (frames.END, []),
-        (frames.CLOSE, []),
+        performatives.Open("container", None, UInt(65536), UShort(65535), UInt(240000)),
+        performatives.Begin(UShort(1), UInt(0), UInt(5), UInt(5), UInt(255)),
+        performatives.Attach("name", UInt(0), True),
+        performatives.Flow(UInt(0), UInt(1), UInt(0), UInt(1), UInt(3), UInt(0), UInt(300)),
+        performatives.Disposition(True, UInt(7)),
+        performatives.Detach(UInt(2), True),
+        performatives.End(),
+        performatives.Close(),
     ],
+    ids=lambda performative: type(performative).__name__,
 )
-def test_performatives_carry_every_field_for_pyamqp(code: int, fields: list[Any]) -> None:
-    frame = frames.encode_frame(0, code, fields)
+def test_performatives_carry_every_field_for_pyamqp(performative: performatives.Performative) -> None:
+    frame = performatives.encode_frame(0, performative)
     size, doff, frame_type, _channel = frames.FRAME_HEADER.unpack_from(frame)
     assert (size, doff, frame_type) == (len(frame), 2, 0)
-    performative, decoded = pyamqp_decode.decode_frame(memoryview(frame)[8:])
-    assert performative == code
-    assert len(decoded) == frames.ARITY[code]
+    code, decoded = pyamqp_decode.decode_frame(memoryview(frame)[8:])
+    assert code == performatives.code_of(performative)
+    assert len(decoded) == performatives.ARITY[code] == len(performative)
 
 
 def test_a_transfer_payload_is_where_pyamqp_takes_it() -> None:
     payload = b"\x00\x53\x75\xa0\x05hello"
-    frame = frames.encode_frame(
-        3, frames.TRANSFER, [UInt(1), UInt(9), b"\x00\x00\x00\x09", UInt(0), True], payload
-    )
+    transfer = performatives.Transfer(UInt(1), UInt(9), b"\x00\x00\x00\x09", UInt(0), True)
+    frame = performatives.encode_frame(3, transfer, payload)
     _, fields = pyamqp_decode.decode_frame(memoryview(frame)[8:])
     assert fields[1] == 9 and fields[4] is True
     assert bytes(fields[11]) == payload
     assert pyamqp_decode.decode_payload(fields[11]).data == [b"hello"]
+    decoded, payload_start = performatives.decode(memoryview(frame)[8:])
+    assert decoded == transfer._replace()  # every field by name, the missing ones null
+    assert (decoded.delivery_id, decoded.settled, decoded.more) == (9, True, None)
+    assert bytes(memoryview(frame)[8:][payload_start:]) == payload
+
+
+def test_a_performative_decodes_whatever_pyamqp_encodes() -> None:
+    from azure.eventhub._pyamqp.endpoints import Source
+    from azure.eventhub._pyamqp.performatives import AttachFrame
+
+    def build(kind: Any, **given: Any) -> Any:
+        return kind(**{name: given.get(name) for name in kind._fields})
+
+    address = "amqps://h/hub/ConsumerGroups/$Default/Partitions/0"
+    frame = build(
+        AttachFrame,
+        name="receiver",
+        handle=3,
+        role=True,
+        source=build(Source, address=address),
+        properties={b"com.microsoft:epoch": 7},
+    )
+    _, body = pyamqp_encode.encode_frame(frame)
+    assert body is not None
+    attach, _ = performatives.decode(memoryview(bytes(body)))
+    assert isinstance(attach, performatives.Attach)
+    assert (attach.name, attach.handle, attach.role) == ("receiver", 3, True)
+    assert performatives.address_of(attach.source) == address
+    assert attach.properties == {"com.microsoft:epoch": 7}
 
 
 def test_errors_have_condition_description_and_info() -> None:
-    error = frames.amqp_error("amqp:link:stolen", "taken")
+    error = performatives.amqp_error("amqp:link:stolen", "taken")
     decoded = pyamqp_decode._DECODE_BY_CONSTRUCTOR[0](memoryview(encode(error))[1:])[1]
     assert decoded[0] == b"amqp:link:stolen" and decoded[1] == b"taken" and decoded[2]
 

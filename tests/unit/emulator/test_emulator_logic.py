@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hubshift.emulator.broker import Broker, HubSpec, ReceiverRefused
 from hubshift.emulator.cbs import SasAuthorizer, parse_entity
 from hubshift.emulator.config import build_hubs, load_config_file, parse_hub_spec
-from hubshift.emulator.connection import resolve_start
+from hubshift.emulator.consumer import resolve_start
 from hubshift.emulator.messages import BATCH_MESSAGE_FORMAT, parse_event, unpack_publication
 from hubshift.emulator.partition_log import NEVER_ENQUEUED_MS, PartitionLog
 from hubshift.emulator.routing import hash_code, partition_for_key

@@ -15,7 +15,18 @@ from azure.eventhub._pyamqp import _decode as pyamqp_decode
 from azure.eventhub._pyamqp.utils import generate_sas_token
 from cryptography.hazmat.primitives import serialization
 
-from hubshift.emulator.cbs import Authorizer, SasAuthorizer
+from hubshift.emulator.cbs import (
+    ALL_RIGHTS,
+    LISTEN,
+    MANAGE,
+    SEND,
+    Authorizer,
+    Entity,
+    Grants,
+    SasAuthorizer,
+    parse_entity,
+    token_scope,
+)
 from hubshift.emulator.messages import (
     DELIVERY_ANNOTATIONS_PREFIX,
     merge_delivery_annotations,
@@ -38,7 +49,7 @@ def key() -> SigningKey:
 
 @pytest.fixture
 def verifier(key: SigningKey, tmp_path: Path) -> JwtVerifier:
-    return JwtVerifier(load_keys(key.write_public(tmp_path / "key.pem")), issuer=ISSUER, clock=lambda: NOW)
+    return JwtVerifier(load_keys(key.write_public(tmp_path / "key.pem")), issuers=[ISSUER], clock=lambda: NOW)
 
 
 def token(key: SigningKey, **changes: object) -> str:
@@ -111,7 +122,7 @@ def test_keys_from_certificates_and_a_json_web_key_set(key: SigningKey, tmp_path
     jwks.write_text(
         json.dumps({"keys": [{"kty": "RSA", "kid": key.kid, "n": b64(numbers.n), "e": b64(numbers.e)}]})
     )
-    assert JwtVerifier(load_keys(jwks), clock=lambda: NOW).verify(token(key)).accepted
+    assert JwtVerifier(load_keys(jwks), issuers=[ISSUER], clock=lambda: NOW).verify(token(key)).accepted
     other = SigningKey()
     both = tmp_path / "both.pem"
     both.write_bytes(
@@ -122,7 +133,7 @@ def test_keys_from_certificates_and_a_json_web_key_set(key: SigningKey, tmp_path
             for k in (other, key)
         )
     )
-    assert JwtVerifier(load_keys(both), clock=lambda: NOW).verify(token(key)).accepted
+    assert JwtVerifier(load_keys(both), issuers=[ISSUER], clock=lambda: NOW).verify(token(key)).accepted
     (tmp_path / "empty.pem").write_text("nothing here")
     with pytest.raises(UserError, match="no RSA public key"):
         load_keys(tmp_path / "empty.pem")
@@ -130,18 +141,131 @@ def test_keys_from_certificates_and_a_json_web_key_set(key: SigningKey, tmp_path
 
 def test_sas_and_bearer_tokens_side_by_side(key: SigningKey, verifier: JwtVerifier) -> None:
     audience = "sb://127.0.0.1:5671/hub"
-    keyless = Authorizer(SasAuthorizer(None, clock=lambda: NOW), verifier)
-    assert keyless.enforcing
-    assert keyless.verify(token(key), audience, "jwt").accepted
-    assert keyless.verify(token(key), audience).accepted  # a $management security_token: told by its form
-    assert not keyless.verify(token(SigningKey()), audience, "jwt").accepted
-    sas = generate_sas_token(audience, "RootManageSharedAccessKey", "any", int(NOW) + 60)
-    assert keyless.verify(
-        sas, audience, "servicebus.windows.net:sastoken"
-    ).accepted  # plain AMQP keeps working
+    both = Authorizer(SasAuthorizer("secret", clock=lambda: NOW), verifier)
+    assert both.verify(token(key), audience, "jwt").accepted
+    assert both.verify(token(key), audience).accepted  # a $management security_token: told by its form
+    assert not both.verify(token(SigningKey()), audience, "jwt").accepted
+    sas = generate_sas_token(audience, "RootManageSharedAccessKey", "secret", int(NOW) + 60)
+    assert both.verify(sas, audience, "servicebus.windows.net:sastoken").rights == ALL_RIGHTS
     keyed = Authorizer(SasAuthorizer("secret", clock=time.time))
     assert keyed.verify(token(key), audience, "jwt").status_code == 401  # no JWT keys: the SAS rules
     assert not Authorizer(SasAuthorizer(None, clock=time.time)).enforcing
+
+
+@pytest.mark.parametrize(
+    "sas",
+    ["SharedAccessSignature sr=x&sig=y&se=1&skn=z", "garbage", ""],
+)
+def test_with_only_jwt_keys_a_sas_token_is_refused(verifier: JwtVerifier, sas: str) -> None:
+    """It was accepted, any string at all, as if no key were configured: every hub was open to it."""
+    jwt_only = Authorizer(SasAuthorizer(None, clock=lambda: NOW), verifier)
+    assert jwt_only.enforcing
+    verdict = jwt_only.verify(sas, "sb://h/hub", "servicebus.windows.net:sastoken")
+    assert verdict.status_code == 401 and not verdict.rights
+    assert verdict.description.startswith("InvalidToken: this namespace takes Microsoft Entra ID tokens")
+    assert not jwt_only.verify(sas, "sb://h/hub").accepted  # untyped ($management): a SAS, or a bad JWT
+
+
+def test_issuers_are_compared_exactly_but_for_a_trailing_slash(key: SigningKey, tmp_path: Path) -> None:
+    """The issuer was a prefix: `.../TENANT-Aevil/` passed under `.../TENANT-A`."""
+    keys = load_keys(key.write_public(tmp_path / "key.pem"))
+    without_slash = JwtVerifier(keys, issuers=[ISSUER.rstrip("/")], clock=lambda: NOW)
+    assert without_slash.verify(token(key, iss=ISSUER)).accepted
+    assert without_slash.verify(token(key, iss=ISSUER.rstrip("/"))).accepted
+    for other in (ISSUER.rstrip("/") + "evil/", ISSUER + "v2.0", ISSUER.upper(), "", None, 7):
+        verdict = without_slash.verify(token(key, iss=other))
+        assert verdict.description == "InvalidIssuer: Token issuer is invalid.", other
+    with pytest.raises(ValueError, match="issuers"):
+        JwtVerifier(keys, issuers=[], clock=lambda: NOW)
+
+
+def test_jwt_keys_without_an_issuer_are_one_clear_error(key: SigningKey, tmp_path: Path) -> None:
+    """Any issuer was accepted by default: a token from any tenant passed."""
+    import asyncio
+
+    from hubshift.emulator.config import EmulatorSettings
+    from hubshift.emulator.server import EmulatorServer
+
+    settings = EmulatorSettings(port=0, jwt_keys=key.write_public(tmp_path / "key.pem"))
+    with pytest.raises(UserError, match="--jwt-key needs --jwt-issuer"):
+        asyncio.run(EmulatorServer(settings).start())
+
+
+@pytest.mark.parametrize(
+    ("roles", "rights"),
+    [
+        (["Azure Event Hubs Data Owner"], {SEND, LISTEN, MANAGE}),
+        (["Azure Event Hubs Data Sender"], {SEND}),
+        (["Azure Event Hubs Data Receiver"], {LISTEN}),
+        (["azure event hubs data receiver", "Azure Event Hubs Data Sender"], {SEND, LISTEN}),
+        ("Azure Event Hubs Data Receiver", {LISTEN}),
+        (["Storage Blob Data Owner", "Reader"], set()),
+        (None, set()),
+    ],
+)
+def test_a_tokens_roles_are_its_rights(
+    key: SigningKey, verifier: JwtVerifier, roles: object, rights: set[str]
+) -> None:
+    """The roles claim was ignored: a token for any role could send and listen."""
+    verdict = verifier.verify(token(key, roles=roles))
+    assert verdict.accepted and verdict.rights == rights
+
+
+@pytest.mark.parametrize(
+    ("name", "scope"),
+    [
+        ("sb://ns.example/", Entity("ns.example", ())),
+        ("sb://NS.example:5671", Entity("ns.example", ())),
+        ("sb://ns.example/Hub", Entity("ns.example", ("hub",))),
+        (
+            "amqps://ns.example/hub/ConsumerGroups/$Default",
+            Entity("ns.example", ("hub", "consumergroups", "$default")),
+        ),
+        ("sb://ns.example/hub/partitions/3", Entity("ns.example", ("hub", "partitions", "3"))),
+        (
+            "sb://ns.example/hub/consumergroups/cg/partitions/3",
+            Entity("ns.example", ("hub", "consumergroups", "cg", "partitions", "3")),
+        ),
+        ("", None),
+        ("hub", None),
+        ("/hub", None),
+        ("http://ns.example/hub", None),
+        ("sb:///hub", None),
+        ("sb://other.example/hub", None),
+        ("sb://ns.example/hub/anything/else", None),
+        ("sb://ns.example/hub/consumergroups", None),
+    ],
+)
+def test_a_put_tokens_name_is_the_namespace_or_within_one_of_its_hubs(
+    name: str, scope: Entity | None
+) -> None:
+    """A name of '' covered every entity of every host."""
+    if scope is None:
+        with pytest.raises(ValueError):
+            token_scope(name, "ns.example")
+    else:
+        assert token_scope(name, "ns.example") == scope
+    assert token_scope("sb://anyhost/hub", None) == Entity("anyhost", ("hub",))  # no hostname in open
+
+
+def test_a_grant_covers_its_scope_with_its_rights_until_it_expires() -> None:
+    grants = Grants(limit=3)
+    hub = parse_entity("sb://ns/hub")
+    receiver = parse_entity("amqps://ns/hub/ConsumerGroups/$Default/Partitions/0")
+    publisher = parse_entity("amqps://ns/hub/Partitions/0")
+    other = parse_entity("amqps://ns/other/ConsumerGroups/$Default/Partitions/0")
+    assert not grants.put(hub, 2_000, frozenset({LISTEN}), now_ms=1_000)
+    assert grants.allows(receiver, LISTEN, 1_500) and not grants.allows(publisher, SEND, 1_500)
+    assert not grants.allows(other, LISTEN, 1_500)
+    assert not grants.allows(receiver, LISTEN, 2_000)  # expired at its expiry
+    assert grants.put(hub, 3_000, frozenset({SEND}), now_ms=1_500)  # renewed; replaced, not added
+    assert grants.allows(publisher, SEND, 2_500) and not grants.allows(receiver, LISTEN, 2_500)
+    assert not grants.put(parse_entity("sb://ns/"), 3_000, ALL_RIGHTS, now_ms=2_500)
+    assert grants.allows(other, LISTEN, 2_900) and grants.next_expiry(2_500, 10_000) == 3_000
+    grants.put(parse_entity("sb://ns/a"), 5_000, ALL_RIGHTS, now_ms=2_500)
+    assert grants.full(parse_entity("sb://ns/b"), now_ms=2_600)  # three scopes held, none expired
+    assert not grants.full(parse_entity("sb://ns/a"), now_ms=2_600)  # the same scope is replaced
+    assert not grants.full(parse_entity("sb://ns/b"), now_ms=3_100)  # two have expired by then
 
 
 # --- delivery annotations ---------------------------------------------------------------------------------
@@ -177,3 +301,20 @@ def test_a_producers_delivery_annotations_are_stored_and_merged_with_the_runtime
     assert merged.data == delivered.data == [b"body"]
     plain = parse_event(encoded(None))
     assert not stamp_event(plain, 0, 0, 1).startswith(DELIVERY_ANNOTATIONS_PREFIX, len(plain.header))
+
+
+def test_a_connection_holding_thousands_of_grants_checks_each_link_at_once() -> None:
+    """As the .NET and Java SDKs do over one connection: a token per partition link (here 4,096); every put
+    and every check scanned all the grants held (16 million scope comparisons, seconds of a blocked loop)."""
+    grants = Grants(limit=4096)
+    links = [parse_entity(f"amqps://ns/hub/ConsumerGroups/$Default/Partitions/{n}") for n in range(4096)]
+    started = time.perf_counter()
+    for link in links:
+        grants.put(link, 10_000, frozenset({LISTEN}), now_ms=1)
+    assert all(grants.allows(link, LISTEN, 2) for link in links)
+    assert not any(grants.allows(link, SEND, 2) for link in links)
+    beyond = parse_entity("amqps://ns/hub/ConsumerGroups/$Default/Partitions/4096")
+    assert not grants.allows(beyond, LISTEN, 2)
+    bare = parse_entity("hub/ConsumerGroups/$Default/Partitions/7")  # an address without a host
+    assert grants.allows(bare, LISTEN, 2)
+    assert time.perf_counter() - started < 0.5
