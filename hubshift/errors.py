@@ -8,3 +8,11 @@ class UserError(Exception):
     """
 
     exit_code = 2
+
+
+def one_line(error: BaseException, *, limit: int = 300) -> str:
+    """An error as one line for a message: its kind and its text, whitespace folded, cut at `limit`."""
+    text = " ".join(str(error).split())
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

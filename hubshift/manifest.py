@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from hubshift.errors import UserError
-from hubshift.pipelines import PipelineSpec, pipeline_connections
-from hubshift.sinks import SinkSpec, sink_connections
+from hubshift.pipelines import PIPELINES, PipelineSpec, pipeline_connections
+from hubshift.sinks import SINKS, SinkSpec, sink_connections
 from hubshift.spec import (
     DNS_SUBDOMAIN,
     KIND,
@@ -34,9 +34,48 @@ from hubshift.spec import (
     SparkSpec,
     StartPositionSpec,
     TokenCredentialSpec,
+    cel,
 )
 
 _CONNECTION_STRING_FIELDS = ("connectionStringSecretRef", "connectionStringEnv")
+
+
+# Where a consumer pod finds the job's files of `spec.consumer.code.configMap`.
+CODE_DIR = "/opt/hubshift/code"
+FRAMES_ONLY = (
+    "a sink Spark writes (delta, parquet, json, jdbc, foreachBatch) takes pipeline type function or events"
+)
+
+
+class CodeSpec(Model):
+    """The job's Python files, without rebuilding the image: modules (`.py`), packages (`.zip`) and their data
+    files, on the consumers' `PYTHONPATH` (a `function`'s module, a `foreachBatch` handler, an editor's
+    function)."""
+
+    config_map: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description=f"A ConfigMap in the resource's namespace, each key a file, mounted at {CODE_DIR} (a "
+        "`.zip` key goes to binaryData).",
+    )
+    path: str | None = Field(
+        default=None,
+        min_length=1,
+        description="A folder on this machine instead (hubshift run, hubshift consume).",
+    )
+
+    CEL = (cel("!(has(self.configMap) && has(self.path))", "set configMap or path, not both"),)
+
+    @model_validator(mode="after")
+    def _one_place(self) -> CodeSpec:
+        if self.config_map is not None and self.path is not None:
+            raise ValueError("set configMap or path, not both")
+        return self
+
+    def folder(self) -> str | None:
+        """Where the files are for the consumer reading this spec (a pod: where the ConfigMap is mounted)."""
+        return self.path if self.path is not None else CODE_DIR if self.config_map is not None else None
 
 
 class ConsumerSpec(Model):
@@ -56,6 +95,7 @@ class ConsumerSpec(Model):
     checkpoint: CheckpointPolicySpec = Field(default_factory=CheckpointPolicySpec)
     pipeline: PipelineSpec = Field(default_factory=PipelineSpec)
     sink: SinkSpec = Field(default_factory=SinkSpec)
+    code: CodeSpec = Field(default_factory=CodeSpec)
     metrics_port: int = Field(
         default=9090, ge=1, le=65535, description="/metrics, /healthz, /readyz and the operator's nudges."
     )
@@ -68,6 +108,24 @@ class ConsumerSpec(Model):
         "a credential, the namespace's default otherwise. The operator creates it when it does not exist "
         "(annotated with the workload identity's client id) and uses an existing one as it is.",
     )
+
+    CEL = (
+        cel(
+            "!has(self.sink) || !has(self.sink.type) || !(self.sink.type in ["
+            + ", ".join(f"'{kind.name}'" for kind in SINKS if kind.takes_frames_only)
+            + "]) || (has(self.pipeline) && has(self.pipeline.type) && self.pipeline.type in ["
+            + ", ".join(f"'{kind.name}'" for kind in PIPELINES if kind.shape == "frames")
+            + "])",
+            FRAMES_ONLY,
+            ".pipeline",
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _frames_for_spark_sinks(self) -> ConsumerSpec:
+        if self.sink.kind.takes_frames_only and self.pipeline.kind.shape != "frames":
+            raise ValueError(FRAMES_ONLY)
+        return self
 
 
 class PartitionedConsumerSpec(Model):

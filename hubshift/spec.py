@@ -418,6 +418,30 @@ class CheckpointPolicySpec(Model):
     every_events: int = Field(default=50_000, ge=1, description="...or after this many events, if sooner.")
 
 
+# Spark settings the spec's own fields (or hubshift) set: `spark.conf` may not set them again.
+OWN_SPARK_CONF = {
+    "spark.master": "spark.master",
+    "spark.app.name": None,
+    "spark.driver.memory": "spark.driverMemory",
+    "spark.sql.shuffle.partitions": "spark.shufflePartitions",
+    "spark.ui.enabled": "spark.ui.enabled",
+    "spark.ui.port": "spark.ui.port",
+    "spark.local.dir": None,
+    "spark.sql.warehouse.dir": None,
+    "spark.driver.extraJavaOptions": None,
+    "spark.driver.extraClassPath": None,
+    "spark.sql.session.timeZone": None,
+}
+
+
+class SparkUiSpec(Model):
+    """Spark's web UI of each consumer's driver: off unless asked for (`kubectl port-forward pod/NAME
+    4040`)."""
+
+    enabled: bool = Field(default=False, description="Serve Spark's UI.")
+    port: int = Field(default=4040, ge=1024, le=65535, description="Its port in the pod.")
+
+
 class SparkSpec(Model):
     master: str = Field(default="local[*]", description="Spark master; consumers run a local-mode driver.")
     trigger_interval_seconds: float = Field(default=1.0, gt=0, description="Micro-batch trigger interval.")
@@ -426,7 +450,34 @@ class SparkSpec(Model):
     )
     shuffle_partitions: int = Field(default=2, ge=1, description="spark.sql.shuffle.partitions.")
     driver_memory: str = Field(default="1g", pattern=JVM_SIZE, description="spark.driver.memory (512m, 1g).")
-    conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark configuration.")
+    conf: dict[str, str] = Field(
+        default_factory=dict,
+        description="More of Spark's settings (spark.*), passed to each consumer's Spark session as they "
+        "are; those the fields above (or hubshift) set are refused.",
+    )
+    ui: SparkUiSpec = Field(default_factory=SparkUiSpec)
+
+    CEL = (
+        cel(
+            "!has(self.conf) || self.conf.all(k, k.startsWith('spark.') && !(k in ["
+            + ", ".join(f"'{key}'" for key in OWN_SPARK_CONF)
+            + "]))",
+            "conf: Spark settings start with spark., and those hubshift sets (spark.master, "
+            "spark.driver.memory, ...) have fields of their own",
+            ".conf",
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _own_settings_stay_own(self) -> SparkSpec:
+        for key in self.conf:
+            if not key.startswith("spark."):
+                raise ValueError(f"conf: {key!r} is not a Spark setting (they start with spark.)")
+            if key in OWN_SPARK_CONF:
+                field = OWN_SPARK_CONF[key]
+                where = f"set {field} instead" if field else "hubshift sets it"
+                raise ValueError(f"conf: {key} cannot be set here: {where}")
+        return self
 
 
 class ResourceListSpec(Model):

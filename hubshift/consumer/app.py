@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import signal
+import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from hubshift.consumer.sdk_engine import SdkEngine
 from hubshift.errors import UserError
 from hubshift.eventhubs.management import EventHubsManagement
 from hubshift.eventhubs.target import EventHubsTarget
-from hubshift.manifest import PartitionedConsumer
+from hubshift.manifest import CodeSpec, PartitionedConsumer
 from hubshift.ownership.checkpoints import list_checkpoints
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import LeaseStore
@@ -109,6 +110,7 @@ class ConsumerApp:
         settings = AgentSettings.from_spec(
             spec, list_interval_seconds=options.list_interval_seconds, grace_seconds=options.grace_seconds
         )
+        use_code(spec.consumer.code)
         target = event_hubs_target(spec.event_hubs, environ)
         management = EventHubsManagement(target, retry_total=1)
         management.probe()
@@ -196,6 +198,24 @@ class ConsumerApp:
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+
+
+def use_code(code: CodeSpec) -> None:
+    """The job's files (`spec.consumer.code`) on this process's import path and its Spark workers'
+    (`PYTHONPATH`): the folder, and each `.zip` package in it."""
+    folder = code.folder()
+    if folder is None:
+        return
+    root = Path(folder)
+    if not root.is_dir():
+        where = "configMap (is it mounted?)" if code.config_map else "path"
+        raise UserError(f"spec.consumer.code.{where}: {folder} is not a folder")
+    entries = [str(root.absolute()), *sorted(str(package.absolute()) for package in root.glob("*.zip"))]
+    for entry in reversed(entries):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    inherited = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([*entries, *([inherited] if inherited else [])])
 
 
 def handled_before_failover(spec: FailoverSpec | None, environ: Mapping[str, str]) -> dict[str, int]:

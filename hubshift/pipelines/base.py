@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 from hubshift.sinks.base import DEAD_LETTER_REASON, LineGroups, Output, PipelineResult
 from hubshift.spec import NamedConnection
@@ -115,7 +115,9 @@ class PipelineKind(Generic[Block]):
     `required`: what the block is, for the refusal when the type is set without it (None: it has a default);
     `connections(block, location)`: the connections it makes (`location`: where the block is);
     `check(block, environ, location)`: at a consumer's start, what it writes to (reachable, credentials);
-    `build(block, context)`: the pipeline; `takes_editor`: whether editor steps may run before it."""
+    `build(block, context)`: the pipeline; `takes_editor`: whether editor steps may run before it; `shape`:
+    whether it writes lines from Spark's tasks (`tasks`) or a DataFrame (`frames`: what a sink Spark writes
+    itself takes)."""
 
     name: str
     annotation: Any
@@ -125,6 +127,7 @@ class PipelineKind(Generic[Block]):
     connections: Callable[[Block, Location], list[NamedConnection]] = no_connections
     check: Callable[[Block, Mapping[str, str], Location], None] = no_check
     takes_editor: bool = False
+    shape: Literal["tasks", "frames"] = "tasks"
 
 
 __all__ = [

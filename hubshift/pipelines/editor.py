@@ -23,11 +23,13 @@ import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from hubshift.errors import one_line
 from hubshift.pipelines.base import DEAD_LETTER_REASON, TaskResult
 from hubshift.pipelines.edits import DedupeStep, Event, PythonStep, python_step, run_steps
-from hubshift.pipelines.function import PipelineFunctionError, load_function, one_line
+from hubshift.pipelines.function import PipelineFunctionError
 from hubshift.pipelines.steps import EditorStepSpec
 from hubshift.sinks.base import JSON_OPTIONS, column, dead_letter_text
+from hubshift.usercode import load_function
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -91,7 +93,7 @@ def filter_step(condition: str) -> SparkStep:
 
 def function_step(reference: str) -> SparkStep:
 
-    function = load_function(reference)
+    function = load_function(reference, "editor function")
 
     def apply(frame: DataFrame) -> DataFrame:
         from pyspark.sql import DataFrame

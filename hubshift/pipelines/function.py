@@ -11,22 +11,19 @@ cannot be imported fails when the consumer starts, with one line naming what is 
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from hubshift.errors import UserError
+from hubshift.errors import UserError, one_line
 from hubshift.pipelines.base import DEAD_LETTER_REASON, BuildContext, Output, PipelineKind, PipelineResult
+from hubshift.usercode import FUNCTION_REFERENCE, load_function
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 OUTPUT = "results"
-# `module:function`, as the manifest names a user's function.
-FUNCTION_REFERENCE = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
-
 UserFunction = Callable[["DataFrame"], "DataFrame"]
 
 
@@ -34,39 +31,12 @@ class PipelineFunctionError(UserError):
     """The user's function failed or returned something other than a DataFrame (the cause is chained)."""
 
 
-def load_function(reference: str) -> UserFunction:
-    """Import `module:function`; `UserError` (one line) when it cannot be."""
-    where = f"pipeline function {reference!r}"
-    module_name, _, attribute = reference.partition(":")
-    if not module_name or not attribute or ":" in attribute:
-        raise UserError(f"{where}: expected module:function, e.g. mypackage.jobs:enrich")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        missing = exc.name or module_name
-        if module_name == missing or module_name.startswith(f"{missing}."):
-            raise UserError(
-                f"{where}: no module named {missing!r} (install it in the consumer's image or add it to "
-                "PYTHONPATH)"
-            ) from None
-        raise UserError(f"{where}: importing {module_name} failed: no module named {missing!r}") from None
-    except Exception as exc:
-        raise UserError(f"{where}: importing {module_name} failed: {one_line(exc)}") from None
-    function = getattr(module, attribute, None)
-    if function is None:
-        raise UserError(f"{where}: module {module_name} has no attribute {attribute!r}")
-    if not callable(function):
-        raise UserError(f"{where}: {attribute} is a {type(function).__name__}, not a function")
-    user_function: UserFunction = function
-    return user_function
-
-
 class FunctionPipeline:
     name = "function"
 
     def __init__(self, reference: str, function: UserFunction | None = None) -> None:
         self.reference = reference
-        self.function = function if function is not None else load_function(reference)
+        self.function = function if function is not None else load_function(reference, "pipeline function")
 
     def prepare(self, events: DataFrame) -> DataFrame:
         return events
@@ -95,13 +65,6 @@ class FunctionPipeline:
         )
 
 
-def one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    if len(text) > 300:
-        text = text[:297] + "..."
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 def _build(block: str, context: BuildContext) -> FunctionPipeline:
     return FunctionPipeline(block)
 
@@ -116,4 +79,5 @@ KIND = PipelineKind[str](
     ),
     required="function (module:function)",
     build=_build,
+    shape="frames",
 )

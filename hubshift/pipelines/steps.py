@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from hubshift.pipelines.function import FUNCTION_REFERENCE
 from hubshift.spec import Model, cel
+from hubshift.usercode import FUNCTION_REFERENCE
 
 # A field of a JSON body: names separated by dots (`a.b.c`), optionally after `$.`.
 JSON_PATH = r"^(\$\.)?[^.\s]+(\.[^.\s]+)*$"

@@ -13,15 +13,15 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
-from hubshift.sinks.commits import BatchRecord, WrittenFile
+from hubshift.sinks.commits import BatchRecord, PartitionRange, WrittenFile
 from hubshift.sinks.layout import data_file, dead_letter_file, new_run
 from hubshift.spec import NamedConnection
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType
 
 
@@ -118,6 +118,49 @@ class Sink(Protocol):
         ...
 
     def describe(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class WriterBatch:
+    """One micro-batch as a sink that Spark writes itself sees it: its id, its consumer, its stem (unique per
+    consumer run and batch), when it was processed, and per Event Hubs partition the range of sequence
+    numbers it holds (before a replay's already written events are left out)."""
+
+    batch_id: int
+    consumer_id: str
+    stem: str
+    when: datetime
+    ranges: Mapping[str, PartitionRange]
+
+
+Transform = Callable[["DataFrame"], PipelineResult]
+
+
+@runtime_checkable
+class BatchWriter(Protocol):
+    """A sink Spark writes itself (Delta Lake, Parquet or JSON files, a JDBC table, your foreachBatch): it
+    takes the batch's events and the pipeline's transform, leaves out what a replay finds already written
+    (as far as the sink allows), writes the transform's rows and commits, in one call. What it wrote is
+    reported as `WrittenFile`s (one per output, with its row count)."""
+
+    name: str
+
+    def write_batch(self, events: DataFrame, transform: Transform, batch: WriterBatch) -> list[WrittenFile]:
+        """Write the batch; when this returns, every event of `batch.ranges` is durably in the sink (or was,
+        before a replay), so the consumer may checkpoint past them. Raises when nothing was committed."""
+        ...
+
+    def describe(self) -> str: ...
+
+    def spark_conf(self) -> Mapping[str, str]:
+        """What the consumer's Spark session needs for this sink (Delta's extensions, hadoop-azure's
+        settings as `spark.hadoop.*`)."""
+        ...
+
+    def check(self, spark: SparkSession) -> None:
+        """At start-up, before anything is claimed: the sink is there and writable (`UserError`, one line
+        naming what to fix)."""
+        ...
 
 
 class FileTaskWriter:
@@ -377,18 +420,43 @@ def no_volume(block: Any, dead_letter_path: str | None, work_dir: str) -> PodVol
 
 
 @dataclass(frozen=True)
+class WriterContext:
+    """What building a sink Spark writes itself may use besides its block: the environment connection
+    strings come from, where the block is (messages), where its dead letters go (`deadLetterPath`, or its
+    default), and the hub and consumer group the events come from (`scope`: the identity of its writes, so
+    two pools never take each other's progress for their own)."""
+
+    environ: Mapping[str, str]
+    location: Location
+    dead_letter_path: str | None
+    scope: str
+
+
+@dataclass(frozen=True)
 class SinkKind(Generic[Block]):
     """A sink type as a manifest names it (`spec.consumer.sink.type`), with everything the parts need of it.
     `annotation` and `field`: its block, `spec.consumer.sink.<name>`; `required`: what the block is, for the
     refusal when the type is set without it (None: it has a default); `stores(block, dead_letter_path,
-    environ, location)`: where results and commit records go, and where dead letters go;
-    `connections(block, location)`; `volume(block, dead_letter_path, work_dir)`: what a pod must mount
-    (`UserError` for a configuration no pod can write)."""
+    environ, location)`: where results and commit records go, and where dead letters go (a sink hubshift
+    writes: the lines of any pipeline, with commit records); or `writer(block, context)`: a sink Spark writes
+    itself (`BatchWriter`); `connections(block, location)`; `volume(block, dead_letter_path, work_dir)`: what
+    a pod must mount (`UserError` for a configuration no pod can write)."""
 
     name: str
     annotation: Any
     field: Any  # pydantic's Field(...): its FieldInfo, typed as its default by pydantic
-    stores: Callable[[Block, str | None, Mapping[str, str], Location], tuple[ObjectStore, ObjectStore]]
+    stores: Callable[[Block, str | None, Mapping[str, str], Location], tuple[ObjectStore, ObjectStore]] | None
     required: str | None = None
     connections: Callable[[Block, Location], list[NamedConnection]] = no_connections
     volume: Callable[[Block, str | None, str], PodVolume | None] = no_volume
+    writer: Callable[[Block, WriterContext], BatchWriter] | None = None
+    attribute: str = ""  # the block's Python name where its manifest name is taken (`json` of pydantic)
+
+    @property
+    def field_name(self) -> str:
+        return self.attribute or self.name
+
+    @property
+    def takes_frames_only(self) -> bool:
+        """A sink Spark writes itself takes a DataFrame pipeline's rows (`function`, `events`), not lines."""
+        return self.writer is not None

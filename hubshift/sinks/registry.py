@@ -13,11 +13,29 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, create_model, model_validator
 
-from hubshift.sinks import blob, folder
-from hubshift.sinks.base import FileSink, Location, ObjectStore, PodVolume, Sink, SinkKind
+from hubshift.errors import UserError
+from hubshift.sinks import blob, delta, files, folder, foreach_batch, jdbc
+from hubshift.sinks.base import (
+    BatchWriter,
+    FileSink,
+    Location,
+    ObjectStore,
+    PodVolume,
+    Sink,
+    SinkKind,
+    WriterContext,
+)
 from hubshift.spec import Model, NamedConnection, cel
 
-SINKS: tuple[SinkKind[Any], ...] = (folder.KIND, blob.KIND)
+SINKS: tuple[SinkKind[Any], ...] = (
+    folder.KIND,
+    blob.KIND,
+    delta.KIND,
+    files.PARQUET,
+    files.JSON,
+    jdbc.KIND,
+    foreach_batch.KIND,
+)
 BY_NAME: Mapping[str, SinkKind[Any]] = {kind.name: kind for kind in SINKS}
 DEFAULT = folder.KIND.name
 LOCATION: Location = ("spec", "consumer", "sink")
@@ -54,7 +72,7 @@ class SinkSpecBase(Model):
     @property
     def block(self) -> Any:
         """The block of the chosen sink (`spec.consumer.sink.<type>`)."""
-        return getattr(self, self.type)
+        return getattr(self, self.kind.field_name)
 
     @model_validator(mode="after")
     def _block_given(self) -> SinkSpecBase:
@@ -72,7 +90,7 @@ else:
         __base__=SinkSpecBase,
         __doc__="Where each consumer's results, dead letters and commit records go.",
         type=(Literal[tuple(BY_NAME)], DEFAULT),
-        **{kind.name: (kind.annotation, kind.field) for kind in SINKS},
+        **{kind.field_name: (kind.annotation, kind.field) for kind in SINKS},
     )
 
 
@@ -90,6 +108,8 @@ def _stores(
     spec: SinkSpecBase, environ: Mapping[str, str] | None, *, check: bool, location: Location = LOCATION
 ) -> tuple[ObjectStore, ObjectStore]:
     environ = os.environ if environ is None else environ
+    if spec.kind.stores is None:
+        raise UserError(f"sink {spec.type} is written by Spark: it keeps no store of hubshift's")
     stores = spec.kind.stores(spec.block, spec.dead_letter_path, environ, (*location, spec.type))
     if check:
         for store in stores:
@@ -105,9 +125,21 @@ def build_store(
     return _stores(spec, environ, check=check)[0]
 
 
-def build_sink(spec: SinkSpecBase, environ: Mapping[str, str] | None = None, *, check: bool = True) -> Sink:
+def build_sink(
+    spec: SinkSpecBase, environ: Mapping[str, str] | None = None, *, check: bool = True, scope: str = ""
+) -> Sink | BatchWriter:
     """The sink for a manifest's `consumer.sink` (connection strings from `environ`, default this process's
     environment). With `check`, its folders or Blob container are created if missing, so a bad path or bad
-    credentials fail here, at start-up, in one line."""
+    credentials fail here, at start-up, in one line. A sink Spark writes itself is a `BatchWriter`; `scope`
+    (namespace/hub/consumer group) names its writes."""
+    if spec.kind.writer is not None:
+        environ = os.environ if environ is None else environ
+        context = WriterContext(environ, (*LOCATION, spec.type), spec.dead_letter_path, scope)
+        return spec.kind.writer(spec.block, context)
     store, dead_letters = _stores(spec, environ, check=check)
     return FileSink(store, dead_letters)
+
+
+def writes_frames_only(spec: SinkSpecBase) -> bool:
+    """Whether the sink takes a DataFrame pipeline's rows only (Spark writes it)."""
+    return spec.kind.takes_frames_only

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -31,9 +32,21 @@ from hubshift.pipelines.base import (
     TaskResult,
 )
 from hubshift.pipelines.failover import already_handled, handled_condition
-from hubshift.sinks.base import Sink, TaskWriter, files_from_rows, sink_summary, written_batch
+from hubshift.sinks.base import (
+    BatchWriter,
+    Sink,
+    TaskWriter,
+    Transform,
+    WriterBatch,
+    files_from_rows,
+    sink_summary,
+    written_batch,
+)
 from hubshift.sinks.commits import BatchRecord, BatchSummary, PartitionRange, WrittenFile
-from hubshift.sinks.layout import batch_stem
+from hubshift.sinks.layout import batch_stem, new_run
+
+# A sink Spark writes itself names its batches `<consumer>-<this process's run>-<batch id>`.
+RUN = new_run()
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -45,7 +58,7 @@ def process_batch(
     batch_id: int,
     consumer_id: str,
     pipeline: Pipeline,
-    sink: Sink,
+    sink: Sink | BatchWriter,
     *,
     handled: Mapping[str, int] | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -55,8 +68,18 @@ def process_batch(
     before it are skipped by the pipeline and still count as processed (`pipelines/failover.py`)."""
     started = clock()
     moment = now()
-    stem = batch_stem(consumer_id, sink.run, batch_id)
     handled = dict(handled or {})
+    if isinstance(sink, BatchWriter):
+        stem = batch_stem(consumer_id, RUN, batch_id)
+        if not isinstance(pipeline, FramePipeline):
+            raise TypeError(
+                f"sink {sink.name} takes a DataFrame pipeline's rows; {pipeline.name} writes lines"
+            )
+        ranges, files = _run_with_writer(
+            pipeline, events, sink, WriterStart(batch_id, consumer_id, stem, moment), handled
+        )
+        return _summary(consumer_id, batch_id, ranges, files, stem, clock() - started)
+    stem = batch_stem(consumer_id, sink.run, batch_id)
     if isinstance(pipeline, EditingPipeline):
         ranges, files = _run_edited(pipeline, events, sink.task_writer(stem, moment), handled)
     elif isinstance(pipeline, TaskPipeline):
@@ -79,8 +102,21 @@ def process_batch(
             files=tuple(files),
         )
     )
+    return _summary(consumer_id, batch_id, ranges, files, stem, clock() - started)
+
+
+def _summary(
+    consumer_id: str,
+    batch_id: int,
+    ranges: dict[str, PartitionRange],
+    files: list[WrittenFile],
+    stem: str,
+    duration: float,
+) -> BatchSummary:
+    if not ranges:
+        return BatchSummary(consumer_id, batch_id, {}, duration_seconds=duration)
     outputs, dead_letters = sink_summary(files)
-    summary = BatchSummary(
+    return BatchSummary(
         consumer_id=consumer_id,
         batch_id=batch_id,
         partitions=ranges,
@@ -88,9 +124,8 @@ def process_batch(
         dead_letters=dead_letters,
         files=tuple(files),
         stem=stem,
-        duration_seconds=clock() - started,
+        duration_seconds=duration,
     )
-    return summary
 
 
 # --- TaskPipeline: one job ----------------------------------------------------------------------------
@@ -291,6 +326,57 @@ def _run_on_frames(
             lambda frame: evaluate(pipeline.transform(frame)),
             live,
             lambda poison: sink.write(poison_free(live, poison), stem, moment),
+        )
+        return ranges, files
+
+
+# --- a sink Spark writes itself: cache, ranges, the sink filters, transforms, writes and commits ---------
+
+
+@dataclass(frozen=True)
+class WriterStart:
+    """The batch, before its ranges are known."""
+
+    batch_id: int
+    consumer_id: str
+    stem: str
+    when: datetime
+
+
+def _run_with_writer(
+    pipeline: FramePipeline,
+    events: DataFrame,
+    writer: BatchWriter,
+    start: WriterStart,
+    handled: Mapping[str, int],
+) -> tuple[dict[str, PartitionRange], list[WrittenFile]]:
+    def poison_free(poison: dict[Key, str]) -> Transform:
+        where = keys_where(sorted(poison))
+
+        def transform(frame: DataFrame) -> PipelineResult:
+            result = pipeline.transform(frame.where(~where))
+            dead = poison_letters(frame, where, poison)
+            letters = (
+                dead
+                if result.dead_letters is None
+                else result.dead_letters.unionByName(dead, allowMissingColumns=True)
+            )
+            return PipelineResult(outputs=result.outputs, dead_letters=letters)
+
+        return transform
+
+    with _cached(pipeline.prepare(events)) as prepared:
+        ranges = partition_ranges(prepared)
+        if not ranges:
+            return {}, []
+        batch = WriterBatch(start.batch_id, start.consumer_id, start.stem, start.when, ranges)
+        live = _not_handled(prepared, handled)
+        files = _isolating_poison(
+            pipeline.name,
+            lambda: writer.write_batch(live, pipeline.transform, batch),
+            lambda frame: evaluate(pipeline.transform(frame)),
+            live,
+            lambda poison: writer.write_batch(live, poison_free(poison), batch),
         )
         return ranges, files
 

@@ -45,12 +45,15 @@ from hubshift.consumer.spark.source import (
     OPTION_SPOOL,
     EventHubsDataSource,
 )
+from hubshift.errors import UserError
 from hubshift.eventhubs.receiver import PartitionReceiver, ReceiverPool, StartAt
 from hubshift.eventhubs.target import EventHubsTarget
 from hubshift.manifest import ConsumerSpec
 from hubshift.ownership.model import Checkpoint
 from hubshift.pipelines import build_pipeline
 from hubshift.sinks import build_sink, build_store
+from hubshift.sinks.base import BatchWriter
+from hubshift.spec import SparkSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -60,6 +63,8 @@ if TYPE_CHECKING:
     from hubshift.pipelines.base import Pipeline
     from hubshift.sinks.base import Sink
 
+# A folder of jars for the consumers' Spark beside PySpark's own (tools/spark-jars); the image needs none.
+JARS_ENV = "HUBSHIFT_SPARK_JARS"
 log = logging.getLogger(__name__)
 
 # A failed query is started again this many times in a row before the consumer gives up.
@@ -108,7 +113,7 @@ class SparkEngine:
         scratch: Path,
         *,
         pipeline: Pipeline | None = None,
-        sink: Sink | None = None,
+        sink: Sink | BatchWriter | None = None,
         metrics: ConsumerMetrics | None = None,
         pool: ReceiverPool | None = None,
         session_builder: Callable[[], SparkSession] | None = None,
@@ -147,14 +152,18 @@ class SparkEngine:
         self.scratch.mkdir(parents=True, exist_ok=True)
         self.spool_root.mkdir(parents=True, exist_ok=True)
         self._write_ownership()
+        if self.sink is None:
+            scope = f"{self.target.fqns}/{self.target.hub}/{self.target.consumer_group}".lower()
+            self.sink = build_sink(self.spec.sink, scope=scope)
         self._spark = self._session_builder() if self._session_builder else self._build_session()
 
         self._spark.dataSource.register(EventHubsDataSource)
-        if self.sink is None:
-            self.sink = build_sink(self.spec.sink)
+        if isinstance(self.sink, BatchWriter):
+            self.sink.check(self._spark)
         if self.pipeline is None:
             # Editor steps keep their state across batches beside the results (`_state/`).
-            self.pipeline = build_pipeline(self.spec.pipeline, state=build_store(self.spec.sink))
+            state = None if isinstance(self.sink, BatchWriter) else build_store(self.spec.sink)
+            self.pipeline = build_pipeline(self.spec.pipeline, state=state)
         self._start_query()
         self._monitor = threading.Thread(target=self._watch_query, name="spark-query-monitor", daemon=True)
         self._monitor.start()
@@ -172,7 +181,6 @@ class SparkEngine:
         builder = (
             SparkSession.builder.appName(f"hubshift-{self.consumer_id}")
             .master(spark_spec.master)
-            .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", str(spark_spec.shuffle_partitions))
             .config("spark.driver.memory", spark_spec.driver_memory)
@@ -185,7 +193,7 @@ class SparkEngine:
             # has nothing to coalesce with a couple of shuffle partitions.
             .config("spark.sql.adaptive.enabled", "false")
         )
-        for key, value in spark_spec.conf.items():
+        for key, value in session_conf(spark_spec, self.sink, os.environ).items():
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
@@ -453,6 +461,28 @@ class SparkEngine:
         for partition, state in drained:
             spool.remove_epoch(self.spool_root, partition, state.owner_level)
             self.notify(Drained(partition, state.owner_level, state.committed))
+
+
+def session_conf(spark: SparkSpec, sink: object, environ: Mapping[str, str]) -> dict[str, str]:
+    """What the consumer's Spark session is configured with beyond its fixed settings: the jars beside
+    PySpark's own (`HUBSHIFT_SPARK_JARS`: a folder `tools/spark-jars` fills; the image has them in PySpark's
+    own jars), the Spark UI (off unless asked for), what the sink needs (Delta's extensions, hadoop-azure's
+    settings), then the spec's own `spark.conf`."""
+    conf: dict[str, str] = {"spark.ui.enabled": "true" if spark.ui.enabled else "false"}
+    if spark.ui.enabled:
+        conf["spark.ui.port"] = str(spark.ui.port)
+    jars = environ.get(JARS_ENV)
+    if jars:
+        found = sorted(str(path) for path in Path(jars).glob("*.jar"))
+        if not found:
+            raise UserError(f"{JARS_ENV}={jars}: no jars there (tools/spark-jars fills such a folder)")
+        # On the driver's own classpath (local mode: the executors too): JDBC's DriverManager and Delta's
+        # classes are found by every class loader.
+        conf["spark.driver.extraClassPath"] = ":".join(found)
+    if isinstance(sink, BatchWriter):
+        conf.update(sink.spark_conf())
+    conf.update(spark.conf)
+    return conf
 
 
 def _one_line(error: BaseException) -> str:

@@ -21,7 +21,7 @@ import yaml
 
 from hubshift import __version__, sinks
 from hubshift.errors import UserError
-from hubshift.manifest import PartitionedConsumer, connections_of, credentials_of, parse_manifest
+from hubshift.manifest import CODE_DIR, PartitionedConsumer, connections_of, credentials_of, parse_manifest
 from hubshift.spec import API_VERSION, GROUP, KIND
 
 JSON = dict[str, Any]
@@ -118,6 +118,8 @@ def check_for_cluster(consumer: PartitionedConsumer) -> None:
             "spec.checkpointStore.sqlite: consumer pods cannot share a SQLite file; "
             "in a cluster use spec.checkpointStore.blob"
         )
+    if consumer.spec.consumer.code.path is not None:
+        raise UserError("spec.consumer.code.path: a folder of this machine; in a cluster use code.configMap")
     sink_volume(consumer)
 
 
@@ -284,6 +286,7 @@ def _field_env(name: str, path: str) -> JSON:
 
 
 SINK_VOLUME = "sink"
+CODE_VOLUME = "code"
 
 
 def sink_volume(consumer: PartitionedConsumer) -> tuple[JSON | None, JSON | None, JSON | None]:
@@ -360,6 +363,9 @@ def consumer_container(consumer: PartitionedConsumer) -> JSON:
     resources = _resources(consumer)
     if resources:
         container["resources"] = resources
+    ui = consumer.spec.consumer.spark.ui
+    if ui.enabled:  # reached with `kubectl port-forward pod/NAME PORT`
+        container["ports"].append({"name": "spark-ui", "containerPort": ui.port, "protocol": "TCP"})
     return container
 
 
@@ -376,6 +382,11 @@ def render_statefulset(consumer: PartitionedConsumer, owner: Owner, replicas: in
         container["volumeMounts"].append(sink_mount)
     if sink is not None:
         volumes.append(sink)
+    code = consumer.spec.consumer.code.config_map
+    if code is not None:
+        # The job's files (`spec.consumer.code`): the consumer puts the folder on its PYTHONPATH.
+        volumes.append({"name": CODE_VOLUME, "configMap": {"name": code}})
+        container["volumeMounts"].append({"name": CODE_VOLUME, "mountPath": CODE_DIR, "readOnly": True})
     selector = selector_labels(owner.name)
     template_labels = pod_labels(owner.name)
     if uses_workload_identity(consumer):

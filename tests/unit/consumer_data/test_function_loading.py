@@ -11,7 +11,8 @@ import pytest
 from hubshift.errors import UserError
 from hubshift.pipelines import PipelineSpec, build_pipeline
 from hubshift.pipelines.aggregate import AggregatePipeline
-from hubshift.pipelines.function import FunctionPipeline, load_function
+from hubshift.pipelines.function import FunctionPipeline
+from hubshift.usercode import load_function
 
 
 @pytest.fixture

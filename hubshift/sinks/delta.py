@@ -1,0 +1,205 @@
+"""The `delta` sink: a Delta Lake table, every event in exactly one committed row.
+
+Each micro-batch is one Delta commit that carries, beside the data files, one transaction identifier per
+Event Hubs partition it holds (Delta's `SetTransaction`, the action its own streaming sink writes):
+`appId` = `hubshift/<namespace>/<hub>/<consumer group>/<partition>`, `version` = the last sequence number
+of that partition the commit adds. Before writing, the batch reads those versions in the same transaction
+and leaves out every event at or below them: a batch run again after a crash, a partition read again by its
+next owner from an older checkpoint, a replay whose batch boundaries differ, all find their events already
+committed. Delta's optimistic concurrency fails a commit whose transaction identifiers another commit changed
+meanwhile (a deposed owner still finishing), and the batch is tried again against the new versions; blind
+appends of other partitions never conflict.
+
+Delta's public writer takes one transaction identifier per write, so the commit goes through its
+transaction API (`DeltaLog.startTransaction`, `writeFiles`, `commit`) over py4j: internal, and pinned with
+Delta Lake 4.4.0 for Spark 4.2 (`tools/spark-jars`). The table is created on the first batch with the
+block's `partitionBy`; with `options.mergeSchema: "true"` a new column of the transform's rows is added to
+the table (a schema commit of its own) before the batch's commit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from hubshift.errors import UserError, one_line
+from hubshift.sinks.base import Location, SinkKind, Transform, WriterBatch, WriterContext
+from hubshift.sinks.commits import WrittenFile
+from hubshift.sinks.spark_writer import (
+    SparkPathSpec,
+    check_writable,
+    configured_writer,
+    dead_letter_folder,
+    hadoop_settings,
+    not_yet_written,
+    path_connections,
+    single_output,
+    to_write,
+    write_dead_letters,
+)
+from hubshift.spec import NamedConnection
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+# What a Spark session needs for Delta Lake (its jars are on the classpath: tools/spark-jars).
+SESSION_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+# A commit that lost to another one on the same partitions is tried again this many times in all.
+COMMIT_ATTEMPTS = 3
+
+
+class DeltaSinkSpec(SparkPathSpec):
+    """A Delta Lake table: every event in exactly one committed row (see `docs/consumer.md`, "Your own
+    job")."""
+
+
+class DeltaSink:
+    name = "delta"
+
+    def __init__(self, block: DeltaSinkSpec, context: WriterContext) -> None:
+        self.block = block
+        self.path = block.path
+        self.scope = context.scope
+        self.dead_letters = dead_letter_folder(block.path, context.dead_letter_path)
+        connections = path_connections(block, context.location)
+        resolved = connections[0].resolve(context.environ) if connections else None
+        self.settings = {} if resolved is None else hadoop_settings(block.path, resolved, context.environ)
+
+    def check(self, spark: SparkSession) -> None:
+        check_writable(spark, self.path, self.name)
+
+    def describe(self) -> str:
+        return f"Delta table {self.path}"
+
+    def spark_conf(self) -> dict[str, str]:
+        return {**SESSION_CONF, **{f"spark.hadoop.{key}": value for key, value in self.settings.items()}}
+
+    def app_id(self, partition: str) -> str:
+        return f"hubshift/{self.scope}/{partition}"
+
+    def write_batch(self, events: DataFrame, transform: Transform, batch: WriterBatch) -> list[WrittenFile]:
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            try:
+                return self._commit(events, transform, batch)
+            except Exception as error:
+                if "ConcurrentTransactionException" not in str(error) or attempt == COMMIT_ATTEMPTS:
+                    raise
+                log.warning("%s: another commit changed these partitions; trying again", self.describe())
+        raise AssertionError("unreachable")
+
+    def _commit(self, events: DataFrame, transform: Transform, batch: WriterBatch) -> list[WrittenFile]:
+        table = _Table(events.sparkSession, self.path)
+        transaction = table.start()
+        written = {p: int(transaction.txnVersion(self.app_id(p))) for p in batch.ranges}
+        todo = to_write(batch.ranges, written)
+        if not todo:
+            return []  # a replay: everything this batch holds is in the table already
+        result = transform(not_yet_written(events, {p: v for p, v in written.items() if v >= 0}))
+        frame = single_output(result, self.name)
+        files = write_dead_letters(result, self.dead_letters)
+        if frame is not None and table.needs_schema(transaction, frame, self.block):
+            # Create the table (partitioned as the block says), or add the rows' new columns: a commit of
+            # its own, after which the batch's transaction starts again on the new schema.
+            configured_writer(frame.limit(0), "delta", self.block).save(self.path)
+            transaction = table.start()
+            written = {p: int(transaction.txnVersion(self.app_id(p))) for p in batch.ranges}
+            todo = to_write(batch.ranges, written)
+        actions = table.write_files(transaction, frame) if frame is not None else table.empty_actions()
+        rows = table.rows(actions)
+        for partition, last in todo.items():
+            actions.add(table.set_transaction(self.app_id(partition), last))
+        version = table.commit(transaction, actions)
+        return [WrittenFile("output", self.name, f"{self.path}@v{version}", rows), *files]
+
+
+class _Table:
+    """One Delta table through Delta's transaction API (py4j)."""
+
+    def __init__(self, spark: SparkSession, path: str) -> None:
+        jvm: Any = spark._jvm
+        self.jvm = jvm
+        self.log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+        self.converters = jvm.scala.jdk.javaapi.CollectionConverters
+        self.path = path
+
+    def start(self) -> Any:
+        """A transaction on the table's latest version (-1: the table does not exist yet)."""
+        return self.log.startTransaction()
+
+    def needs_schema(self, transaction: Any, frame: DataFrame, block: DeltaSinkSpec) -> bool:
+        """Whether the table must be created, or widened with the frame's new columns, first."""
+        if int(transaction.readVersion()) < 0:
+            return True
+        current = set(transaction.metadata().schema().fieldNames())
+        new = [name for name in frame.columns if name not in current]
+        if not new:
+            return False
+        if block.options.get("mergeSchema", "").lower() != "true":
+            raise UserError(
+                f"Delta table {self.path}: the rows have columns the table lacks ({', '.join(new)}); set "
+                'options.mergeSchema: "true" to add them, or change the transform'
+            )
+        return True
+
+    def write_files(self, transaction: Any, frame: DataFrame) -> Any:
+        try:
+            written = transaction.writeFiles(frame._jdf)
+        except Exception as error:
+            raise UserError(
+                f"Delta table {self.path}: writing the batch failed: {one_line(error)}"
+            ) from error
+        return self.jvm.java.util.ArrayList(self.converters.asJava(written))
+
+    def empty_actions(self) -> Any:
+        return self.jvm.java.util.ArrayList()
+
+    def set_transaction(self, app_id: str, version: int) -> Any:
+        now = self.jvm.scala.Some(int(time.time() * 1000))
+        return self.jvm.org.apache.spark.sql.delta.actions.SetTransaction(app_id, version, now)
+
+    def rows(self, actions: Any) -> int:
+        """The rows the data files hold (from their statistics)."""
+        total = 0
+        for action in actions:
+            stats = action.stats()
+            if stats:
+                total += int(json.loads(stats).get("numRecords", 0))
+        return total
+
+    def commit(self, transaction: Any, actions: Any) -> int:
+        none = self.jvm.scala.Option.empty()
+        append = self.jvm.org.apache.spark.sql.SaveMode.Append
+        operation = getattr(self.jvm.org.apache.spark.sql.delta, "DeltaOperations$Write")(
+            append, *([none] * 8)
+        )
+        return int(transaction.commit(self.converters.asScala(actions).toList(), operation))
+
+
+def _connections(block: DeltaSinkSpec, location: Location) -> list[NamedConnection]:
+    return path_connections(block, location)
+
+
+def _writer(block: DeltaSinkSpec, context: WriterContext) -> DeltaSink:
+    return DeltaSink(block, context)
+
+
+KIND = SinkKind[DeltaSinkSpec](
+    name="delta",
+    annotation=DeltaSinkSpec | None,
+    field=Field(
+        default=None, description="A Delta Lake table (type delta): every event in one committed row."
+    ),
+    required="delta (the table's path)",
+    stores=None,
+    connections=_connections,
+    writer=_writer,
+)

@@ -1,0 +1,240 @@
+"""The `parquet` and `json` sinks: Spark's file formats in a folder (partitioned by `partitionBy`), where a
+reader of the folder never sees a row twice.
+
+Spark's file writer names its files at random, so a batch run again would add its rows a second time. Here
+each batch is published in three steps, under a hidden `_hubshift/` folder that readers of the folder skip
+(Spark, pyarrow and DuckDB ignore `_` folders):
+
+1. Spark writes the batch's rows into `_hubshift/staging/<batch>/`;
+2. a manifest, `_hubshift/pending/<batch>.json`, names each staged file and the name it takes in the folder
+   (`part-<batch>-<n>`), and each partition's last sequence number: the batch is committed;
+3. the files are renamed into place, each partition's progress is recorded
+   (`_hubshift/progress/<partition>/<last sequence number>`), and the manifest is removed.
+
+A consumer, before each batch, finishes any manifest left pending (a writer killed between 2 and 3:
+renames are idempotent, so two consumers finishing one are harmless), then leaves out the events at or below
+each partition's recorded progress: a replay writes nothing twice, whatever its batch boundaries. A batch
+killed before its manifest leaves only staged files, which nobody reads. The folder is on a volume the pods
+mount, or Azure storage over ABFS, whose rename is atomic (Data Lake Storage Gen2: hierarchical namespace).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from hubshift.sinks.base import Location, SinkKind, Transform, WriterBatch, WriterContext
+from hubshift.sinks.commits import WrittenFile
+from hubshift.sinks.spark_writer import (
+    SparkPathSpec,
+    check_writable,
+    configured_writer,
+    dead_letter_folder,
+    hadoop_settings,
+    not_yet_written,
+    path_connections,
+    single_output,
+    to_write,
+    write_dead_letters,
+)
+from hubshift.spec import NamedConnection
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+HIDDEN = "_hubshift"
+STAGING, PENDING, PROGRESS = f"{HIDDEN}/staging", f"{HIDDEN}/pending", f"{HIDDEN}/progress"
+_DATA_FILE = re.compile(r"^part-[^/]*?(?P<ext>(\.[a-z0-9]+)+)$")
+
+
+class FilesSinkSpec(SparkPathSpec):
+    """A folder of Spark's files (Parquet or JSON lines), a reader of which never sees a row twice."""
+
+
+class FilesSink:
+    def __init__(self, format_name: str, block: FilesSinkSpec, context: WriterContext) -> None:
+        self.name = format_name
+        self.block = block
+        self.path = block.path.rstrip("/")
+        self.dead_letters = dead_letter_folder(block.path, context.dead_letter_path)
+        connections = path_connections(block, context.location)
+        resolved = connections[0].resolve(context.environ) if connections else None
+        self.settings = {} if resolved is None else hadoop_settings(block.path, resolved, context.environ)
+
+    def check(self, spark: SparkSession) -> None:
+        check_writable(spark, self.path, self.name)
+
+    def describe(self) -> str:
+        return f"{self.name} files in {self.path}"
+
+    def spark_conf(self) -> dict[str, str]:
+        return {f"spark.hadoop.{key}": value for key, value in self.settings.items()}
+
+    def write_batch(self, events: DataFrame, transform: Transform, batch: WriterBatch) -> list[WrittenFile]:
+        folder = HadoopFolder(events.sparkSession, self.path)
+        for manifest in folder.names(PENDING):
+            publish(folder, f"{PENDING}/{manifest}")
+        written = {p: last for p in batch.ranges if (last := progress(folder, p)) is not None}
+        todo = to_write(batch.ranges, written)
+        if not todo:
+            return []
+        result = transform(not_yet_written(events, written))
+        frame = single_output(result, self.name)
+        files = write_dead_letters(result, self.dead_letters)
+        staging = f"{STAGING}/{batch.stem}"
+        moves: list[tuple[str, str]] = []
+        rows = 0
+        if frame is not None:
+            frame = frame.persist()
+            try:
+                rows = frame.count()
+                configured_writer(frame, self.name, self.block).save(folder.absolute(staging))
+            finally:
+                frame.unpersist()
+            staged = sorted(name for name in folder.files_under(staging) if is_data_file(name))
+            moves = [(f"{staging}/{name}", final_name(name, batch.stem, n)) for n, name in enumerate(staged)]
+        manifest = f"{PENDING}/{batch.stem}.json"
+        folder.write_text(manifest, json.dumps({"stem": batch.stem, "moves": moves, "progress": todo}))
+        publish(folder, manifest)  # the manifest above was the commit point; this makes the rows visible
+        return [WrittenFile("output", self.name, f"{self.path} ({len(moves)} files)", rows), *files]
+
+
+def is_data_file(relative: str) -> bool:
+    return _DATA_FILE.match(relative.rsplit("/", 1)[-1]) is not None
+
+
+def final_name(staged: str, stem: str, number: int) -> str:
+    """Where a staged file goes: the same partition folders, a name from the batch (`part-<stem>-<n>`)."""
+    folder, _, name = staged.rpartition("/")
+    match = _DATA_FILE.match(name)
+    extension = match["ext"] if match else ""
+    return f"{folder + '/' if folder else ''}part-{stem}-{number:05d}{extension}"
+
+
+def publish(folder: HadoopFolder, manifest: str) -> None:
+    """Finish a committed batch: its files into place, its partitions' progress, then the manifest gone.
+    Idempotent, so whoever finds a manifest pending may finish it."""
+    text = folder.read_text(manifest)
+    if text is None:
+        return  # finished meanwhile by someone else
+    document = json.loads(text)
+    for staged, final in document["moves"]:
+        folder.move(staged, final)
+    for partition, last in document["progress"].items():
+        folder.write_text(f"{PROGRESS}/{partition}/{int(last):020d}", document["stem"], replace=True)
+        for older in folder.names(f"{PROGRESS}/{partition}"):
+            if older.isdigit() and int(older) < int(last):
+                folder.delete(f"{PROGRESS}/{partition}/{older}")
+    folder.delete(f"{STAGING}/{document['stem']}", recursive=True)
+    folder.delete(manifest)
+
+
+def progress(folder: HadoopFolder, partition: str) -> int | None:
+    """The last sequence number of the partition the folder holds; None when it holds none."""
+    marks = [int(name) for name in folder.names(f"{PROGRESS}/{partition}") if name.isdigit()]
+    return max(marks) if marks else None
+
+
+class HadoopFolder:
+    """A folder through Hadoop's file system API (a local folder, or Azure storage over ABFS), for the few
+    small files and renames the protocol needs."""
+
+    def __init__(self, spark: SparkSession, root: str) -> None:
+        jvm: Any = spark._jvm
+        self.jvm = jvm
+        self.root = root.rstrip("/")
+        self.fs = jvm.org.apache.hadoop.fs.Path(self.root).getFileSystem(spark._jsc.hadoopConfiguration())
+
+    def absolute(self, relative: str) -> str:
+        return f"{self.root}/{relative}"
+
+    def _path(self, relative: str) -> Any:
+        return self.jvm.org.apache.hadoop.fs.Path(self.absolute(relative))
+
+    def names(self, relative: str) -> list[str]:
+        """The names in a folder ([] when it does not exist)."""
+        path = self._path(relative)
+        if not self.fs.exists(path):
+            return []
+        return sorted(str(status.getPath().getName()) for status in self.fs.listStatus(path))
+
+    def files_under(self, relative: str) -> Iterator[str]:
+        """Every file under a folder, as a path relative to it."""
+        base = str(self._path(relative).toUri().getPath()).rstrip("/")
+        found = self.fs.listFiles(self._path(relative), True)
+        while found.hasNext():
+            full = str(found.next().getPath().toUri().getPath())
+            yield full[len(base) :].lstrip("/")
+
+    def read_text(self, relative: str) -> str | None:
+        path = self._path(relative)
+        if not self.fs.exists(path):
+            return None
+        stream = self.fs.open(path)
+        try:
+            return str(self.jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+
+    def write_text(self, relative: str, text: str, *, replace: bool = False) -> None:
+        """Write a small file whole: under a temporary name, then renamed (a reader sees all or nothing)."""
+        final = self._path(relative)
+        if replace and self.fs.exists(final):
+            return  # progress files are named by their content: one already there says the same
+        temporary = self._path(f"{relative}.tmp")
+        out = self.fs.create(temporary, True)
+        try:
+            out.write(bytearray(text.encode()))
+        finally:
+            out.close()
+        if not self.fs.rename(temporary, final) and not self.fs.exists(final):
+            raise OSError(f"could not write {self.absolute(relative)}")
+
+    def move(self, source: str, destination: str) -> None:
+        """Rename a file into place; done already (by this consumer or another) is fine."""
+        target = self._path(destination)
+        if self.fs.exists(target):
+            return
+        self.fs.mkdirs(target.getParent())
+        if not self.fs.rename(self._path(source), target) and not self.fs.exists(target):
+            raise OSError(f"could not move {self.absolute(source)} to {self.absolute(destination)}")
+
+    def delete(self, relative: str, *, recursive: bool = False) -> None:
+        self.fs.delete(self._path(relative), recursive)
+
+
+def _connections(block: FilesSinkSpec, location: Location) -> list[NamedConnection]:
+    return path_connections(block, location)
+
+
+def _parquet(block: FilesSinkSpec, context: WriterContext) -> FilesSink:
+    return FilesSink("parquet", block, context)
+
+
+def _json(block: FilesSinkSpec, context: WriterContext) -> FilesSink:
+    return FilesSink("json", block, context)
+
+
+PARQUET = SinkKind[FilesSinkSpec](
+    name="parquet",
+    annotation=FilesSinkSpec | None,
+    field=Field(default=None, description="Parquet files in a folder (type parquet); no row twice."),
+    required="parquet (the folder's path)",
+    stores=None,
+    connections=_connections,
+    writer=_parquet,
+)
+JSON = SinkKind[FilesSinkSpec](
+    name="json",
+    annotation=FilesSinkSpec | None,
+    field=Field(default=None, alias="json", description="JSON lines in a folder (type json); no row twice."),
+    required="json (the folder's path)",
+    stores=None,
+    attribute="json_",
+    connections=_connections,
+    writer=_json,
+)

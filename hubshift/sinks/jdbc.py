@@ -1,0 +1,223 @@
+"""The `jdbc` sink: a database table through JDBC, upserted by the event's coordinates, so a replay rewrites
+the rows it wrote instead of adding them again.
+
+Each batch's rows go into a staging table of the consumer's own (Spark's JDBC writer, truncated and filled),
+then one `MERGE` statement upserts them into the table by `keyColumns` (default: the event's `partition` and
+`sequence_number`, which the transform keeps), in one transaction. The table is created on the first batch,
+with the rows' columns and a primary key on `keyColumns`, where it does not exist. `MERGE` is standard SQL
+(PostgreSQL 15 and later, SQL Server, Oracle, Db2); the JDBC URL (with its user and password) is a secret,
+from the environment variable or Secret the block names. The PostgreSQL driver is on the consumers'
+classpath (`tools/spark-jars`); another database's driver comes with a derived image.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field, model_validator
+
+from hubshift.errors import UserError, one_line
+from hubshift.sinks.base import Location, SinkKind, Transform, WriterBatch, WriterContext
+from hubshift.sinks.commits import WrittenFile
+from hubshift.sinks.spark_writer import dead_letter_folder, single_output, write_dead_letters
+from hubshift.spec import NamedConnection, SecretConnectionSpec, cel
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+DEFAULT_JDBC_ENV = "HUBSHIFT_JDBC_URL"
+SQL_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
+SQL_TABLE = r"^([A-Za-z_][A-Za-z0-9_]{0,62}\.)?[A-Za-z_][A-Za-z0-9_]{0,62}$"
+# Options that would put a secret in the manifest, or that hubshift sets itself.
+REFUSED_OPTIONS = frozenset({"url", "dbtable", "query", "password", "user"})
+NO_SECRET_OPTIONS = (
+    "options: the URL, user and password come from the connection string (a Secret), not options"
+)
+# JDBC URL prefixes -> the driver class, for the drivers a consumer's classpath has.
+DRIVERS = {"jdbc:postgresql:": "org.postgresql.Driver"}
+
+
+class JdbcSinkSpec(SecretConnectionSpec):
+    """A database table upserted by `keyColumns` through JDBC; its URL (with the user and password) is the
+    connection string."""
+
+    SERVICE = "JDBC"
+    DEFAULT_VARIABLE = DEFAULT_JDBC_ENV
+
+    table: str = Field(pattern=SQL_TABLE, description="The table (schema.table), created when missing.")
+    key_columns: list[str] = Field(
+        default_factory=lambda: ["partition", "sequence_number"],
+        min_length=1,
+        max_length=8,
+        description="The columns a row is upserted by (its primary key): by default the event's coordinates, "
+        "which the transform keeps.",
+    )
+    options: dict[str, str] = Field(
+        default_factory=dict, description="Spark's JDBC options (batchsize, driver...); no secrets here."
+    )
+
+    CEL = (
+        cel(
+            "!has(self.options) || "
+            "self.options.all(k, !(k.lowerAscii() in ['url', 'dbtable', 'query', 'password', 'user']))",
+            NO_SECRET_OPTIONS,
+            ".options",
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _no_secret_options(self) -> JdbcSinkSpec:
+        if any(key.lower() in REFUSED_OPTIONS for key in self.options):
+            raise ValueError(NO_SECRET_OPTIONS)
+        if any(re.match(SQL_NAME, column) is None for column in self.key_columns):
+            raise ValueError("keyColumns: column names are letters, digits and _")
+        return self
+
+
+class JdbcSink:
+    name = "jdbc"
+
+    def __init__(self, block: JdbcSinkSpec, context: WriterContext) -> None:
+        self.block = block
+        resolved = NamedConnection(context.location, block, "sink").resolve(context.environ)
+        self.url = resolved.connection_string or ""
+        self.dead_letters = dead_letter_folder("jdbc-dead-letters", context.dead_letter_path)
+        driver = block.options.get("driver") or next(
+            (name for prefix, name in DRIVERS.items() if self.url.startswith(prefix)), None
+        )
+        if driver is None:
+            raise UserError(
+                "sink jdbc: no driver known for this URL; set options.driver (and add its jar to the image)"
+            )
+        self.driver = driver
+
+    def check(self, spark: SparkSession) -> None:
+        """The database answers this URL (its driver, host, user and password)."""
+        try:
+            self._connect(spark._jvm).close()
+        except UserError:
+            raise
+        except Exception as error:
+            raise UserError(f"sink jdbc: cannot connect: {self._clean(one_line(error))}") from None
+
+    def describe(self) -> str:
+        return f"table {self.block.table} (JDBC)"
+
+    def spark_conf(self) -> dict[str, str]:
+        return {}
+
+    def staging_table(self, consumer_id: str) -> str:
+        schema, _, table = self.block.table.rpartition(".")
+        name = f"{table}_hubshift_{re.sub(r'[^A-Za-z0-9_]', '_', consumer_id)}".lower()[:63]
+        return f"{schema}.{name}" if schema else name
+
+    def write_batch(self, events: DataFrame, transform: Transform, batch: WriterBatch) -> list[WrittenFile]:
+        result = transform(events)
+        frame = single_output(result, self.name)
+        files = write_dead_letters(result, self.dead_letters)
+        if frame is None:
+            return files
+        missing = [column for column in self.block.key_columns if column not in frame.columns]
+        if missing:
+            raise UserError(
+                f"sink jdbc: the rows lack the key columns {', '.join(missing)} (keyColumns); keep them in "
+                "the transform, or name others"
+            )
+        staging = self.staging_table(batch.consumer_id)
+        writer = frame.write.format("jdbc").option("url", self.url).option("dbtable", staging)
+        for key, value in {"truncate": "true", "driver": self.driver, **self.block.options}.items():
+            writer = writer.option(key, value)
+        try:
+            writer.mode("overwrite").save()
+            rows = self._merge(events.sparkSession._jvm, staging, list(frame.columns))
+        except UserError:
+            raise
+        except Exception as error:
+            raise UserError(f"sink jdbc: {self.describe()}: {self._clean(one_line(error))}") from error
+        return [WrittenFile("output", self.name, self.block.table, rows), *files]
+
+    def _merge(self, jvm: Any, staging: str, columns: list[str]) -> int:
+        connection = self._connect(jvm)
+        try:
+            connection.setAutoCommit(False)
+            statement = connection.createStatement()
+            if not self._exists(connection, self.block.table):
+                table = self.block.table
+                statement.executeUpdate(f"CREATE TABLE {table} AS SELECT * FROM {staging} WHERE 1 = 0")
+                keys = ", ".join(_q(c) for c in self.block.key_columns)
+                statement.executeUpdate(f"ALTER TABLE {table} ADD PRIMARY KEY ({keys})")
+            merge = merge_statement(self.block.table, staging, columns, self.block.key_columns)
+            rows = int(statement.executeUpdate(merge))
+            connection.commit()
+            return rows
+        except Exception:
+            connection.rollback()
+            raise
+        finally:
+            connection.close()
+
+    def _connect(self, jvm: Any) -> Any:
+        driver = jvm.java.lang.Class.forName(self.driver).getDeclaredConstructor().newInstance()
+        connection = driver.connect(self.url, jvm.java.util.Properties())
+        if connection is None:
+            raise UserError(f"sink jdbc: the driver {self.driver} does not take this URL")
+        return connection
+
+    def _exists(self, connection: Any, table: str) -> bool:
+        schema, _, name = table.rpartition(".")
+        metadata = connection.getMetaData()
+        for candidate in (name, name.lower(), name.upper()):
+            found = metadata.getTables(None, schema or None, candidate, None)
+            try:
+                if found.next():
+                    return True
+            finally:
+                found.close()
+        return False
+
+    def _clean(self, text: str) -> str:
+        """An error never carries the URL (it holds the password)."""
+        return text.replace(self.url, "<the JDBC URL>") if self.url else text
+
+
+def merge_statement(table: str, staging: str, columns: list[str], keys: list[str]) -> str:
+    """Upsert the staging table's rows into `table` by `keys` (standard SQL MERGE)."""
+    on = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in keys)
+    others = [c for c in columns if c not in keys]
+    update = (
+        f" WHEN MATCHED THEN UPDATE SET {', '.join(f'{_q(c)} = s.{_q(c)}' for c in others)}" if others else ""
+    )
+    names = ", ".join(_q(c) for c in columns)
+    values = ", ".join(f"s.{_q(c)}" for c in columns)
+    return (
+        f"MERGE INTO {table} t USING {staging} s ON {on}{update} "
+        f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({values})"
+    )
+
+
+def _q(column: str) -> str:
+    """A quoted column name, as Spark's JDBC writer quotes columns (tables it leaves unquoted: their names
+    are plain identifiers here)."""
+    return '"' + column.replace('"', '""') + '"'
+
+
+def _connections(block: JdbcSinkSpec, location: Location) -> list[NamedConnection]:
+    return [NamedConnection(location, block, "sink")]
+
+
+def _writer(block: JdbcSinkSpec, context: WriterContext) -> JdbcSink:
+    return JdbcSink(block, context)
+
+
+KIND = SinkKind[JdbcSinkSpec](
+    name="jdbc",
+    annotation=JdbcSinkSpec | None,
+    field=Field(
+        default=None, description="A database table through JDBC (type jdbc), upserted by keyColumns."
+    ),
+    required="jdbc (the table)",
+    stores=None,
+    connections=_connections,
+    writer=_writer,
+)
