@@ -1,5 +1,5 @@
 # One image for the hubshift operator and its consumer pods: Python 3.11, a JRE 17 from Debian, PySpark
-# from pip, a non-root user. The operator runs `hubshift operator`, a consumer pod
+# from pip with the jars of Delta Lake, hadoop-azure and the PostgreSQL JDBC driver, a non-root user. The operator runs `hubshift operator`, a consumer pod
 # `hubshift consume -f /etc/hubshift/manifest.yaml --id $(POD_NAME)` (both set by their pod specs).
 #
 #   docker build -t hubshift:0.1.0 .
@@ -23,6 +23,12 @@ RUN mkdir hubshift && touch README.md hubshift/__init__.py \
  && /opt/hubshift/bin/pip uninstall -y hubshift \
  && rm -rf README.md hubshift build hubshift.egg-info
 
+# The JVM jars beside PySpark's own (Delta Lake, hadoop-azure, the PostgreSQL JDBC driver), pinned with
+# their SHA-256 in image/spark-jars.txt: in PySpark's jars/, so a consumer pod downloads nothing.
+FROM ${BASE_IMAGE} AS jars
+COPY image/ /image/
+RUN python /image/fetch_jars.py /image/spark-jars.txt /jars
+
 FROM deps AS build
 COPY README.md ./
 COPY hubshift ./hubshift
@@ -41,6 +47,7 @@ RUN apt-get update \
  && groupadd --gid 10001 hubshift \
  && useradd --uid 10001 --gid 10001 --home-dir /var/lib/hubshift --create-home --shell /usr/sbin/nologin hubshift
 COPY --from=deps /opt/hubshift /opt/hubshift
+COPY --from=jars /jars/ /opt/hubshift/lib/python3.11/site-packages/pyspark/jars/
 COPY --from=build /app/ /
 ENV PATH=/opt/hubshift/bin:$PATH \
     JAVA_HOME=/usr/lib/jvm/java-17 \
