@@ -1,6 +1,7 @@
 # One image for the hubshift operator and its consumer pods: Python 3.11, a JRE 17 from Debian, PySpark
-# from pip with the jars of Delta Lake, hadoop-azure and the PostgreSQL JDBC driver, a non-root user. The operator runs `hubshift operator`, a consumer pod
-# `hubshift consume -f /etc/hubshift/manifest.yaml --id $(POD_NAME)` (both set by their pod specs).
+# from pip with the jars of Delta Lake, hadoop-azure and the PostgreSQL JDBC driver, a non-root user. The
+# operator runs `hubshift operator`, a consumer pod `hubshift consume
+# -f /etc/hubshift/manifest.yaml --id $(POD_NAME)` (both set by their pod specs).
 #
 #   docker build -t hubshift:0.1.0 .
 #

@@ -52,6 +52,10 @@ log = logging.getLogger(__name__)
 SESSION_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # Reading a table's snapshot before each commit shuffles into 50 tasks by default; a consumer commits
+    # small batches often, and one task makes each commit about five times cheaper (bench notes in
+    # docs/consumer.md, "Your own job"). A user's spark.conf may still set it.
+    "spark.databricks.delta.snapshotPartitions": "1",
 }
 # A commit that lost to another one on the same partitions is tried again this many times in all.
 COMMIT_ATTEMPTS = 3

@@ -77,7 +77,8 @@ class FilesSink:
     def write_batch(self, events: DataFrame, transform: Transform, batch: WriterBatch) -> list[WrittenFile]:
         folder = HadoopFolder(events.sparkSession, self.path)
         for manifest in folder.names(PENDING):
-            publish(folder, f"{PENDING}/{manifest}")
+            if manifest.endswith(".json"):  # not a `.tmp` a writer killed mid-write left
+                    publish(folder, f"{PENDING}/{manifest}")
         written = {p: last for p in batch.ranges if (last := progress(folder, p)) is not None}
         todo = to_write(batch.ranges, written)
         if not todo:

@@ -158,7 +158,9 @@ class JdbcSink:
             connection.close()
 
     def _connect(self, jvm: Any) -> Any:
-        driver = jvm.java.lang.Class.forName(self.driver).getDeclaredConstructor().newInstance()
+        # Class.newInstance: py4j cannot pass getDeclaredConstructor's empty varargs; the driver's own
+        # connect() also spares DriverManager's class-loader checks for jars on spark.driver.extraClassPath
+        driver = jvm.java.lang.Class.forName(self.driver).newInstance()
         connection = driver.connect(self.url, jvm.java.util.Properties())
         if connection is None:
             raise UserError(f"sink jdbc: the driver {self.driver} does not take this URL")

@@ -119,7 +119,14 @@ def hadoop_settings(path: str, resolved: Resolved, environ: Mapping[str, str]) -
         return {}
     host = match["host"]
     if resolved.connection_string is not None:
-        return _key_settings(host, resolved.connection_string, resolved.variable or "the connection string")
+        settings = _key_settings(host, resolved.connection_string, resolved.variable or "the connection string")
+        if path.startswith("abfss://") and settings.get("fs.azure.always.use.https") == "false":
+            # abfss:// is TLS whatever the endpoint says; hadoop-azure would retry a handshake for minutes
+            raise UserError(
+                f"{path}: the storage endpoint in {resolved.variable or 'the connection string'} is plain "
+                "http, which abfss:// (TLS) cannot reach: write abfs:// for a plain-http endpoint (Azurite)"
+            )
+        return settings
     assert resolved.identity is not None
     return _token_settings(host, resolved.identity, environ)
 
