@@ -24,7 +24,7 @@ def write_checkpoint(
     *,
     next_enqueued: datetime | None = None,
 ) -> PartitionLease:
-    """Move the partition's position, fenced by the lease: `LeaseLost` once it was broken, changed or
+    """Move the partition's position, fenced by the lease: `LeaseLost` once it was broken, released or
     expired. `next_enqueued`: when the event after `checkpoint` was enqueued, if known."""
     store.set_metadata(
         lease.scope.checkpoint_blob(lease.partition),
