@@ -14,7 +14,7 @@ from datetime import datetime
 from hubshift.ownership.model import Checkpoint, PartitionLease
 from hubshift.ownership.records import checkpoint_metadata, parse_checkpoint
 from hubshift.ownership.scope import Scope
-from hubshift.ownership.store import BlobNotFound, LeaseStore
+from hubshift.ownership.store import LeaseStore
 
 
 def write_checkpoint(
@@ -34,14 +34,6 @@ def write_checkpoint(
         lease_id=lease.lease_id,
     )
     return replace(lease, checkpoint=checkpoint)
-
-
-def read_checkpoint(store: LeaseStore, scope: Scope, partition: str) -> Checkpoint | None:
-    try:
-        entry = store.properties(scope.checkpoint_blob(partition))
-    except BlobNotFound:
-        return None
-    return parse_checkpoint(entry.metadata)
 
 
 def list_checkpoints(store: LeaseStore, scope: Scope) -> dict[str, Checkpoint]:

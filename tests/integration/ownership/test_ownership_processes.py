@@ -13,13 +13,14 @@ from datetime import UTC, datetime
 import pytest
 
 from hubshift.ownership.assignment import publish_assignment, read_assignment
-from hubshift.ownership.checkpoints import read_checkpoint, write_checkpoint
+from hubshift.ownership.checkpoints import write_checkpoint
 from hubshift.ownership.leases import claim_partition
 from hubshift.ownership.model import Assignment, Checkpoint, Phase
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import LeaseConflict
 from tests.fixtures.ownership import StoreUnderTest, Worker
+from tests.harness.ownership import owned_by, read_checkpoint
 
 # The scope tests/integration/ownership/worker.py uses.
 SCOPE = Scope("test.servicebus.windows.net", "hub", "$default")
@@ -109,7 +110,7 @@ def test_a_restart_with_the_same_identity_gets_its_leases_back_at_once(
     with pytest.raises(LeaseConflict):  # nor can it take c-a's membership
         lease_store.store.acquire_lease(SCOPE.member_blob("c-a"), SCOPE.lease_id("c-b"), 30)
     snap = take_snapshot(lease_store.store, SCOPE)
-    assert snap.owned_by("c-a") == ["0", "1", "2"] and snap.live_members == ["c-a"]
+    assert owned_by(snap, "c-a") == ["0", "1", "2"] and snap.live_members == ["c-a"]
 
 
 def test_two_concurrent_assignment_writers_never_both_win(
