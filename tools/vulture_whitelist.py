@@ -8,6 +8,22 @@ import kopf
 from azure.eventhub._consumer import EventHubConsumer
 
 from hubshift.apps.produce import send_load
+from hubshift.emulator.connection import AmqpConnection
+from hubshift.emulator.messages import MessageProperties
+from hubshift.emulator.performatives import (
+    Attach,
+    Begin,
+    Disposition,
+    Flow,
+    Open,
+    SaslChallenge,
+    SaslInit,
+    SaslMechanisms,
+    SaslOutcome,
+    Source,
+    Target,
+    Transfer,
+)
 from hubshift.manifest import PartitionedConsumer
 from hubshift.operator.kubernetes.api import KubeAdapter
 from hubshift.operator.loop import CycleReport
@@ -66,3 +82,55 @@ CycleReport.store_requests
 # without authentication (kmock in the operator's unit tests), beside from_environment.
 send_load
 KubeAdapter.from_server
+
+# The emulator's AMQP protocol object: asyncio's event loop calls these.
+AmqpConnection.connection_lost
+AmqpConnection.pause_writing
+AmqpConnection.resume_writing
+AmqpConnection.data_received
+AmqpConnection.eof_received
+
+# AMQP 1.0 fields decoded by position: each performative, source, target and message-properties section
+# names every field of the specification, so a decoded frame reads as the specification does, even where
+# the emulator never looks at one.
+MessageProperties.user_id
+MessageProperties.reply_to
+MessageProperties.content_encoding
+MessageProperties.absolute_expiry_time
+MessageProperties.creation_time
+MessageProperties.group_id
+MessageProperties.group_sequence
+MessageProperties.reply_to_group_id
+Open.outgoing_locales
+Open.incoming_locales
+Open.offered_capabilities
+Begin.incoming_window
+Begin.outgoing_window
+Begin.offered_capabilities
+Attach.unsettled
+Attach.incomplete_unsettled
+Attach.offered_capabilities
+Flow.incoming_window
+Flow.outgoing_window
+Transfer.delivery_tag
+Transfer.batchable
+Disposition.batchable
+SaslMechanisms.sasl_server_mechanisms
+SaslInit.mechanism
+SaslInit.initial_response
+SaslChallenge.challenge
+SaslOutcome.outcome_code
+SaslOutcome.additional_data
+Source.durable
+Source.expiry_policy
+Source.dynamic
+Source.dynamic_node_properties
+Source.distribution_mode
+Source.default_outcome
+Source.outcomes
+Source.capabilities
+Target.durable
+Target.expiry_policy
+Target.dynamic
+Target.dynamic_node_properties
+Target.capabilities
