@@ -49,7 +49,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hubshift.apps.produce import EventGenerator, HubSender, LoadSpec
 from hubshift.consumer.metrics import PREFIX as METRICS_PREFIX
-from hubshift.consumer.ranges import read_range_logs
 from hubshift.emulator.launch import start_emulator
 from hubshift.manifest import load_manifest
 from hubshift.operator.local.runner import LocalOperator
@@ -62,7 +61,7 @@ from hubshift.pipelines.aggregate_view import AggregateView
 from hubshift.sinks import FolderStore
 from hubshift.spec import DEFAULT_EVENTHUBS_ENV, DEFAULT_STORAGE_ENV
 from tests.harness.azurite import start_azurite
-from tests.harness.ranges import count_replays
+from tests.harness.ranges import count_replays, read_range_logs
 
 RESULTS = Path(__file__).resolve().parent / "results" / "chaos.json"
 HUB = "homes"

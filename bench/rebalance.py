@@ -75,9 +75,8 @@ from rich.table import Table
 # The shared harness (Azurite, the emulator's helpers) lives in the repository's tests/harness.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hubshift.consumer.ranges import read_range_logs
 from tests.harness.azurite import connection_string as azurite_connection_string
-from tests.harness.ranges import count_replays
+from tests.harness.ranges import count_replays, read_range_logs
 
 RESULTS = Path(__file__).resolve().parent / "results" / "rebalance.json"
 PARTITIONS = 32

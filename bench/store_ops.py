@@ -53,6 +53,7 @@ from hubshift.ownership.store import LeaseConflict, LeaseLost, StoreError
 from hubshift.ownership.stores.blob import BlobLeaseStore
 from hubshift.ownership.timing import DEFAULT_TIMING, Timing
 from tests.harness.azurite import running_azurite
+from tests.harness.ownership import failover_seconds, owned_by
 
 DAY = 86_400
 CONSUMERS = 8
@@ -210,7 +211,7 @@ class HubshiftAgent(threading.Thread):
             self.errors += 1
             return
         self.snapshot = snapshot
-        mine = set(snapshot.owned_by(self.consumer))
+        mine = set(owned_by(snapshot, self.consumer))
         self.leases = {p: lease for p, lease in self.leases.items() if p in mine}
         owners: dict[str, str | None] = {p: None for p in PARTITIONS}
         owners.update({row.partition: row.owner for row in snapshot.partitions})
@@ -299,7 +300,7 @@ def run_hubshift(connection_string: str, window: float, timing: Timing, console:
         counts=dict(counter.counts),
         per_day=per_day(counter.counts, counter.window_seconds, HUBSHIFT_GROUPS),
         expected_per_day=expected,
-        failover_worst_seconds=timing.failover_seconds,
+        failover_worst_seconds=failover_seconds(timing),
         failover_measured_seconds=measured,
         notes=[f"agent request errors: {sum(a.errors for a in agents)}"],
     )

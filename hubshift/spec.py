@@ -43,8 +43,7 @@ KIND = "PartitionedConsumer"
 PLURAL = "partitionedconsumers"
 SHORT_NAME = "pcon"
 
-# KEDA's pause annotations, under our group.
-# KEDA's pause annotations, under our group.
+# KEDA's pause annotations, under our group (`operator/autoscaler.py` parses them).
 PAUSED_ANNOTATION = f"autoscaling.{GROUP}/paused"
 PAUSED_REPLICAS_ANNOTATION = f"autoscaling.{GROUP}/paused-replicas"
 PAUSED_SCALE_IN_ANNOTATION = f"autoscaling.{GROUP}/paused-scale-in"

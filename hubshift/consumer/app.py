@@ -235,7 +235,7 @@ def handled_before_failover(spec: FailoverSpec | None, environ: Mapping[str, str
         raise UserError(f"spec.consumer.failover: reading the old hub's checkpoints failed: {exc}") from None
     finally:
         old.close()
-    handled = {partition: c.sequence_number for partition, c in checkpoints.items() if c.sequence_number >= 0}
+    handled = {partition: c.sequence_number for partition, c in checkpoints.items() if not c.consumed_nothing}
     if not handled:
         # Nothing will be skipped: most likely the namespace, hub or consumer group does not match the
         # scope the old consumers checkpointed under.

@@ -44,7 +44,7 @@ def checkpoint_due(
 
 def next_enqueued(position: Checkpoint | None, enqueued_time: EnqueuedTime) -> datetime | None:
     """When the event after `position` was enqueued, if known."""
-    if position is None or position.sequence_number < 0:
+    if position is None or position.consumed_nothing:
         return None
     return enqueued_time(position.sequence_number + 1)
 

@@ -72,6 +72,3 @@ class FailureLog:
             return None
         times = "once" if run.failures == 1 else f"{run.failures} times"
         return LogLine("info", f"{kind} works again (it failed {times} in {now - run.since:.0f}s)")
-
-    def failing(self, kind: str) -> bool:
-        return kind in self._runs

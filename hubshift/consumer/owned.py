@@ -150,7 +150,7 @@ class OwnedPartitions:
             return False
         log_line(self.failures.succeeded(CLAIM, now))
         checkpoint = lease.checkpoint
-        if checkpoint.sequence_number >= 0:
+        if not checkpoint.consumed_nothing:
             at = StartAt(sequence_number=checkpoint.sequence_number)
             next_sequence: int | None = checkpoint.sequence_number + 1
         else:

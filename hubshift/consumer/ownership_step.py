@@ -171,7 +171,7 @@ def _follow(
             claims.append(Claim(partition, False, ClaimReason.MINE))
         elif partition in unread:
             continue  # someone owns it after all: the operator's to move
-        elif not row.owner_alive:
+        elif row.orphaned:
             claims.append(Claim(partition, True, ClaimReason.ORPHANED, row.owner))
         elif partition in forced:
             claims.append(Claim(partition, True, ClaimReason.OWNER_GONE, row.owner))

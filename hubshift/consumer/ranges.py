@@ -1,15 +1,14 @@
 """The range log: what `hubshift consume --engine sdk` writes by default, one JSON line per batch it
-processed (consumer, partition, owner level, first and last sequence number, events, time), and its
-reader. The rebalance benchmark and the tests count replays over it (tests/harness/ranges.py)."""
+processed (consumer, partition, owner level, first and last sequence number, events, time). The rebalance
+benchmark and the tests read it and count replays over it (tests/harness/ranges.py)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import pyarrow as pa
 
@@ -43,13 +42,3 @@ class RangeLog:
         )
         with self._lock, self.path.open("a") as handle:
             handle.write(line + "\n")
-
-
-def read_range_logs(folder: Path) -> list[dict[str, Any]]:
-    """Every line the consumers' `RangeLog`s wrote under `folder` (a line cut short by a crash is skipped)."""
-    lines: list[dict[str, Any]] = []
-    for path in sorted(folder.glob("*.jsonl")):
-        for text in path.read_text().splitlines():
-            with contextlib.suppress(ValueError):
-                lines.append(json.loads(text))
-    return lines

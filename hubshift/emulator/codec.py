@@ -93,7 +93,7 @@ class Described:
 
 @dataclass(frozen=True, slots=True)
 class Array:
-    """An AMQP array: every element has the same type, named by `kind` (see ARRAY_KINDS)."""
+    """An AMQP array: every element has the same type, named by `kind` (one of `_KIND_BY_CONSTRUCTOR`)."""
 
     kind: str
     items: tuple[object, ...]
@@ -458,7 +458,6 @@ _KIND_BY_CONSTRUCTOR: dict[int, str] = {
     0xC1: "map",
     0xD1: "map",
 }
-ARRAY_KINDS = frozenset(_KIND_BY_CONSTRUCTOR.values())
 # the fewest bytes one array element takes after the shared constructor (list0 is refused as an element
 # constructor: each element would be a fresh list made from no bytes at all)
 _ELEMENT_MIN_WIDTH: dict[int, int] = {

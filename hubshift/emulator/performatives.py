@@ -165,8 +165,6 @@ _BY_CODE: dict[int, type[Performative]] = {
     frames.SASL_OUTCOME: SaslOutcome,
 }
 _CODE_OF: dict[type[Performative], int] = {kind: code for code, kind in _BY_CODE.items()}
-# how many fields each performative has: a frame always carries all of them
-ARITY: dict[int, int] = {code: len(kind._fields) for code, kind in _BY_CODE.items()}
 
 
 def code_of(performative: Performative) -> int:

@@ -35,7 +35,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from hubshift.spec import ScalingRulesSpec, ScalingSpec
+from hubshift.spec import (
+    FORCE_ACTIVATION_ANNOTATION,
+    PAUSED_ANNOTATION,
+    PAUSED_REPLICAS_ANNOTATION,
+    PAUSED_SCALE_IN_ANNOTATION,
+    PAUSED_SCALE_OUT_ANNOTATION,
+    ScalingRulesSpec,
+    ScalingSpec,
+)
 
 # The configuration is the manifest's own `spec.scaling` (`hubshift.spec.ScalingSpec`): its defaults and
 # its validation live there, once.
@@ -57,28 +65,29 @@ class Pause:
 NO_PAUSE = Pause()
 
 
-def parse_pause(annotations: Mapping[str, str], prefix: str = "autoscaling.hubshift.dev/") -> Pause:
-    """KEDA's annotations under our group: `paused`, `paused-replicas`, `paused-scale-in`,
-    `paused-scale-out`, `force-activation`. Flags are on when the value is "true" (any case)."""
+def parse_pause(annotations: Mapping[str, str]) -> Pause:
+    """KEDA's annotations under our group (`hubshift.spec` names them): `paused`, `paused-replicas`,
+    `paused-scale-in`, `paused-scale-out`, `force-activation`. Flags are on when the value is "true" (any
+    case)."""
 
     def flag(name: str) -> bool:
-        return annotations.get(prefix + name, "").strip().lower() == "true"
+        return annotations.get(name, "").strip().lower() == "true"
 
     replicas: int | None = None
     problems: list[str] = []
-    raw = annotations.get(prefix + "paused-replicas")
+    raw = annotations.get(PAUSED_REPLICAS_ANNOTATION)
     if raw is not None:
         text = raw.strip()
         if text.isdigit():
             replicas = int(text)
         else:
-            problems.append(f"{prefix}paused-replicas must be a whole number >= 0, got {raw!r}")
+            problems.append(f"{PAUSED_REPLICAS_ANNOTATION} must be a whole number >= 0, got {raw!r}")
     return Pause(
-        paused=flag("paused"),
+        paused=flag(PAUSED_ANNOTATION),
         replicas=replicas,
-        scale_in=flag("paused-scale-in"),
-        scale_out=flag("paused-scale-out"),
-        force_activation=flag("force-activation"),
+        scale_in=flag(PAUSED_SCALE_IN_ANNOTATION),
+        scale_out=flag(PAUSED_SCALE_OUT_ANNOTATION),
+        force_activation=flag(FORCE_ACTIVATION_ANNOTATION),
         problems=tuple(problems),
     )
 

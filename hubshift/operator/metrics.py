@@ -17,7 +17,6 @@ from threading import Thread
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.exposition import generate_latest
 
 from hubshift import __version__
 from hubshift.operator.rebalance import PublishReason
@@ -249,9 +248,6 @@ class OperatorMetrics:
             labels for labels in _label_sets(self.rebalances) if labels[:2] == (namespace, consumer)
         ]:
             _remove(self.rebalances, labels)
-
-    def exposition(self) -> bytes:
-        return generate_latest(self.registry)
 
     def serve(self, port: int, address: str = "0.0.0.0") -> Thread:
         """`/metrics` on `port`, in a daemon thread (the operator's event loop never waits on a scrape)."""

@@ -144,7 +144,7 @@ def lag_per_partition(
         if (
             row is not None
             and row.next_enqueued is not None
-            and row.checkpoint.sequence_number >= 0
+            and not row.checkpoint.consumed_nothing
             and row.checkpoint.sequence_number + 1 == first
         ):
             enqueued, source = row.next_enqueued.timestamp(), "checkpoint"

@@ -14,7 +14,7 @@ from datetime import datetime
 from hubshift.ownership.model import Checkpoint, PartitionLease
 from hubshift.ownership.records import checkpoint_metadata, parse_checkpoint
 from hubshift.ownership.scope import Scope
-from hubshift.ownership.store import BlobNotFound, LeaseStore
+from hubshift.ownership.store import LeaseStore
 
 
 def write_checkpoint(
@@ -24,7 +24,7 @@ def write_checkpoint(
     *,
     next_enqueued: datetime | None = None,
 ) -> PartitionLease:
-    """Move the partition's position, fenced by the lease: `LeaseLost` once it was broken, changed or
+    """Move the partition's position, fenced by the lease: `LeaseLost` once it was broken, released or
     expired. `next_enqueued`: when the event after `checkpoint` was enqueued, if known."""
     store.set_metadata(
         lease.scope.checkpoint_blob(lease.partition),
@@ -34,14 +34,6 @@ def write_checkpoint(
         lease_id=lease.lease_id,
     )
     return replace(lease, checkpoint=checkpoint)
-
-
-def read_checkpoint(store: LeaseStore, scope: Scope, partition: str) -> Checkpoint | None:
-    try:
-        entry = store.properties(scope.checkpoint_blob(partition))
-    except BlobNotFound:
-        return None
-    return parse_checkpoint(entry.metadata)
 
 
 def list_checkpoints(store: LeaseStore, scope: Scope) -> dict[str, Checkpoint]:

@@ -217,9 +217,6 @@ class OwnershipSnapshot:
     def live_members(self) -> list[str]:
         return sorted(m.consumer for m in self.members if m.alive)
 
-    def owned_by(self, consumer: str) -> list[str]:
-        return [p.partition for p in self.partitions if p.owner == consumer and not p.free]
-
     @property
     def owners(self) -> dict[str, str]:
         """partition -> its lease owner now, for leased partitions only."""

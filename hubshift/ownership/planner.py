@@ -136,35 +136,6 @@ def plan_moves(current: Assignees, plan: Assignees) -> tuple[Move, ...]:
     return tuple(sorted(moves, key=lambda m: partition_sort_key(m.partition)))
 
 
-def minimum_moves(partitions: Iterable[str], consumers: Sequence[str], current: Assignees) -> int:
-    """The fewest moves any balanced assignment needs from `current` (without building one)."""
-    parts = sorted_partitions(partitions)
-    members = list(dict.fromkeys(consumers))
-    if not members or not parts:
-        return 0
-    counts = sorted((len(ps) for ps in _held(parts, members, current).values()), reverse=True)
-    shares = fair_shares(len(parts), len(members))
-    kept = sum(min(count, cap) for count, cap in zip(counts, shares, strict=False))
-    return len(parts) - kept
-
-
-def is_balanced(assignment: Assignees, consumers: Sequence[str]) -> bool:
-    """Every partition assigned to one of `consumers`, `min(consumers, partitions)` of them active, ±1."""
-    members = set(consumers)
-    if not assignment:
-        return True
-    if not members:
-        return all(assignee is None for assignee in assignment.values())
-    counts: dict[str, int] = {}
-    for assignee in assignment.values():
-        if assignee is None or assignee not in members:
-            return False
-        counts[assignee] = counts.get(assignee, 0) + 1
-    if len(counts) != min(len(members), len(assignment)):
-        return False
-    return max(counts.values()) - min(counts.values()) <= 1
-
-
 def _held(parts: list[str], members: list[str], current: Assignees) -> dict[str, list[str]]:
     held: dict[str, list[str]] = {c: [] for c in members}
     for p in parts:

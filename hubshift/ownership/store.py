@@ -10,7 +10,6 @@ Semantics follow Azure Blob storage:
   any other id is refused with `LeaseConflict` while the lease is active;
 - writes of metadata on a leased blob must carry the holder's lease id, otherwise `LeaseLost`;
 - `break_lease` ends a lease at once; the old id is refused afterwards;
-- `change_lease` hands a lease from its holder's id to a new id; the old id is refused afterwards;
 - a lease of finite duration expires by the store's clock; until another id acquires it or the blob is
   written, its holder may renew it (Azure's rule);
 - `write` with `etag` is compare-and-swap; `etag=None` means "only if the blob does not exist".
@@ -120,10 +119,6 @@ class LeaseStore(Protocol):
 
     def release_lease(self, name: str, lease_id: str) -> None:
         """Give the lease up; `LeaseLost` if `lease_id` no longer holds it."""
-        ...
-
-    def change_lease(self, name: str, lease_id: str, new_lease_id: str) -> None:
-        """Move the lease from `lease_id` to `new_lease_id`; `LeaseLost` if `lease_id` does not hold it."""
         ...
 
     def break_lease(self, name: str) -> None:

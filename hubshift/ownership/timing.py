@@ -41,12 +41,5 @@ class Timing:
         if self.list_interval_seconds <= 0 or self.checkpoint_interval_seconds <= 0:
             raise ValueError("list and checkpoint intervals must be positive")
 
-    @property
-    def failover_seconds(self) -> float:
-        """Worst case from a consumer's crash until a survivor may take its partitions without an operator:
-        its membership lease runs out (at most one lease after its last renewal), then a survivor's next
-        listing sees it."""
-        return self.membership_lease_seconds + self.list_interval_seconds
-
 
 DEFAULT_TIMING = Timing()

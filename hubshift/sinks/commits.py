@@ -36,12 +36,6 @@ class PartitionRange:
     first_enqueued_time: datetime | None = None
     last_enqueued_time: datetime | None = None
 
-    def overlaps(self, other: PartitionRange) -> bool:
-        return (
-            self.first_sequence_number <= other.last_sequence_number
-            and other.first_sequence_number <= self.last_sequence_number
-        )
-
 
 @dataclass(frozen=True)
 class WrittenFile:
@@ -182,18 +176,6 @@ def _heaviest_disjoint(entries: list[tuple[PartitionRange, BatchRecord]]) -> lis
         else:
             i -= 1
     return picked
-
-
-def counted_events(records: Iterable[BatchRecord]) -> Mapping[str, int]:
-    """Events per partition that the counted records cover (what a reader's totals are made of)."""
-    records = list(records)
-    counted = select_counted(records)
-    totals: dict[str, int] = defaultdict(int)
-    for record in records:
-        for part in record.partitions:
-            if part.partition in counted.get(record.stem, frozenset()):
-                totals[part.partition] += part.events
-    return dict(totals)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,23 @@
-"""Analysis of the consumers' range logs (`hubshift.consumer.ranges`): what was processed, and what twice."""
+"""The consumers' range logs (`hubshift.consumer.ranges`), read and analysed: what was processed, and what
+twice."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
+
+
+def read_range_logs(folder: Path) -> list[dict[str, Any]]:
+    """Every line the consumers' `RangeLog`s wrote under `folder` (a line cut short by a crash is skipped)."""
+    lines: list[dict[str, Any]] = []
+    for path in sorted(folder.glob("*.jsonl")):
+        for text in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                lines.append(json.loads(text))
+    return lines
 
 
 def count_replays(lines: Iterable[Mapping[str, Any]]) -> tuple[int, int]:

@@ -135,23 +135,6 @@ def test_break_ends_the_lease_at_once(lease_store: StoreUnderTest) -> None:
         store.break_lease("missing")
 
 
-def test_change_moves_the_lease_to_a_new_id(lease_store: StoreUnderTest) -> None:
-    store = lease_store.store
-    store.create("b", {})
-    store.acquire_lease("b", A, INFINITE)
-    with pytest.raises(LeaseLost):
-        store.change_lease("b", B, str(uuid.uuid4()))
-    store.change_lease("b", A, B)
-    with pytest.raises(LeaseLost):
-        store.set_metadata("b", {"offset": "1"}, lease_id=A)
-    with pytest.raises(LeaseLost):
-        store.renew_lease("b", A)
-    with pytest.raises(LeaseConflict):
-        store.acquire_lease("b", A, INFINITE)
-    store.set_metadata("b", {"offset": "2"}, lease_id=B)
-    assert store.properties("b").metadata == {"offset": "2"}
-
-
 def test_missing_blobs_are_reported(lease_store: StoreUnderTest) -> None:
     store = lease_store.store
     with pytest.raises(BlobNotFound):

@@ -746,8 +746,10 @@ class DeployedScenarios:
             watch = deployment.watch
             assert watch is not None
             for pod in pods:
-                gone = watch.deleted(pod["metadata"]["name"], pod["metadata"]["uid"])
-                ended = None if gone is None else termination(gone, CONTAINER)
+                name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+                # The list can be empty before the watch has delivered the DELETED events.
+                gone = deployment.wait(lambda: watch.deleted(name, uid), 30, f"{name} seen deleted")  # noqa: B023
+                ended = termination(gone, CONTAINER)
                 assert ended is not None and ended[0] == 0, (pod["metadata"]["name"], ended)
 
         started = time.monotonic()

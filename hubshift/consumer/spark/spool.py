@@ -23,7 +23,6 @@ from hubshift.consumer.spark.offsets import SpoolExtent
 from hubshift.eventhubs.rows import EVENT_ARROW_SCHEMA
 
 SEQUENCE_COLUMN = "sequence_number"
-OFFSET_COLUMN = "offset"
 SUFFIX = ".arrow"
 
 
@@ -32,14 +31,6 @@ class Segment:
     path: Path
     first: int
     last: int
-
-
-@dataclass(frozen=True)
-class Position:
-    """An event's position: what a checkpoint records (the SDK's `offset` and `sequencenumber`)."""
-
-    offset: str
-    sequence_number: int
 
 
 def epoch_dir(root: str | os.PathLike[str], partition: str, owner_level: int) -> Path:
@@ -142,24 +133,6 @@ def read_range(
 def _merged(tables: list[pa.Table], rows_per_batch: int) -> Iterator[pa.RecordBatch]:
     merged = pa.concat_tables(tables).combine_chunks()
     yield from merged.to_batches(max_chunksize=rows_per_batch)
-
-
-def position_before(
-    root: str | os.PathLike[str], partition: str, owner_level: int, next_sequence: int
-) -> Position | None:
-    """The last spooled event before `next_sequence`: where a checkpoint after `[.., next)` points."""
-    for segment in reversed(segments(root, partition, owner_level)):
-        if segment.first >= next_sequence:
-            continue
-        table = _load(segment)
-        if table is None:
-            continue
-        sequence = table.column(SEQUENCE_COLUMN).to_numpy()
-        index = int(sequence.searchsorted(next_sequence, side="left")) - 1
-        if index >= 0:
-            offset = table.column(OFFSET_COLUMN)[index].as_py()
-            return Position(offset=str(offset), sequence_number=int(sequence[index]))
-    return None
 
 
 def trim(root: str | os.PathLike[str], partition: str, owner_level: int, committed_next: int) -> int:

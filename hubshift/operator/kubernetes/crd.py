@@ -289,12 +289,6 @@ def custom_resource_definition() -> JSON:
     }
 
 
-def root_schema_of(definition: Mapping[str, Any]) -> JSON:
-    """The openAPIV3Schema of the CRD's (only) version."""
-    schema: JSON = definition["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    return schema
-
-
 class _Dumper(yaml.SafeDumper):
     """Block style, long descriptions kept on one line, no aliases."""
 

@@ -97,13 +97,6 @@ class LocalOperator:
         self.driver.start_with(loop, self.consumer)
         return loop
 
-    async def reopen(self) -> CycleRunner:
-        """A fresh control loop over the same consumers, as after an operator restart: nothing kept in
-        memory, everything read again from the store."""
-        await self.driver.close()
-        self.driver.report = None
-        return await self.open()
-
     def apply(self, consumer: PartitionedConsumer) -> None:
         """A changed manifest: its settings from the next cycle on (the driver applies it)."""
         if not same_connections(self.consumer, consumer):

@@ -154,10 +154,6 @@ class BlobLeaseStore:
         with self._errors(name):
             self._lease(name, lease_id).release()
 
-    def change_lease(self, name: str, lease_id: str, new_lease_id: str) -> None:
-        with self._errors(name):
-            self._lease(name, lease_id).change(new_lease_id)
-
     def break_lease(self, name: str) -> None:
         try:
             with self._errors(name):

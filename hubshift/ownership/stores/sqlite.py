@@ -190,17 +190,6 @@ class SqliteLeaseStore:
                 raise LeaseLost(f"{name} is not leased by this lease id")
             self._set_lease(conn, name, None, "available")
 
-    def change_lease(self, name: str, lease_id: str, new_lease_id: str) -> None:
-        now = self._clock()
-        with self._transaction(write=True) as conn:
-            row = self._get(conn, name)
-            if row.state(now) is not LeaseState.LEASED or row.lease_id not in (lease_id, new_lease_id):
-                raise LeaseLost(f"{name} is not leased by this lease id")
-            conn.execute(
-                "UPDATE blobs SET lease_id = ? WHERE container = ? AND name = ?",
-                (new_lease_id, self.container, name),
-            )
-
     def break_lease(self, name: str) -> None:
         now = self._clock()
         with self._transaction(write=True) as conn:

@@ -18,7 +18,6 @@ from hubshift.consumer.engine import Committed, Drained, Notify, Stolen
 from hubshift.consumer.schedule import NUDGE_FLOOR_SECONDS
 from hubshift.eventhubs.receiver import StartAt
 from hubshift.ownership.assignment import publish_assignment, read_assignment
-from hubshift.ownership.checkpoints import read_checkpoint
 from hubshift.ownership.leases import claim_partition
 from hubshift.ownership.membership import join
 from hubshift.ownership.model import Assignment, Checkpoint, Phase
@@ -29,6 +28,7 @@ from hubshift.ownership.stores.locations import open_store, sqlite_url
 from hubshift.ownership.stores.sqlite import SqliteLeaseStore
 from hubshift.ownership.timing import Timing
 from hubshift.spec import CheckpointPolicySpec, StartPositionSpec
+from tests.harness.ownership import read_checkpoint
 
 SCOPE = Scope("ns.example", "hub", "$default")
 PARTITIONS = ["0", "1", "2", "3"]

@@ -21,6 +21,7 @@ from tests.fixtures.consumer import (
     coverage,
     wait_for,
 )
+from tests.harness.ownership import owned_by
 
 pytestmark = pytest.mark.timeout(900)
 EVERY_EVENTS = 100
@@ -53,11 +54,11 @@ def test_kill_9_mid_batch_loses_nothing_and_resumes_at_the_checkpoints(
 
     victim = consumer_pool.start(manifest, "c0")
     victim.wait_ready()
-    wait_for(lambda: len(ownership.snapshot().owned_by("c0")) == 4, 60, "c0 to own the hub")
+    wait_for(lambda: len(owned_by(ownership.snapshot(), "c0")) == 4, 60, "c0 to own the hub")
     survivor = consumer_pool.start(manifest, "c1")
     survivor.wait_ready()
     # Fallback balancing (no operator): c1 steals one partition per cycle until each holds two.
-    wait_for(lambda: len(ownership.snapshot().owned_by("c1")) == 2, 90, "c1 to take its share")
+    wait_for(lambda: len(owned_by(ownership.snapshot(), "c1")) == 2, 90, "c1 to take its share")
 
     produced: dict[str, int] = {}
     stop = threading.Event()
@@ -68,7 +69,7 @@ def test_kill_9_mid_batch_loses_nothing_and_resumes_at_the_checkpoints(
 
     producer = threading.Thread(target=load)
     producer.start()
-    victims = ownership.snapshot().owned_by("c0")
+    victims = owned_by(ownership.snapshot(), "c0")
 
     def victim_committed() -> int:
         return sum(r.events for p in victims for r in committed_ranges(sink).get(p, []) if r.consumer == "c0")
@@ -83,7 +84,7 @@ def test_kill_9_mid_batch_loses_nothing_and_resumes_at_the_checkpoints(
     }
 
     # Its membership lapses (15 s lease); the survivor takes the orphans from their checkpoints.
-    wait_for(lambda: len(ownership.snapshot().owned_by("c1")) == 4, 90, "c1 to take the orphans")
+    wait_for(lambda: len(owned_by(ownership.snapshot(), "c1")) == 4, 90, "c1 to take the orphans")
     time.sleep(3)
     stop.set()
     producer.join(timeout=30)

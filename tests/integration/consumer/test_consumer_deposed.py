@@ -15,7 +15,6 @@ from hubshift.apps.produce import LoadSpec, send_load
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.eventhubs.receiver import ReceiverPool, StartAt
 from hubshift.eventhubs.target import EventHubsTarget
-from hubshift.ownership.checkpoints import read_checkpoint
 from hubshift.ownership.leases import claim_partition
 from hubshift.ownership.membership import join
 from hubshift.ownership.model import EARLIEST
@@ -27,6 +26,7 @@ from tests.fixtures.consumer import (
     consumer_manifest,
     wait_for,
 )
+from tests.harness.ownership import owned_by, read_checkpoint
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -58,7 +58,7 @@ def test_a_deposed_consumer_stops_at_once_and_cannot_move_the_checkpoint(
         # A long listing interval: the consumer notices only through its receivers and its checkpoints.
         consumer = consumer_pool.start(manifest, "c0", args=("--list-interval", "300"))
         consumer.wait_ready()
-        wait_for(lambda: len(ownership.snapshot().owned_by("c0")) == 2, 60, "c0 to own both")
+        wait_for(lambda: len(owned_by(ownership.snapshot(), "c0")) == 2, 60, "c0 to own both")
         wait_for(
             lambda: all((read_checkpoint(store, scope, p) or EARLIEST).sequence_number > 0 for p in "01"),
             180,

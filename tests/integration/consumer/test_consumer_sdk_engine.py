@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from hubshift.apps.produce import LoadSpec, send_load
-from hubshift.consumer.ranges import read_range_logs
 from hubshift.emulator.launch import RunningEmulator
 from tests.fixtures.consumer import ConsumerPool, consumer_environ, consumer_manifest, wait_for
-from tests.harness.ranges import count_replays
+from tests.harness.ranges import count_replays, read_range_logs
 
 pytestmark = pytest.mark.timeout(300)
 PARTITIONS = [str(p) for p in range(16)]

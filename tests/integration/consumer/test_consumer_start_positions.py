@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from azure.eventhub import EventData, EventHubProducerClient
 
-from hubshift.consumer.ranges import read_range_logs
 from hubshift.emulator.launch import RunningEmulator
 from tests.fixtures.consumer import ConsumerPool, consumer_environ, consumer_manifest, wait_for
+from tests.harness.ranges import read_range_logs
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -209,12 +209,15 @@ def test_the_connection_string_is_printed_once_it_accepts(tmp_path: Path) -> Non
 
 
 def test_in_process_emulator_serves_the_sdk() -> None:
-    from hubshift.emulator.launch import running_emulator
+    from hubshift.emulator.launch import start_emulator
 
-    with running_emulator(["inproc:2"], in_process=True) as server:
+    server = start_emulator(["inproc:2"], in_process=True)
+    try:
         assert server.pid == os.getpid()
         with producer(server.connection_string, hub="inproc") as client:
             client.send_event(EventData("here"), partition_id="1")
         assert receive(server.connection_string, 1, hub="inproc", partition_id="1").bodies() == [b"here"]
+    finally:
+        server.stop()
     threading.enumerate()  # the emulator thread is gone
     assert not any(thread.name == "hubshift-emulator" for thread in threading.enumerate())

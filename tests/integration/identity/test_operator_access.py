@@ -18,6 +18,7 @@ from hubshift.errors import UserError
 from hubshift.manifest import PartitionedConsumer, parse_manifest
 from hubshift.operator.access import AccessPolicy, NamespaceAccess
 from hubshift.operator.kubernetes.reconcile import open_cluster_loop
+from hubshift.operator.kubernetes.render import Owner
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.spec import TokenCredentialSpec
 from tests.fixtures.identity import Entra
@@ -87,6 +88,8 @@ def resource(entra: Entra, account_url: str, namespace: str = "team") -> Partiti
 
 class Runtime:
     """What the loop needs of the Kubernetes runtime here: no Secrets (token credentials only), no pods."""
+
+    owner = Owner("homes", "team", "u")
 
     async def connection_environment(self, consumer: PartitionedConsumer) -> dict[str, str]:
         return {}

@@ -27,7 +27,6 @@ import pytest
 import yaml
 
 from hubshift.connections import open_checkpoint_store
-from hubshift.consumer.ranges import read_range_logs
 from hubshift.errors import UserError
 from hubshift.eventhubs.management import EventHubsProbe, ProbeError
 from hubshift.eventhubs.target import EventHubsTarget, sdk_client
@@ -37,7 +36,7 @@ from tests.fixtures.consumer import wait_for
 from tests.fixtures.identity import MANAGED_IDENTITY, Entra
 from tests.fixtures.runtime import start_run
 from tests.harness.identity import EVENTHUBS_RESOURCE, STORAGE_RESOURCE, secrets_in
-from tests.harness.ranges import count_replays
+from tests.harness.ranges import count_replays, read_range_logs
 
 HUBSHIFT = [sys.executable, "-m", "hubshift.cli"]
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from hubshift.ownership.assignment import publish_assignment, read_assignment
-from hubshift.ownership.checkpoints import list_checkpoints, read_checkpoint, write_checkpoint
+from hubshift.ownership.checkpoints import list_checkpoints, write_checkpoint
 from hubshift.ownership.leases import claim_partition, release_partition
 from hubshift.ownership.membership import expel, join, leave, renew
 from hubshift.ownership.model import EARLIEST, Assignment, Checkpoint, Phase
@@ -16,6 +16,7 @@ from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import LeaseConflict, LeaseLost, LeaseState, WriteConflict
 from tests.fixtures.ownership import StoreUnderTest
+from tests.harness.ownership import owned_by, read_checkpoint
 
 SCOPE = Scope("NS.servicebus.windows.net", "Hub", "$Default")
 
@@ -79,7 +80,7 @@ def test_membership_and_the_snapshot(lease_store: StoreUnderTest) -> None:
     snap = take_snapshot(store, SCOPE)
     assert [p.partition for p in snap.partitions] == ["0", "1", "2", "3", "10"]
     assert snap.live_members == ["c-0", "c-1"]
-    assert snap.owned_by("c-0") == ["0", "1", "2"]
+    assert owned_by(snap, "c-0") == ["0", "1", "2"]
     assert snap.owners == {"0": "c-0", "1": "c-0", "2": "c-0", "3": "c-1"}
     ten = snap.partition("10")
     assert ten is not None and ten.free and ten.owner is None and ten.last_owner == "c-1"

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hubshift.consumer.ranges import read_range_logs
-from tests.harness.ranges import count_replays
+from tests.harness.ranges import count_replays, read_range_logs
 
 
 def test_overlaps_count_as_replays_per_partition() -> None:

@@ -213,7 +213,7 @@ def test_frames_with_any_field_values_decode_to_their_performative(
     assert type(decoded) is kind
     assert decoded == sent
     assert bytes(memoryview(frame)[8:][payload_start:]) == payload
-    assert performatives.ARITY[performatives.code_of(sent)] == len(decoded)
+    assert len(kind._fields) == len(decoded)
 
 
 @given(st.binary(min_size=1, max_size=300))

@@ -23,6 +23,7 @@ from hubshift.operator.status import (
     ResourcePhase,
 )
 from hubshift.spec import Model
+from tests.fixtures.operator import root_schema
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "homes.yaml"
 
@@ -30,12 +31,6 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "homes.yaml"
 def example() -> dict[str, Any]:
     document: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
     return copy.deepcopy(document)
-
-
-def root_schema() -> dict[str, Any]:
-    version = crd.custom_resource_definition()["spec"]["versions"][0]
-    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
-    return schema
 
 
 def nodes(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:

@@ -25,10 +25,11 @@ import yaml
 from click.testing import CliRunner
 from lightkube.resources.core_v1 import Pod, Secret
 from lightkube.types import PatchType
+from prometheus_client import generate_latest
 
 from hubshift.manifest import PartitionedConsumer
 from hubshift.operator.cli import operator as operator_command
-from hubshift.operator.kubernetes import crd, handlers, reconcile
+from hubshift.operator.kubernetes import handlers, reconcile
 from hubshift.operator.kubernetes.api import (
     KubeAdapter,
     PartitionedConsumerResource,
@@ -44,6 +45,7 @@ from hubshift.operator.metrics import OperatorMetrics
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.operator.status import ResourcePhase
 from hubshift.spec import SecretKeyRefSpec
+from tests.fixtures.operator import root_schema
 from tests.harness.report_only import ReportOnlyLoop
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "homes.yaml"
@@ -279,7 +281,7 @@ async def test_until_the_control_loop_lands_the_status_says_ready(running: Runni
     assert status["conditions"][0]["type"] == "Ready"
     assert status["conditions"][0]["status"] == "True"
     # Only declared status fields are written (kopf keeps its bookkeeping in annotations).
-    declared = crd.root_schema_of(crd.custom_resource_definition())["properties"]["status"]["properties"]
+    declared = root_schema()["properties"]["status"]["properties"]
     assert set(status) <= set(declared)
 
 
@@ -437,14 +439,14 @@ async def test_deleting_the_consumer_stops_its_loop_and_forgets_its_metrics(
     await running.create_consumer(manifest())
     metrics = running.context.metrics
     series = b'hubshift_current_replicas{consumer="homes",namespace="sensors"} 1.0'
-    await eventually(lambda: series in metrics.exposition(), what="the replicas metric")
+    await eventually(lambda: series in generate_latest(metrics.registry), what="the replicas metric")
     await running.kube.client.delete(PartitionedConsumerResource, "homes", namespace=NAMESPACE)
     await eventually(lambda: "homes" not in live_objects(running.kmock, "partitionedconsumers"), what="gone")
     calls = len(recorder.calls)
     await running.create_pod("homes-0")
     await asyncio.sleep(0.5)
     assert len(recorder.calls) == calls  # no loop left for it
-    assert b'consumer="homes"' not in metrics.exposition()
+    assert b'consumer="homes"' not in generate_latest(metrics.registry)
 
 
 async def test_secrets_never_reach_status_events_children_or_logs(
@@ -657,19 +659,19 @@ def test_metrics_replace_stale_label_sets() -> None:
     metrics = OperatorMetrics()
     metrics.set_backlog(NAMESPACE, "homes", {"0": 10, "1": 5})
     metrics.set_backlog(NAMESPACE, "homes", {"0": 3})
-    text = metrics.exposition().decode()
+    text = generate_latest(metrics.registry).decode()
     assert 'hubshift_partition_backlog_events{consumer="homes",namespace="sensors",partition="0"} 3.0' in text
     assert 'partition="1"' not in text
     assert 'hubshift_backlog_events{consumer="homes",namespace="sensors"} 3.0' in text
     metrics.set_phase(NAMESPACE, "homes", ResourcePhase.HOLDDOWN)
     assert (
         'hubshift_phase{consumer="homes",namespace="sensors",phase="Holddown"} 1.0'
-        in metrics.exposition().decode()
+        in generate_latest(metrics.registry).decode()
     )
     metrics.record_scale(NAMESPACE, "homes", 2, 4)
     metrics.rebalances.labels(NAMESPACE, "homes", "membership").inc()
     metrics.forget(NAMESPACE, "homes")
-    assert 'consumer="homes"' not in metrics.exposition().decode()
+    assert 'consumer="homes"' not in generate_latest(metrics.registry).decode()
 
 
 def test_operator_command_refuses_contradictory_flags() -> None:

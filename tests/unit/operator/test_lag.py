@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hubshift.eventhubs.model import PartitionInfo
@@ -128,7 +129,7 @@ def test_the_loop_reads_only_events_nobody_reads_a_few_at_a_time() -> None:
 
 
 def samples(metrics: OperatorMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = metrics.exposition().decode()
+    text = generate_latest(metrics.registry).decode()
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)

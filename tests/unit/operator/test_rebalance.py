@@ -22,9 +22,10 @@ from hubshift.operator.rebalance import (
     step,
 )
 from hubshift.ownership.model import ChangeKind, Phase
-from hubshift.ownership.planner import is_balanced, minimum_moves, plan_assignment, plan_moves
+from hubshift.ownership.planner import plan_assignment, plan_moves
 from hubshift.ownership.records import decode_assignment, encode_assignment
 from hubshift.spec import RebalanceSpec
+from tests.harness.ownership import is_balanced, minimum_moves
 
 CONFIG = RebalanceSpec(delay_seconds=5.0, max_handoff_seconds=3.0)
 

@@ -20,6 +20,7 @@ from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import snapshot_from_entries
 from hubshift.ownership.store import BlobEntry, LeaseState
 from hubshift.ownership.timing import DEFAULT_TIMING, Timing
+from tests.harness.ownership import failover_seconds, owned_by
 
 T0 = datetime(2026, 11, 21, 8, 0, tzinfo=UTC)
 aware_times = st.datetimes(
@@ -134,7 +135,7 @@ def test_a_listing_becomes_the_ownership_table() -> None:
     assert rows["4"].owner == "?" and rows["4"].checkpoint == Checkpoint("-1", -1)
     assert snapshot.live_members == ["c-0"]
     assert snapshot.owners == {"2": "c-0", "4": "?", "10": "c-1"}
-    assert snapshot.owned_by("c-0") == ["2"]
+    assert owned_by(snapshot, "c-0") == ["2"]
     assert snapshot.assignment_etag == f'"{p}hubshift/assignment"' and snapshot.assignment is None
 
 
@@ -142,8 +143,8 @@ def test_the_default_timings_hold_their_promises() -> None:
     t = DEFAULT_TIMING
     assert 15 <= t.membership_lease_seconds <= 60
     assert t.renew_interval_seconds <= t.membership_lease_seconds / 2
-    assert t.failover_seconds * 4 <= 180 + 36  # the SDK's worst case: 180 s expiry + a 36 s cycle
-    assert Timing(membership_lease_seconds=15, renew_interval_seconds=5).failover_seconds == 35
+    assert failover_seconds(t) * 4 <= 180 + 36  # the SDK's worst case: 180 s expiry + a 36 s cycle
+    assert failover_seconds(Timing(membership_lease_seconds=15, renew_interval_seconds=5)) == 35
 
 
 @pytest.mark.parametrize(

@@ -11,11 +11,10 @@ from hypothesis import strategies as st
 from hubshift.ownership.planner import (
     Move,
     consumer_sort_key,
-    is_balanced,
-    minimum_moves,
     plan_assignment,
     plan_moves,
 )
+from tests.harness.ownership import is_balanced, minimum_moves
 
 
 def ids(n: int) -> list[str]:

@@ -1,0 +1,136 @@
+"""Names vulture reports as unused that are used where it cannot see (tools/run-tests' lint tier runs it
+over hubshift/ with this file). Never run; each group says who uses its names."""
+
+import logging
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import kopf
+from azure.eventhub._consumer import EventHubConsumer
+
+from hubshift.apps.produce import send_load
+from hubshift.emulator.connection import AmqpConnection
+from hubshift.emulator.messages import MessageProperties
+from hubshift.emulator.performatives import (
+    Attach,
+    Begin,
+    Disposition,
+    Flow,
+    Open,
+    SaslChallenge,
+    SaslInit,
+    SaslMechanisms,
+    SaslOutcome,
+    Source,
+    Target,
+    Transfer,
+)
+from hubshift.manifest import PartitionedConsumer
+from hubshift.operator.kubernetes.api import KubeAdapter
+from hubshift.operator.loop import CycleReport
+from hubshift.operator.status import Condition, PartitionedConsumerStatus, PendingHandoff
+from hubshift.ownership.store import BlobEntry, LeaseState
+from hubshift.spec import ResourceListSpec
+
+# Pydantic fields read by serialisation or validation: the status goes to the CR by model_dump, the
+# manifest's apiVersion is checked when it is parsed, the resource sizes are rendered into the pod.
+PartitionedConsumerStatus.assignment_generation
+PartitionedConsumerStatus.last_active_time
+Condition.last_transition_time
+PendingHandoff.from_owner
+PendingHandoff.to_owner
+PartitionedConsumer.api_version
+ResourceListSpec.cpu
+
+# kopf's settings, set by operator/kubernetes/settings.py for kopf to read.
+settings = kopf.OperatorSettings()
+settings.peering.mandatory
+settings.posting.enabled
+settings.watching.server_timeout
+settings.watching.client_timeout
+settings.watching.connect_timeout
+settings.watching.reconnect_backoff
+settings.networking.connect_timeout
+settings.background.instant_exit_timeout
+settings.persistence.finalizer
+settings.persistence.progress_storage
+settings.persistence.diffbase_storage
+
+# The standard library reads these: a log record rewritten by consumer/http.py's filter (the handlers
+# format it), and the views page's HTTP server (its Server header, its request threads).
+logging.LogRecord.msg
+logging.LogRecord.levelname
+logging.LogRecord.levelno
+logging.LogRecord.exc_text
+BaseHTTPRequestHandler.server_version
+BaseHTTPRequestHandler.sys_version
+ThreadingHTTPServer.daemon_threads
+
+# Set on the Event Hubs SDK's consumer (eventhubs/sdk_internals.py): the SDK resumes from it after a
+# retried link failure.
+EventHubConsumer._last_received_event
+
+# What the store reports: Azure's lease state while a break runs (parsed by LeaseState(value)), and
+# whether a lease is infinite (both backends fill it in; the store contract tests hold them to it).
+LeaseState.BREAKING
+BlobEntry.lease_infinite
+
+# A control-loop cycle's report, read by bench/control_loop.py (outside hubshift/).
+CycleReport.store_requests
+
+# Public in-process APIs that only tests and benchmarks call today: the load generator's one-call API
+# (bench/rebalance.py, the runtime tests; documented in apps/produce.py) and the adapter for an API server
+# without authentication (kmock in the operator's unit tests), beside from_environment.
+send_load
+KubeAdapter.from_server
+
+# The emulator's AMQP protocol object: asyncio's event loop calls these.
+AmqpConnection.connection_lost
+AmqpConnection.pause_writing
+AmqpConnection.resume_writing
+AmqpConnection.data_received
+AmqpConnection.eof_received
+
+# AMQP 1.0 fields decoded by position: each performative, source, target and message-properties section
+# names every field of the specification, so a decoded frame reads as the specification does, even where
+# the emulator never looks at one.
+MessageProperties.user_id
+MessageProperties.reply_to
+MessageProperties.content_encoding
+MessageProperties.absolute_expiry_time
+MessageProperties.creation_time
+MessageProperties.group_id
+MessageProperties.group_sequence
+MessageProperties.reply_to_group_id
+Open.outgoing_locales
+Open.incoming_locales
+Open.offered_capabilities
+Begin.incoming_window
+Begin.outgoing_window
+Begin.offered_capabilities
+Attach.unsettled
+Attach.incomplete_unsettled
+Attach.offered_capabilities
+Flow.incoming_window
+Flow.outgoing_window
+Transfer.delivery_tag
+Transfer.batchable
+Disposition.batchable
+SaslMechanisms.sasl_server_mechanisms
+SaslInit.mechanism
+SaslInit.initial_response
+SaslChallenge.challenge
+SaslOutcome.outcome_code
+SaslOutcome.additional_data
+Source.durable
+Source.expiry_policy
+Source.dynamic
+Source.dynamic_node_properties
+Source.distribution_mode
+Source.default_outcome
+Source.outcomes
+Source.capabilities
+Target.durable
+Target.expiry_policy
+Target.dynamic
+Target.dynamic_node_properties
+Target.capabilities
