@@ -78,7 +78,7 @@ class FilesSink:
         folder = HadoopFolder(events.sparkSession, self.path)
         for manifest in folder.names(PENDING):
             if manifest.endswith(".json"):  # not a `.tmp` a writer killed mid-write left
-                    publish(folder, f"{PENDING}/{manifest}")
+                publish(folder, f"{PENDING}/{manifest}")
         written = {p: last for p in batch.ranges if (last := progress(folder, p)) is not None}
         todo = to_write(batch.ranges, written)
         if not todo:

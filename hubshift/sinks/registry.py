@@ -138,8 +138,3 @@ def build_sink(
         return spec.kind.writer(spec.block, context)
     store, dead_letters = _stores(spec, environ, check=check)
     return FileSink(store, dead_letters)
-
-
-def writes_frames_only(spec: SinkSpecBase) -> bool:
-    """Whether the sink takes a DataFrame pipeline's rows only (Spark writes it)."""
-    return spec.kind.takes_frames_only

@@ -119,7 +119,9 @@ def hadoop_settings(path: str, resolved: Resolved, environ: Mapping[str, str]) -
         return {}
     host = match["host"]
     if resolved.connection_string is not None:
-        settings = _key_settings(host, resolved.connection_string, resolved.variable or "the connection string")
+        settings = _key_settings(
+            host, resolved.connection_string, resolved.variable or "the connection string"
+        )
         if path.startswith("abfss://") and settings.get("fs.azure.always.use.https") == "false":
             # abfss:// is TLS whatever the endpoint says; hadoop-azure would retry a handshake for minutes
             raise UserError(
@@ -180,12 +182,6 @@ def _token_settings(host: str, identity: TokenCredentialSpec, environ: Mapping[s
     elif environ.get("IDENTITY_ENDPOINT"):
         settings[f"fs.azure.account.oauth2.msi.endpoint.{host}"] = environ["IDENTITY_ENDPOINT"]
     return settings
-
-
-def apply_hadoop_settings(spark: SparkSession, settings: Mapping[str, str]) -> None:
-    configuration = spark._jsc.hadoopConfiguration()
-    for key, value in settings.items():
-        configuration.set(key, value)
 
 
 # --- one batch ------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""The sinks Spark writes itself, batch by batch on the tests' Spark session, each against a real store: what a
-replay writes (the same batch again, the same events cut into other batches, a writer killed between its
-commit and its publication) and what a reader of the table or folder then sees.
+"""The sinks Spark writes itself, batch by batch on the tests' Spark session, each against a real store:
+what a replay writes (the same batch again, the same events cut into other batches, a writer killed
+between its commit and its publication) and what a reader of the table or folder then sees.
 
 - `parquet`/`json`: a reader of the folder (pyarrow's dataset, none of hubshift's code) sees each row once;
 - `delta`: every event in one committed row, on a folder and on Azure storage (Azurite through hadoop-azure's
@@ -27,7 +27,6 @@ from hubshift.sinks.delta import DeltaSink, DeltaSinkSpec
 from hubshift.sinks.files import FilesSink, FilesSinkSpec
 from hubshift.sinks.foreach_batch import ForeachBatchSink, ForeachBatchSinkSpec
 from hubshift.sinks.jdbc import JdbcSink, JdbcSinkSpec
-from hubshift.sinks.spark_writer import apply_hadoop_settings
 from tests.harness.azurite import ACCOUNT, ACCOUNT_KEY, Azurite
 from tests.harness.postgres import Postgres
 
@@ -89,14 +88,19 @@ def pairs(rows: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("format_name", ["parquet", "json"])
-def test_a_reader_of_the_folder_never_sees_a_row_twice(spark: SparkSession, tmp_path: Path, format_name: str) -> None:
+def test_a_reader_of_the_folder_never_sees_a_row_twice(
+    spark: SparkSession, tmp_path: Path, format_name: str
+) -> None:
     import pyarrow.dataset as ds
 
     folder = tmp_path / format_name
     sink = FilesSink(format_name, FilesSinkSpec(path=str(folder), partition_by=["date"]), context())
     run_scenario(spark, lambda frame, b: sink.write_batch(frame, identity, b))
     dataset = ds.dataset(str(folder), format=format_name, partitioning="hive")  # skips _hubshift/
-    assert pairs(dataset.to_table(columns=["partition", "sequence_number"]).to_pylist()) == (EXPECTED, EXPECTED)
+    assert pairs(dataset.to_table(columns=["partition", "sequence_number"]).to_pylist()) == (
+        EXPECTED,
+        EXPECTED,
+    )
     assert sorted(p.name for p in (folder / "_hubshift" / "progress").iterdir()) == ["0", "1", "3"]
 
 
@@ -154,7 +158,7 @@ def test_delta_refuses_new_columns_without_merge_schema_and_adds_them_with_it(
     def wider(frame: DataFrame) -> PipelineResult:
         return identity(frame.withColumn("extra", F.lit(1)))
 
-    with pytest.raises(UserError, match="columns the table lacks \\(extra\\); set options.mergeSchema"):
+    with pytest.raises(UserError, match=r"columns the table lacks \(extra\); set options.mergeSchema"):
         DeltaSink(DeltaSinkSpec(path=path), context()).write_batch(
             events(spark, {"0": (10, 19)}), wider, batch({"0": (10, 19)}, 1)
         )
@@ -174,7 +178,9 @@ def test_delta_on_azure_storage_through_hadoop_azure(spark: SparkSession, azurit
     path = f"abfs://{container}@devstoreaccount1.dfs.core.windows.net/homes"  # Azurite speaks plain http
     environ = {"HUBSHIFT_SINK_CONNECTION_STRING": azurite.connection_string}
     with pytest.raises(UserError, match="write abfs:// for a plain-http endpoint"):
-        DeltaSink(DeltaSinkSpec(path=path.replace("abfs://", "abfss://"), partition_by=["date"]), context(environ))
+        DeltaSink(
+            DeltaSinkSpec(path=path.replace("abfs://", "abfss://"), partition_by=["date"]), context(environ)
+        )
     sink = DeltaSink(DeltaSinkSpec(path=path, partition_by=["date"]), context(environ))
     apply_hadoop_settings(spark, sink.settings)  # what the consumer's session gets from sink.spark_conf()
     sink.check(spark)
@@ -188,15 +194,20 @@ def test_delta_on_azure_storage_through_hadoop_azure(spark: SparkSession, azurit
     assert delta_rows(f"az://{container}/homes", options) == (EXPECTED, EXPECTED)
 
 
+def apply_hadoop_settings(spark: SparkSession, settings: Mapping[str, str]) -> None:
+    """What a consumer's session gets from `spark.hadoop.*` in the sink's spark_conf()."""
+    configuration = spark._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    for key, value in settings.items():
+        configuration.set(key, value)
+
+
 # --- jdbc -------------------------------------------------------------------------------------------------
 
 
 def test_jdbc_upserts_by_the_events_coordinates(spark: SparkSession, postgres: Postgres) -> None:
     import psycopg
 
-    url = (
-        f"jdbc:postgresql://127.0.0.1:{postgres.port}/hubshift?user=hubshift&password={postgres.password}"
-    )
+    url = f"jdbc:postgresql://127.0.0.1:{postgres.port}/hubshift?user=hubshift&password={postgres.password}"
     sink = JdbcSink(JdbcSinkSpec(table="public.homes"), context({"HUBSHIFT_JDBC_URL": url}))
     sink.check(spark)
     run_scenario(spark, lambda frame, b: sink.write_batch(frame, identity, b))
@@ -229,9 +240,7 @@ def record_batch(frame: DataFrame, told: Any) -> None:
 
 def test_foreach_batch_is_told_the_ranges_and_a_stable_id(spark: SparkSession) -> None:
     CALLS.clear()
-    sink = ForeachBatchSink(
-        ForeachBatchSinkSpec(function=f"{__name__}:record_batch"), context()
-    )
+    sink = ForeachBatchSink(ForeachBatchSinkSpec(function=f"{__name__}:record_batch"), context())
     run_scenario(spark, lambda frame, b: sink.write_batch(frame, identity, b))
     (first_id, first, first_rows), (again_id, _, _), (other_id, other, other_rows) = CALLS
     assert first == {"0": (0, 99), "1": (0, 49)} and first_rows == 150
