@@ -86,6 +86,11 @@ class ConsumerSpec(Model):
         description="Container image of the consumer pods.",
     )
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    engine: Literal["spark", "sdk"] = Field(
+        default="spark",
+        description="spark: the pipeline on a Spark streaming query; sdk: the same ownership over plain SDK "
+        "receivers, logging the batch ranges it read (no pipeline, no Spark).",
+    )
     spark: SparkSpec = Field(default_factory=SparkSpec)
     start_position: StartPositionSpec = Field(default_factory=StartPositionSpec)
     failover: FailoverSpec | None = Field(

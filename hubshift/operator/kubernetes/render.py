@@ -22,7 +22,7 @@ import yaml
 from hubshift import __version__, sinks
 from hubshift.errors import UserError
 from hubshift.manifest import CODE_DIR, PartitionedConsumer, connections_of, credentials_of, parse_manifest
-from hubshift.spec import API_VERSION, GROUP, KIND
+from hubshift.spec import API_VERSION, GROUP, KIND, STOP_FOLLOW_SECONDS
 
 JSON = dict[str, Any]
 
@@ -220,6 +220,7 @@ def manifest_text(consumer: PartitionedConsumer) -> str:
     document = consumer.model_dump(by_alias=True, mode="json", exclude_none=True)
     document["metadata"] = {"name": consumer.metadata.name, "namespace": consumer.metadata.namespace}
     document["spec"].pop("scaling", None)
+    document["spec"].get("rebalance", {}).pop("rollout", None)  # how pods are replaced: the operator's
     header = (
         f"# Written by the hubshift operator from {KIND} {consumer.metadata.namespace}/"
         f"{consumer.metadata.name}; edit the {KIND}, not this.\n"
@@ -317,7 +318,7 @@ def consumer_container(consumer: PartitionedConsumer) -> JSON:
     container: JSON = {
         "name": CONTAINER_NAME,
         "image": consumer.spec.consumer.image,
-        "command": ["hubshift", "consume", "-f", MANIFEST_PATH, "--id", "$(POD_NAME)"],
+        "command": ["hubshift", "consume", "-f", MANIFEST_PATH, "--id", "$(POD_NAME)", *_stop_follow()],
         "workingDir": WORK_DIR,
         "env": [
             _field_env("POD_NAME", "metadata.name"),
@@ -369,6 +370,20 @@ def consumer_container(consumer: PartitionedConsumer) -> JSON:
     return container
 
 
+def update_strategy(consumer: PartitionedConsumer) -> JSON:
+    """OnDelete when the operator replaces the pods itself (hubshift/operator/rollout.py), one at a time and
+    each only once it holds no partition; else the StatefulSet's own RollingUpdate."""
+    if consumer.spec.rebalance.rollout.strategy == "Operator":
+        return {"type": "OnDelete"}
+    return {"type": "RollingUpdate"}
+
+
+def _stop_follow() -> list[str]:
+    """On SIGTERM a pod keeps reading while the operator moves its partitions (an eviction's planned
+    handoff), at most this long; off a cluster nobody may be there to move them."""
+    return ["--stop-follow-seconds", f"{STOP_FOLLOW_SECONDS:g}"]
+
+
 def render_statefulset(consumer: PartitionedConsumer, owner: Owner, replicas: int) -> JSON:
     names = ChildNames.of(owner.name)
     container = consumer_container(consumer)
@@ -401,13 +416,13 @@ def render_statefulset(consumer: PartitionedConsumer, owner: Owner, replicas: in
             "serviceName": names.headless_service,
             # Consumers start and stop together; ownership, not start order, keeps partitions safe.
             "podManagementPolicy": "Parallel",
-            "updateStrategy": {"type": "RollingUpdate"},
+            "updateStrategy": update_strategy(consumer),
             "revisionHistoryLimit": 5,
             "selector": {"matchLabels": selector},
             "template": {
                 "metadata": {
                     "labels": template_labels,
-                    # A changed manifest rolls the pods one by one (each returns within the holddown).
+                    # A changed manifest makes a new revision: the pods are replaced (`update_strategy`).
                     "annotations": {MANIFEST_HASH_ANNOTATION: manifest_hash(consumer)},
                 },
                 "spec": {
