@@ -263,7 +263,9 @@ def _surge(observation: RolloutObservation, config: RolloutSpec, view: _Pods, ou
     if outdated:
         return True
     previous = observation.previous
-    busy = view.surge_name not in view.terminating and _holds(view.surge_name, observation)
+    # Kept until the surge pod holds nothing and its last handoff is done (then the pool shrinks back).
+    handing_over = observation.state.phase is Phase.REBALANCING
+    busy = view.surge_name not in view.terminating and (_holds(view.surge_name, observation) or handing_over)
     return previous is not None and previous.surge and busy
 
 
