@@ -39,6 +39,10 @@ Per scenario and side:
 - unowned partition-seconds: partitions without a live reader, integrated over the same interval.
 - storage operations: real HTTP requests to Azurite through a counting proxy (one per side), over the same
   interval (the SDK side's consumers; hubshift's consumers and its control loop).
+- for the scale-outs and the cold start, the same three from the change itself too (the new consumers
+  started, before they register): time to balanced, unowned partition-seconds and storage requests
+  `from start`, beside the figures from registration (a consumer claiming its share before it reports ready
+  shows only in these).
 After the table, each scenario's speed-up over the tuned SDK and both sides' storage requests.
 
 The SDK runs are capped (`--sdk-timeout`, 240 s; 45 s with `--quick`) and reported as "> T".
@@ -221,6 +225,10 @@ class Outcome:
     storage_requests: int
     planned_moves: int | None = None
     notes: list[str] = field(default_factory=list)
+    # From the change itself (the new consumers started), for the scale-outs; the same as above otherwise.
+    from_start_seconds: float | None = None
+    unowned_from_start: float = 0.0
+    storage_requests_from_start: int = 0
 
     @property
     def balanced(self) -> str:
@@ -304,17 +312,27 @@ async def run_scenario(
         await asyncio.sleep(WARM_SECONDS)
     watch = Watch(readers, count_first=scenario == "0to8-cold")
     watch.sample()
-    requests_before = proxy.count
+    requests_at_change = requests_before = proxy.count
+    changed = time.monotonic()
+    watch.from_now()
     change()
-    if scenario in SCALE_OUTS:  # timed from the moment the new consumers are registered
+    unowned_before = 0.0
+    if scenario in SCALE_OUTS:  # timed from the moment the new consumers are registered, and from the change
         while ready() < after:
             watch.sample()
             await asyncio.sleep(SAMPLE_SECONDS)
+        watch.sample()
         requests_before = proxy.count
-        watch.from_now()
+        unowned_before = watch.unowned
     started = time.monotonic()
     seconds = await until_balanced(watch, after, timeout, started)
     requests = proxy.count - requests_before
+    from_start = None if seconds is None else round(started + seconds - changed, 1)
+    from_start_figures = {
+        "from_start_seconds": from_start,
+        "unowned_from_start": round(watch.unowned, 1),
+        "storage_requests_from_start": proxy.count - requests_at_change,
+    }
     await asyncio.sleep(CHECKPOINT_SECONDS + 1)  # the new owners re-read what they re-read
     return Outcome(
         side,
@@ -325,8 +343,9 @@ async def run_scenario(
         MINIMUM_MOVES[scenario],
         replayed=0,
         processed=0,
-        unowned_partition_seconds=round(watch.unowned, 1),
+        unowned_partition_seconds=round(watch.unowned - unowned_before, 1),
         storage_requests=requests,
+        **from_start_figures,
     )
 
 
@@ -780,6 +799,7 @@ def report(outcomes: list[Outcome], args: argparse.Namespace, console: Console) 
         "replayed",
         "unowned partition-s",
         "storage requests",
+        "from start: balanced (s) / unowned partition-s / storage requests",
     ):
         table.add_column(column)
     for o in outcomes:
@@ -791,6 +811,8 @@ def report(outcomes: list[Outcome], args: argparse.Namespace, console: Console) 
             "n/a" if o.replayed < 0 else str(o.replayed),
             f"{o.unowned_partition_seconds:g}",
             str(o.storage_requests),
+            f"{'> timeout' if o.from_start_seconds is None else f'{o.from_start_seconds:g}'} / "
+            f"{o.unowned_from_start:g} / {o.storage_requests_from_start}",
         )
     console.print(table)
     comparisons = compare(outcomes)

@@ -36,26 +36,33 @@ def count_replays(lines: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
     return distinct, replayed
 
 
-def handoff_gaps(lines: Iterable[Mapping[str, Any]], since: float = float("-inf")) -> list[float]:
-    """Each handoff a partition went through after `since`, as the seconds its events went unprocessed: from
-    the last batch its old owner handled to the first its new owner did (a new owner is another consumer, or
-    the same one claiming again at a higher owner level after a restart), in time order per partition."""
+def handoffs(lines: Iterable[Mapping[str, Any]], since: float = float("-inf")) -> list[tuple[float, float]]:
+    """Each handoff a partition went through after `since`, as (the seconds its events went unprocessed, when
+    the new owner's first batch was handled): from the last batch its old owner handled to the first its
+    new owner did (a new owner is another consumer, or the same one claiming again at a higher owner level
+    after a restart), in time order per partition."""
     by_partition: dict[str, list[Mapping[str, Any]]] = {}
     for line in lines:
         by_partition.setdefault(str(line["partition"]), []).append(line)
-    gaps: list[float] = []
+    found: list[tuple[float, float]] = []
     for batches in by_partition.values():
         previous: Mapping[str, Any] | None = None
         for line in sorted(batches, key=lambda item: float(item["at"])):
-            if previous is not None and float(line["at"]) >= since:
+            at = float(line["at"])
+            if previous is not None and at >= since:
                 moved = (line["consumer"], line["ownerLevel"]) != (
                     previous["consumer"],
                     previous["ownerLevel"],
                 )
                 if moved:
-                    gaps.append(float(line["at"]) - float(previous["at"]))
+                    found.append((at - float(previous["at"]), at))
             previous = line
-    return gaps
+    return found
+
+
+def handoff_gaps(lines: Iterable[Mapping[str, Any]], since: float = float("-inf")) -> list[float]:
+    """The seconds of each handoff after `since` (`handoffs`)."""
+    return [gap for gap, _ in handoffs(lines, since)]
 
 
 def worst_wait(lines: Iterable[Mapping[str, Any]], since: float, until: float) -> float | None:

@@ -75,6 +75,15 @@ class KindScenarioCluster(ScenarioCluster):
     def audit_log(self) -> str:
         return _docker("exec", f"{CLUSTER}-control-plane", "cat", AUDIT_LOG, timeout=120)
 
+    def node_exec(self, *command: str) -> str:
+        return _docker("exec", f"{CLUSTER}-control-plane", *command, timeout=120)
+
+    def tag_image(self, tag: str) -> Image:
+        source = f"docker.io/library/{IMAGE}"
+        target = f"{source.rsplit(':', 1)[0]}:{tag}"
+        self.node_exec("ctr", "-n", "k8s.io", "images", "tag", "--force", source, target)
+        return Image(self.image.repository, tag, self.image.pull_policy)
+
 
 @pytest.fixture(scope="session")
 def scenario_cluster(tmp_path_factory: pytest.TempPathFactory) -> KindScenarioCluster:

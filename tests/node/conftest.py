@@ -71,6 +71,21 @@ class NodeScenarioCluster(ScenarioCluster):
     def audit_log(self) -> str:
         return Path(self.node.state["audit_log"]).read_text(errors="replace")
 
+    def node_exec(self, *command: str) -> str:
+        result = self.node.in_node(*command)
+        if result.returncode != 0:
+            raise ScenarioError(f"{' '.join(command)[:200]}: {result.stderr.strip()}")
+        return result.stdout
+
+    def tag_image(self, tag: str) -> Image:
+        socket = self.node.run_dir / "containerd" / "containerd.sock"
+        source = image_ref("hubshift")
+        target = f"{source.rsplit(':', 1)[0]}:{tag}"
+        self.node_exec(
+            "ctr", "--address", str(socket), "-n", "k8s.io", "images", "tag", "--force", source, target
+        )
+        return Image(self.image.repository, tag, self.image.pull_policy)
+
 
 @pytest.fixture(scope="session")
 def scenario_cluster(node_cluster: NodeCluster) -> NodeScenarioCluster:

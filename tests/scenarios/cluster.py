@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -90,6 +91,37 @@ class ScenarioCluster(ABC):
     @abstractmethod
     def audit_log(self) -> str:
         """The API server's audit log so far (JSON lines; tools/kube/audit-policy.yaml says what is in it)."""
+
+    @abstractmethod
+    def node_exec(self, *command: str) -> str:
+        """Run `command` on the (only) node, as root; its stdout (ScenarioError when it fails)."""
+
+    @abstractmethod
+    def tag_image(self, tag: str) -> Image:
+        """The hubshift image under another tag on the node, as a new build would be (same content: a pod
+        template naming it is a new revision of the StatefulSet)."""
+
+    def node_folder(self, name: str) -> str:
+        """A folder on the node anyone may write (a hostPath volume's, for files that outlive pods); its
+        path there."""
+        path = f"/var/tmp/hubshift-scenarios/{name}"
+        self.node_exec("sh", "-c", f"rm -rf {path} && mkdir -p {path} && chmod 0777 {path}")
+        return path
+
+    def read_node_files(self, folder: str, pattern: str = "*") -> dict[str, str]:
+        """The text of each file under `folder` on the node whose path (relative to it) matches `pattern`."""
+        marker = "=== hubshift scenario file: "
+        script = (
+            f'cd {folder} && for f in {pattern}; do [ -f "$f" ] && echo "{marker}$f" && cat "$f"; done; true'
+        )
+        files: dict[str, list[str]] = {}
+        current: list[str] | None = None
+        for line in self.node_exec("sh", "-c", script).splitlines():
+            if line.startswith(marker):
+                current = files.setdefault(line.removeprefix(marker), [])
+            elif current is not None:
+                current.append(line)
+        return {name: "\n".join(lines) + "\n" for name, lines in files.items()}
 
     # -- kubectl and helm
 
@@ -224,6 +256,7 @@ class PodWatch:
                     buffer = stripped
                     break  # not a whole object yet
                 buffer = stripped[end:]
+                event["seenAt"] = time.time()  # when this side learned of it (the figures' timelines)
                 with self._lock:
                     self.events.append(event)
 
@@ -244,6 +277,12 @@ class PodWatch:
             if e["object"]["metadata"]["name"] == pod
             and (uid is None or e["object"]["metadata"]["uid"] == uid)
         ]
+
+    def history_of_label(self, label: str, value: str) -> list[JSON]:
+        """Every watch event of the pods labelled `label=value`, oldest first."""
+        with self._lock:
+            events = list(self.events)
+        return [e for e in events if (e["object"]["metadata"].get("labels") or {}).get(label) == value]
 
     def deleted(self, pod: str, uid: str) -> JSON | None:
         """The pod's last state when the watch saw it deleted, else None."""

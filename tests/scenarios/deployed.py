@@ -56,6 +56,7 @@ from tests.scenarios.cluster import (
     sampling,
     termination,
 )
+from tests.scenarios.rollouts import FLEET_HUB, FLEET_PARTITIONS, POOL_SIZE, Load, measure_rollouts
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "hubshift"
@@ -211,7 +212,7 @@ class Deployment:
     # -- servers, load, the store and the sink
 
     def start_servers(self) -> None:
-        emulator = self.cluster.start_emulator([f"{HUB}:{PARTITIONS}"])
+        emulator = self.cluster.start_emulator([f"{HUB}:{PARTITIONS}", f"{FLEET_HUB}:{FLEET_PARTITIONS}"])
         self.stopping.append(emulator.stop)
         azurite = self.cluster.start_azurite(self.workdir / "azurite")
         self.stopping.append(azurite.stop)
@@ -343,40 +344,6 @@ class Deployment:
 
     def wait(self, probe: Any, timeout: float, what: str) -> Any:
         return eventually(probe, timeout, lambda: self.describe(what))
-
-
-@dataclass
-class Load:
-    """A steady load on a thread until stopped (every event kept for the totals)."""
-
-    deployment: Deployment
-    rate: float
-    seed: int
-    stop: threading.Event = field(default_factory=threading.Event)
-    sent: int = 0
-    error: BaseException | None = None
-    thread: threading.Thread | None = None
-
-    def start(self) -> Load:
-        spec = LoadSpec(homes=300, rate=self.rate, seed=self.seed, interval=0.2)
-
-        def run() -> None:
-            try:
-                self.sent = self.deployment.send(spec, self.stop)
-            except BaseException as error:
-                self.error = error
-
-        self.thread = threading.Thread(target=run, name="load", daemon=True)
-        self.thread.start()
-        return self
-
-    def finish(self) -> int:
-        self.stop.set()
-        assert self.thread is not None
-        self.thread.join(timeout=60)
-        if self.error is not None:
-            raise self.error
-        return self.sent
 
 
 # --- the scenarios ----------------------------------------------------------------------------------------
@@ -537,7 +504,7 @@ class DeployedScenarios:
         assert watch is not None and deployment.consumer is not None
         consumers = [f"{NAME}-{i}" for i in range(MAX_REPLICAS)]
         grace = termination_grace_seconds(deployment.consumer)
-        load = Load(deployment, rate=150, seed=3).start()
+        load = Load(deployment.send, rate=150, seed=3).start()
         try:
             # homes-1 deleted while it commits batches (its batch counter moving under the load).
             victim = cluster.get("-n", NAMESPACE, "pod", f"{NAME}-1")
@@ -623,6 +590,36 @@ class DeployedScenarios:
             assert got == change, f"homes-0 acquired {got} partitions {how}, not {change}"
         deployment.assert_exact_totals()
         deployment.done.add("scaled-in")
+
+    # 5b ------------------------------------------------------------------------------------------------
+
+    @pytest.mark.timeout(2400)
+    def test_a_new_image_and_a_node_drain_replay_nothing_and_keep_every_pod_reading(
+        self, deployment: Deployment
+    ) -> None:
+        """Two pools of SDK-engine pods side by side (tests/scenarios/rollouts.py): the StatefulSet's own
+        RollingUpdate against the rollout the operator drives, then `kubectl drain` of both."""
+        deployment.require("pool")
+        assert deployment.manifest is not None
+        started = time.monotonic()
+        result = measure_rollouts(deployment, NAMESPACE, secret_names(deployment.manifest))
+        deployment.figure("rollouts_and_drain_wall_seconds", time.monotonic() - started)
+        print(f"{deployment.cluster.name}: rollouts {json.dumps(result, indent=1)}")
+        for change in ("rollout", "drain"):
+            for side, figures in result[change].items():
+                deployment.figure(f"{side}_{change}_seconds", figures["seconds"])
+                assert figures["eventsReplayed"] == 0, (change, side, figures)
+        for side, totals in result["totals"].items():
+            assert totals["handled"] == totals["sent"] and totals["replayed"] == 0, (side, totals)
+        ours = result["rollout"]["fleet-operator"]
+        # As many pods ready as before, throughout (the surge pod); every handoff planned and graceful.
+        assert ours["fewestReadyPods"] >= POOL_SIZE, ours
+        assert ours["handoffSecondsP99"] is not None and ours["handoffSecondsP99"] <= 3.0, ours
+        for side, figures in result["drain"].items():
+            assert figures["handoffSecondsP99"] is not None and figures["handoffSecondsP99"] <= 3.0, (
+                side,
+                figures,
+            )
 
     # 6 -------------------------------------------------------------------------------------------------
 
