@@ -11,7 +11,7 @@ import yaml
 from lightkube import codecs
 
 from hubshift.errors import UserError
-from hubshift.manifest import PartitionedConsumer, parse_manifest
+from hubshift.manifest import CODE_DIR, PartitionedConsumer, parse_manifest
 from hubshift.operator.kubernetes import render
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "homes.yaml"
@@ -377,3 +377,25 @@ def test_an_existing_service_account_is_used_as_it_is() -> None:
     assert kinds("homes")[0] == "ServiceAccount"  # its own: kept up to date
     assert "ServiceAccount" not in kinds("")  # someone else's: used, never changed or owned
     assert "ServiceAccount" not in kinds("other-consumer")
+
+
+# --- examples/delta.yaml: a Spark team's job from a ConfigMap into Delta on ADLS, keyless ----------------
+
+
+def test_the_delta_example_mounts_its_code_and_writes_with_the_pods_identity() -> None:
+    doc: dict[str, Any] = yaml.safe_load((EXAMPLE.parent / "delta.yaml").read_text())
+    doc["metadata"]["namespace"] = "sensors"
+    example = parse_manifest(doc)
+    assert example.spec.consumer.sink.delta is not None
+    rendered = render.render_children(example, OWNER, 1)
+    pod = next(c for c in rendered if c["kind"] == "StatefulSet")["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    code = next(v for v in pod["spec"]["volumes"] if v["name"] == render.CODE_VOLUME)
+    assert code["configMap"] == {"name": "homes-job"}
+    mount = next(m for m in container["volumeMounts"] if m["name"] == render.CODE_VOLUME)
+    assert (mount["mountPath"], mount["readOnly"]) == (CODE_DIR, True)
+    # One identity for the hub, the checkpoints and the table: the pods' ServiceAccount, no Secret.
+    assert pod["metadata"]["labels"]["azure.workload.identity/use"] == "true"
+    assert pod["spec"]["serviceAccountName"] == "homes-delta"
+    assert not [e for e in container["env"] if "secretKeyRef" in e.get("valueFrom", {})]
+    assert not [p for p in container["ports"] if p["name"] == "spark-ui"]  # the UI is off unless asked for
