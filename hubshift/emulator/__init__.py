@@ -1,7 +1,7 @@
 """A local Event Hubs: an AMQP 1.0 server that the unmodified azure-eventhub SDK talks to.
 
 Start it with `hubshift emulator --port 0 --hub NAME:PARTITIONS ...` (it prints its connection string) or,
-from tests, benchmarks and the demo, with `hubshift.emulator.launch.start_emulator` (its `stop()` ends it).
+from tests, benchmarks and the demo, with `hubshift.emulator.launch.start_emulator` / `running_emulator`.
 
 Layers, bottom up (each imports only modules listed before it; `.importlinter` enforces the order):
 
