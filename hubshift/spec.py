@@ -27,7 +27,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -59,6 +59,8 @@ JVM_SIZE = r"^[0-9]+[kKmMgGtT]?$"
 # The longest PartitionedConsumer name: its StatefulSet's pods carry a `controller-revision-hash` label of
 # `<name>-<10 characters>`, and a label value has at most 63.
 MAX_NAME_LENGTH = 52
+# Settings maps (Spark conf, writer options): bounded, so the API server can bound its CEL rules' cost.
+MAX_SETTINGS = 64
 
 DEFAULT_EVENTHUBS_ENV = "HUBSHIFT_EVENTHUBS_CONNECTION_STRING"
 DEFAULT_STORAGE_ENV = "HUBSHIFT_STORAGE_CONNECTION_STRING"
@@ -449,8 +451,9 @@ class SparkSpec(Model):
     )
     shuffle_partitions: int = Field(default=2, ge=1, description="spark.sql.shuffle.partitions.")
     driver_memory: str = Field(default="1g", pattern=JVM_SIZE, description="spark.driver.memory (512m, 1g).")
-    conf: dict[str, str] = Field(
+    conf: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
         default_factory=dict,
+        max_length=MAX_SETTINGS,
         description="More of Spark's settings (spark.*), passed to each consumer's Spark session as they "
         "are; those the fields above (or hubshift) set are refused.",
     )

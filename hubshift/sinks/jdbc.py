@@ -13,7 +13,7 @@ classpath (`tools/spark-jars`); another database's driver comes with a derived i
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field, model_validator
 
@@ -21,7 +21,7 @@ from hubshift.errors import UserError, one_line
 from hubshift.sinks.base import Location, SinkKind, Transform, WriterBatch, WriterContext
 from hubshift.sinks.commits import WrittenFile
 from hubshift.sinks.spark_writer import dead_letter_folder, single_output, write_dead_letters
-from hubshift.spec import NamedConnection, SecretConnectionSpec, cel
+from hubshift.spec import MAX_SETTINGS, NamedConnection, SecretConnectionSpec, cel
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -53,8 +53,10 @@ class JdbcSinkSpec(SecretConnectionSpec):
         description="The columns a row is upserted by (its primary key): by default the event's coordinates, "
         "which the transform keeps.",
     )
-    options: dict[str, str] = Field(
-        default_factory=dict, description="Spark's JDBC options (batchsize, driver...); no secrets here."
+    options: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=dict,
+        max_length=MAX_SETTINGS,
+        description="Spark's JDBC options (batchsize, driver...); no secrets here.",
     )
 
     CEL = (

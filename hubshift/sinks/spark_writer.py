@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field, model_validator
 
@@ -27,6 +27,7 @@ from hubshift.sinks.base import DEAD_LETTER_REASON, Location, PipelineResult, de
 from hubshift.sinks.commits import PartitionRange, WrittenFile
 from hubshift.spec import (
     DEFAULT_SINK_STORAGE_ENV,
+    MAX_SETTINGS,
     ConnectionSpec,
     NamedConnection,
     Resolved,
@@ -67,8 +68,10 @@ class SparkPathSpec(ConnectionSpec):
         max_length=16,
         description="Columns the rows are partitioned by (Spark's partitionBy).",
     )
-    options: dict[str, str] = Field(
-        default_factory=dict, description='Spark\'s writer options for the format (e.g. mergeSchema: "true").'
+    options: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=dict,
+        max_length=MAX_SETTINGS,
+        description='Spark\'s writer options for the format (e.g. mergeSchema: "true").',
     )
 
     CEL = (
