@@ -1,0 +1,128 @@
+"""The `jdbc` sink without a database: its block's refusals, the SQL it sends (the upsert by the event's
+coordinates, each consumer's staging table) and that its URL, which holds the password, stays out of every
+message."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hubshift.errors import UserError
+from hubshift.manifest import parse_manifest
+from hubshift.sinks import SinkSpec, build_sink
+from hubshift.sinks.jdbc import DEFAULT_JDBC_ENV, NO_SECRET_OPTIONS, JdbcSink, merge_statement
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "homes.yaml"
+PASSWORD = "hunter2-s3cret"
+URL = f"jdbc:postgresql://db.internal:5432/orders?user=writer&password={PASSWORD}"
+
+
+def jdbc(block: dict[str, Any], environ: dict[str, str] | None = None) -> JdbcSink:
+    spec = SinkSpec.model_validate({"type": "jdbc", "jdbc": block})
+    built = build_sink(spec, {DEFAULT_JDBC_ENV: URL} if environ is None else environ, scope="s")
+    assert isinstance(built, JdbcSink)
+    return built
+
+
+def refusal(block: dict[str, Any]) -> str:
+    document: dict[str, Any] = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
+    document["spec"]["consumer"]["pipeline"] = {"type": "events"}
+    document["spec"]["consumer"]["sink"] = {"type": "jdbc", "jdbc": block}
+    with pytest.raises(UserError) as refused:
+        parse_manifest(document)
+    return str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("block", "expected"),
+    [
+        ({"table": "orders", "options": {"url": URL}}, f"spec.consumer.sink.jdbc: {NO_SECRET_OPTIONS}"),
+        ({"table": "orders", "options": {"PASSWORD": PASSWORD}}, NO_SECRET_OPTIONS),
+        ({"table": "orders", "options": {"User": "writer"}}, NO_SECRET_OPTIONS),
+        ({"table": "orders", "options": {"dbtable": "other"}}, NO_SECRET_OPTIONS),
+        ({"table": "orders", "options": {"query": "select 1"}}, NO_SECRET_OPTIONS),
+        ({"table": "orders", "keyColumns": ["id; drop table x"]}, "keyColumns: column names are letters"),
+        (
+            {"table": "orders", "keyColumns": []},
+            "spec.consumer.sink.jdbc.keyColumns: List should have at least",
+        ),
+        ({"table": "a.b.c"}, "spec.consumer.sink.jdbc.table: String should match pattern"),
+        ({"table": "orders; drop table x"}, "spec.consumer.sink.jdbc.table"),
+        ({"keyColumns": ["id"]}, "spec.consumer.sink.jdbc.table: required field is missing"),
+        (
+            {"table": "orders", "credential": {"type": "default"}},
+            "spec.consumer.sink.jdbc.credential: unknown",
+        ),
+    ],
+)
+def test_a_bad_jdbc_block_is_one_line_without_the_secret(block: dict[str, Any], expected: str) -> None:
+    message = refusal(block)
+    assert expected in message
+    assert PASSWORD not in message and "\n" not in message
+
+
+def test_the_url_comes_from_the_environment_the_block_names() -> None:
+    sink = jdbc({"table": "sales.orders", "connectionStringEnv": "ORDERS_DB"}, {"ORDERS_DB": URL})
+    assert sink.url == URL and sink.driver == "org.postgresql.Driver"
+    assert sink.describe() == "table sales.orders (JDBC)" and sink.spark_conf() == {}
+    assert PASSWORD not in repr(sink.block) and PASSWORD not in sink.describe()
+    with pytest.raises(UserError) as missing:
+        jdbc({"table": "orders"}, {})
+    assert str(missing.value) == (
+        f"environment variable {DEFAULT_JDBC_ENV} is not set: it must hold the JDBC connection string of "
+        "spec.consumer.sink.jdbc (in a cluster, set spec.consumer.sink.jdbc.connectionStringSecretRef)"
+    )
+
+
+def test_a_database_without_a_known_driver_is_told_to_name_one() -> None:
+    mysql = {DEFAULT_JDBC_ENV: f"jdbc:mysql://db/orders?password={PASSWORD}"}
+    with pytest.raises(UserError) as refused:
+        jdbc({"table": "orders"}, mysql)
+    assert str(refused.value) == (
+        "sink jdbc: no driver known for this URL; set options.driver (and add its jar to the image)"
+    )
+    named = jdbc({"table": "orders", "options": {"driver": "com.mysql.cj.jdbc.Driver"}}, mysql)
+    assert named.driver == "com.mysql.cj.jdbc.Driver"
+
+
+def test_the_upsert_by_the_events_coordinates() -> None:
+    statement = merge_statement(
+        "sales.orders",
+        "sales.orders_hubshift_orders_0",
+        ["partition", "sequence_number", "site", "amount"],
+        ["partition", "sequence_number"],
+    )
+    assert statement == (
+        'MERGE INTO sales.orders t USING sales.orders_hubshift_orders_0 s ON t."partition" = s."partition" '
+        'AND t."sequence_number" = s."sequence_number" WHEN MATCHED THEN UPDATE SET "site" = s."site", '
+        '"amount" = s."amount" WHEN NOT MATCHED THEN INSERT ("partition", "sequence_number", "site", '
+        '"amount") VALUES (s."partition", s."sequence_number", s."site", s."amount")'
+    )
+
+
+def test_rows_of_keys_alone_are_only_inserted() -> None:
+    statement = merge_statement("t", "s_t", ["id"], ["id"])
+    assert "WHEN MATCHED" not in statement
+    assert statement.endswith('WHEN NOT MATCHED THEN INSERT ("id") VALUES (s."id")')
+
+
+def test_column_names_are_quoted_as_spark_quotes_them() -> None:
+    statement = merge_statement("t", "s", ["id", 'odd "name"'], ["id"])
+    assert 'SET "odd ""name""" = s."odd ""name"""' in statement
+
+
+def test_the_staging_table_is_the_consumers_own_beside_the_table() -> None:
+    sink = jdbc({"table": "sales.Orders"})
+    assert sink.staging_table("orders-0") == "sales.orders_hubshift_orders_0"
+    assert sink.staging_table("orders-1") != sink.staging_table("orders-0")
+    assert jdbc({"table": "orders"}).staging_table("c.1") == "orders_hubshift_c_1"
+
+
+def test_errors_never_carry_the_url() -> None:
+    sink = jdbc({"table": "orders"})
+    cleaned = sink._clean(f"Connection to {URL} refused")
+    assert cleaned == "Connection to <the JDBC URL> refused"
