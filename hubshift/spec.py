@@ -417,7 +417,8 @@ class CheckpointPolicySpec(Model):
     every_events: int = Field(default=50_000, ge=1, description="...or after this many events, if sooner.")
 
 
-# Spark settings the spec's own fields (or hubshift) set: `spark.conf` may not set them again.
+# Spark settings the spec's own fields (their place under spec.consumer; None: hubshift) set: `spark.conf`
+# may not set them again.
 OWN_SPARK_CONF = {
     "spark.master": "spark.master",
     "spark.app.name": None,
@@ -474,7 +475,7 @@ class SparkSpec(Model):
                 raise ValueError(f"conf: {key!r} is not a Spark setting (they start with spark.)")
             if key in OWN_SPARK_CONF:
                 field = OWN_SPARK_CONF[key]
-                where = f"set {field} instead" if field else "hubshift sets it"
+                where = f"set spec.consumer.{field} instead" if field else "hubshift sets it"
                 raise ValueError(f"conf: {key} cannot be set here: {where}")
         return self
 

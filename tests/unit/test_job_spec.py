@@ -170,3 +170,19 @@ def test_the_spark_ui_is_off_unless_asked_for() -> None:
     assert "spec.consumer.spark.ui.enabled: Input should be a valid boolean" in refusal(
         {"spark": {"ui": {"enabled": "sometimes"}}}
     )
+
+
+@pytest.mark.parametrize(
+    ("key", "field"),
+    [
+        ("spark.master", "spec.consumer.spark.master"),
+        ("spark.driver.memory", "spec.consumer.spark.driverMemory"),
+        ("spark.sql.shuffle.partitions", "spec.consumer.spark.shufflePartitions"),
+        ("spark.ui.enabled", "spec.consumer.spark.ui.enabled"),
+        ("spark.ui.port", "spec.consumer.spark.ui.port"),
+    ],
+)
+def test_a_setting_with_a_field_of_its_own_names_the_field(key: str, field: str) -> None:
+    # "set spark.master instead" would send a person back to the key they just wrote
+    message = refusal({"spark": {"conf": {key: "x"}}})
+    assert message.endswith(f"conf: {key} cannot be set here: set {field} instead")
