@@ -12,6 +12,7 @@ classpath (`tools/spark-jars`); another database's driver comes with a derived i
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -108,8 +109,12 @@ class JdbcSink:
         return {}
 
     def staging_table(self, consumer_id: str) -> str:
+        """This consumer's own staging table: readable, and ending in a digest of its id, because two ids
+        may differ only in a '-' against a '.' or past the 63 characters PostgreSQL keeps of a name."""
         schema, _, table = self.block.table.rpartition(".")
-        name = f"{table}_hubshift_{re.sub(r'[^A-Za-z0-9_]', '_', consumer_id)}".lower()[:63]
+        digest = hashlib.sha256(consumer_id.encode()).hexdigest()[:12]
+        readable = re.sub(r"[^a-z0-9_]", "_", f"{table}_hubshift_{consumer_id}".lower())[: 62 - len(digest)]
+        name = f"{readable}_{digest}"
         return f"{schema}.{name}" if schema else name
 
     def write_batch(self, events: DataFrame, transform: Transform, batch: WriterBatch) -> list[WrittenFile]:

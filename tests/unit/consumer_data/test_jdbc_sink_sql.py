@@ -5,16 +5,19 @@ message."""
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hubshift.errors import UserError
 from hubshift.manifest import parse_manifest
 from hubshift.sinks import SinkSpec, build_sink
-from hubshift.sinks.jdbc import DEFAULT_JDBC_ENV, NO_SECRET_OPTIONS, JdbcSink, merge_statement
+from hubshift.sinks.jdbc import DEFAULT_JDBC_ENV, NO_SECRET_OPTIONS, SQL_NAME, JdbcSink, merge_statement
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "homes.yaml"
 PASSWORD = "hunter2-s3cret"
@@ -117,9 +120,34 @@ def test_column_names_are_quoted_as_spark_quotes_them() -> None:
 
 def test_the_staging_table_is_the_consumers_own_beside_the_table() -> None:
     sink = jdbc({"table": "sales.Orders"})
-    assert sink.staging_table("orders-0") == "sales.orders_hubshift_orders_0"
+    assert sink.staging_table("orders-0").startswith("sales.orders_hubshift_orders_0_")
     assert sink.staging_table("orders-1") != sink.staging_table("orders-0")
-    assert jdbc({"table": "orders"}).staging_table("c.1") == "orders_hubshift_c_1"
+    assert jdbc({"table": "orders"}).staging_table("c.1").startswith("orders_hubshift_c_1_")
+
+
+CONSUMER_IDS = st.from_regex(r"[a-z0-9]([a-z0-9._-]{0,60}[a-z0-9])?", fullmatch=True)
+TABLES = st.from_regex(r"([a-z_][a-z0-9_]{0,20}\.)?[A-Za-z_][A-Za-z0-9_]{0,62}", fullmatch=True)
+
+
+@given(TABLES, CONSUMER_IDS, CONSUMER_IDS)
+def test_two_consumers_never_share_a_staging_table(table: str, one: str, other: str) -> None:
+    # Each consumer truncates and fills its own staging table before its MERGE: a shared one would let a
+    # consumer merge another's rows, or lose its own. PostgreSQL cuts identifiers at 63 characters.
+    sink = jdbc({"table": table})
+    schema, _, _ = table.rpartition(".")
+    name = sink.staging_table(one)
+    assert name.startswith(f"{schema}.") if schema else "." not in name
+    assert re.fullmatch(SQL_NAME, name.rpartition(".")[2]) and name == name.lower()
+    assert sink.staging_table(one) == name  # the same consumer, after a restart, finds its own
+    if one != other:
+        assert sink.staging_table(other) != name
+
+
+def test_long_consumer_ids_that_differ_at_the_end_get_their_own_staging_tables() -> None:
+    sink = jdbc({"table": "telemetry_readings_enriched"})
+    names = {sink.staging_table(f"home-security-telemetry-consumer-{n}") for n in range(12)}
+    assert len(names) == 12
+    assert len({sink.staging_table(i) for i in ("c-1", "c.1", "c_1")}) == 3
 
 
 def test_errors_never_carry_the_url() -> None:
