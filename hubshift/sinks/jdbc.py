@@ -100,7 +100,7 @@ class JdbcSink:
         except UserError:
             raise
         except Exception as error:
-            raise UserError(f"sink jdbc: cannot connect: {self._clean(one_line(error))}") from None
+            raise UserError(f"sink jdbc: cannot connect: {self._clean(error)}") from None
 
     def describe(self) -> str:
         return f"table {self.block.table} (JDBC)"
@@ -139,7 +139,8 @@ class JdbcSink:
         except UserError:
             raise
         except Exception as error:
-            raise UserError(f"sink jdbc: {self.describe()}: {self._clean(one_line(error))}") from error
+            # not chained: Spark logs a failed batch's traceback, and the cause's text holds the URL
+            raise UserError(f"sink jdbc: {self.describe()}: {self._clean(error)}") from None
         return [WrittenFile("output", self.name, self.block.table, rows), *files]
 
     def _merge(self, jvm: Any, staging: str, columns: list[str]) -> int:
@@ -183,9 +184,21 @@ class JdbcSink:
                 found.close()
         return False
 
-    def _clean(self, text: str) -> str:
-        """An error never carries the URL (it holds the password)."""
-        return text.replace(self.url, "<the JDBC URL>") if self.url else text
+    def _clean(self, error: BaseException) -> str:
+        """An error as one line without the URL, or the password it holds (a driver may repeat it alone)."""
+        hidden = {self.url: "<the JDBC URL>", **{p: "<the password>" for p in passwords_in(self.url)}}
+        return one_line(error, hide=hidden)
+
+
+# A password in a JDBC URL: a `password=` (or `pwd=`) parameter, `//user:password@host` or Oracle's
+# `user/password@host`.
+_PASSWORD = re.compile(r"(?i)(?:[?&;:]|^)(?:password|pwd)=([^&;]+)|//[^/@:]+:([^/@]+)@|:[^:/@]+/([^@/]+)@")
+
+
+def passwords_in(url: str) -> list[str]:
+    """The passwords a JDBC URL holds, longest first (so none is hidden only in part)."""
+    found = {value for match in _PASSWORD.finditer(url) for value in match.groups() if value}
+    return sorted(found, key=len, reverse=True)
 
 
 def merge_statement(table: str, staging: str, columns: list[str], keys: list[str]) -> str:

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import copy
 import re
+import traceback
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -17,7 +20,15 @@ from hypothesis import strategies as st
 from hubshift.errors import UserError
 from hubshift.manifest import parse_manifest
 from hubshift.sinks import SinkSpec, build_sink
-from hubshift.sinks.jdbc import DEFAULT_JDBC_ENV, NO_SECRET_OPTIONS, SQL_NAME, JdbcSink, merge_statement
+from hubshift.sinks.base import Output, PipelineResult, WriterBatch
+from hubshift.sinks.jdbc import (
+    DEFAULT_JDBC_ENV,
+    NO_SECRET_OPTIONS,
+    SQL_NAME,
+    JdbcSink,
+    merge_statement,
+    passwords_in,
+)
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "homes.yaml"
 PASSWORD = "hunter2-s3cret"
@@ -150,7 +161,80 @@ def test_long_consumer_ids_that_differ_at_the_end_get_their_own_staging_tables()
     assert len({sink.staging_table(i) for i in ("c-1", "c.1", "c_1")}) == 3
 
 
-def test_errors_never_carry_the_url() -> None:
+class Refusing:
+    """Stands in for Spark's JDBC writer and the JVM: every call fails with a message holding `text`."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("format", "option", "mode"):
+            return lambda *args: self
+        raise RuntimeError(self.text)
+
+
+class Rows:
+    """A transform's frame as far as the jdbc sink reads it before writing: its columns and writer."""
+
+    columns = ["partition", "sequence_number", "site"]
+
+    def __init__(self, text: str) -> None:
+        self.write = Refusing(text)
+
+
+def failure(text: str, *, writing: bool) -> UserError:
+    """The error the sink raises when writing a batch (or, `writing` false, checking its database) fails
+    with `text`."""
     sink = jdbc({"table": "orders"})
-    cleaned = sink._clean(f"Connection to {URL} refused")
-    assert cleaned == "Connection to <the JDBC URL> refused"
+    batch = WriterBatch(1, "orders-0", "orders-0-run-000000001", datetime(2026, 11, 25, tzinfo=UTC), {})
+    with pytest.raises(UserError) as refused:
+        if writing:
+            sink.write_batch(
+                cast(Any, None), lambda _: PipelineResult({"r": Output(cast(Any, Rows(text)))}), batch
+            )
+        else:
+            sink.check(cast(Any, SimpleNamespace(_jvm=Refusing(text))))
+    return refused.value
+
+
+def shown(error: BaseException) -> str:
+    """Everything a log line with this error's traceback would print (the chained causes too)."""
+    return "".join(traceback.format_exception(error))
+
+
+@pytest.mark.parametrize("writing", [False, True])
+def test_errors_never_carry_the_url(writing: bool) -> None:
+    error = failure(f"Connection to {URL} refused", writing=writing)
+    assert "<the JDBC URL>" in str(error)
+    assert PASSWORD not in shown(error)
+
+
+@pytest.mark.parametrize("writing", [False, True])
+@given(padding=st.integers(0, 400))
+def test_a_message_cut_short_never_keeps_part_of_the_url(writing: bool, padding: int) -> None:
+    # Cutting the line before taking the URL out left the URL's start, up to part of the password.
+    error = failure("x" * padding + f" while connecting to {URL} as requested", writing=writing)
+    assert f"password={PASSWORD[:4]}" not in shown(error) and "\n" not in str(error)
+
+
+@pytest.mark.parametrize("writing", [False, True])
+def test_a_password_the_driver_repeats_alone_is_taken_out_too(writing: bool) -> None:
+    error = failure(f'FATAL: password "{PASSWORD}" does not match for user "writer"', writing=writing)
+    assert PASSWORD not in shown(error)
+    assert "<the password>" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("url", "passwords"),
+    [
+        (URL, [PASSWORD]),
+        ("jdbc:sqlserver://db:1433;databaseName=orders;user=writer;password=p4ss;encrypt=true", ["p4ss"]),
+        ("jdbc:postgresql://db/orders?PWD=p4ss&user=writer", ["p4ss"]),
+        ("jdbc:mysql://writer:p4ss@db:3306/orders", ["p4ss"]),
+        ("jdbc:oracle:thin:writer/p4ss@//db:1521/orders", ["p4ss"]),
+        ("jdbc:postgresql://db/orders?user=writer&password=long-one&options=x;pwd=p", ["long-one", "p"]),
+        ("jdbc:postgresql://db/orders?user=writer", []),
+    ],
+)
+def test_the_passwords_a_url_holds(url: str, passwords: list[str]) -> None:
+    assert passwords_in(url) == passwords
