@@ -40,6 +40,21 @@ class Writer:
 
 writer = Writer()
 NOT_CALLABLE = "write"
+
+async def write_async(frame, batch):
+    pass
+
+def write_lazily(frame, batch):
+    yield frame
+
+async def write_stream(frame, batch):
+    yield frame
+
+class AsyncWriter:
+    async def __call__(self, frame, batch):
+        pass
+
+async_writer = AsyncWriter()
 """
 MODULES = ("handlers_for_test", "handlers_broken")
 
@@ -106,6 +121,18 @@ def test_a_handler_that_cannot_be_loaded_is_one_line(handlers: str, function: st
     with pytest.raises(UserError) as refused:
         built(function)
     assert str(refused.value) == expected
+
+
+@pytest.mark.parametrize("name", ["write_async", "write_lazily", "write_stream", "async_writer"])
+def test_a_function_that_would_return_without_writing_is_refused(handlers: str, name: str) -> None:
+    # Called as foreachBatch calls it, an async function or a generator returns at once and writes nothing,
+    # and the consumer would checkpoint past the batch: every event of it lost.
+    with pytest.raises(UserError) as refused:
+        built(f"{handlers}:{name}")
+    assert str(refused.value) == (
+        f"foreachBatch {handlers}:{name}: the function must write when called, as a plain function; an "
+        "async function or a generator would return before writing anything"
+    )
 
 
 RANGES = st.dictionaries(
