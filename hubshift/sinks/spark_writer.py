@@ -130,7 +130,7 @@ def hadoop_settings(path: str, resolved: Resolved, environ: Mapping[str, str]) -
             )
         return settings
     assert resolved.identity is not None
-    return _token_settings(host, resolved.identity, environ)
+    return _token_settings(path, host, resolved.identity, environ)
 
 
 def _key_settings(host: str, connection_string: str, variable: str) -> dict[str, str]:
@@ -162,11 +162,24 @@ def _key_settings(host: str, connection_string: str, variable: str) -> dict[str,
     return settings
 
 
-def _token_settings(host: str, identity: TokenCredentialSpec, environ: Mapping[str, str]) -> dict[str, str]:
+def _token_settings(
+    path: str, host: str, identity: TokenCredentialSpec, environ: Mapping[str, str]
+) -> dict[str, str]:
     workload = identity.type == "workloadIdentity" or (
         identity.type == "default" and bool(environ.get("AZURE_FEDERATED_TOKEN_FILE"))
     )
     client_id = identity.client_id or environ.get("AZURE_CLIENT_ID", "")
+    if workload:
+        # hadoop-azure would take them empty and fail only when writing, in words of its own
+        missing = [
+            name for name in ("AZURE_TENANT_ID", "AZURE_FEDERATED_TOKEN_FILE") if not environ.get(name)
+        ]
+        missing += [] if client_id else ["a client id (credential.clientId or AZURE_CLIENT_ID)"]
+        if missing:
+            raise UserError(
+                f"{path}: workload identity needs {', '.join(missing)} (on AKS: the pod label "
+                "azure.workload.identity/use=true and a ServiceAccount federated with the identity)"
+            )
     settings = {
         f"fs.azure.account.auth.type.{host}": "OAuth",
         f"fs.azure.account.oauth.provider.type.{host}": _WORKLOAD if workload else _MANAGED,

@@ -198,6 +198,33 @@ def test_workload_identity_reads_the_pods_federated_token() -> None:
     assert settings[f"fs.azure.account.oauth.provider.type.{HOST}"].endswith("WorkloadIdentityTokenProvider")
 
 
+@pytest.mark.parametrize(
+    ("identity", "environ", "missing"),
+    [
+        (TokenCredentialSpec(type="workloadIdentity"), {}, "AZURE_TENANT_ID, AZURE_FEDERATED_TOKEN_FILE, "),
+        (
+            TokenCredentialSpec(type="workloadIdentity", client_id="client-1"),
+            {"AZURE_FEDERATED_TOKEN_FILE": "/t"},
+            "AZURE_TENANT_ID (",
+        ),
+        (
+            TokenCredentialSpec(type="default"),
+            {"AZURE_FEDERATED_TOKEN_FILE": "/t", "AZURE_TENANT_ID": "t"},
+            "a client id (credential.clientId or AZURE_CLIENT_ID) (",
+        ),
+    ],
+)
+def test_workload_identity_without_its_environment_is_refused_at_start_up(
+    identity: TokenCredentialSpec, environ: dict[str, str], missing: str
+) -> None:
+    # hadoop-azure took an empty tenant and token file and failed only when writing, with its own words
+    with pytest.raises(UserError) as refused:
+        hadoop_settings(LAKE, Resolved(None, identity, None), environ)
+    message = str(refused.value)
+    assert message.startswith(f"{LAKE}: workload identity needs {missing}")
+    assert "azure.workload.identity/use=true" in message and "\n" not in message
+
+
 def test_managed_identity_where_the_pod_has_no_federated_token() -> None:
     managed = TokenCredentialSpec(type="managedIdentity", client_id="user-assigned")
     settings = hadoop_settings(LAKE, Resolved(None, managed, None), {"IDENTITY_ENDPOINT": "http://imds/x"})
