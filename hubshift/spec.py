@@ -434,6 +434,10 @@ OWN_SPARK_CONF = {
 }
 
 
+# At most this many `spark.conf` entries.
+MAX_SPARK_CONF = 64
+
+
 class SparkUiSpec(Model):
     """Spark's web UI of each consumer's driver: off unless asked for (`kubectl port-forward pod/NAME
     4040`)."""
@@ -452,6 +456,8 @@ class SparkSpec(Model):
     driver_memory: str = Field(default="1g", pattern=JVM_SIZE, description="spark.driver.memory (512m, 1g).")
     conf: dict[str, str] = Field(
         default_factory=dict,
+        # bounded, or the API server refuses the CRD: its CEL rule's estimated cost grows with the entries
+        max_length=MAX_SPARK_CONF,
         description="More of Spark's settings (spark.*), passed to each consumer's Spark session as they "
         "are; those the fields above (or hubshift) set are refused.",
     )

@@ -55,7 +55,9 @@ class JdbcSinkSpec(SecretConnectionSpec):
         "which the transform keeps.",
     )
     options: dict[str, str] = Field(
-        default_factory=dict, description="Spark's JDBC options (batchsize, driver...); no secrets here."
+        default_factory=dict,
+        max_length=64,  # bounded: the API server prices the CEL rule below by the most entries there can be
+        description="Spark's JDBC options (batchsize, driver...); no secrets here.",
     )
 
     CEL = (
