@@ -225,16 +225,21 @@ class ConnectionSpec(SecretConnectionSpec):
     @classmethod
     def cel_rules(cls) -> list[CelRule]:
         address = to_camel(cls.ADDRESS)
-        return [
+        rules = [
             cel(
                 "!has(self.credential) || "
                 "(!has(self.connectionStringSecretRef) && !has(self.connectionStringEnv))",
                 BOTH_CREDENTIALS,
                 ".credential",
-            ),
-            cel(f"!has(self.credential) || has(self.{address})", cls.ADDRESS_MESSAGE, f".{address}"),
-            *super().cel_rules(),
+            )
         ]
+        # A required address (a Spark sink's path) is the schema's to demand: the API server runs no rule
+        # while a required field is missing, so a rule asking for it would never fire.
+        if not cls.model_fields[cls.ADDRESS].is_required():
+            rules.append(
+                cel(f"!has(self.credential) || has(self.{address})", cls.ADDRESS_MESSAGE, f".{address}")
+            )
+        return [*rules, *super().cel_rules()]
 
     @model_validator(mode="after")
     def _one_way_in(self) -> ConnectionSpec:
