@@ -37,15 +37,19 @@ from hubshift.spec import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 
-# abfs[s]://CONTAINER@ACCOUNT.dfs.core.windows.net[/path]: the account is the host's first label.
+# abfs[s]://CONTAINER@ACCOUNT.dfs.core.windows.net[/path]: the account is the host's first label (one '@').
 ABFS_PATH = re.compile(
-    r"^abfss?://(?P<container>[^@/\s]+)@(?P<host>(?P<account>[^./\s]+)\.[^/\s]+)(?P<path>/\S*)?$"
+    r"^abfss?://(?P<container>[^@/\s]+)@(?P<host>(?P<account>[^./@\s]+)\.[^/@\s]+)(?P<path>/\S*)?$"
 )
+AZURE_PATH = "path: an Azure path is abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/folder"
 LAKE_ONLY = "connectionStringSecretRef, connectionStringEnv and credential go with an abfss:// path"
 PATH_NEEDED = "a credential needs path, an abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/... path"
 # Spark options a block may not set itself: hubshift sets them (the mode, the path), or they would let two
 # writers take each other's progress for their own (Delta's idempotent write options).
 RESERVED_OPTIONS = frozenset({"path", "mode", "txnappid", "txnversion", "checkpointlocation"})
+# A path's length is bounded: the API server prices a rule matching it by the longest it can be.
+MAX_PATH = 1024
+RESERVED = "options: path, mode, txnAppId, txnVersion and checkpointLocation are hubshift's to set"
 
 
 class SparkPathSpec(ConnectionSpec):
@@ -59,6 +63,7 @@ class SparkPathSpec(ConnectionSpec):
 
     path: str = Field(
         min_length=1,
+        max_length=MAX_PATH,
         description="A folder (/data/orders, on a volume the pods mount) or an Azure path "
         "(abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/orders).",
     )
@@ -68,7 +73,9 @@ class SparkPathSpec(ConnectionSpec):
         description="Columns the rows are partitioned by (Spark's partitionBy).",
     )
     options: dict[str, str] = Field(
-        default_factory=dict, description='Spark\'s writer options for the format (e.g. mergeSchema: "true").'
+        default_factory=dict,
+        max_length=64,  # bounded: the API server prices the CEL rule below by the most entries there can be
+        description='Spark\'s writer options for the format (e.g. mergeSchema: "true").',
     )
 
     CEL = (
@@ -77,6 +84,19 @@ class SparkPathSpec(ConnectionSpec):
             "&& !has(self.connectionStringSecretRef) && !has(self.connectionStringEnv))",
             LAKE_ONLY,
             ".path",
+        ),
+        cel(
+            "!(self.path.startsWith('abfs://') || self.path.startsWith('abfss://')) || "
+            f"self.path.matches(r'{ABFS_PATH.pattern}')",
+            AZURE_PATH,
+            ".path",
+        ),
+        cel(
+            "!has(self.options) || self.options.all(k, !(k.lowerAscii() in ["
+            + ", ".join(f"'{key}'" for key in sorted(RESERVED_OPTIONS))
+            + "]))",
+            RESERVED,
+            ".options",
         ),
     )
 
@@ -89,10 +109,9 @@ class SparkPathSpec(ConnectionSpec):
         ):
             raise ValueError(LAKE_ONLY)
         if is_azure(self.path) and ABFS_PATH.match(self.path) is None:
-            raise ValueError("path: an Azure path is abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/folder")
-        reserved = sorted(key for key in self.options if key.lower() in RESERVED_OPTIONS)
-        if reserved:
-            raise ValueError(f"options: hubshift sets {', '.join(reserved)} itself")
+            raise ValueError(AZURE_PATH)
+        if any(key.lower() in RESERVED_OPTIONS for key in self.options):
+            raise ValueError(RESERVED)
         return self
 
 

@@ -18,7 +18,7 @@ from hubshift.manifest import FRAMES_ONLY, PartitionedConsumerSpec
 from hubshift.operator.kubernetes import crd
 from hubshift.operator.kubernetes.render import consumer_from_body
 from hubshift.sinks.jdbc import NO_SECRET_OPTIONS
-from hubshift.sinks.spark_writer import LAKE_ONLY
+from hubshift.sinks.spark_writer import AZURE_PATH, LAKE_ONLY, RESERVED
 from hubshift.spec import (
     BOTH_CREDENTIALS,
     CREDENTIAL_NEEDS_ACCOUNT_URL,
@@ -299,6 +299,26 @@ BAD_RESOURCES: list[tuple[str, Any, list[str]]] = [
         "jdbc-password-in-options",
         _job({"type": "jdbc", "jdbc": {"table": "homes", "options": {"Password": "hunter2"}}}),
         ["spec.consumer.sink.jdbc.options", NO_SECRET_OPTIONS],
+    ),
+    (
+        "lake-path-without-account",
+        _job({"type": "delta", "delta": {"path": "abfss://homes-without-an-account"}}),
+        ["spec.consumer.sink.delta.path", AZURE_PATH],
+    ),
+    (
+        "lake-path-with-two-accounts",
+        _job({"type": "parquet", "parquet": {"path": LAKE.replace("@", "@other@")}}),
+        ["spec.consumer.sink.parquet.path", AZURE_PATH],
+    ),
+    (
+        "spark-sink-sets-hubshifts-options",
+        _job({"type": "delta", "delta": {"path": LAKE, "options": {"txnVersion": "7"}}}),
+        ["spec.consumer.sink.delta.options", RESERVED],
+    ),
+    (
+        "jdbc-key-column-not-a-name",
+        _job({"type": "jdbc", "jdbc": {"table": "homes", "keyColumns": ["id; drop table homes"]}}),
+        ["spec.consumer.sink.jdbc.keyColumns[0]"],
     ),
     (
         "code-configmap-and-path",

@@ -59,7 +59,10 @@ def refusal(block: dict[str, Any]) -> str:
         ({"table": "orders", "options": {"User": "writer"}}, NO_SECRET_OPTIONS),
         ({"table": "orders", "options": {"dbtable": "other"}}, NO_SECRET_OPTIONS),
         ({"table": "orders", "options": {"query": "select 1"}}, NO_SECRET_OPTIONS),
-        ({"table": "orders", "keyColumns": ["id; drop table x"]}, "keyColumns: column names are letters"),
+        (
+            {"table": "orders", "keyColumns": ["id; drop table x"]},
+            "spec.consumer.sink.jdbc.keyColumns.0: String",
+        ),
         (
             {"table": "orders", "keyColumns": []},
             "spec.consumer.sink.jdbc.keyColumns: List should have at least",

@@ -16,7 +16,15 @@ from hubshift.manifest import parse_manifest
 from hubshift.sinks import SinkSpec, build_sink
 from hubshift.sinks.delta import SESSION_CONF, DeltaSink
 from hubshift.sinks.files import FilesSink
-from hubshift.sinks.spark_writer import ABFS_PATH, LAKE_ONLY, hadoop_settings, is_azure
+from hubshift.sinks.spark_writer import (
+    ABFS_PATH,
+    AZURE_PATH,
+    LAKE_ONLY,
+    RESERVED,
+    SparkPathSpec,
+    hadoop_settings,
+    is_azure,
+)
 from hubshift.spec import DEFAULT_SINK_STORAGE_ENV, Resolved, TokenCredentialSpec
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "homes.yaml"
@@ -71,8 +79,7 @@ def test_every_path_sink_takes_a_folder_or_an_azure_path(kind: str) -> None:
     [
         (
             {"path": "abfss://no-account-here"},
-            "spec.consumer.sink.delta: path: an Azure path is "
-            "abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/folder",
+            f"spec.consumer.sink.delta: {AZURE_PATH}",
         ),
         (
             {"path": "abfss://tables@lake/orders"},  # no domain: the account is the host's first label
@@ -84,13 +91,13 @@ def test_every_path_sink_takes_a_folder_or_an_azure_path(kind: str) -> None:
             {"path": "/data/orders", "connectionStringSecretRef": {"name": "lake", "key": "conn"}},
             LAKE_ONLY,
         ),
-        ({"path": LAKE, "options": {"mode": "overwrite"}}, "options: hubshift sets mode itself"),
-        (
-            {"path": LAKE, "options": {"txnAppId": "mine", "TXNVERSION": "3", "mergeSchema": "true"}},
-            "options: hubshift sets TXNVERSION, txnAppId itself",
-        ),
-        ({"path": LAKE, "options": {"checkpointLocation": "/x"}}, "hubshift sets checkpointLocation"),
-        ({"path": LAKE, "options": {"Path": "/elsewhere"}}, "options: hubshift sets Path itself"),
+        ({"path": LAKE, "options": {"mode": "overwrite"}}, f"spec.consumer.sink.delta: {RESERVED}"),
+        ({"path": LAKE, "options": {"txnAppId": "mine", "mergeSchema": "true"}}, RESERVED),
+        ({"path": LAKE, "options": {"TXNVERSION": "3"}}, RESERVED),
+        ({"path": LAKE, "options": {"checkpointLocation": "/x"}}, RESERVED),
+        ({"path": LAKE, "options": {"Path": "/elsewhere"}}, RESERVED),
+        ({"path": "abfss://tables@other@lake.dfs.core.windows.net/orders"}, AZURE_PATH),  # one account
+        ({"path": "/data/" + "x" * 1024}, "spec.consumer.sink.delta.path: String should have at most 1024"),
         ({"path": ""}, "spec.consumer.sink.delta.path: String should have at least 1 character"),
         ({"credential": {"type": "workloadIdentity"}}, "spec.consumer.sink.delta.path: required field"),
         ({"path": LAKE, "partitonBy": ["day"]}, "spec.consumer.sink.delta.partitonBy: unknown field"),
@@ -127,6 +134,15 @@ def test_the_abfs_path_pattern() -> None:
     ):
         assert ABFS_PATH.match(bad) is None, bad
     assert is_azure("abfs://x") and is_azure("abfss://x") and not is_azure("/abfss/x")
+    assert ABFS_PATH.match("abfss://t@other@lake.dfs.core.windows.net/x") is None
+
+
+def test_the_crd_checks_an_azure_path_with_the_models_own_pattern() -> None:
+    (rule,) = [r for r in SparkPathSpec.cel_rules() if r["message"] == AZURE_PATH]
+    assert f"self.path.matches(r'{ABFS_PATH.pattern}')" in rule["rule"]
+    (rule,) = [r for r in SparkPathSpec.cel_rules() if r["message"] == RESERVED]
+    for key in ("path", "mode", "txnappid", "txnversion", "checkpointlocation"):
+        assert f"'{key}'" in rule["rule"]
 
 
 # --- hadoop-azure's settings -------------------------------------------------------------------------
