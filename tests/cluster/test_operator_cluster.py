@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hubshift.manifest import FRAMES_ONLY, PartitionedConsumerSpec
+from hubshift.manifest import FRAMES_ONLY, UI_PORT_TAKEN, PartitionedConsumerSpec
 from hubshift.operator.kubernetes import crd
 from hubshift.operator.kubernetes.render import consumer_from_body
 from hubshift.sinks.jdbc import NO_SECRET_OPTIONS
@@ -319,6 +319,11 @@ BAD_RESOURCES: list[tuple[str, Any, list[str]]] = [
         "jdbc-key-column-not-a-name",
         _job({"type": "jdbc", "jdbc": {"table": "homes", "keyColumns": ["id; drop table homes"]}}),
         ["spec.consumer.sink.jdbc.keyColumns[0]"],
+    ),
+    (
+        "spark-ui-on-the-metrics-port",
+        lambda d: d["spec"]["consumer"].update(metricsPort=4040, spark={"ui": {"enabled": True}}),
+        ["spec.consumer.spark.ui.port", UI_PORT_TAKEN],
     ),
     (
         "code-configmap-and-path",

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from hubshift.errors import UserError
-from hubshift.manifest import CODE_DIR, FRAMES_ONLY, CodeSpec, ConsumerSpec, parse_manifest
+from hubshift.manifest import CODE_DIR, FRAMES_ONLY, UI_PORT_TAKEN, CodeSpec, ConsumerSpec, parse_manifest
 from hubshift.operator.kubernetes import crd
 from hubshift.pipelines import PIPELINES
 from hubshift.sinks import SINKS
@@ -186,3 +186,13 @@ def test_a_setting_with_a_field_of_its_own_names_the_field(key: str, field: str)
     # "set spark.master instead" would send a person back to the key they just wrote
     message = refusal({"spark": {"conf": {key: "x"}}})
     assert message.endswith(f"conf: {key} cannot be set here: set {field} instead")
+
+
+def test_the_spark_ui_and_the_metrics_need_ports_of_their_own() -> None:
+    # On one port, the consumer's HTTP server (started first) keeps it, Spark's UI moves to the next one
+    # unannounced, and `kubectl port-forward` to the UI's port reaches the metrics instead.
+    message = refusal({"metricsPort": 4040, "spark": {"ui": {"enabled": True}}})
+    assert message == f"manifest: spec.consumer: {UI_PORT_TAKEN}"
+    assert "spec.consumer" in refusal({"spark": {"ui": {"enabled": True, "port": 9090}}})
+    parse_manifest(document({"metricsPort": 4040}))  # the UI is off: its port is nobody's
+    parse_manifest(document({"metricsPort": 4040, "spark": {"ui": {"enabled": True, "port": 4041}}}))
