@@ -229,8 +229,20 @@ def check_writable(spark: SparkSession, path: str, sink: str) -> None:
         fs.create(probe, True).close()
         fs.delete(probe, False)
     except Exception as error:
-        reason = " ".join(str(error).split()).split(" at ", 1)[0][:300]
-        raise UserError(f"sink {sink}: cannot write {path}: {reason}") from None
+        raise UserError(f"sink {sink}: cannot write {path}: {java_reason(error)}") from None
+
+
+# py4j's preamble, and a Java exception's package: `...calling o82.create. : java.io.IOException: ...`
+_PY4J_CALL = re.compile(r"^An error occurred while calling [\w.$]+\. : ")
+_JAVA_CLASS = re.compile(r"^(?:[a-z_][\w$]*\.)+(?=[A-Z][\w$]*(?:Exception|Error)\b)")
+
+
+def java_reason(error: BaseException, limit: int = 300) -> str:
+    """A failure from the JVM as a person reads it: the exception's simple name and message, without py4j's
+    preamble or the stack trace."""
+    text = " ".join(str(error).split()).split(" at ", 1)[0]
+    text = _JAVA_CLASS.sub("", _PY4J_CALL.sub("", text))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def not_yet_written(events: DataFrame, written: Mapping[str, int]) -> DataFrame:

@@ -15,7 +15,7 @@ from hubshift.sinks.base import Output, PipelineResult
 from hubshift.sinks.commits import PartitionRange
 from hubshift.sinks.files import final_name, is_data_file
 from hubshift.sinks.layout import batch_stem
-from hubshift.sinks.spark_writer import dead_letter_folder, single_output, to_write
+from hubshift.sinks.spark_writer import dead_letter_folder, java_reason, single_output, to_write
 
 PARTITIONS = st.sampled_from([str(p) for p in range(8)])
 
@@ -149,3 +149,28 @@ def test_published_names_keep_the_folder_and_differ_per_file_and_batch(
     if other != number:
         assert final_name(staged, stem, other) != published
     assert final_name(staged, stem + "x", number) != published  # another batch never overwrites it
+
+
+# --- why a path cannot be written, as a person reads it ----------------------------------------------
+
+PY4J = (
+    "An error occurred while calling o82.create.\n: java.nio.file.AccessDeniedException: Operation failed: "
+    '"Server failed to authenticate the request.", 403, HEAD, https://lake.dfs.core.windows.net/t/homes\n'
+    "\tat org.apache.hadoop.fs.azurebfs.services.AbfsRestOperation.execute(AbfsRestOperation.java:270)\n"
+    "\tat org.apache.hadoop.fs.azurebfs.AzureBlobFileSystem.create(AzureBlobFileSystem.java:400)\n"
+)
+
+
+def test_a_java_failure_reads_as_its_exception_and_message() -> None:
+    assert java_reason(RuntimeError(PY4J)) == (
+        'AccessDeniedException: Operation failed: "Server failed to authenticate the request.", 403, HEAD, '
+        "https://lake.dfs.core.windows.net/t/homes"
+    )
+    local = (
+        "An error occurred while calling o66.create.\n: org.apache.hadoop.fs.ParentNotDirectoryException: "
+    )
+    assert java_reason(RuntimeError(local + "Parent path is not a directory: /data/a-file")) == (
+        "ParentNotDirectoryException: Parent path is not a directory: /data/a-file"
+    )
+    assert java_reason(OSError("disk full")) == "disk full"  # not Java's: as it is
+    assert len(java_reason(RuntimeError("x " * 500))) <= 300
