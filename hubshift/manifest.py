@@ -32,6 +32,7 @@ from hubshift.spec import (
     Role,
     ScalingSpec,
     SparkSpec,
+    SparkUiSpec,
     StartPositionSpec,
     TokenCredentialSpec,
     cel,
@@ -42,6 +43,8 @@ _CONNECTION_STRING_FIELDS = ("connectionStringSecretRef", "connectionStringEnv")
 
 # Where a consumer pod finds the job's files of `spec.consumer.code.configMap`.
 CODE_DIR = "/opt/hubshift/code"
+DEFAULT_METRICS_PORT = 9090
+UI_PORT_TAKEN = "spark.ui.port: the Spark UI and metricsPort need ports of their own"
 FRAMES_ONLY = (
     "a sink Spark writes (delta, parquet, json, jdbc, foreachBatch) takes pipeline type function or events"
 )
@@ -97,7 +100,10 @@ class ConsumerSpec(Model):
     sink: SinkSpec = Field(default_factory=SinkSpec)
     code: CodeSpec = Field(default_factory=CodeSpec)
     metrics_port: int = Field(
-        default=9090, ge=1, le=65535, description="/metrics, /healthz, /readyz and the operator's nudges."
+        default=DEFAULT_METRICS_PORT,
+        ge=1,
+        le=65535,
+        description="/metrics, /healthz, /readyz and the operator's nudges.",
     )
     service_account_name: str | None = Field(
         default=None,
@@ -119,12 +125,22 @@ class ConsumerSpec(Model):
             FRAMES_ONLY,
             ".pipeline",
         ),
+        cel(
+            "!has(self.spark) || !has(self.spark.ui) || !has(self.spark.ui.enabled) || !self.spark.ui.enabled"
+            f" || (has(self.spark.ui.port) ? self.spark.ui.port : {SparkUiSpec().port})"
+            f" != (has(self.metricsPort) ? self.metricsPort : {DEFAULT_METRICS_PORT})",
+            UI_PORT_TAKEN,
+            ".spark.ui.port",
+        ),
     )
 
     @model_validator(mode="after")
     def _frames_for_spark_sinks(self) -> ConsumerSpec:
         if self.sink.kind.takes_frames_only and self.pipeline.kind.shape != "frames":
             raise ValueError(FRAMES_ONLY)
+        # On one port the metrics server, started first, keeps it and Spark's UI moves on unannounced.
+        if self.spark.ui.enabled and self.spark.ui.port == self.metrics_port:
+            raise ValueError(UI_PORT_TAKEN)
         return self
 
 

@@ -227,16 +227,21 @@ class ConnectionSpec(SecretConnectionSpec):
     @classmethod
     def cel_rules(cls) -> list[CelRule]:
         address = to_camel(cls.ADDRESS)
-        return [
+        rules = [
             cel(
                 "!has(self.credential) || "
                 "(!has(self.connectionStringSecretRef) && !has(self.connectionStringEnv))",
                 BOTH_CREDENTIALS,
                 ".credential",
-            ),
-            cel(f"!has(self.credential) || has(self.{address})", cls.ADDRESS_MESSAGE, f".{address}"),
-            *super().cel_rules(),
+            )
         ]
+        # A required address (a Spark sink's path) is the schema's to demand: the API server runs no rule
+        # while a required field is missing, so a rule asking for it would never fire.
+        if not cls.model_fields[cls.ADDRESS].is_required():
+            rules.append(
+                cel(f"!has(self.credential) || has(self.{address})", cls.ADDRESS_MESSAGE, f".{address}")
+            )
+        return [*rules, *super().cel_rules()]
 
     @model_validator(mode="after")
     def _one_way_in(self) -> ConnectionSpec:
@@ -419,7 +424,8 @@ class CheckpointPolicySpec(Model):
     every_events: int = Field(default=50_000, ge=1, description="...or after this many events, if sooner.")
 
 
-# Spark settings the spec's own fields (or hubshift) set: `spark.conf` may not set them again.
+# Spark settings the spec's own fields (their place under spec.consumer; None: hubshift) set: `spark.conf`
+# may not set them again.
 OWN_SPARK_CONF = {
     "spark.master": "spark.master",
     "spark.app.name": None,
@@ -433,6 +439,7 @@ OWN_SPARK_CONF = {
     "spark.driver.extraClassPath": None,
     "spark.sql.session.timeZone": None,
 }
+
 
 
 class SparkUiSpec(Model):
@@ -477,7 +484,7 @@ class SparkSpec(Model):
                 raise ValueError(f"conf: {key!r} is not a Spark setting (they start with spark.)")
             if key in OWN_SPARK_CONF:
                 field = OWN_SPARK_CONF[key]
-                where = f"set {field} instead" if field else "hubshift sets it"
+                where = f"set spec.consumer.{field} instead" if field else "hubshift sets it"
                 raise ValueError(f"conf: {key} cannot be set here: {where}")
         return self
 

@@ -14,10 +14,17 @@ from typing import Any
 import pytest
 import yaml
 
-from hubshift.manifest import PartitionedConsumerSpec
+from hubshift.manifest import FRAMES_ONLY, UI_PORT_TAKEN, PartitionedConsumerSpec
 from hubshift.operator.kubernetes import crd
 from hubshift.operator.kubernetes.render import consumer_from_body
-from hubshift.spec import BOTH_CREDENTIALS, CREDENTIAL_NEEDS_ACCOUNT_URL, CREDENTIAL_NEEDS_NAMESPACE
+from hubshift.sinks.jdbc import NO_SECRET_OPTIONS
+from hubshift.sinks.spark_writer import AZURE_PATH, LAKE_ONLY, RESERVED
+from hubshift.spec import (
+    BOTH_CREDENTIALS,
+    CREDENTIAL_NEEDS_ACCOUNT_URL,
+    CREDENTIAL_NEEDS_NAMESPACE,
+    SparkSpec,
+)
 from tests.fixtures.cluster import eventually
 from tests.fixtures.operator import CRS, example_manifest
 from tests.harness.control_plane import ApiError
@@ -55,6 +62,19 @@ def _route(**changes: Any) -> dict[str, Any]:
 
 
 ROUTE: dict[str, Any] = {"targets": [{"name": "a", "hub": "x"}], "rules": [{"to": ["a"]}]}
+
+
+def _job(sink: dict[str, Any], pipeline: dict[str, Any] | None = None) -> Any:
+    """A Spark job: the events pipeline (or `pipeline`) into `sink` (its type and block)."""
+
+    def mutate(document: dict[str, Any]) -> None:
+        document["spec"]["consumer"]["pipeline"] = pipeline or {"type": "events"}
+        document["spec"]["consumer"]["sink"] = sink
+
+    return mutate
+
+
+LAKE = "abfss://tables@lake.dfs.core.windows.net/homes"
 
 
 def _token_instead(block: str, *, drop: tuple[str, ...] = ("connectionStringSecretRef",)) -> Any:
@@ -240,6 +260,85 @@ BAD_RESOURCES: list[tuple[str, Any, list[str]]] = [
             ),
         ),
         ["spec.consumer.pipeline.editor[0].enrich", "set exactly one of table or path"],
+    ),
+    (
+        "spark-sink-after-aggregate",
+        _job({"type": "delta", "delta": {"path": "/data/homes"}}, {"type": "aggregate"}),
+        ["spec.consumer.pipeline", FRAMES_ONLY],
+    ),
+    *[
+        (
+            f"{kind}-missing",
+            _job({"type": kind}),
+            [f"spec.consumer.sink.{kind}", f"{kind} ({what}) is required when type is {kind}"],
+        )
+        for kind, what in [
+            ("delta", "the table's path"),
+            ("parquet", "the folder's path"),
+            ("json", "the folder's path"),
+            ("jdbc", "the table"),
+            ("foreachBatch", "the function"),
+        ]
+    ],
+    (
+        "lake-credential-on-a-folder",
+        _job({"type": "delta", "delta": {"path": "/data/homes", "credential": {"type": "workloadIdentity"}}}),
+        ["spec.consumer.sink.delta.path", LAKE_ONLY],
+    ),
+    (
+        "lake-connection-string-on-a-folder",
+        _job({"type": "parquet", "parquet": {"path": "/data/homes", "connectionStringEnv": "LAKE"}}),
+        ["spec.consumer.sink.parquet.path", LAKE_ONLY],
+    ),
+    (
+        "lake-credential-without-path",
+        _job({"type": "json", "json": {"credential": {"type": "workloadIdentity"}}}),
+        ["spec.consumer.sink.json.path", "Required value"],
+    ),
+    (
+        "jdbc-password-in-options",
+        _job({"type": "jdbc", "jdbc": {"table": "homes", "options": {"Password": "hunter2"}}}),
+        ["spec.consumer.sink.jdbc.options", NO_SECRET_OPTIONS],
+    ),
+    (
+        "lake-path-without-account",
+        _job({"type": "delta", "delta": {"path": "abfss://homes-without-an-account"}}),
+        ["spec.consumer.sink.delta.path", AZURE_PATH],
+    ),
+    (
+        "lake-path-with-two-accounts",
+        _job({"type": "parquet", "parquet": {"path": LAKE.replace("@", "@other@")}}),
+        ["spec.consumer.sink.parquet.path", AZURE_PATH],
+    ),
+    (
+        "spark-sink-sets-hubshifts-options",
+        _job({"type": "delta", "delta": {"path": LAKE, "options": {"txnVersion": "7"}}}),
+        ["spec.consumer.sink.delta.options", RESERVED],
+    ),
+    (
+        "jdbc-key-column-not-a-name",
+        _job({"type": "jdbc", "jdbc": {"table": "homes", "keyColumns": ["id; drop table homes"]}}),
+        ["spec.consumer.sink.jdbc.keyColumns[0]"],
+    ),
+    (
+        "spark-ui-on-the-metrics-port",
+        lambda d: d["spec"]["consumer"].update(metricsPort=4040, spark={"ui": {"enabled": True}}),
+        ["spec.consumer.spark.ui.port", UI_PORT_TAKEN],
+    ),
+    (
+        "code-configmap-and-path",
+        _set("consumer.code", {"configMap": "homes-job", "path": "/home/me/job"}),
+        ["spec.consumer.code", "set configMap or path, not both"],
+    ),
+    (
+        "spark-conf-owned-setting",
+        _set("consumer.spark.conf", {"spark.master": "local[4]"}),
+        ["spec.consumer.spark.conf", SparkSpec.cel_rules()[0]["message"]],
+    ),
+    (
+        "spark-conf-not-spark",
+        _set("consumer.spark.conf", {"hadoop.fs.defaultFS": "file:///"}),
+        ["spec.consumer.spark.conf"],
     ),
     (
         "projection-postgres-missing",

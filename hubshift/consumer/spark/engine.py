@@ -65,6 +65,9 @@ if TYPE_CHECKING:
 
 # A folder of jars for the consumers' Spark beside PySpark's own (tools/spark-jars); the image needs none.
 JARS_ENV = "HUBSHIFT_SPARK_JARS"
+# Spark's own `spark.redaction.regex` and hadoop-azure's account keys, which it misses: the UI's Environment
+# page would show an Azure sink's key (spark.hadoop.fs.azure.account.key.<host>) as it is.
+REDACTION = r"(?i)secret|password|token|access[.]?key|fs[.]azure[.]account[.]key"
 log = logging.getLogger(__name__)
 
 # A failed query is started again this many times in a row before the consumer gives up.
@@ -467,8 +470,12 @@ def session_conf(spark: SparkSpec, sink: object, environ: Mapping[str, str]) -> 
     """What the consumer's Spark session is configured with beyond its fixed settings: the jars beside
     PySpark's own (`HUBSHIFT_SPARK_JARS`: a folder `tools/spark-jars` fills; the image has them in PySpark's
     own jars), the Spark UI (off unless asked for), what the sink needs (Delta's extensions, hadoop-azure's
-    settings), then the spec's own `spark.conf`."""
-    conf: dict[str, str] = {"spark.ui.enabled": "true" if spark.ui.enabled else "false"}
+    settings), then the spec's own `spark.conf`. Secrets among them are redacted wherever Spark shows its
+    settings (`REDACTION`)."""
+    conf: dict[str, str] = {
+        "spark.ui.enabled": "true" if spark.ui.enabled else "false",
+        "spark.redaction.regex": REDACTION,
+    }
     if spark.ui.enabled:
         conf["spark.ui.port"] = str(spark.ui.port)
     jars = environ.get(JARS_ENV)
