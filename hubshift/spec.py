@@ -225,6 +225,8 @@ class ConnectionSpec(SecretConnectionSpec):
     @classmethod
     def cel_rules(cls) -> list[CelRule]:
         address = to_camel(cls.ADDRESS)
+        # A required address is always there: the schema's `required` says so, no rule is needed.
+        needs_address = not cls.model_fields[cls.ADDRESS].is_required()
         return [
             cel(
                 "!has(self.credential) || "
@@ -232,7 +234,11 @@ class ConnectionSpec(SecretConnectionSpec):
                 BOTH_CREDENTIALS,
                 ".credential",
             ),
-            cel(f"!has(self.credential) || has(self.{address})", cls.ADDRESS_MESSAGE, f".{address}"),
+            *(
+                [cel(f"!has(self.credential) || has(self.{address})", cls.ADDRESS_MESSAGE, f".{address}")]
+                if needs_address
+                else []
+            ),
             *super().cel_rules(),
         ]
 
@@ -451,6 +457,7 @@ class SparkSpec(Model):
     driver_memory: str = Field(default="1g", pattern=JVM_SIZE, description="spark.driver.memory (512m, 1g).")
     conf: dict[str, str] = Field(
         default_factory=dict,
+        max_length=256,  # bounds the CEL rule's cost (the API server refuses the CRD without a bound)
         description="More of Spark's settings (spark.*), passed to each consumer's Spark session as they "
         "are; those the fields above (or hubshift) set are refused.",
     )

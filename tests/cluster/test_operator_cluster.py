@@ -14,10 +14,18 @@ from typing import Any
 import pytest
 import yaml
 
-from hubshift.manifest import PartitionedConsumerSpec
+from hubshift import podtemplate as pod
+from hubshift.manifest import FRAMES_ONLY, PartitionedConsumerSpec
 from hubshift.operator.kubernetes import crd
 from hubshift.operator.kubernetes.render import consumer_from_body
-from hubshift.spec import BOTH_CREDENTIALS, CREDENTIAL_NEEDS_ACCOUNT_URL, CREDENTIAL_NEEDS_NAMESPACE
+from hubshift.sinks.jdbc import NO_SECRET_OPTIONS
+from hubshift.sinks.spark_writer import LAKE_ONLY
+from hubshift.spec import (
+    BOTH_CREDENTIALS,
+    CREDENTIAL_NEEDS_ACCOUNT_URL,
+    CREDENTIAL_NEEDS_NAMESPACE,
+    SparkSpec,
+)
 from tests.fixtures.cluster import eventually
 from tests.fixtures.operator import CRS, example_manifest
 from tests.harness.control_plane import ApiError
@@ -52,6 +60,16 @@ def _route(**changes: Any) -> dict[str, Any]:
     """A route pipeline with one target `a` and one rule to it, `changes` applied."""
     editor = changes.pop("editor", [])
     return {"type": "route", "editor": editor, "route": {**ROUTE, **changes}}
+
+
+def _spark_sink(sink: dict[str, Any]) -> Any:
+    """A sink Spark writes, after a `function` pipeline (the one shape such a sink takes)."""
+
+    def mutate(document: dict[str, Any]) -> None:
+        document["spec"]["consumer"]["pipeline"] = {"type": "function", "function": "job:transform"}
+        document["spec"]["consumer"]["sink"] = sink
+
+    return mutate
 
 
 ROUTE: dict[str, Any] = {"targets": [{"name": "a", "hub": "x"}], "rules": [{"to": ["a"]}]}
@@ -240,6 +258,137 @@ BAD_RESOURCES: list[tuple[str, Any, list[str]]] = [
             ),
         ),
         ["spec.consumer.pipeline.editor[0].enrich", "set exactly one of table or path"],
+    ),
+    (
+        "spark-conf-of-hubshift",
+        _set("consumer.spark.conf", {"spark.master": "local[4]"}),
+        ["spec.consumer.spark.conf", SparkSpec.CEL[0]["message"]],
+    ),
+    *(
+        (f"{kind}-block-missing", _spark_sink({"type": kind}), [f"spec.consumer.sink.{kind}", message])
+        for kind, message in (
+            ("delta", "delta (the table's path) is required when type is delta"),
+            ("parquet", "parquet (the folder's path) is required when type is parquet"),
+            ("json", "json (the folder's path) is required when type is json"),
+            ("jdbc", "jdbc (the table) is required when type is jdbc"),
+            ("foreachBatch", "foreachBatch (the function) is required when type is foreachBatch"),
+        )
+    ),
+    (
+        "local-spark-path-with-a-connection",
+        _spark_sink({"type": "parquet", "parquet": {"path": "/data/orders", "connectionStringEnv": "X"}}),
+        ["spec.consumer.sink.parquet.path", LAKE_ONLY],
+    ),
+    (
+        "jdbc-url-in-options",
+        _spark_sink({"type": "jdbc", "jdbc": {"table": "t", "options": {"url": "jdbc:postgresql://x"}}}),
+        ["spec.consumer.sink.jdbc.options", NO_SECRET_OPTIONS],
+    ),
+    (
+        "code-config-map-and-path",
+        _set("consumer.code", {"configMap": "job", "path": "/srv/job"}),
+        ["spec.consumer.code", "set configMap or path, not both"],
+    ),
+    (
+        "spark-sink-after-aggregate",
+        _set("consumer.sink", {"type": "parquet", "parquet": {"path": "/data/orders"}}),
+        ["spec.consumer.pipeline", FRAMES_ONLY],
+    ),
+    (
+        "pod-label-of-hubshift",
+        _set("consumer.podTemplate", {"metadata": {"labels": {"hubshift.dev/consumer": "other"}}}),
+        ["spec.consumer.podTemplate.metadata.labels", pod.OWN_LABEL_MESSAGE],
+    ),
+    (
+        "pod-label-value-malformed",
+        _set("consumer.podTemplate", {"metadata": {"labels": {"team": "a b"}}}),
+        ["spec.consumer.podTemplate.metadata.labels.team"],
+    ),
+    (
+        "pod-annotation-of-hubshift",
+        _set("consumer.podTemplate", {"metadata": {"annotations": {"hubshift.dev/manifest-sha256": "x"}}}),
+        ["spec.consumer.podTemplate.metadata.annotations", pod.OWN_ANNOTATION_MESSAGE],
+    ),
+    (
+        "env-of-hubshift",
+        _set("consumer.podTemplate", {"env": [{"name": "HOME", "value": "/root"}]}),
+        ["spec.consumer.podTemplate.env[0].name", pod.OWN_ENV_MESSAGE],
+    ),
+    (
+        "volume-of-hubshift",
+        _set("consumer.podTemplate", {"volumes": [{"name": "manifest", "emptyDir": {}}]}),
+        ["spec.consumer.podTemplate.volumes[0].name", pod.OWN_VOLUME_MESSAGE],
+    ),
+    (
+        "volume-host-path",
+        _set("consumer.podTemplate", {"volumes": [{"name": "host", "hostPath": {"path": "/"}}]}),
+        ['unknown field "spec.consumer.podTemplate.volumes[0].hostPath"'],
+    ),
+    (
+        "volume-without-source",
+        _set("consumer.podTemplate", {"volumes": [{"name": "nothing"}]}),
+        ["spec.consumer.podTemplate.volumes[0]", pod.ONE_SOURCE_MESSAGE],
+    ),
+    (
+        "mount-over-the-manifest",
+        _set("consumer.podTemplate", {"volumeMounts": [{"name": "x", "mountPath": "/etc"}]}),
+        ["spec.consumer.podTemplate.volumeMounts[0].mountPath", pod.OWN_MOUNT_MESSAGE],
+    ),
+    (
+        "mount-path-relative",
+        _set("consumer.podTemplate", {"volumeMounts": [{"name": "x", "mountPath": "config/../etc"}]}),
+        ["spec.consumer.podTemplate.volumeMounts[0].mountPath"],
+    ),
+    (
+        "sidecar-named-consumer",
+        _set("consumer.podTemplate", {"sidecars": [{"name": "consumer", "image": "busybox"}]}),
+        ["spec.consumer.podTemplate.sidecars[0].name", pod.OWN_CONTAINER_MESSAGE],
+    ),
+    (
+        "sidecar-privileged",
+        _set(
+            "consumer.podTemplate",
+            {"sidecars": [{"name": "s", "image": "busybox", "securityContext": {"privileged": True}}]},
+        ),
+        ['unknown field "spec.consumer.podTemplate.sidecars[0].securityContext.privileged"'],
+    ),
+    (
+        "init-container-as-root",
+        _set(
+            "consumer.podTemplate",
+            {"initContainers": [{"name": "i", "image": "busybox", "securityContext": {"runAsUser": 0}}]},
+        ),
+        ["spec.consumer.podTemplate.initContainers[0].securityContext.runAsUser"],
+    ),
+    (
+        "sidecar-port-named-metrics",
+        _set(
+            "consumer.podTemplate",
+            {
+                "sidecars": [
+                    {"name": "s", "image": "busybox", "ports": [{"name": "metrics", "containerPort": 80}]}
+                ]
+            },
+        ),
+        ["spec.consumer.podTemplate.sidecars[0].ports[0].name", pod.OWN_PORT_NAME_MESSAGE],
+    ),
+    (
+        "sidecar-on-the-metrics-port",
+        _set(
+            "consumer.podTemplate",
+            {"sidecars": [{"name": "s", "image": "busybox", "ports": [{"containerPort": 9090}]}]},
+        ),
+        ["spec.consumer.podTemplate", pod.PORT_TAKEN],
+    ),
+    (
+        "toleration-operator-unknown",
+        _set("consumer.podTemplate", {"tolerations": [{"key": "spot", "operator": "Maybe"}]}),
+        ["spec.consumer.podTemplate.tolerations[0].operator"],
+    ),
+    (
+        "max-unavailable-negative",
+        _set("consumer.podDisruptionBudget", {"maxUnavailable": -1}),
+        ["spec.consumer.podDisruptionBudget.maxUnavailable"],
     ),
     (
         "projection-postgres-missing",

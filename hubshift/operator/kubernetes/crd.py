@@ -116,6 +116,8 @@ class _Converter:
         required = schema.get("required")
         if required:
             out["required"] = list(required)
+        if model.model_config.get("extra") == "allow":  # a Kubernetes object passed on as written
+            out["x-kubernetes-preserve-unknown-fields"] = True
         rules = model.cel_rules() if issubclass(model, spec.Model) else []
         if rules:
             out["x-kubernetes-validations"] = [dict(rule) for rule in rules]

@@ -25,11 +25,13 @@ from hubshift.operator.driver import MIN_CYCLE_SECONDS, CycleRunner, Desired, Lo
 from hubshift.operator.kubernetes.api import KubeAdapter, consumer_instance
 from hubshift.operator.kubernetes.render import (
     CONSUMER_LABEL,
+    DEFAULT_IMAGE,
     JSON,
     ChildNames,
     Owner,
     consumer_from_body,
     initial_replicas,
+    output_condition,
     render_children,
     service_account_name,
 )
@@ -76,6 +78,8 @@ class OperatorContext:
     min_cycle_seconds: float = MIN_CYCLE_SECONDS
     wakeups: dict[ConsumerKey, asyncio.Event] = field(default_factory=dict)
     pod_views: dict[tuple[str, str], ConsumerInstance] = field(default_factory=dict)
+    #: The consumer pods' image when a resource names none: the operator's own (`--consumer-image`).
+    consumer_image: str = DEFAULT_IMAGE
 
     def wakeup(self, key: ConsumerKey) -> asyncio.Event:
         return self.wakeups.setdefault(key, asyncio.Event())
@@ -137,11 +141,17 @@ async def reconcile_children(body: Mapping[str, Any], memo: kopf.Memo, logger: L
         replicas = current if current is not None else initial_replicas(consumer)
         if current is not None:
             state.statefulset_seen = True  # cycles may scale it even if applying fails below
-        children = await _without_foreign_account(
-            context, consumer, owner, render_children(consumer, owner, replicas)
-        )
-        await context.kube.apply_all(children)
+        rendered = render_children(consumer, owner, replicas, context.consumer_image)
+        children = await _without_foreign_account(context, consumer, owner, rendered)
+        try:
+            await context.kube.apply_all(children)
+        except UserError as error:  # a child the API server refuses as rendered: the spec must change
+            await report_invalid(context, owner, body, str(error))
+            raise kopf.PermanentError(str(error)) from None
         state.statefulset_seen = True
+    output = output_condition(consumer)
+    if output.status == "False":  # said once per change of the spec; the status says it every cycle
+        await context.kube.post_event(owner, "OutputNotDurable", output.message, warning=True)
     if current is None:
         logger.info("created the consumer StatefulSet %s with %d replicas", names.statefulset, replicas)
         await context.kube.post_event(
@@ -299,7 +309,7 @@ async def run_control_loop(
             consumer = consumer_from_body(body)
         except UserError:
             return None
-        return Desired(consumer, CycleInputs.from_body(body))
+        return Desired(consumer, CycleInputs.from_body(body, [output_condition(consumer)]))
 
     async def report_failure(message: str) -> None:
         last = driver.report.status if driver.report is not None else None
