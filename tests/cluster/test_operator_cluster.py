@@ -17,7 +17,7 @@ import yaml
 from hubshift import podtemplate as pod
 from hubshift.manifest import FRAMES_ONLY, PartitionedConsumerSpec
 from hubshift.operator.kubernetes import crd
-from hubshift.operator.kubernetes.render import consumer_from_body
+from hubshift.operator.kubernetes.render import DEFAULT_IMAGE, OUTPUT_DURABLE, consumer_from_body
 from hubshift.sinks.jdbc import NO_SECRET_OPTIONS
 from hubshift.sinks.spark_writer import LAKE_ONLY
 from hubshift.spec import (
@@ -580,6 +580,99 @@ def test_a_keyless_resource_gets_its_service_account_and_labelled_pods_and_no_se
     assert sts["spec"]["template"]["spec"]["serviceAccountName"] == "theirs"
     theirs = control_plane.request("GET", f"{accounts}/theirs")
     assert "ownerReferences" not in theirs["metadata"] and "annotations" not in theirs["metadata"]
+    assert hubshift_operator.process.poll() is None, hubshift_operator.log()
+
+
+POD_TEMPLATE: dict[str, Any] = {
+    "metadata": {"labels": {"team": "homes"}, "annotations": {"example.com/scrape": "false"}},
+    "nodeSelector": {"type": "kwok"},
+    "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}],
+    "priorityClassName": "system-node-critical",
+    "imagePullSecrets": [{"name": "registry"}],
+    "env": [{"name": "SITES", "value": "/config/sites.json"}],
+    "envFrom": [{"secretRef": {"name": "extra", "optional": True}}],
+    "volumes": [{"name": "sites", "configMap": {"name": "sites", "optional": True}}],
+    "volumeMounts": [{"name": "sites", "mountPath": "/config", "readOnly": True}],
+    "sidecars": [{"name": "shipper", "image": "busybox:1.36", "command": ["sleep", "infinity"]}],
+    "topologySpreadConstraints": [],
+}
+
+
+def test_a_pod_template_reaches_the_pods_and_a_refused_child_is_the_status(
+    control_plane: Any, kube_namespace: str, hubshift_operator: Any
+) -> None:
+    """The operator renders `podTemplate` into the StatefulSet the API server accepts and KWOK runs (the
+    image the operator's own default, no spec.consumer.image); a folder sink on an emptyDir is a Warning
+    Event and the condition OutputDurable False; a pod template the API server refuses in the StatefulSet
+    (an affinity the CRD keeps as written) is the resource's status, with the server's words."""
+    ns = kube_namespace
+    document = example_manifest(ns)
+    document["spec"]["consumer"].update(podTemplate=POD_TEMPLATE, podDisruptionBudget={"maxUnavailable": 2})
+    create(control_plane, ns, document)
+    sts = eventually(
+        lambda: control_plane.request("GET", f"/apis/apps/v1/namespaces/{ns}/statefulsets/homes"),
+        what="the StatefulSet",
+    )
+    template = sts["spec"]["template"]
+    assert template["metadata"]["labels"]["team"] == "homes"
+    assert template["metadata"]["annotations"]["example.com/scrape"] == "false"
+    spec = template["spec"]
+    assert "topologySpreadConstraints" not in spec  # [] replaced hubshift's own spread
+    consumer, shipper = spec["containers"]
+    assert consumer["image"] == DEFAULT_IMAGE
+    assert {"name": "sites", "mountPath": "/config", "readOnly": True} in consumer["volumeMounts"]
+    assert consumer["env"][-1] == {"name": "SITES", "value": "/config/sites.json"}
+    assert shipper["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+    def pod() -> dict[str, Any] | None:
+        found = control_plane.request("GET", f"/api/v1/namespaces/{ns}/pods/homes-0")
+        return found if found.get("spec", {}).get("nodeName") else None
+
+    scheduled = eventually(pod, timeout=90, what="homes-0 scheduled on a KWOK node (nodeSelector type: kwok)")
+    assert [c["name"] for c in scheduled["spec"]["containers"]] == ["consumer", "shipper"]
+    assert scheduled["spec"]["priorityClassName"] == "system-node-critical"
+    budget = control_plane.request("GET", f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/homes")
+    assert budget["spec"]["maxUnavailable"] == 2
+
+    scratch = example_manifest(ns)
+    scratch["metadata"]["name"] = "scratch"
+    del scratch["spec"]["consumer"]["sink"]  # the folder sink, on an emptyDir
+    create(control_plane, ns, scratch)
+
+    def warned() -> list[dict[str, Any]]:
+        events = control_plane.request("GET", f"/api/v1/namespaces/{ns}/events")["items"]
+        return [
+            e
+            for e in events
+            if e["reason"] == "OutputNotDurable" and e["involvedObject"]["name"] == "scratch"
+        ]
+
+    (event,) = eventually(warned, what="the OutputNotDurable Event")[:1]
+    assert event["type"] == "Warning" and "emptyDir" in event["message"]
+
+    def output(name: str) -> dict[str, Any] | None:
+        status = control_plane.request("GET", f"{CRS.format(ns=ns)}/{name}").get("status") or {}
+        return next((c for c in status.get("conditions", []) if c["type"] == OUTPUT_DURABLE), None)
+
+    assert eventually(lambda: output("scratch"), what="OutputDurable on scratch")["status"] == "False"
+    assert eventually(lambda: output("homes"), what="OutputDurable on homes")["reason"] == "StorageService"
+
+    broken = example_manifest(ns)
+    broken["metadata"]["name"] = "broken"
+    never = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}
+    broken["spec"]["consumer"]["podTemplate"] = {"affinity": {"nodeAffinity": never}}
+    create(control_plane, ns, broken)  # the CRD keeps an affinity as written: the StatefulSet is refused
+
+    def invalid() -> dict[str, Any] | None:
+        status = control_plane.request("GET", f"{CRS.format(ns=ns)}/broken").get("status") or {}
+        return status if status.get("phase") == "Invalid" else None
+
+    status = eventually(invalid, what=f"broken Invalid\n{hubshift_operator.log()[-3000:]}")
+    assert "the API server refused the StatefulSet broken" in status["message"], status
+    assert "nodeSelectorTerms" in status["message"], status
     assert hubshift_operator.process.poll() is None, hubshift_operator.log()
 
 
