@@ -168,7 +168,8 @@ def standard_labels(consumer_name: str, component: str = CONSUMER_COMPONENT) -> 
 
 
 def pod_labels(consumer_name: str) -> dict[str, str]:
-    """Pod template labels: no version, so an operator upgrade alone never restarts consumers."""
+    """Pod template labels: no version, so an operator upgrade restarts consumers only when it brings them
+    a new image (the operator's own, for the resources that name none)."""
     labels = standard_labels(consumer_name)
     del labels["app.kubernetes.io/version"]
     return labels
