@@ -731,6 +731,8 @@ def test_the_chart_installs_on_the_api_server_without_warnings(
     values_file.write_text(yaml.safe_dump(values))
     chart = Path(__file__).resolve().parents[2] / "charts" / "hubshift"
     command = [str(helm), "install", release, str(chart), "-n", kube_namespace, "-f", str(values_file)]
+    # The session applied the CRD with kubectl (hubshift_crd): the chart's template adopts it.
+    command.append("--take-ownership")
     try:
         result = subprocess.run(
             [*command, "--wait", "--timeout", "90s"],
@@ -747,6 +749,11 @@ def test_the_chart_installs_on_the_api_server_without_warnings(
             "GET", f"/apis/apps/v1/namespaces/{kube_namespace}/deployments/{release}-hubshift"
         )
         assert deployment["status"].get("availableReplicas") == 1
+        definition = control_plane.request(
+            "GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/partitionedconsumers.hubshift.dev"
+        )
+        assert definition["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        assert definition["metadata"]["annotations"]["meta.helm.sh/release-name"] == release
     finally:
         subprocess.run(
             [str(helm), "uninstall", release, "-n", kube_namespace, "--wait", "--timeout", "60s"],
