@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +51,18 @@ def test_chart_metadata() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["apiVersion"] == "v2"
     assert chart["name"] == "hubshift"
-    assert chart["appVersion"] == __version__
+    # One version (pyproject.toml's): the release packages the chart and tags the image with it.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert chart["appVersion"] == chart["version"] == __version__ == project
     assert re.fullmatch(r"\d+\.\d+\.\d+", chart["version"])
+
+
+def test_the_release_can_point_the_chart_at_its_image() -> None:
+    """.github/workflows/release.yml rewrites this one line to the image it pushed (ghcr.io/OWNER/hubshift)."""
+    workflow = (ROOT / ".github" / "workflows" / "release.yml").read_text()
+    assert 's#^  repository: hubshift\$#  repository: $IMAGE#' in workflow
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    assert lines.count("  repository: hubshift") == 1
 
 
 def test_default_values_match_their_schema() -> None:
