@@ -58,9 +58,9 @@ def test_chart_metadata() -> None:
 
 
 def test_the_release_can_point_the_chart_at_its_image() -> None:
-    """.github/workflows/release.yml rewrites this one line to the image it pushed (ghcr.io/OWNER/hubshift)."""
+    """.github/workflows/release.yml rewrites this line to the image it pushed (ghcr.io/OWNER/hubshift)."""
     workflow = (ROOT / ".github" / "workflows" / "release.yml").read_text()
-    assert 's#^  repository: hubshift\$#  repository: $IMAGE#' in workflow
+    assert r"s#^  repository: hubshift\$#  repository: $IMAGE#" in workflow
     lines = (CHART / "values.yaml").read_text().splitlines()
     assert lines.count("  repository: hubshift") == 1
 
