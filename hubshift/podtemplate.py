@@ -320,6 +320,8 @@ RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"dro
 def container(spec: ContainerSpec) -> dict[str, Any]:
     """A sidecar or init container as the pod runs it: as written, with the restricted security context."""
     out = spec.to_kubernetes()
+    if not out.get("ports"):
+        out.pop("ports", None)
     out["securityContext"] = {**RESTRICTED_CONTAINER, **out.get("securityContext", {})}
     return out
 
