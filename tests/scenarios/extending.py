@@ -85,8 +85,8 @@ def full_reference(image: Image) -> str:
 
 def route_example(image: Image) -> JSON:
     """examples/route.yaml as a platform team deploys it on the scenarios' cluster: sizes that fit two
-    cores, one replica, and its pod template. The alarms target names only its variable: the pod template
-    fills it from a Secret."""
+    cores, one replica, and more in its pod template (which mounts the lookup file). The alarms target
+    names only its variable: the pod template fills it from a Secret."""
     document: JSON = yaml.safe_load(ROUTE_EXAMPLE.read_text())
     spec = document["spec"]
     consumer = spec["consumer"]
@@ -103,20 +103,20 @@ def route_example(image: Image) -> JSON:
         "command": ["python3", "-c", WATCH],
         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
     }
-    consumer["podTemplate"] = {
-        "metadata": {"labels": {"team": "readings"}, "annotations": {"example.com/owner": "readings"}},
-        "nodeSelector": {POOL_LABEL: POOL},
-        "tolerations": [{"key": TAINT, "operator": "Equal", "value": POOL, "effect": "NoSchedule"}],
-        "env": [
+    template = consumer["podTemplate"]  # the example's own: the lookup file's ConfigMap at /config
+    assert {"name": "sites", "mountPath": "/config", "readOnly": True} in template["volumeMounts"]
+    template.update(
+        metadata={"labels": {"team": "readings"}, "annotations": {"example.com/owner": "readings"}},
+        nodeSelector={POOL_LABEL: POOL},
+        tolerations=[{"key": TAINT, "operator": "Equal", "value": POOL, "effect": "NoSchedule"}],
+        env=[
             {
                 "name": alarms["connectionStringEnv"],
                 "valueFrom": {"secretKeyRef": {"name": ALARMS_SECRET, "key": "connectionString"}},
             }
         ],
-        "volumes": [{"name": "sites", "configMap": {"name": "sites"}}],
-        "volumeMounts": [{"name": "sites", "mountPath": "/config", "readOnly": True}],
-        "sidecars": [watch],
-    }
+        sidecars=[watch],
+    )
     spec["scaling"] = {"minReplicas": 1, "maxReplicas": 1, "pollingIntervalSeconds": 2}
     spec["rebalance"] = {"delaySeconds": 5, "maxHandoffSeconds": 15}
     return document
