@@ -552,6 +552,8 @@ class DeployedScenarios:
             send_events(emulator, "readings", extending.readings())
             for hub, expected in extending.EXPECTED.items():
                 events = read_hub(emulator, hub, len(expected), timeout=180, settle=2)
+                # Each once (the repeat deduplicated), with its site from the mounted file.
+                assert len(events) == len(expected), (hub, events)
                 assert extending.delivered(events) == expected, (hub, events, deployment.describe(hub))
             deployment.figure("pod_template_events_through_seconds", time.monotonic() - started)
         finally:
