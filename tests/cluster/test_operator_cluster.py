@@ -17,7 +17,12 @@ import yaml
 from hubshift import podtemplate as pod
 from hubshift.manifest import FRAMES_ONLY, PartitionedConsumerSpec
 from hubshift.operator.kubernetes import crd
-from hubshift.operator.kubernetes.render import DEFAULT_IMAGE, OUTPUT_DURABLE, consumer_from_body
+from hubshift.operator.kubernetes.render import (
+    CHILDREN_APPLIED,
+    DEFAULT_IMAGE,
+    OUTPUT_DURABLE,
+    consumer_from_body,
+)
 from hubshift.sinks.jdbc import NO_SECRET_OPTIONS
 from hubshift.sinks.spark_writer import LAKE_ONLY
 from hubshift.spec import (
@@ -673,6 +678,27 @@ def test_a_pod_template_reaches_the_pods_and_a_refused_child_is_the_status(
     status = eventually(invalid, what=f"broken Invalid\n{hubshift_operator.log()[-3000:]}")
     assert "the API server refused the StatefulSet broken" in status["message"], status
     assert "nodeSelectorTerms" in status["message"], status
+
+    # The same change to a running pool: it keeps its last accepted pods and its control loop, and its
+    # status says the spec was not applied, until the spec is fixed.
+    def applied(name: str) -> dict[str, Any] | None:
+        status = control_plane.request("GET", f"{CRS.format(ns=ns)}/{name}").get("status") or {}
+        return next((c for c in status.get("conditions", []) if c["type"] == CHILDREN_APPLIED), None)
+
+    def patch_affinity(value: Any) -> None:
+        change = {"spec": {"consumer": {"podTemplate": {"affinity": value}}}}
+        control_plane.request("PATCH", f"{CRS.format(ns=ns)}/homes", change)
+
+    patch_affinity({"nodeAffinity": never})
+    refused = eventually(
+        lambda: (found := applied("homes")) and found["status"] == "False" and found,
+        what=f"homes' ChildrenApplied False\n{hubshift_operator.log()[-3000:]}",
+    )
+    assert "nodeSelectorTerms" in refused["message"] and refused["reason"] == "Refused"
+    current = control_plane.request("GET", f"/apis/apps/v1/namespaces/{ns}/statefulsets/homes")
+    assert "affinity" not in current["spec"]["template"]["spec"]  # the last accepted pods
+    patch_affinity(None)
+    eventually(lambda: (found := applied("homes")) and found["status"] == "True", what="applied again")
     assert hubshift_operator.process.poll() is None, hubshift_operator.log()
 
 

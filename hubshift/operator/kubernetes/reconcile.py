@@ -29,6 +29,7 @@ from hubshift.operator.kubernetes.render import (
     JSON,
     ChildNames,
     Owner,
+    applied_condition,
     consumer_from_body,
     initial_replicas,
     output_condition,
@@ -96,6 +97,9 @@ class ConsumerState:
 
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     statefulset_seen: bool = False
+    #: The API server's refusal of the children the spec renders now, while the pool runs on the last ones
+    #: it accepted (the status' ChildrenApplied condition says so); None once they are applied.
+    refused: str | None = None
 
 
 def operator_context(memo: kopf.Memo) -> OperatorContext:
@@ -146,9 +150,10 @@ async def reconcile_children(body: Mapping[str, Any], memo: kopf.Memo, logger: L
         try:
             await context.kube.apply_all(children)
         except UserError as error:  # a child the API server refuses as rendered: the spec must change
-            await report_invalid(context, owner, body, str(error))
+            await _report_refused(context, state, owner, body, str(error), running=current is not None)
             raise kopf.PermanentError(str(error)) from None
         state.statefulset_seen = True
+        state.refused = None
     output = output_condition(consumer)
     if output.status == "False":  # said once per change of the spec; the status says it every cycle
         await context.kube.post_event(owner, "OutputNotDurable", output.message, warning=True)
@@ -162,6 +167,25 @@ async def reconcile_children(body: Mapping[str, Any], memo: kopf.Memo, logger: L
         )
     else:
         logger.info("children of %s are up to date", owner.name)
+    context.wake(consumer_key(body))
+
+
+async def _report_refused(
+    context: OperatorContext,
+    state: ConsumerState,
+    owner: Owner,
+    body: Mapping[str, Any],
+    message: str,
+    *,
+    running: bool,
+) -> None:
+    """A new resource whose children are refused is Invalid; a running pool keeps its last accepted children
+    and its control loop, and its status says the spec was not applied (and an Event, once)."""
+    if not running:
+        await report_invalid(context, owner, body, message)
+        return
+    state.refused = message
+    await context.kube.post_event(owner, "SpecRefused", message, warning=True)
     context.wake(consumer_key(body))
 
 
@@ -309,7 +333,8 @@ async def run_control_loop(
             consumer = consumer_from_body(body)
         except UserError:
             return None
-        return Desired(consumer, CycleInputs.from_body(body, [output_condition(consumer)]))
+        conditions = [applied_condition(state.refused), output_condition(consumer)]
+        return Desired(consumer, CycleInputs.from_body(body, conditions))
 
     async def report_failure(message: str) -> None:
         last = driver.report.status if driver.report is not None else None

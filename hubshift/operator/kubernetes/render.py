@@ -574,9 +574,20 @@ def render_children(
     ]
 
 
-# --- whether the output outlives a pod ------------------------------------------------------------------
+# --- what the status says of the children ----------------------------------------------------------------
 
-OUTPUT_DURABLE = "OutputDurable"  # a condition of the status in a cluster
+CHILDREN_APPLIED = "ChildrenApplied"  # conditions of the status in a cluster
+OUTPUT_DURABLE = "OutputDurable"
+
+
+def applied_condition(refusal: str | None) -> Condition:
+    """Whether the children the spec renders now were applied; False with the API server's refusal while
+    the pool runs on the last ones it accepted."""
+    if refusal is None:
+        message = "the StatefulSet and the other children are as the spec says"
+        return Condition(type=CHILDREN_APPLIED, status="True", reason="Applied", message=message)
+    message = f"{refusal}; the pods run as the last accepted spec said"
+    return Condition(type=CHILDREN_APPLIED, status="False", reason="Refused", message=message)
 
 
 def output_condition(consumer: PartitionedConsumer) -> Condition:

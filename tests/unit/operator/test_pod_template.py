@@ -265,6 +265,14 @@ def test_the_output_says_whether_it_outlives_a_pod() -> None:
     assert render.output_condition(delta).status == "Unknown"
 
 
+def test_a_refused_spec_is_a_condition_while_the_pool_runs_on() -> None:
+    applied = render.applied_condition(None)
+    assert (applied.type, applied.status, applied.reason) == ("ChildrenApplied", "True", "Applied")
+    refused = render.applied_condition("the API server refused the StatefulSet homes: affinity is bad")
+    assert (refused.status, refused.reason) == ("False", "Refused")
+    assert refused.message.startswith("the API server refused the StatefulSet homes")
+
+
 def test_the_runtimes_conditions_join_the_status() -> None:
     from hubshift.operator.autoscaler import Pause
     from hubshift.operator.rebalance import RebalanceState
