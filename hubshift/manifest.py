@@ -16,6 +16,7 @@ from pydantic.alias_generators import to_camel
 
 from hubshift.errors import UserError
 from hubshift.pipelines import PIPELINES, PipelineSpec, pipeline_connections
+from hubshift.podtemplate import CODE_DIR, PORT_TAKEN, PodDisruptionBudgetSpec, PodTemplateSpec, port_rule
 from hubshift.sinks import SINKS, SinkSpec, sink_connections
 from hubshift.spec import (
     DNS_SUBDOMAIN,
@@ -41,9 +42,6 @@ from hubshift.spec import (
 _CONNECTION_STRING_FIELDS = ("connectionStringSecretRef", "connectionStringEnv")
 
 
-# Where a consumer pod finds the job's files of `spec.consumer.code.configMap`.
-CODE_DIR = "/opt/hubshift/code"
-DEFAULT_METRICS_PORT = 9090
 UI_PORT_TAKEN = "spark.ui.port: the Spark UI and metricsPort need ports of their own"
 FRAMES_ONLY = (
     "a sink Spark writes (delta, parquet, json, jdbc, foreachBatch) takes pipeline type function or events"
@@ -81,12 +79,16 @@ class CodeSpec(Model):
         return self.path if self.path is not None else CODE_DIR if self.config_map is not None else None
 
 
+DEFAULT_METRICS_PORT = 9090
+
+
 class ConsumerSpec(Model):
-    image: str = Field(
-        default="hubshift:0.1.0",
+    image: str | None = Field(
+        default=None,
         min_length=1,
         pattern=r"^\S+$",
-        description="Container image of the consumer pods.",
+        description="Container image of the consumer pods. Default: the operator's own image (the chart's "
+        "`image`), so upgrading the operator upgrades the pools; set it to pin one.",
     )
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     spark: SparkSpec = Field(default_factory=SparkSpec)
@@ -114,6 +116,12 @@ class ConsumerSpec(Model):
         "a credential, the namespace's default otherwise. The operator creates it when it does not exist "
         "(annotated with the workload identity's client id) and uses an existing one as it is.",
     )
+    pod_template: PodTemplateSpec = Field(
+        default_factory=PodTemplateSpec,
+        description="What the consumer pods get besides hubshift's own: labels, annotations, scheduling, "
+        "image pull Secrets, env, volumes, init containers and sidecars.",
+    )
+    pod_disruption_budget: PodDisruptionBudgetSpec = Field(default_factory=PodDisruptionBudgetSpec)
 
     CEL = (
         cel(
@@ -132,6 +140,7 @@ class ConsumerSpec(Model):
             UI_PORT_TAKEN,
             ".spark.ui.port",
         ),
+        cel(port_rule(DEFAULT_METRICS_PORT), PORT_TAKEN, ".podTemplate"),
     )
 
     @model_validator(mode="after")
@@ -141,6 +150,12 @@ class ConsumerSpec(Model):
         # On one port the metrics server, started first, keeps it and Spark's UI moves on unannounced.
         if self.spark.ui.enabled and self.spark.ui.port == self.metrics_port:
             raise ValueError(UI_PORT_TAKEN)
+        return self
+
+    @model_validator(mode="after")
+    def _metrics_port_free(self) -> ConsumerSpec:
+        if any(port.container_port == self.metrics_port for _, port in self.pod_template.listening()):
+            raise ValueError(PORT_TAKEN)
         return self
 
 

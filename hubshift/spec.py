@@ -441,7 +441,6 @@ OWN_SPARK_CONF = {
 }
 
 
-
 class SparkUiSpec(Model):
     """Spark's web UI of each consumer's driver: off unless asked for (`kubectl port-forward pod/NAME
     4040`)."""

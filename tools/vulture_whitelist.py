@@ -30,6 +30,7 @@ from hubshift.operator.kubernetes.api import KubeAdapter
 from hubshift.operator.loop import CycleReport
 from hubshift.operator.status import Condition, PartitionedConsumerStatus, PendingHandoff
 from hubshift.ownership.store import BlobEntry, LeaseState
+from hubshift.podtemplate import ContainerSecuritySpec, ContainerSpec, TolerationSpec, VolumeSpec
 from hubshift.spec import ResourceListSpec
 
 # Pydantic fields read by serialisation or validation: the status goes to the CR by model_dump, the
@@ -40,6 +41,19 @@ Condition.last_transition_time
 PendingHandoff.from_owner
 PendingHandoff.to_owner
 PartitionedConsumer.api_version
+# The pod template's fields that go to the pod as they are (by model_dump into the StatefulSet).
+TolerationSpec.effect
+TolerationSpec.toleration_seconds
+VolumeSpec.persistent_volume_claim
+VolumeSpec.empty_dir
+VolumeSpec.csi
+VolumeSpec.ephemeral
+VolumeSpec.projected
+VolumeSpec.downward_api
+ContainerSecuritySpec.run_as_user
+ContainerSecuritySpec.run_as_group
+ContainerSecuritySpec.read_only_root_filesystem
+ContainerSpec.security_context
 ResourceListSpec.cpu
 
 # kopf's settings, set by operator/kubernetes/settings.py for kopf to read.

@@ -68,7 +68,7 @@ from hubshift.operator.rebalance import (
 )
 from hubshift.operator.runtime import ConsumerInstance, ConsumerRuntime
 from hubshift.operator.scaling_record import ScalingRecord
-from hubshift.operator.status import PartitionedConsumerStatus, ResourcePhase, build_status
+from hubshift.operator.status import Condition, PartitionedConsumerStatus, ResourcePhase, build_status
 from hubshift.ownership.assignment import publish_assignment
 from hubshift.ownership.membership import expel
 from hubshift.ownership.model import Driver, OwnershipSnapshot, Phase
@@ -91,9 +91,11 @@ class CycleInputs:
     created_at: float | None = None
     spec_generation: int | None = None  # the resource's metadata.generation
     previous_conditions: Sequence[Mapping[str, Any]] = ()
+    # What the runtime says of the spec where it runs (Kubernetes: whether the output outlives a pod).
+    conditions: Sequence[Condition] = ()
 
     @classmethod
-    def from_body(cls, body: Mapping[str, Any]) -> CycleInputs:
+    def from_body(cls, body: Mapping[str, Any], conditions: Sequence[Condition] = ()) -> CycleInputs:
         metadata = body.get("metadata") or {}
         created = metadata.get("creationTimestamp")
         status = body.get("status") or {}
@@ -102,6 +104,7 @@ class CycleInputs:
             created_at=_parse_time(created) if isinstance(created, str) else None,
             spec_generation=metadata.get("generation"),
             previous_conditions=list(status.get("conditions") or []),
+            conditions=tuple(conditions),
         )
 
 
@@ -251,6 +254,7 @@ class ControlLoop:
             last_scale_time=memory.last_scale_time,
             probe_error=memory.probe_error,
             worst_lag=None if worst is None or worst.seconds is None else (worst.partition, worst.seconds),
+            more_conditions=inputs.conditions,
         )
         await self.runtime.publish_status(status.to_body())
         duration = time.perf_counter() - started

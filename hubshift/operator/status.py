@@ -218,8 +218,9 @@ def build_status(
     last_scale_time: float | None,
     probe_error: str | None,
     worst_lag: tuple[str, float] | None = None,
+    more_conditions: Sequence[Condition] = (),
 ) -> PartitionedConsumerStatus:
-    """The status subresource for this cycle (pure)."""
+    """The status subresource for this cycle (pure); `more_conditions`: the runtime's about the spec."""
     moment = _datetime(now).replace(microsecond=0)
     handoffs = pending(state, owners)
     change = state.running
@@ -242,6 +243,7 @@ def build_status(
     ]
     if decision is not None:
         conditions += _scaling_conditions(decision, pause, probe_error)
+    conditions += more_conditions
     stamped = [
         carry_transition_time(list(previous_conditions), c, moment, observed_generation) for c in conditions
     ]

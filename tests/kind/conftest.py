@@ -75,6 +75,17 @@ class KindScenarioCluster(ScenarioCluster):
     def audit_log(self) -> str:
         return _docker("exec", f"{CLUSTER}-control-plane", "cat", AUDIT_LOG, timeout=120)
 
+    def tag_image(self, tag: str) -> Image:
+        target = f"{self.image.repository}:{tag}"
+        _docker("tag", self.image.reference, target)
+        loaded = subprocess.run(
+            ["kind", "load", "docker-image", target, "--name", CLUSTER],
+            capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+        if loaded.returncode != 0:
+            raise ScenarioError(f"kind load docker-image {target}: {loaded.stderr.strip()}")
+        return Image(self.image.repository, tag, self.image.pull_policy)
+
 
 @pytest.fixture(scope="session")
 def scenario_cluster(tmp_path_factory: pytest.TempPathFactory) -> KindScenarioCluster:

@@ -71,6 +71,27 @@ class NodeScenarioCluster(ScenarioCluster):
     def audit_log(self) -> str:
         return Path(self.node.state["audit_log"]).read_text(errors="replace")
 
+    def tag_image(self, tag: str) -> Image:
+        socket = self.node.run_dir / "containerd" / "containerd.sock"
+        source = image_ref("hubshift")  # docker.io/library/hubshift:<version>, as tools/node imported it
+        target = f"{source.rsplit(':', 1)[0]}:{tag}"
+        command = [
+            "ctr",
+            "--address",
+            str(socket),
+            "-n",
+            "k8s.io",
+            "images",
+            "tag",
+            "--force",
+            source,
+            target,
+        ]
+        result = self.node.in_node(*command)
+        if result.returncode != 0:
+            raise ScenarioError(f"ctr images tag {source} {target}: {result.stderr.strip()}")
+        return Image(self.image.repository, tag, self.image.pull_policy)
+
 
 @pytest.fixture(scope="session")
 def scenario_cluster(node_cluster: NodeCluster) -> NodeScenarioCluster:

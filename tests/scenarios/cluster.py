@@ -6,6 +6,7 @@ container and read the API server's audit log.
     class MyCluster(ScenarioCluster):
         def kill_container(self, node: str, container_id: str) -> None: ...
         def audit_log(self) -> str: ...
+        def tag_image(self, tag: str) -> Image: ...
 
 Pods' logs and metrics go through the API server (`kubectl logs`, the pods' proxy), as a user reads them;
 the test never needs a route to the pod network. Only the standard library, kubectl and helm, plus the
@@ -55,6 +56,13 @@ class Image:
     def reference(self) -> str:
         return f"{self.repository}:{self.tag}"
 
+    @property
+    def registry_and_name(self) -> tuple[str, str]:
+        """(registry, repository) as a chart's global.imageRegistry and image.repository name it: a bare
+        name is Docker Hub's library (containerd's own reading of `hubshift`)."""
+        registry, _, name = self.repository.rpartition("/")
+        return registry or "docker.io/library", name
+
 
 class ScenarioCluster(ABC):
     """One cluster with the hubshift image on its node(s) and no hubshift installed yet."""
@@ -90,6 +98,11 @@ class ScenarioCluster(ABC):
     @abstractmethod
     def audit_log(self) -> str:
         """The API server's audit log so far (JSON lines; tools/kube/audit-policy.yaml says what is in it)."""
+
+    @abstractmethod
+    def tag_image(self, tag: str) -> Image:
+        """The hubshift image under another tag on every node, as a registry would serve a new release
+        (no registry here): the same content, a new reference for `helm upgrade --set image.tag=...`."""
 
     # -- kubectl and helm
 
