@@ -14,7 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from hubshift.connections import chosen_identity, credential_options
+from hubshift.connections import chosen_identity, chosen_network, credential_options, network_options
 from hubshift.errors import UserError
 from hubshift.eventhubs.management import EventHubsProbe, ProbeError
 from hubshift.eventhubs.model import PartitionInfo
@@ -61,6 +61,7 @@ from hubshift.spec import StartPositionSpec
     "Read the hub at --namespace (its backlog and lag) and a store given as an account URL with this "
     "token credential"
 )
+@network_options
 def status(
     store: str,
     container: str | None,
@@ -72,6 +73,8 @@ def status(
     output: str,
     credential: str | None,
     client_id: str | None,
+    transport: str | None,
+    proxy: str | None,
 ) -> None:
     """Show partition owners, checkpoints, the assignment and its phase (and, with --eventhubs or
     --credential, the backlog and lag in seconds of each partition)."""
@@ -95,10 +98,11 @@ def status(
         lease_store.close()
     lag: Lag | None = None
     target: EventHubsTarget | None = None
+    network = chosen_network(transport, proxy)
     if eventhubs:
-        target = EventHubsTarget(eventhubs.strip(), scope.fqns, hub, consumer_group)
+        target = EventHubsTarget(eventhubs.strip(), scope.fqns, hub, consumer_group, network=network)
     elif identity is not None:
-        target = EventHubsTarget(None, scope.fqns, hub, consumer_group, identity)
+        target = EventHubsTarget(None, scope.fqns, hub, consumer_group, identity, network)
     if target is not None:
         lag = hub_lag(
             snapshot,
