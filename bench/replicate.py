@@ -143,10 +143,12 @@ class Parking:
     """The test plays the operator: an assignment gives the partitions to the consumer or to nobody."""
 
     def __init__(self, consumer: Consumer, connection_string: str) -> None:
+        from azure.eventhub import parse_connection_string
+
         from hubshift.ownership.scope import Scope
         from hubshift.ownership.stores.locations import open_store, sqlite_url
 
-        host = connection_string.split("sb://", 1)[1].split(";", 1)[0].rstrip("/")
+        host = parse_connection_string(connection_string).fully_qualified_namespace
         self.consumer = consumer
         self.scope = Scope(host, SOURCE, "$Default")
         self.store = open_store(sqlite_url(consumer.database), create=True)

@@ -353,6 +353,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, sink)")
     args = parser.parse_args()
 
+    from azure.eventhub import parse_connection_string
+
     from hubshift.emulator.launch import running_emulator
     from hubshift.ownership.assignment import publish_assignment, read_assignment
     from hubshift.ownership.model import Assignment, Phase
@@ -364,7 +366,7 @@ def main() -> None:
     results: dict[str, Any] = {"events": args.events, "triggerIntervalSeconds": args.trigger_seconds}
     with running_emulator([f"{HUB}:4"], consumer_groups=["raw"]) as emulator:
         cs = emulator.connection_string
-        host = cs.split("sb://", 1)[1].split(";", 1)[0].rstrip("/")
+        host = parse_connection_string(cs).fully_qualified_namespace
         scope = Scope(host, HUB, "$Default")
         consumer = Consumer(workdir, cs, args.trigger_seconds)
         store = open_store(sqlite_url(consumer.database), create=True)
