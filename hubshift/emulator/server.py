@@ -68,6 +68,7 @@ class EmulatorServer:
             retention_seconds=settings.retention_minutes * 60,
             partition_max_bytes=settings.partition_max_bytes,
             store=store,
+            geo_offsets=settings.geo_offsets,
         )
         try:
             authorizer = Authorizer(
