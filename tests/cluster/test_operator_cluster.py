@@ -17,7 +17,12 @@ import yaml
 from hubshift.manifest import PartitionedConsumerSpec
 from hubshift.operator.kubernetes import crd
 from hubshift.operator.kubernetes.render import consumer_from_body
-from hubshift.spec import BOTH_CREDENTIALS, CREDENTIAL_NEEDS_ACCOUNT_URL, CREDENTIAL_NEEDS_NAMESPACE
+from hubshift.spec import (
+    BOTH_CREDENTIALS,
+    CREDENTIAL_NEEDS_ACCOUNT_URL,
+    CREDENTIAL_NEEDS_NAMESPACE,
+    PROXY_NEEDS_WEBSOCKETS,
+)
 from tests.fixtures.cluster import eventually
 from tests.fixtures.operator import CRS, example_manifest
 from tests.harness.control_plane import ApiError
@@ -119,6 +124,16 @@ BAD_RESOURCES: list[tuple[str, Any, list[str]]] = [
         "storage-class-without-size",
         _set("consumer.sink", {"type": "folder", "folder": {"volume": {"storageClassName": "fast"}}}),
         ["spec.consumer.sink.folder.volume.storageClassName", "storageClassName goes with size"],
+    ),
+    (
+        "proxy-over-plain-amqp",
+        lambda d: d["spec"]["eventHubs"].update(transport="amqp", proxy={"url": "http://proxy.corp:3128"}),
+        ["spec.eventHubs.transport", PROXY_NEEDS_WEBSOCKETS],
+    ),
+    (
+        "proxy-with-credentials-in-its-url",
+        _set("eventHubs.proxy", {"url": "http://user:secret@proxy.corp:3128"}),
+        ["spec.eventHubs.proxy.url"],
     ),
     ("unknown-field", _set("scaling.maxReplcas", 3), ['unknown field "spec.scaling.maxReplcas"']),
     ("idle-replicas-not-zero", _set("scaling.idleReplicas", 1), ["spec.scaling.idleReplicas"]),
