@@ -1,7 +1,8 @@
 """AMQP over WebSockets (the SDK's `TransportType.AmqpOverWebsocket`) and an HTTP proxy, with the real
 azure-eventhub SDK against the emulator, which serves WebSockets on its AMQP port as a namespace does
-(`/$servicebus/websocket`, subprotocol `AMQPWSB10`). What crosses the wire is read by a relay or the test
-proxy (`tests/harness/proxy.py`), so a client that quietly fell back to plain AMQP would fail here."""
+(`/$servicebus/websocket`, subprotocol `AMQPWSB10`), over TLS too (`wss://`, as the service on 443). What
+crosses the wire is read by a relay or the test proxy (`tests/harness/proxy.py`), so a client that quietly
+fell back to plain AMQP would fail here."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import asyncio
 import threading
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +20,7 @@ from azure.eventhub.exceptions import EventHubError
 
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.eventhubs.target import EventHubsTarget, Network, describe_error, parse_proxy, sdk_client
+from tests.harness.identity import make_tls_files
 from tests.harness.proxy import Tunnel, running_proxy
 
 pytestmark = pytest.mark.timeout(120)
@@ -140,3 +143,23 @@ def test_a_websocket_must_ask_for_amqp(emulator: RunningEmulator) -> None:
         assert send_and_receive(target(emulator, f"127.0.0.1:{relay.port}", WEBSOCKETS), "1", 1) == [
             "event-0"
         ]
+
+
+def test_websockets_over_tls_as_the_service_serves_them(
+    tmp_path: Path, emulator_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tls = make_tls_files(tmp_path / "tls")
+    emulator = emulator_factory(["hub:2"], tls=tls.pair)
+    for name, value in tls.client_environ().items():
+        monkeypatch.setenv(name, value)
+    # without the emulator's flag the SDK speaks TLS: wss://127.0.0.1:PORT/$servicebus/websocket
+    connection_string = f"Endpoint=sb://{emulator.tls_namespace};SharedAccessKeyName=k;SharedAccessKey=v"
+    hub = EventHubsTarget(connection_string, emulator.tls_namespace, "hub", "$Default", network=WEBSOCKETS)
+    assert send_and_receive(hub, "1", 2) == ["event-0", "event-1"]
+
+    async def ids() -> list[str]:
+        async with sdk_client(AsyncConsumerClient, hub, consumer_group="$Default") as client:
+            found: list[str] = await client.get_partition_ids()
+            return found
+
+    assert asyncio.run(ids()) == ["0", "1"]
