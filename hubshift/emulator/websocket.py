@@ -173,17 +173,11 @@ class WebSocketTransport(asyncio.Transport):
         self._high = high if high is not None else self._high
         self._low = low if low is not None else self._high // 4
 
-    def get_write_buffer_size(self) -> int:
-        return self._buffered
-
     def pause_reading(self) -> None:
         self._reading.clear()
 
     def resume_reading(self) -> None:
         self._reading.set()
-
-    def is_reading(self) -> bool:
-        return self._reading.is_set()
 
     # --- the two directions ------------------------------------------------------------------------------
 
