@@ -346,10 +346,18 @@ class ProxySpec(SecretConnectionSpec):
     def resolve(
         self, environ: Mapping[str, str], path: str, *, identity: TokenCredentialSpec | None = None
     ) -> Resolved:
-        """The proxy's USER:PASSWORD from the environment (`connection_string`); none without credentials."""
+        """The proxy's USER:PASSWORD from the environment (`connection_string`); none without credentials.
+        `UserError` naming the variable and the field to set when it is not there."""
         if not self.has_credentials:
             return Resolved(None, None, None)
-        return super().resolve(environ, path)
+        variable = self.connection_string_variable
+        credentials = environ.get(variable, "").strip()
+        if not credentials:
+            raise UserError(
+                f"environment variable {variable} is not set: it must hold the USER:PASSWORD of the proxy "
+                f"{path} names (in a cluster, set {path}.credentialsSecretRef)"
+            )
+        return Resolved(credentials, None, variable)
 
 
 class HubConnectionSpec(ConnectionSpec):

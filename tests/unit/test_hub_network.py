@@ -111,9 +111,9 @@ def test_the_target_carries_the_network_with_the_proxys_credentials() -> None:
     assert "pa:ss@" not in repr(target)
     with pytest.raises(UserError) as missing:
         resolve_target(spec, {"HUBSHIFT_EVENTHUBS_CONNECTION_STRING": CONNECTION_STRING})
-    assert str(missing.value).startswith(
-        f"environment variable {DEFAULT_PROXY_ENV} is not set: it must hold the HTTP proxy connection "
-        "string of spec.eventHubs.proxy"
+    assert str(missing.value) == (
+        f"environment variable {DEFAULT_PROXY_ENV} is not set: it must hold the USER:PASSWORD of the proxy "
+        "spec.eventHubs.proxy names (in a cluster, set spec.eventHubs.proxy.credentialsSecretRef)"
     )
     plain = resolve_target(
         EventHubsSpec.model_validate({"hub": "homes", "transport": "amqpWebSockets"}),
