@@ -339,10 +339,12 @@ class Parking:
     consumer's store, the consumer or nobody (`park`: the consumer hands its partitions off)."""
 
     def __init__(self, consumer: Consumer, connection_string: str, hub: str = HUB) -> None:
+        from azure.eventhub import parse_connection_string
+
         from hubshift.ownership.scope import Scope
         from hubshift.ownership.stores.locations import open_store, sqlite_url
 
-        host = connection_string.split("sb://", 1)[1].split(";", 1)[0].rstrip("/")
+        host = parse_connection_string(connection_string).fully_qualified_namespace
         self.scope = Scope(host, hub, "$Default")
         self.consumer = consumer
         self.store = open_store(sqlite_url(consumer.database), create=True)

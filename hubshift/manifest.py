@@ -26,6 +26,7 @@ from hubshift.spec import (
     CheckpointStoreSpec,
     EventHubsSpec,
     FailoverSpec,
+    HubConnectionSpec,
     Model,
     NamedConnection,
     RebalanceSpec,
@@ -169,8 +170,9 @@ class PartitionedConsumerSpec(Model):
 
 def connections_of(spec: PartitionedConsumerSpec) -> list[NamedConnection]:
     """Every connection of a resource, in this order: the source, the checkpoint store, the sink's, the
-    pipeline's (its target hubs, its database), the old hub's store after a failover. Blocks a type leaves
-    unused (a `replicate:` under `type: route`) make no connection."""
+    pipeline's (its target hubs, its database), the old hub's store after a failover, then the proxies of
+    those hubs that ask for credentials (their role is their hub's). Blocks a type leaves unused (a
+    `replicate:` under `type: route`) make no connection."""
     consumer = spec.consumer
     connections = [
         NamedConnection(("spec", "eventHubs"), spec.event_hubs, "source"),
@@ -181,6 +183,12 @@ def connections_of(spec: PartitionedConsumerSpec) -> list[NamedConnection]:
     if consumer.failover is not None:
         location = ("spec", "consumer", "failover", "checkpointStore")
         connections.extend(consumer.failover.checkpoint_store.connections(location, "failover"))
+    connections.extend(
+        proxy
+        for named in list(connections)
+        if isinstance(named.connection, HubConnectionSpec)
+        for proxy in named.connection.proxy_connection(named.location, named.role)
+    )
     return connections
 
 

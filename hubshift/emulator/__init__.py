@@ -28,6 +28,8 @@ Layers, bottom up (each imports only modules listed before it; `.importlinter` e
 - `attach`: the peer's attach answered with the link its address names, or the service's refusal.
 - `connection`: one AMQP connection on asyncio (headers, SASL, open/close, heartbeat, frame dispatch,
   token expiry).
+- `websocket`: AMQP over WebSockets on the same port (a connection's first bytes decide; aiohttp upgrades
+  `/$servicebus/websocket`, subprotocol `AMQPWSB10`, its binary messages carrying the AMQP bytes).
 - `config`, `tokens`, `server`, `cli`, `launch`: settings (flags and Microsoft's Config.json), Entra ID
   tokens, the listener, the command, and the one way tests start it.
 

@@ -14,3 +14,13 @@ class PartitionInfo:
     last_enqueued: int  # -1 when nothing was ever enqueued
     empty: bool
     last_enqueued_time: float | None = None  # when the last event was enqueued (Unix seconds), if reported
+
+
+@dataclass(frozen=True)
+class EventAt:
+    """Where one event sits in its partition: its sequence number, its offset (an opaque string: a
+    geo-replicated namespace's is no number) and when it was enqueued (Unix seconds, if reported)."""
+
+    sequence_number: int
+    offset: str
+    enqueued_time: float | None

@@ -30,6 +30,7 @@ from hubshift.spec import (
     CREDENTIAL_NEEDS_ACCOUNT_URL,
     CREDENTIAL_NEEDS_NAMESPACE,
     SparkSpec,
+    PROXY_NEEDS_WEBSOCKETS,
 )
 from tests.fixtures.cluster import eventually
 from tests.fixtures.operator import CRS, example_manifest
@@ -145,6 +146,16 @@ BAD_RESOURCES: list[tuple[str, Any, list[str]]] = [
         "storage-class-without-size",
         _set("consumer.sink", {"type": "folder", "folder": {"volume": {"storageClassName": "fast"}}}),
         ["spec.consumer.sink.folder.volume.storageClassName", "storageClassName goes with size"],
+    ),
+    (
+        "proxy-over-plain-amqp",
+        lambda d: d["spec"]["eventHubs"].update(transport="amqp", proxy={"url": "http://proxy.corp:3128"}),
+        ["spec.eventHubs.transport", PROXY_NEEDS_WEBSOCKETS],
+    ),
+    (
+        "proxy-with-credentials-in-its-url",
+        _set("eventHubs.proxy", {"url": "http://user:secret@proxy.corp:3128"}),
+        ["spec.eventHubs.proxy.url"],
     ),
     ("unknown-field", _set("scaling.maxReplcas", 3), ['unknown field "spec.scaling.maxReplcas"']),
     ("idle-replicas-not-zero", _set("scaling.idleReplicas", 1), ["spec.scaling.idleReplicas"]),
