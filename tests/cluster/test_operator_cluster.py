@@ -29,8 +29,8 @@ from hubshift.spec import (
     BOTH_CREDENTIALS,
     CREDENTIAL_NEEDS_ACCOUNT_URL,
     CREDENTIAL_NEEDS_NAMESPACE,
-    SparkSpec,
     PROXY_NEEDS_WEBSOCKETS,
+    SparkSpec,
 )
 from tests.fixtures.cluster import eventually
 from tests.fixtures.operator import CRS, example_manifest
