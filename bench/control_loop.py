@@ -86,6 +86,12 @@ class StandInRuntime:
     async def set_replicas(self, count: int) -> None:
         self.replica_count = count
 
+    async def revision(self) -> str | None:
+        return None
+
+    async def replace_consumer(self, name: str) -> bool:
+        return True
+
     async def record_event(self, reason: str, message: str, *, warning: bool = False) -> None:
         self.events.append(reason)
 

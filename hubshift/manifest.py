@@ -92,6 +92,11 @@ class ConsumerSpec(Model):
         "`image`), so upgrading the operator upgrades the pools; set it to pin one.",
     )
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    engine: Literal["spark", "sdk"] = Field(
+        default="spark",
+        description="spark: the pipeline on a Spark streaming query; sdk: the same ownership over plain SDK "
+        "receivers, logging the batch ranges it read (no pipeline, no Spark).",
+    )
     spark: SparkSpec = Field(default_factory=SparkSpec)
     start_position: StartPositionSpec = Field(default_factory=StartPositionSpec)
     failover: FailoverSpec | None = Field(

@@ -49,6 +49,8 @@ PAUSED_REPLICAS_ANNOTATION = f"autoscaling.{GROUP}/paused-replicas"
 PAUSED_SCALE_IN_ANNOTATION = f"autoscaling.{GROUP}/paused-scale-in"
 PAUSED_SCALE_OUT_ANNOTATION = f"autoscaling.{GROUP}/paused-scale-out"
 FORCE_ACTIVATION_ANNOTATION = f"autoscaling.{GROUP}/force-activation"
+# Pauses a rollout the operator drives (`operator/rollout.py`): no pod is replaced while it says "true".
+ROLLOUT_PAUSED_ANNOTATION = f"rollout.{GROUP}/paused"
 
 # A Kubernetes resource quantity (what `kubectl` accepts for sizes and CPUs: 512Mi, 1Gi, 10G, 250m, 1.5).
 QUANTITY = r"^[0-9]+(\.[0-9]+)?([eE][0-9]+|[KMGTPE]i?|[mkMGTPE])?$"
@@ -697,6 +699,29 @@ class ScalingSpec(Model):
 # SIGTERM: a consumer hands off within maxHandoffSeconds plus this; its pod gets EXIT_MARGIN_SECONDS more.
 STOP_MARGIN_SECONDS = 10.0
 EXIT_MARGIN_SECONDS = 20.0
+# SIGTERM with an operator's assignment: keep reading this long at most while the operator moves the
+# partitions (a planned handoff to consumers ready for them), then hand off whatever is left. Inside the
+# stop margin, so the grace period is unchanged.
+STOP_FOLLOW_SECONDS = 5.0
+
+
+class RolloutSpec(Model):
+    """How consumer pods are replaced when a change needs new ones (the image, the manifest they read)."""
+
+    strategy: Literal["Operator", "RollingUpdate"] = Field(
+        default="Operator",
+        description="Operator: the control loop replaces the pods one at a time (StatefulSet OnDelete), each "
+        "pod's partitions handed to the others before it is deleted and its replacement given its planned "
+        "share when ready. RollingUpdate: the StatefulSet replaces them itself; each pod stopped hands its "
+        "partitions off on SIGTERM and gets its share back when its replacement is ready.",
+    )
+    max_surge: int = Field(
+        default=1,
+        ge=0,
+        le=1,
+        description="Operator strategy: one extra pod during a rollout when scaling.maxReplicas allows it, "
+        "so as many pods read as before while each one is replaced; 0: none (one pod fewer reads meanwhile).",
+    )
 
 
 class RebalanceSpec(Model):
@@ -720,6 +745,7 @@ class RebalanceSpec(Model):
         le=MAX_LEASE_SECONDS,
         description="Membership lease (Azure's bounds: 15-60 s).",
     )
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
 
     @property
     def stop_budget_seconds(self) -> float:

@@ -17,7 +17,11 @@ Each turn of its loop:
    newest, without it), and a checkpoint written without it is written once more, unmoved, as soon as
    the receiver has that event (docs/observability.md).
 
-SIGTERM (`request_stop`): drain everything, checkpoint, release, leave, within the grace period.
+SIGTERM (`request_stop`): drain everything, checkpoint, release, leave, within the grace period. With
+`stop_follow_seconds` (a pod: the operator sees it stopping), it first keeps reading for at most that long
+and follows the assignment record, listing at the claim retry: the operator moves its partitions to
+consumers ready for them, each drained as the record says, so none waits unread for a new owner; whatever
+is left then is drained at once. Without an operator's record (fallback balancing) it drains at once.
 """
 
 from __future__ import annotations
@@ -72,6 +76,8 @@ class AgentSettings:
     claim_retry_seconds: float = 0.2
     # How often the hub's partition ids are read again (a partition count change).
     partition_refresh_seconds: float = 300.0
+    # SIGTERM: follow the operator's assignment this long at most before draining what is left.
+    stop_follow_seconds: float = 0.0
 
     @classmethod
     def from_spec(
@@ -80,6 +86,7 @@ class AgentSettings:
         *,
         list_interval_seconds: float | None = None,
         grace_seconds: float | None = None,
+        stop_follow_seconds: float = 0.0,
     ) -> AgentSettings:
         handoff = spec.rebalance.max_handoff_seconds
         return cls(
@@ -88,6 +95,7 @@ class AgentSettings:
             max_handoff_seconds=handoff,
             timing=spec.rebalance.timing(list_interval_seconds),
             grace_seconds=grace_seconds if grace_seconds is not None else spec.rebalance.stop_budget_seconds,
+            stop_follow_seconds=stop_follow_seconds,
         )
 
     @property
@@ -229,10 +237,14 @@ class OwnershipAgent:
             return 1
         self._keep_membership(now)
         stopping = self._stop_requested.is_set()
-        if stopping and self._schedule.stop(now, self.settings.grace_seconds):
+        settings = self.settings
+        if stopping and self._schedule.stop(now, settings.grace_seconds, settings.stop_follow_seconds):
             log.info("stopping: handing off %d partitions", len(self._owned))
             self.ready = False
-        if stopping:
+        if stopping and self._follows_operator(now):
+            if self._listing_due(now):
+                self._list_and_follow(now, claim=False)
+        elif stopping:
             for partition in self._owned.levels():
                 self._owned.drain(partition)
         elif self._listing_due(now):
@@ -266,8 +278,21 @@ class OwnershipAgent:
         self._wake.clear()
 
     def _waiting(self) -> bool:
-        """Some partition assigned here is still held by its old owner (the claim is retried soon)."""
+        """Some partition assigned here is still held by its old owner (the claim is retried soon), or a stop
+        follows the operator's assignment (it lists at the claim retry until its partitions are moved)."""
+        if self._schedule.following(self.clock()) and self._stop_requested.is_set():
+            return True
         return self._step is not None and bool(self._step.waiting)
+
+    def _follows_operator(self, now: float) -> bool:
+        """SIGTERM within the follow time, an operator's record followed, and something still read here."""
+        step = self._step
+        return (
+            self._schedule.following(now)
+            and step is not None
+            and step.mode == "assignment"
+            and bool(self._owned.in_state("active"))
+        )
 
     def _take_engine_events(self) -> None:
         while True:
@@ -351,7 +376,7 @@ class OwnershipAgent:
         membership = self._membership
         return membership is not None and membership.is_safe(now)
 
-    def _list_and_follow(self, now: float) -> None:
+    def _list_and_follow(self, now: float, *, claim: bool = True) -> None:
         self._nudged.clear()
         self._schedule.listing_started(now)
         snapshot = self._list(now)
@@ -378,8 +403,9 @@ class OwnershipAgent:
         self._step = step
         for partition in step.drains:
             self._owned.drain(partition)
-        claimed = [self._owned.claim(claim, snapshot, self.settings.start) for claim in step.claims]
-        self._schedule.listed(now, waiting=bool(step.waiting) or not all(claimed))
+        claims = step.claims if claim else ()  # a consumer stopping takes nothing more
+        claimed = [self._owned.claim(c, snapshot, self.settings.start) for c in claims]
+        self._schedule.listed(now, waiting=bool(step.waiting) or not all(claimed) or not claim)
 
     def _list(self, now: float) -> OwnershipSnapshot | None:
         """One listing of the scope (and the hub's partition ids when due); None when it failed."""

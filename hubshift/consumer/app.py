@@ -61,6 +61,7 @@ class ConsumerOptions:
     http_host: str | None = None  # default: 0.0.0.0 in a pod, 127.0.0.1 elsewhere
     http_port: int | None = None  # default: consumer.metricsPort; 0 picks a free port
     grace_seconds: float | None = None  # default: rebalance.stop_budget_seconds
+    stop_follow_seconds: float = 0.0  # SIGTERM: follow the operator's assignment this long first
     list_interval_seconds: float | None = None  # default: the protocol's 20 s
     ranges: Path | None = None  # --engine sdk: where the batch ranges go
 
@@ -108,7 +109,10 @@ class ConsumerApp:
         spec = manifest.spec
         me = options.identity
         settings = AgentSettings.from_spec(
-            spec, list_interval_seconds=options.list_interval_seconds, grace_seconds=options.grace_seconds
+            spec,
+            list_interval_seconds=options.list_interval_seconds,
+            grace_seconds=options.grace_seconds,
+            stop_follow_seconds=options.stop_follow_seconds,
         )
         use_code(spec.consumer.code)
         target = event_hubs_target(spec.event_hubs, environ)

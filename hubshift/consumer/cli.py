@@ -31,9 +31,8 @@ log = logging.getLogger("hubshift.consume")
 @click.option(
     "--engine",
     type=click.Choice(["spark", "sdk"]),
-    default="spark",
-    show_default=True,
-    help="spark: the pipeline on a Spark streaming query; sdk: plain SDK receivers logging ranges.",
+    help="spark: the pipeline on a Spark streaming query; sdk: plain SDK receivers logging ranges "
+    "(default: the manifest's consumer.engine).",
 )
 @click.option("--scratch", type=click.Path(file_okay=False), help="Pod-local scratch folder (emptied).")
 @click.option(
@@ -42,6 +41,13 @@ log = logging.getLogger("hubshift.consume")
 @click.option("--http-port", type=int, help="Port (default: consumer.metricsPort; 0 picks a free one).")
 @click.option("--grace-seconds", type=float, help="SIGTERM: hand off within this long (maxHandoff + 10).")
 @click.option("--list-interval", type=float, help="Seconds between listings of the ownership table (20).")
+@click.option(
+    "--stop-follow-seconds",
+    type=click.FloatRange(0, 60),
+    default=0.0,
+    help="SIGTERM: keep reading this long at most while the operator moves the partitions to consumers "
+    "ready for them, then hand off the rest (a pod's command sets it; 0: hand off at once).",
+)
 @click.option("--ranges", type=click.Path(dir_okay=False), help="--engine sdk: where to log batch ranges.")
 @click.option("--log-level", default="info", show_default=True, help="hubshift's log level.")
 @credential_options(
@@ -51,12 +57,13 @@ log = logging.getLogger("hubshift.consume")
 def consume(
     manifest_path: str,
     identity: str,
-    engine: str,
+    engine: str | None,
     scratch: str | None,
     http_host: str | None,
     http_port: int | None,
     grace_seconds: float | None,
     list_interval: float | None,
+    stop_follow_seconds: float,
     ranges: str | None,
     log_level: str,
     credential: str | None,
@@ -75,12 +82,13 @@ def consume(
         raise UserError(f"--id: {exc}") from None
     options = ConsumerOptions(
         identity=me,
-        engine="sdk" if engine == "sdk" else "spark",
+        engine="sdk" if (engine or manifest.spec.consumer.engine) == "sdk" else "spark",
         scratch=Path(scratch) if scratch else None,
         http_host=http_host,
         http_port=http_port,
         grace_seconds=grace_seconds,
         list_interval_seconds=list_interval,
+        stop_follow_seconds=stop_follow_seconds,
         ranges=Path(ranges) if ranges else None,
     )
     code = ConsumerApp.build(manifest, options, os.environ).run()

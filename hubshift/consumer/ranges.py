@@ -1,6 +1,7 @@
 """The range log: what `hubshift consume --engine sdk` writes by default, one JSON line per batch it
-processed (consumer, partition, owner level, first and last sequence number, events, time). The rebalance
-benchmark and the tests read it and count replays over it (tests/harness/ranges.py)."""
+processed (consumer, partition, owner level, first and last sequence number, events, when it was handled
+and when its first event was enqueued: how long that event waited). The rebalance benchmark and the tests
+read it and count replays and waits over it (tests/harness/ranges.py)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ class RangeLog:
 
     def __call__(self, partition: str, owner_level: int, batch: pa.RecordBatch) -> None:
         sequence = batch.column("sequence_number")
+        enqueued = batch.column("enqueued_time")[0].as_py()  # an aware datetime (UTC)
         line = json.dumps(
             {
                 "consumer": self.consumer,
@@ -38,6 +40,7 @@ class RangeLog:
                 "last": sequence[batch.num_rows - 1].as_py(),
                 "events": batch.num_rows,
                 "at": time.time(),
+                "enqueued": None if enqueued is None else enqueued.timestamp(),
             }
         )
         with self._lock, self.path.open("a") as handle:

@@ -6,7 +6,9 @@ agent's monotonic clock, seconds) passed in.
   release, soon after this consumer released one, `RETRY_SECONDS` after a failed listing;
 - the hub's partition ids: every `partition_refresh`, and whenever none are known;
 - the membership renewal: when the membership says it is due, and `RETRY_SECONDS` after a failure;
-- SIGTERM: a grace period to drain in, and whether the stop is done, going on, or out of time;
+- SIGTERM: a grace period to drain in, and whether the stop is done, going on, or out of time; first, for
+  at most `follow_seconds`, the consumer keeps reading and follows the operator's assignment, which moves
+  its partitions to consumers ready for them (an eviction's planned handoff);
 - when the loop wakes next (`wake_at`).
 """
 
@@ -48,6 +50,7 @@ class AgentSchedule:
     next_partition_refresh: float = 0.0
     renew_retry_at: float = 0.0
     stop_deadline: float | None = None
+    follow_until: float | None = None  # SIGTERM: follow the operator's assignment until then
 
     # --- listing --------------------------------------------------------------------------------------------
 
@@ -96,12 +99,18 @@ class AgentSchedule:
 
     # --- SIGTERM --------------------------------------------------------------------------------------------
 
-    def stop(self, now: float, grace_seconds: float) -> bool:
-        """A stop was asked: hand off within `grace_seconds`. True the first time (the stop starts now)."""
+    def stop(self, now: float, grace_seconds: float, follow_seconds: float = 0.0) -> bool:
+        """A stop was asked: hand off within `grace_seconds`, following the operator's assignment for the
+        first `follow_seconds` of it. True the first time (the stop starts now)."""
         if self.stop_deadline is not None:
             return False
         self.stop_deadline = now + grace_seconds
+        self.follow_until = now + min(follow_seconds, grace_seconds)
         return True
+
+    def following(self, now: float) -> bool:
+        """Whether a stop still waits for the operator to move the partitions (list at the claim retry)."""
+        return self.follow_until is not None and now < self.follow_until
 
     def stop_outcome(self, now: float, *, owned: int) -> StopOutcome:
         if self.stop_deadline is None:
@@ -121,4 +130,6 @@ class AgentSchedule:
             deadlines.append(self.next_claim_retry)
         if self.stop_deadline is not None:
             deadlines.append(self.stop_deadline)
+        if self.follow_until is not None and now < self.follow_until:
+            deadlines.append(self.follow_until)
         return min(deadlines)

@@ -5,11 +5,13 @@ One cycle:
    interval), the ownership table (one store listing: checkpoints, lease owners, members, the assignment
    record's ETag), the consumers and the replica count (the `ConsumerRuntime`);
 2. decide the replica count (`autoscaler.decide_replicas`, on fresh backlog only);
-3. run the rebalance state machine (`rebalance.step`);
+3. run the rollout's decisions (`rollout.decide`: pods stopping, the pod a rollout replaces next, its
+   surge) and the rebalance state machine over them (`rebalance.step`);
 4. write the assignment record when the state changed (compare-and-swap; a lost swap re-reads and runs
    the cycle again), before anything else;
 5. act: set the replicas, end the membership of owners that are gone so their forced partitions move
-   at once, nudge the consumers (`POST /assignment`), record the Events;
+   at once, nudge the consumers (`POST /assignment`), delete (evict) the pods a rollout replaces once they
+   hold nothing, record the Events;
 6. report: the status (`runtime.publish_status`) and the operator's metrics, with each partition's lag in
    seconds (`observe.lag_per_partition`: from the times the owners write beside their checkpoints; the
    few events nobody reads are read in the background, `observe.lag_reads`).
@@ -38,7 +40,7 @@ from hubshift.errors import UserError
 from hubshift.eventhubs.management import EventHubsProbe, ProbeError
 from hubshift.eventhubs.model import PartitionInfo
 from hubshift.manifest import PartitionedConsumer
-from hubshift.operator import autoscaler, rebalance
+from hubshift.operator import autoscaler, rebalance, rollout
 from hubshift.operator.autoscaler import Pause, ScalingDecision, ScalingObservation, ScalingState
 from hubshift.operator.consumer_http import Nudger, nudge_consumer
 from hubshift.operator.metrics import OperatorMetrics
@@ -66,9 +68,16 @@ from hubshift.operator.rebalance import (
     SetReplicas,
     Step,
 )
+from hubshift.operator.rollout import RolloutDecision, RolloutObservation, RolloutState
 from hubshift.operator.runtime import ConsumerInstance, ConsumerRuntime
 from hubshift.operator.scaling_record import ScalingRecord
-from hubshift.operator.status import Condition, PartitionedConsumerStatus, ResourcePhase, build_status
+from hubshift.operator.status import (
+    Condition,
+    PartitionedConsumerStatus,
+    ResourcePhase,
+    RolloutStatus,
+    build_status,
+)
 from hubshift.ownership.assignment import publish_assignment
 from hubshift.ownership.membership import expel
 from hubshift.ownership.model import Driver, OwnershipSnapshot, Phase
@@ -93,6 +102,7 @@ class CycleInputs:
     previous_conditions: Sequence[Mapping[str, Any]] = ()
     # What the runtime says of the spec where it runs (Kubernetes: whether the output outlives a pod).
     conditions: Sequence[Condition] = ()
+    previous_rollout: Mapping[str, Any] | None = None  # the status' `rollout` block as last written
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any], conditions: Sequence[Condition] = ()) -> CycleInputs:
@@ -105,6 +115,7 @@ class CycleInputs:
             spec_generation=metadata.get("generation"),
             previous_conditions=list(status.get("conditions") or []),
             conditions=tuple(conditions),
+            previous_rollout=status.get("rollout") if isinstance(status.get("rollout"), Mapping) else None,
         )
 
 
@@ -144,6 +155,7 @@ class _Memory:
     lag_tried: dict[str, tuple[int, float]] = field(default_factory=dict)
     lag_reading: asyncio.Task[None] | None = None
     phase_since: tuple[str, float] | None = None  # (phase, when it began) for the metrics
+    rollout: RolloutState | None = None  # the rollout as the last cycle left it (also in the status)
 
 
 class ControlLoop:
@@ -228,11 +240,14 @@ class ControlLoop:
         await self._observe_hub(now)
         instances = await self.runtime.consumers()
         current = await self.runtime.replicas()
+        revision = await self.runtime.revision()
         decision = await self._decide_replicas(now, current, pause, inputs)
         desired = decision.replicas if decision is not None else current
 
-        step, owners = await self._rebalance(now, instances, desired, current)
+        pods = _Pods(instances, revision, inputs)
+        step, owners, replacing = await self._rebalance(now, pods, desired, current)
         await self._act(step, owners, instances, now, current)
+        await self._replace(replacing)
         current = await self.runtime.replicas()
 
         memory = self.memory
@@ -255,6 +270,7 @@ class ControlLoop:
             probe_error=memory.probe_error,
             worst_lag=None if worst is None or worst.seconds is None else (worst.partition, worst.seconds),
             more_conditions=inputs.conditions,
+            rollout=RolloutStatus.of(self.config.rollout.strategy, replacing),
         )
         await self.runtime.publish_status(status.to_body())
         duration = time.perf_counter() - started
@@ -378,11 +394,12 @@ class ControlLoop:
     # --- rebalance ---------------------------------------------------------------------------------
 
     async def _rebalance(
-        self, now: float, instances: Sequence[ConsumerInstance], desired: int, current: int
-    ) -> tuple[Step, dict[str, str | None]]:
-        """The state machine over a fresh listing; its state written (CAS) before any action."""
+        self, now: float, pods: _Pods, desired: int, current: int
+    ) -> tuple[Step, dict[str, str | None], RolloutDecision]:
+        """The rollout's decisions and the state machine over a fresh listing; the state written (CAS)
+        before any action."""
         memory = self.memory
-        present = present_consumers(instances)
+        present = present_consumers(pods.instances)
         snapshot = memory.snapshot if memory.snapshot is not None and memory.probed_at == now else None
         for _attempt in range(CAS_ATTEMPTS):
             if snapshot is None:
@@ -396,21 +413,26 @@ class ControlLoop:
             owners = lease_owners(snapshot, partitions)
             if not partitions:  # nothing known about the hub yet: nothing to decide
                 state = memory.rebalance or RebalanceState()
-                return Step(state, ()), owners
+                return Step(state, ()), owners, RolloutDecision(desired)
+            stored = None if record is None else RebalanceState.from_record(record)
+            start = rebalance.starting_point(memory.rebalance, stored)
+            replacing = self._rollout(now, pods, desired, current, start, owners)
             observation = Observation(
                 partitions=partitions,
                 consumers=present,
                 owners=owners,
-                desired_replicas=desired,
+                desired_replicas=replacing.desired_replicas,
                 current_replicas=current,
-                record=None if record is None else RebalanceState.from_record(record),
+                record=stored,
                 pool=self.consumer.metadata.name,  # replica i is `<name>-<i>` in both runtimes
+                stopping=replacing.stopping,
+                retiring=replacing.retiring,
             )
             step = rebalance.step(memory.rebalance, observation, now, self.config)
             written = replace(step.state.to_record(self.config), driver=self.driver)
             if not record_changed(written, record):
                 memory.rebalance = step.state
-                return step, owners
+                return step, owners, replacing
             try:
                 etag = await asyncio.to_thread(
                     publish_assignment, self.store, self.scope, written, etag=snapshot.assignment_etag
@@ -422,8 +444,36 @@ class ControlLoop:
                 continue
             memory.rebalance = step.state
             memory.snapshot = replace(snapshot, assignment=written, assignment_etag=etag)
-            return step, owners
+            return step, owners, replacing
         raise StoreError(f"{self.scope}: the assignment record kept changing ({CAS_ATTEMPTS} attempts)")
+
+    def _rollout(
+        self,
+        now: float,
+        pods: _Pods,
+        desired: int,
+        current: int,
+        state: RebalanceState,
+        owners: Mapping[str, str | None],
+    ) -> RolloutDecision:
+        """The rollout's decisions for this cycle (`rollout.decide`), remembered for the next one."""
+        memory = self.memory
+        previous = memory.rollout or RolloutState.from_status(pods.inputs.previous_rollout)
+        observation = RolloutObservation(
+            pool=self.consumer.metadata.name,
+            pods=tuple(pods.instances),
+            revision=pods.revision,
+            desired_replicas=desired,
+            current_replicas=current,
+            max_replicas=self.scaling.max_replicas,
+            state=state,
+            owners=owners,
+            paused=rollout.parse_paused(pods.inputs.annotations),
+            previous=previous,
+        )
+        decision = rollout.decide(observation, now, self.config.rollout)
+        memory.rollout = decision.state
+        return decision
 
     # --- act ---------------------------------------------------------------------------------------
 
@@ -464,6 +514,19 @@ class ControlLoop:
             if isinstance(action, RecordEvent):
                 await self.runtime.record_event(action.reason, action.message, warning=action.warning)
         self._observe_handoffs(owners, now)
+
+    async def _replace(self, decision: RolloutDecision) -> None:
+        """Delete the pods the rollout replaces (they hold nothing now), then record its Events."""
+        for name in decision.delete:
+            if await self.runtime.replace_consumer(name):
+                revision = decision.state.revision if decision.state is not None else "?"
+                await self.runtime.record_event(
+                    "Replacing", f"{name} holds no partition: deleted, made again at revision {revision}"
+                )
+            else:
+                log.info("%s: the PodDisruptionBudget refuses to evict %s now; retrying", self.scope, name)
+        for event in decision.events:
+            await self.runtime.record_event(event.reason, event.message, warning=event.warning)
 
     async def _expel(self, consumer: str) -> None:
         memory = self.memory
@@ -545,6 +608,16 @@ class ControlLoop:
             began = state.holddown_until - self.config.delay_seconds
         metrics.phase_duration.labels(namespace, name).set(max(0.0, now - began))
         metrics.phase_bound.labels(namespace, name).set(phase_bound(state.phase, self.config))
+
+
+@dataclass(frozen=True)
+class _Pods:
+    """The consumers as the runtime reports them this cycle, the revision new ones are made from, and what
+    the resource says (the rollout's pause, its last status)."""
+
+    instances: Sequence[ConsumerInstance]
+    revision: str | None
+    inputs: CycleInputs
 
 
 def _parse_time(text: str) -> float | None:

@@ -39,6 +39,14 @@ assigned to a leaving consumer and the handoffs are done or forced (a publicatio
 whenever a lease is held where it says otherwise, e.g. a joiner's cold-start share it read before it was
 ready, when a scale-in drops it from the plan). Scale-out sets the replicas at once.
 
+Consumers stopping and replaced (no holddown): a consumer whose pod is being deleted (`stopping`: an
+eviction, a `kubectl delete`, a StatefulSet RollingUpdate, the operator's own rollout) hands its partitions
+off on SIGTERM; they are re-planned at once over the others, never forced (its drain releases them), and
+when the pool keeps its ordinal it is remembered (`returning`) and planned again as soon as its pod is gone,
+so its replacement takes a planned share when ready. A consumer a rollout replaces next (`retiring`) leaves
+the plan while still present: each of its partitions stays with it until the consumer planned for it is
+ready (graceful, and read all along), or moves at once to a consumer that is.
+
 Forced partitions: in a publication, a partition whose current owner (the observed lease owner, or
 the previous assignee if nobody holds the lease) is not present cannot be handed over gracefully, so its new
 owner may break the lease at once instead of waiting for `maxHandoffSeconds`.
@@ -80,6 +88,7 @@ __all__ = [
     "consumer_name",
     "ordinal",
     "pending_handoffs",
+    "starting_point",
     "step",
 ]
 
@@ -99,6 +108,9 @@ class RebalanceState:
     planned: Mapping[str, str] = field(default_factory=dict)  # partition -> its planned owner, not ready yet
     planned_until: float | None = None  # unread partitions of `planned` wait for their owner until then
     change: ChangeKind | None = None  # the kind of the last publication, until it is done
+    # Consumers that left the plan stopping gracefully and whose ordinal the pool keeps: planned again as
+    # soon as their old pod is gone (a replacement takes its share when ready, without a holddown).
+    returning: tuple[str, ...] = ()
 
     @property
     def plan(self) -> dict[str, str | None]:
@@ -132,6 +144,7 @@ class RebalanceState:
             planned=dict(self.planned),
             planned_until=None if self.planned_until is None else _datetime(self.planned_until),
             change=self.change,
+            returning=self.returning,
         )
 
     @classmethod
@@ -150,6 +163,7 @@ class RebalanceState:
             planned=dict(record.planned),
             planned_until=None if record.planned_until is None else record.planned_until.timestamp(),
             change=record.change,
+            returning=tuple(record.returning),
         )
 
 
@@ -166,6 +180,10 @@ class Observation:
     departed: frozenset[str] = frozenset()  # consumers known to be gone for good (any naming)
     # Replica i is `<pool>-<i>` (the StatefulSet's pods); None: unknown, so no change can be planned.
     pool: str | None = None
+    # Consumers whose pods are being deleted (SIGTERM: they hand their partitions off on their own).
+    stopping: frozenset[str] = frozenset()
+    # Present consumers a rollout replaces next: each keeps a partition until its planned owner is ready.
+    retiring: frozenset[str] = frozenset()
 
 
 # --- actions --------------------------------------------------------------------------------------------
@@ -183,6 +201,9 @@ class PublishReason(enum.StrEnum):
     PLANNED = "planned"  # planned scale-out or cold start: the plan for the new consumer set, at once
     JOINED = "joined"  # consumers of the plan are ready: the partitions planned for them are handed over
     JOINERS_LATE = "joiners-late"  # planned consumers not ready by `planned_until`: their share is re-planned
+    STOPPING = "stopping"  # consumers stopping (pods being deleted): their partitions move to the others
+    ROLLOUT = "rollout"  # a consumer a rollout replaces next: its partitions move to the consumers planned
+    RETURNING = "returning"  # consumers that stopped come back: their share is planned for them
 
 
 class EventReason(enum.StrEnum):
@@ -283,8 +304,9 @@ def _pending(
 def step(state: RebalanceState | None, observation: Observation, now: float, config: RebalanceSpec) -> Step:
     """One control-loop cycle of the rebalance state machine."""
     cycle = _Cycle(_View.of(observation), now, config)
-    current = _starting_point(state, observation.record)
+    current = starting_point(state, observation.record)
     current = _rebalance(current, cycle)
+    current = _returning(current, cycle)
     current = _joiner_wait(current, cycle)
     current = _settle(current, cycle)
     current = _replicas(current, cycle)
@@ -313,10 +335,37 @@ class _View:
 
     def leaving(self, consumer: str) -> bool:
         number = ordinal(consumer)
-        return consumer in self.observation.departed or (number is not None and number >= self.limit)
+        observation = self.observation
+        return (
+            consumer in observation.departed
+            or consumer in observation.stopping
+            or consumer in observation.retiring
+            or (number is not None and number >= self.limit)
+        )
 
     def gone(self, consumer: str) -> bool:
-        return self.leaving(consumer) and consumer not in self.present
+        """Leaving and absent for good (not merely stopping: that one hands off on its own)."""
+        return self.leaving(consumer) and consumer not in self.present and not self.stopping(consumer)
+
+    def stopping(self, consumer: str) -> bool:
+        return consumer in self.observation.stopping
+
+    def keeps_until_replaced(self, consumer: str) -> bool:
+        """A consumer a rollout replaces next keeps each partition until its planned owner is ready."""
+        return consumer in self.observation.retiring and consumer in self.present
+
+    def kept(self, consumer: str) -> bool:
+        """Whether the pool brings this consumer back when its pod is gone: a StatefulSet replica (named
+        after the pool) below the desired count."""
+        observation = self.observation
+        number = ordinal(consumer)
+        return (
+            observation.pool is not None
+            and number is not None
+            and consumer == consumer_name(observation.pool, number)
+            and number < self.limit
+            and consumer not in observation.departed
+        )
 
     @property
     def candidates(self) -> list[str]:
@@ -430,12 +479,16 @@ class _Plan:
                 continue
             planned[partition] = assignee
             current = previous.get(partition)
-            keeps = current is not None and current in members and not view.leaving(current)
+            keeps = current is not None and (
+                (current in members and not view.leaving(current)) or view.keeps_until_replaced(current)
+            )
             assignment[partition] = current if keeps else None
         return assignment, planned
 
 
-def _starting_point(state: RebalanceState | None, record: RebalanceState | None) -> RebalanceState:
+def starting_point(state: RebalanceState | None, record: RebalanceState | None) -> RebalanceState:
+    """The state a cycle starts from: the record read from the store when its generation differs from the
+    state kept (a restart, a lost write, another writer), else the state kept."""
     if record is not None and (state is None or record.generation != state.generation):
         return record
     return state if state is not None else RebalanceState()
@@ -449,16 +502,18 @@ def _rebalance(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
     assignees = dict(state.assignment)
     candidates = view.candidates
     arriving = [c for c in view.arriving if c not in state.consumers]  # a scale-out decided this cycle
+    back = [c for c in state.returning if c not in state.consumers and not view.leaving(c)]
+    incoming = _unique([*arriving, *back])
     expected = _expected_joiners(state, cycle)
     dropped = set(state.planned.values()) - set(expected) - set(view.present)  # late, or leaving
     late = sorted((c for c in dropped if not view.leaving(c)), key=consumer_sort_key)
-    joiners = _unique([*expected, *arriving])
+    joiners = _unique([*expected, *(c for c in incoming if c not in view.present)])
 
     if set(parts) != set(assignees):
         # Without any record yet, plan from who really holds what, so the first plan is sticky too.
         base = assignees if state.generation else {p: view.observation.owners.get(p) for p in parts}
         plan = _Plan.over(parts, [*candidates, *joiners], joiners, base)
-        planned_change = (PublishReason.PLANNED, ChangeKind.PLANNED) if arriving else None
+        planned_change = (PublishReason.PLANNED, ChangeKind.PLANNED) if incoming else None
         reason, kind = planned_change or (PublishReason.PARTITIONS_CHANGED, ChangeKind.IMMEDIATE)
         if arriving:
             _announce(cycle, plan, arriving)
@@ -473,11 +528,11 @@ def _rebalance(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
 
     leaving = {c for c in assignees.values() if c is not None and view.leaving(c)}
     urgent = sorted(leaving, key=consumer_sort_key)
-    if urgent or arriving or dropped:
+    if urgent or incoming or dropped:
         # Re-planned over the consumers the plan was made for (minus those leaving or dropped), so that a
         # consumer that may still come back, or one that just arrived, keeps waiting for the holddown.
         survivors = [c for c in state.consumers if not view.leaving(c) and c not in dropped] or candidates
-        plan = _Plan.over(parts, [*survivors, *arriving], joiners, assignees)
+        plan = _Plan.over(parts, [*survivors, *incoming], joiners, assignees)
     else:
         plan = _Plan(state.plan, state.consumers, frozenset(joiners))
 
@@ -501,6 +556,9 @@ def _rebalance(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
         return cycle.publish(
             state, plan, assignees, PublishReason.PLANNED, ChangeKind.PLANNED, f"scale-out to {view.limit}"
         )
+    if back:
+        detail = f"{_names(back)} coming back"
+        return cycle.publish(state, plan, assignees, PublishReason.RETURNING, ChangeKind.PLANNED, detail)
     if late:
         cycle.event(
             EventReason.JOINERS_LATE,
@@ -532,6 +590,15 @@ def _expected_joiners(state: RebalanceState, cycle: _Cycle) -> list[str]:
         and not view.leaving(c)
         and not any(state.planned.get(p) == c for p in unread)
     ]
+
+
+def _returning(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
+    """Remember the stopping consumers the pool brings back, until a plan names them again (or the pool no
+    longer keeps them)."""
+    view = cycle.view
+    names = {c for c in state.returning if c not in state.consumers} | set(view.observation.stopping)
+    returning = tuple(sorted((c for c in names if view.kept(c)), key=consumer_sort_key))
+    return state if returning == state.returning else replace(state, returning=returning)
 
 
 def _unread(state: RebalanceState, view: _View) -> list[str]:
@@ -579,14 +646,19 @@ def _holddown(state: RebalanceState, cycle: _Cycle, joiners: list[str], *, neede
 
 
 def _urgent_reason(urgent: list[str], view: _View) -> tuple[PublishReason, str]:
-    gone = [c for c in urgent if view.gone(c)]
-    draining = [c for c in urgent if not view.gone(c)]
-    reasons = []
-    if gone:
-        reasons.append(f"orphans of {_names(gone)}")
+    """Why the partitions of leaving consumers move now; the first kind present names the publication."""
+    observation = view.observation
+    kinds = (
+        (PublishReason.ORPHANS, "orphans of {}", [c for c in urgent if view.gone(c)]),
+        (PublishReason.STOPPING, "{} stopping", [c for c in urgent if view.stopping(c)]),
+        (PublishReason.ROLLOUT, "replacing {} (rollout)", [c for c in urgent if c in observation.retiring]),
+    )
+    named = {c for _, _, names in kinds for c in names}
+    draining = [c for c in urgent if c not in named]
+    found = [(reason, text.format(_names(names))) for reason, text, names in kinds if names]
     if draining:
-        reasons.append(f"draining {_names(draining)} before scale-in to {view.limit}")
-    return (PublishReason.ORPHANS if gone else PublishReason.DRAIN), "; ".join(reasons)
+        found.append((PublishReason.DRAIN, f"draining {_names(draining)} before scale-in to {view.limit}"))
+    return found[0][0], "; ".join(text for _, text in found)
 
 
 def _forced(
@@ -594,11 +666,12 @@ def _forced(
 ) -> frozenset[str]:
     """Partitions whose owner is not present to hand them over: the new owner may break at once."""
     owners = view.observation.owners
-    present = set(view.present)
+    # A stopping consumer is not present but releases its partitions itself (a graceful drain).
+    handing_off = set(view.present) | set(view.observation.stopping)
     forced = set()
     for partition, assignee in assignment.items():
         owner = owners.get(partition) or previous.get(partition)
-        if assignee is not None and owner is not None and owner != assignee and owner not in present:
+        if assignee is not None and owner is not None and owner != assignee and owner not in handing_off:
             forced.add(partition)
     return frozenset(forced)
 

@@ -16,6 +16,7 @@ class ConsumerInstance:
     ready: bool  # running and passing its readiness probe
     address: str | None  # host:port of its HTTP server (nudges, metrics); None while unknown
     terminating: bool = False  # being deleted (pod deletionTimestamp / process asked to stop)
+    revision: str | None = None  # the StatefulSet revision the pod was made from (None: not a StatefulSet's)
 
 
 class ConsumerRuntime(Protocol):
@@ -28,6 +29,16 @@ class ConsumerRuntime(Protocol):
         ...
 
     async def set_replicas(self, count: int) -> None: ...
+
+    async def revision(self) -> str | None:
+        """The revision new consumers are made from (the StatefulSet's update revision), once the runtime
+        has seen its current spec; None when unknown or not versioned (this machine)."""
+        ...
+
+    async def replace_consumer(self, name: str) -> bool:
+        """Stop one consumer so that the runtime makes it again at the current revision (an eviction: a
+        PodDisruptionBudget may refuse it, then False)."""
+        ...
 
     async def record_event(self, reason: str, message: str, *, warning: bool = False) -> None:
         """A Kubernetes Event on the PartitionedConsumer (locally: a log line)."""

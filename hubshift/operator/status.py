@@ -17,6 +17,7 @@ from pydantic import Field, WithJsonSchema
 from hubshift.operator import rebalance
 from hubshift.operator.autoscaler import Pause, ScalingDecision
 from hubshift.operator.rebalance import RebalanceState
+from hubshift.operator.rollout import RolloutDecision
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.ownership.model import ChangeKind, Phase
 from hubshift.ownership.planner import consumer_sort_key
@@ -80,6 +81,37 @@ class PendingHandoff(Model):
     since: datetime | None = Field(default=None, description="When the move was published.")
 
 
+class RolloutStatus(Model):
+    """Where the replacement of the consumer pods stands (`spec.rebalance.rollout`)."""
+
+    strategy: str = Field(description="Operator or RollingUpdate.")
+    phase: str = Field(description="Idle, RollingOut, Paused or Done.")
+    revision: str | None = Field(default=None, description="The StatefulSet revision the pods roll to.")
+    updated_replicas: int = Field(default=0, ge=0, description="Pods ready at that revision.")
+    current: str | None = Field(default=None, description="The pod being replaced now.")
+    surge: bool = Field(default=False, description="Whether the pool runs one extra pod meanwhile.")
+    paused: bool = Field(default=False, description="rollout.hubshift.dev/paused is set.")
+    message: str | None = Field(default=None, description="What the rollout waits for, for people.")
+    started_at: datetime | None = Field(default=None, description="When the last rollout began.")
+    finished_at: datetime | None = Field(default=None, description="When it ended.")
+
+    @classmethod
+    def of(cls, strategy: str, decision: RolloutDecision) -> RolloutStatus:
+        state = decision.state
+        return cls(
+            strategy=strategy,
+            phase=decision.phase,
+            revision=None if state is None else state.revision,
+            updated_replicas=decision.updated,
+            current=decision.current,
+            surge=state is not None and state.surge,
+            paused=state is not None and state.paused,
+            message=decision.message or None,
+            started_at=None if state is None else _datetime(state.started_at),
+            finished_at=None if state is None or state.finished_at is None else _datetime(state.finished_at),
+        )
+
+
 class PartitionedConsumerStatus(Model):
     # The default as the CRD stores it (a plain string), validated into the enum.
     phase: Annotated[ResourcePhase, _inline_enum(ResourcePhase)] = Field(
@@ -139,6 +171,7 @@ class PartitionedConsumerStatus(Model):
     last_active_time: datetime | None = Field(
         default=None, description="When the backlog was last above the activation threshold."
     )
+    rollout: RolloutStatus | None = Field(default=None, description="The replacement of the consumer pods.")
 
     def to_body(self) -> dict[str, Any]:
         """The status as the API server stores it (camelCase, RFC 3339 times, unset fields left out)."""
@@ -219,6 +252,7 @@ def build_status(
     probe_error: str | None,
     worst_lag: tuple[str, float] | None = None,
     more_conditions: Sequence[Condition] = (),
+    rollout: RolloutStatus | None = None,
 ) -> PartitionedConsumerStatus:
     """The status subresource for this cycle (pure); `more_conditions`: the runtime's about the spec."""
     moment = _datetime(now).replace(microsecond=0)
@@ -269,6 +303,7 @@ def build_status(
         pending_handoffs=handoffs,
         last_scale_time=None if last_scale_time is None else _datetime(last_scale_time),
         last_active_time=None if last_active is None else _datetime(last_active),
+        rollout=rollout,
     )
 
 

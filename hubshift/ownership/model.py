@@ -156,7 +156,9 @@ class Assignment:
     its planned owner may claim before that, while its lease is free (a cold start); a consumer that does
     not know `planned` simply waits for that generation. `planned_until`: partitions of `planned` that
     nobody reads wait for their planned owner until then. `change` is the kind of change this generation
-    carries out, while it runs. `driver`: the resource whose control loop publishes it (one per scope).
+    carries out, while it runs. `returning`: consumers that stopped gracefully (their pods deleted) and that
+    the pool brings back; the operator plans their share again once their old pods are gone. `driver`: the
+    resource whose control loop publishes it (one per scope).
     """
 
     generation: int
@@ -172,6 +174,7 @@ class Assignment:
     planned: Mapping[str, str] = field(default_factory=dict)
     planned_until: datetime | None = None
     change: ChangeKind | None = None
+    returning: tuple[str, ...] = ()
     driver: Driver | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 

@@ -98,6 +98,7 @@ _KNOWN = {
     "planned",
     "plannedUntil",
     "change",
+    "returning",
     "drivenBy",
 }
 
@@ -126,6 +127,8 @@ def encode_assignment(assignment: Assignment) -> bytes:
         document["plannedUntil"] = assignment.planned_until.isoformat()
     if assignment.change is not None:
         document["change"] = assignment.change.value
+    if assignment.returning:
+        document["returning"] = list(assignment.returning)
     if assignment.driver is not None:
         document["drivenBy"] = {"uid": assignment.driver.uid, "resource": assignment.driver.resource}
     return json.dumps(document, indent=1).encode()
@@ -161,6 +164,7 @@ def decode_assignment(data: bytes) -> Assignment:
             planned={str(p): str(c) for p, c in planned.items()},
             planned_until=None if planned_until is None else datetime.fromisoformat(planned_until),
             change=_change_kind(change),
+            returning=tuple(str(c) for c in document.get("returning") or ()),
             driver=_driver(document.get("drivenBy")),
             extra={k: v for k, v in document.items() if k not in _KNOWN},
         )

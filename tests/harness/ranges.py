@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -33,3 +34,46 @@ def count_replays(lines: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
             distinct += max(0, last - max(first, covered + 1) + 1)
             covered = max(covered, last)
     return distinct, replayed
+
+
+def handoff_gaps(lines: Iterable[Mapping[str, Any]], since: float = float("-inf")) -> list[float]:
+    """Each handoff a partition went through after `since`, as the seconds its events went unprocessed: from
+    the last batch its old owner handled to the first its new owner did (a new owner is another consumer, or
+    the same one claiming again at a higher owner level after a restart), in time order per partition."""
+    by_partition: dict[str, list[Mapping[str, Any]]] = {}
+    for line in lines:
+        by_partition.setdefault(str(line["partition"]), []).append(line)
+    gaps: list[float] = []
+    for batches in by_partition.values():
+        previous: Mapping[str, Any] | None = None
+        for line in sorted(batches, key=lambda item: float(item["at"])):
+            if previous is not None and float(line["at"]) >= since:
+                moved = (line["consumer"], line["ownerLevel"]) != (
+                    previous["consumer"],
+                    previous["ownerLevel"],
+                )
+                if moved:
+                    gaps.append(float(line["at"]) - float(previous["at"]))
+            previous = line
+    return gaps
+
+
+def worst_wait(lines: Iterable[Mapping[str, Any]], since: float, until: float) -> float | None:
+    """The longest an event waited to be processed among the batches handled in [since, until): a batch's
+    handling time minus its first event's enqueued time (the worst partition's lag in seconds at that
+    moment); None without such a batch (or a log written before it said when events were enqueued)."""
+    waits = [
+        float(line["at"]) - float(line["enqueued"])
+        for line in lines
+        if line.get("enqueued") is not None and since <= float(line["at"]) < until
+    ]
+    return max(waits) if waits else None
+
+
+def percentile(values: Iterable[float], fraction: float) -> float | None:
+    """The nearest-rank percentile (`fraction` 0.5 for the median, 0.99 for p99); None without values."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]

@@ -138,10 +138,14 @@ plus the release's namespace with operator.watchReleaseNamespace. None: every na
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [create, patch]
-# Consumer pods: watched, never changed.
+# Consumer pods: watched, never changed; a rollout the operator drives evicts each one once it holds no
+# partition (the Eviction API, so the PodDisruptionBudget counts it, as `kubectl drain` does).
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch]
+- apiGroups: [""]
+  resources: [pods/eviction]
+  verbs: [create]
 # The Event Hubs and storage connection strings the CRs name: read one by one, never listed.
 - apiGroups: [""]
   resources: [secrets]

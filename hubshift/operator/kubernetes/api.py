@@ -24,6 +24,7 @@ from httpx2 import HTTPStatusError  # lightkube's HTTP client; its ApiError subc
 from lightkube import AsyncClient, KubeConfig
 from lightkube.core.resource_registry import resource_registry
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import StatefulSet
 from lightkube.resources.core_v1 import Event, Pod, Secret, ServiceAccount
 from lightkube.types import PatchType
@@ -41,6 +42,7 @@ logger = logging.getLogger(__name__)
 PartitionedConsumerResource = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
 
 EVENT_MESSAGE_LIMIT = 1024  # the API server refuses longer Event messages
+REVISION_LABEL = "controller-revision-hash"  # the StatefulSet revision a pod was made from
 
 
 class SecretUnavailable(UserError):
@@ -82,7 +84,12 @@ def consumer_instance(pod: Mapping[str, Any]) -> ConsumerInstance:
     address = f"{ip}:{port}" if ip and port else None
     terminating = bool(metadata.get("deletionTimestamp")) or status.get("phase") in ("Succeeded", "Failed")
     return ConsumerInstance(
-        name=name, ordinal=ordinal, ready=ready and not terminating, address=address, terminating=terminating
+        name=name,
+        ordinal=ordinal,
+        ready=ready and not terminating,
+        address=address,
+        terminating=terminating,
+        revision=labels.get(REVISION_LABEL),
     )
 
 
@@ -177,14 +184,38 @@ class KubeAdapter:
 
     async def statefulset_replicas(self, namespace: str, name: str) -> int | None:
         """`spec.replicas` of the StatefulSet, or None when it does not exist."""
+        found = await self.statefulset_state(namespace, name)
+        return None if found is None else found[0]
+
+    async def statefulset_state(self, namespace: str, name: str) -> tuple[int, str | None] | None:
+        """(`spec.replicas`, the update revision) of the StatefulSet, None when it does not exist. The
+        revision is None until the controller has seen the current spec (`observedGeneration`)."""
         try:
             statefulset = await self.client.get(StatefulSet, name, namespace=namespace)
         except HTTPStatusError as error:
             if status_code(error) == 404:
                 return None
             raise
-        spec = statefulset.spec
-        return int(spec.replicas) if spec is not None and spec.replicas is not None else 1
+        spec, status, metadata = statefulset.spec, statefulset.status, statefulset.metadata
+        replicas = int(spec.replicas) if spec is not None and spec.replicas is not None else 1
+        generation = metadata.generation if metadata is not None else None
+        seen = status is not None and generation is not None and status.observedGeneration == generation
+        return replicas, status.updateRevision if seen and status is not None else None
+
+    async def evict_pod(self, namespace: str, name: str) -> bool:
+        """Delete a pod through the Eviction API, so its PodDisruptionBudget counts it (as `kubectl drain`
+        does): False when the budget refuses it now (429), True when it was evicted or is gone already."""
+        eviction = Pod.Eviction(metadata=ObjectMeta(name=name, namespace=namespace))
+        try:
+            await self.client.create(eviction, name=name, namespace=namespace)
+        except HTTPStatusError as error:
+            code = status_code(error)
+            if code == 404:
+                return True
+            if code == 429:
+                return False
+            raise
+        return True
 
     async def scale_statefulset(self, namespace: str, name: str, replicas: int) -> None:
         await self.client.patch(

@@ -37,7 +37,7 @@ from hubshift.podtemplate import (
     WORK_VOLUME,
     container,
 )
-from hubshift.spec import API_VERSION, GROUP, KIND
+from hubshift.spec import API_VERSION, GROUP, KIND, STOP_FOLLOW_SECONDS
 
 JSON = dict[str, Any]
 
@@ -246,6 +246,7 @@ def manifest_text(consumer: PartitionedConsumer) -> str:
     document["spec"].pop("scaling", None)
     for key in ("podTemplate", "podDisruptionBudget"):
         document["spec"]["consumer"].pop(key, None)
+    document["spec"].get("rebalance", {}).pop("rollout", None)  # how pods are replaced: the operator's
     header = (
         f"# Written by the hubshift operator from {KIND} {consumer.metadata.namespace}/"
         f"{consumer.metadata.name}; edit the {KIND}, not this.\n"
@@ -341,7 +342,7 @@ def consumer_container(consumer: PartitionedConsumer, image: str = DEFAULT_IMAGE
     container: JSON = {
         "name": CONTAINER_NAME,
         "image": consumer.spec.consumer.image or image,
-        "command": ["hubshift", "consume", "-f", MANIFEST_PATH, "--id", "$(POD_NAME)"],
+        "command": ["hubshift", "consume", "-f", MANIFEST_PATH, "--id", "$(POD_NAME)", *_stop_follow()],
         "workingDir": WORK_DIR,
         "env": [
             _field_env("POD_NAME", "metadata.name"),
@@ -397,6 +398,20 @@ def consumer_container(consumer: PartitionedConsumer, image: str = DEFAULT_IMAGE
     return container
 
 
+def update_strategy(consumer: PartitionedConsumer) -> JSON:
+    """OnDelete when the operator replaces the pods itself (hubshift/operator/rollout.py), one at a time and
+    each only once it holds no partition; else the StatefulSet's own RollingUpdate."""
+    if consumer.spec.rebalance.rollout.strategy == "Operator":
+        return {"type": "OnDelete"}
+    return {"type": "RollingUpdate"}
+
+
+def _stop_follow() -> list[str]:
+    """On SIGTERM a pod keeps reading while the operator moves its partitions (an eviction's planned
+    handoff), at most this long; off a cluster nobody may be there to move them."""
+    return ["--stop-follow-seconds", f"{STOP_FOLLOW_SECONDS:g}"]
+
+
 def render_statefulset(
     consumer: PartitionedConsumer, owner: Owner, replicas: int, image: str = DEFAULT_IMAGE
 ) -> JSON:
@@ -412,7 +427,7 @@ def render_statefulset(
             "serviceName": names.headless_service,
             # Consumers start and stop together; ownership, not start order, keeps partitions safe.
             "podManagementPolicy": "Parallel",
-            "updateStrategy": {"type": "RollingUpdate"},
+            "updateStrategy": update_strategy(consumer),
             "revisionHistoryLimit": 5,
             "selector": {"matchLabels": selector_labels(owner.name)},
             "template": render_pod_template(consumer, owner, image),

@@ -41,6 +41,7 @@ class KubernetesRuntime:
         self.owner = owner
         self.names = ChildNames.of(owner.name)
         self._pods = pods
+        self._revision: str | None = None  # the update revision the last `replicas()` read
 
     async def consumers(self) -> list[ConsumerInstance]:
         if self._pods is not None:
@@ -51,8 +52,16 @@ class KubernetesRuntime:
         return sorted(instances, key=lambda instance: (instance.ordinal, instance.name))
 
     async def replicas(self) -> int:
-        current = await self.kube.statefulset_replicas(self.owner.namespace, self.names.statefulset)
-        return current or 0
+        found = await self.kube.statefulset_state(self.owner.namespace, self.names.statefulset)
+        self._revision = None if found is None else found[1]
+        return 0 if found is None else found[0]
+
+    async def revision(self) -> str | None:
+        """The StatefulSet's update revision, as the cycle's `replicas()` read it."""
+        return self._revision
+
+    async def replace_consumer(self, name: str) -> bool:
+        return await self.kube.evict_pod(self.owner.namespace, name)
 
     async def set_replicas(self, count: int) -> None:
         if count < 0:

@@ -29,9 +29,8 @@ log = logging.getLogger("hubshift.run")
 @click.option(
     "--engine",
     type=click.Choice(["spark", "sdk"]),
-    default="spark",
-    show_default=True,
-    help="The consumers' engine: spark (the pipeline) or sdk (plain SDK receivers, no Spark).",
+    help="The consumers' engine: spark (the pipeline) or sdk (plain SDK receivers, no Spark); default: the "
+    "manifest's consumer.engine.",
 )
 @click.option(
     "--workdir",
@@ -52,7 +51,7 @@ log = logging.getLogger("hubshift.run")
 )
 def run(
     manifest_path: str,
-    engine: str,
+    engine: str | None,
     workdir: str | None,
     duration: float | None,
     metrics_port: int,
@@ -74,6 +73,7 @@ def run(
         raise UserError(
             f"--workdir {folder}: {exc.strerror or exc} (choose a folder you can write)"
         ) from None
+    engine = engine or consumer.spec.consumer.engine
     code = asyncio.run(_run(Path(manifest_path), consumer, folder, engine, duration, metrics_port, identity))
     if code:
         raise SystemExit(code)

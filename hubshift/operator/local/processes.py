@@ -132,6 +132,15 @@ class LocalRuntime:
         self.replica_count = count
         self._reconcile()
 
+    async def revision(self) -> str | None:
+        return None  # processes are not versioned: a changed manifest applies to the ones started next
+
+    async def replace_consumer(self, name: str) -> bool:
+        running = next((p for p in self.processes.values() if p.name == name), None)
+        if running is not None and not running.terminating:
+            self.terminate(running)  # it is started again at its ordinal once it has exited
+        return True
+
     async def record_event(self, reason: str, message: str, *, warning: bool = False) -> None:
         event = RecordedEvent(self.clock(), reason, message, warning)
         self.events.append(event)

@@ -220,6 +220,64 @@ def test_sigterm_drains_writes_the_final_checkpoint_and_releases(
     assert snapshot.live_members == []
 
 
+def test_an_evicted_pod_reads_on_until_the_operator_moves_its_partitions_to_a_waiting_owner(
+    store_url: str, stores: list[LeaseStore], clocks: Clocks
+) -> None:
+    """SIGTERM in a pod (`stop_follow_seconds`): nothing is drained until the record says so, then each
+    partition goes straight to its new owner, who was waiting for it; nothing is claimed meanwhile."""
+    a, engine_a = make_agent("a", store_url, stores, clocks, stop_follow_seconds=5.0)
+    b, engine_b = make_agent("b", store_url, stores, clocks)
+    publish(stores[0], {"0": "a", "1": "a", "2": "b", "3": "b"}, 1, clocks)
+    a.step()
+    b.step()
+    a.request_stop()
+    clocks.advance(1)
+    assert a.step() is None
+    assert engine_a.drained == [] and a.status()["stopping"] and not a.ready  # still reading
+    # The operator saw the pod stopping: it publishes the move; the stopping consumer finds it by listing.
+    publish(stores[0], dict.fromkeys(PARTITIONS, "b"), 2, clocks)
+    b.reread_assignment()
+    b.step()
+    assert b.status()["waiting"] == ["0", "1"]
+    clocks.advance(0.3)
+    a.step()
+    assert sorted(engine_a.drained) == ["0", "1"]
+    for partition in ("0", "1"):
+        a.notify(Drained(partition, 1, Checkpoint(f"{partition}00", 10)))
+    assert a.step() == 0
+    a.leave()
+    clocks.advance(0.3)
+    b.step()
+    assert sorted(engine_b.started) == PARTITIONS
+    assert engine_b.started["0"][1] == StartAt(sequence_number=10)  # from a's final checkpoint
+
+
+def test_without_the_operator_an_evicted_pod_hands_off_when_its_follow_time_is_up(
+    store_url: str, stores: list[LeaseStore], clocks: Clocks
+) -> None:
+    a, engine_a = make_agent("a", store_url, stores, clocks, stop_follow_seconds=5.0)
+    publish(stores[0], dict.fromkeys(PARTITIONS, "a"), 1, clocks)
+    a.step()
+    a.request_stop()
+    a.step()  # the agent wakes at once on SIGTERM: the follow time runs from here
+    clocks.advance(4.9)
+    a.step()
+    assert engine_a.drained == []
+    clocks.advance(0.2)
+    a.step()
+    assert sorted(engine_a.drained) == PARTITIONS
+
+
+def test_without_an_assignment_record_sigterm_drains_at_once_whatever_the_follow_time(
+    store_url: str, stores: list[LeaseStore], clocks: Clocks
+) -> None:
+    a, engine_a = make_agent("a", store_url, stores, clocks, stop_follow_seconds=5.0)
+    a.step()  # fallback balancing: no operator to wait for
+    a.request_stop()
+    a.step()
+    assert sorted(engine_a.drained) == PARTITIONS
+
+
 def test_a_graceful_move_by_assignment(store_url: str, stores: list[LeaseStore], clocks: Clocks) -> None:
     a, engine_a = make_agent("a", store_url, stores, clocks)
     b, engine_b = make_agent("b", store_url, stores, clocks)

@@ -110,6 +110,18 @@ def test_a_stop_hands_off_within_the_grace_period() -> None:
     assert timers.stop_outcome(35.0, owned=1) is StopOutcome.OUT_OF_TIME
 
 
+def test_a_stop_follows_the_operator_for_its_follow_time_within_the_grace_period() -> None:
+    timers = schedule()
+    assert not timers.following(0.0)  # no stop asked
+    timers.stop(10.0, 25.0, follow_seconds=5.0)
+    assert timers.following(10.0) and timers.following(14.9) and not timers.following(15.0)
+    assert timers.wake_at(11.0, renew_due=None, waiting=False) <= 12.0
+    short = schedule()
+    short.stop(0.0, 2.0, follow_seconds=5.0)  # never beyond the grace period
+    assert not short.following(2.0)
+    assert short.stop_outcome(2.0, owned=1) is StopOutcome.OUT_OF_TIME
+
+
 def test_the_loop_wakes_at_the_earliest_timer_and_at_least_every_idle_period() -> None:
     timers = schedule()
     timers.listed(0.0, waiting=False)

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
-from tests.harness.ranges import count_replays, read_range_logs
+import pyarrow as pa
+
+from hubshift.consumer.ranges import RangeLog
+from hubshift.eventhubs.rows import EVENT_ARROW_SCHEMA
+from tests.harness.ranges import count_replays, handoff_gaps, percentile, read_range_logs, worst_wait
 
 
 def test_overlaps_count_as_replays_per_partition() -> None:
@@ -26,3 +31,41 @@ def test_logs_are_read_across_consumers_and_a_torn_last_line_is_skipped(tmp_path
     lines = read_range_logs(tmp_path)
     assert len(lines) == 2
     assert count_replays(lines) == (8, 0)
+
+
+def test_a_batch_line_says_when_its_first_event_was_enqueued(tmp_path: Path) -> None:
+    enqueued = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
+    columns = {
+        "partition": ["3", "3"],
+        "sequence_number": [7, 8],
+        "offset": ["70", "80"],
+        "enqueued_time": [enqueued, enqueued],
+        "partition_key": [None, None],
+        "body": [b"{}", b"{}"],
+        "properties": [[], []],
+    }
+    batch = pa.RecordBatch.from_pydict(columns, schema=EVENT_ARROW_SCHEMA)
+    RangeLog(tmp_path / "c-0.jsonl", "c-0")("3", 2, batch)
+    (line,) = read_range_logs(tmp_path)
+    assert (line["first"], line["last"], line["ownerLevel"]) == (7, 8, 2)
+    assert line["enqueued"] == enqueued.timestamp()
+    assert worst_wait([line], 0, float("inf")) == line["at"] - enqueued.timestamp()
+
+
+def test_handoffs_are_the_gaps_where_a_partition_changes_owner() -> None:
+    def batch(partition: str, consumer: str, level: int, at: float) -> dict[str, object]:
+        return {"partition": partition, "consumer": consumer, "ownerLevel": level, "at": at, "enqueued": at}
+
+    lines = [
+        batch("0", "a", 1, 10.0),
+        batch("0", "a", 1, 11.0),
+        batch("0", "b", 2, 11.4),  # a -> b: 0.4 s unread
+        batch("0", "b", 3, 13.0),  # b again, after a restart (a new owner level): 1.6 s
+        batch("1", "a", 1, 5.0),
+        batch("1", "a", 1, 12.0),  # the same owner: no handoff, however long the pause
+    ]
+    gaps = handoff_gaps(lines)
+    assert [round(g, 1) for g in gaps] == [0.4, 1.6]
+    assert [round(g, 1) for g in handoff_gaps(lines, since=12.0)] == [1.6]
+    assert percentile(gaps, 0.5) == gaps[0] and percentile(gaps, 0.99) == gaps[1]
+    assert percentile([], 0.5) is None

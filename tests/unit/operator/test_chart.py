@@ -624,9 +624,16 @@ def test_a_cluster_wide_install_grants_secrets_and_workloads_everywhere(helm: st
         ("policy", "poddisruptionbudgets", "create"),
         ("", "pods", "list"),
         ("", "pods", "watch"),
+        ("", "pods/eviction", "create"),
     } <= granted
     assert (
-        not {("", "secrets", "list"), ("", "secrets", "watch"), ("apps", "statefulsets", "delete")} & granted
+        not {
+            ("", "secrets", "list"),
+            ("", "secrets", "watch"),
+            ("apps", "statefulsets", "delete"),
+            ("", "pods", "delete"),
+        }
+        & granted
     )
 
 

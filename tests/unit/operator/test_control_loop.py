@@ -249,6 +249,8 @@ class FakeRuntime:
     replica_count: int = 0
     events: list[tuple[str, str]] = field(default_factory=list)
     status: dict[str, object] = field(default_factory=dict)
+    update_revision: str | None = None
+    replaced: list[str] = field(default_factory=list)
 
     async def consumers(self) -> list[ConsumerInstance]:
         return list(self.instances)
@@ -259,14 +261,26 @@ class FakeRuntime:
     async def set_replicas(self, count: int) -> None:
         self.replica_count = count
 
+    async def revision(self) -> str | None:
+        return self.update_revision
+
+    async def replace_consumer(self, name: str) -> bool:
+        self.replaced.append(name)
+        return True
+
     async def record_event(self, reason: str, message: str, *, warning: bool = False) -> None:
         self.events.append((reason, message))
 
     async def publish_status(self, status: dict[str, object]) -> None:
         self.status = status
 
-    def ready(self, *ordinals: int) -> None:
-        self.instances = [ConsumerInstance(f"homes-{i}", i, True, f"127.0.0.1:{9000 + i}") for i in ordinals]
+    def ready(self, *ordinals: int, revisions: dict[int, str] | None = None) -> None:
+        self.instances = [
+            ConsumerInstance(
+                f"homes-{i}", i, True, f"127.0.0.1:{9000 + i}", revision=(revisions or {}).get(i)
+            )
+            for i in ordinals
+        ]
 
 
 class Clock:
@@ -286,8 +300,8 @@ class Harness:
     store: SqliteLeaseStore
     nudges: list[tuple[str, int]]
 
-    def cycle(self) -> CycleReport:
-        return asyncio.run(self.loop.cycle(CycleInputs()))
+    def cycle(self, **inputs: object) -> CycleReport:
+        return asyncio.run(self.loop.cycle(CycleInputs(**inputs)))  # type: ignore[arg-type]
 
     def settle(self) -> None:
         """From a cold start to Ready: the plan for homes-0 and homes-1 published at once, handed to them
@@ -497,3 +511,38 @@ def test_a_consumer_that_is_gone_loses_its_membership_so_its_partitions_move_at_
     snapshot = take_snapshot(harness.store, SCOPE)
     assert "homes-1" not in snapshot.live_members
     assert all(row.owner != "homes-1" or row.orphaned for row in snapshot.partitions)
+
+
+def test_a_rollout_surges_hands_the_first_pods_share_over_and_evicts_it_once_it_holds_nothing(
+    harness: Harness,
+) -> None:
+    harness.settle()
+    runtime = harness.runtime
+    runtime.update_revision = "homes-2"  # the StatefulSet's new revision: every pod is outdated
+    runtime.ready(0, 1, revisions={0: "homes-1", 1: "homes-1"})
+    harness.clock.now += 1
+    report = harness.cycle()
+    assert runtime.replica_count == 3  # the surge pod
+    assert report.state.planned and set(report.state.planned.values()) == {"homes-2"}
+    assert "homes-0" not in report.state.consumers  # retiring: it keeps reading until homes-2 is ready
+    rollout = report.status.to_body()["rollout"]
+    assert rollout["phase"] == "RollingOut" and rollout["surge"] and rollout["current"] == "homes-0"
+    assert (
+        "RolloutStarted",
+        "2 pods to replace for revision homes-2, one extra pod meanwhile",
+    ) in runtime.events
+
+    # A new operator process midway: the record and the status are all it has.
+    harness = harness.restart()
+    runtime.ready(0, 1, 2, revisions={0: "homes-1", 1: "homes-1", 2: "homes-2"})
+    harness.clock.now += 1
+    report = harness.cycle(previous_rollout=rollout)
+    moved = [p for p, c in report.state.assignment.items() if c == "homes-2"]
+    assert len(moved) == 4 and runtime.replaced == []  # handed over, not released yet
+    hold(harness.store, dict(report.state.assignment))
+    harness.clock.now += 1
+    report = harness.cycle(previous_rollout=report.status.to_body()["rollout"])
+    assert runtime.replaced == ["homes-0"]
+    assert [e for e in runtime.events if e[0] == "Replacing"]
+    assert [e[0] for e in runtime.events].count("RolloutStarted") == 1  # the restart carried on
+    assert report.status.rollout is not None and report.status.rollout.phase == "RollingOut"

@@ -202,6 +202,7 @@ def test_schema_defaults_equal_the_model_defaults() -> None:
         "delaySeconds": 10.0,
         "maxHandoffSeconds": 15.0,
         "leaseDurationSeconds": 30,
+        "rollout": {"strategy": "Operator", "maxSurge": 1},
     }
 
     document = example()

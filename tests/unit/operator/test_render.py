@@ -111,10 +111,25 @@ def test_statefulset_runs_consumers_with_stable_identities() -> None:
         "/etc/hubshift/manifest.yaml",
         "--id",
         "$(POD_NAME)",
+        "--stop-follow-seconds",  # an evicted pod reads on while the operator moves its partitions
+        "5",
     ]
     env = {item["name"]: item for item in container()["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env["PYSPARK_PYTHON"]["value"] == "python3"
+
+
+def test_the_operator_replaces_the_pods_itself_unless_the_spec_asks_for_a_rolling_update() -> None:
+    assert statefulset()["spec"]["updateStrategy"] == {"type": "OnDelete"}  # hubshift/operator/rollout.py
+
+    def rolling(doc: dict[str, Any]) -> None:
+        doc["spec"].setdefault("rebalance", {})["rollout"] = {"strategy": "RollingUpdate"}
+
+    assert statefulset(rolling)["spec"]["updateStrategy"] == {"type": "RollingUpdate"}
+    # How pods are replaced is the operator's business: changing it makes no new revision of the pods.
+    before = statefulset()["spec"]["template"]
+    assert statefulset(rolling)["spec"]["template"] == before
+    assert "rollout" not in render.manifest_text(consumer(rolling))
 
 
 def test_secret_refs_become_the_env_vars_the_spec_names() -> None:
