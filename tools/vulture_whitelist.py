@@ -6,6 +6,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import kopf
 from azure.eventhub._consumer import EventHubConsumer
+from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from hubshift.apps.produce import send_load
 from hubshift.emulator.connection import AmqpConnection
@@ -134,3 +135,9 @@ Target.expiry_policy
 Target.dynamic
 Target.dynamic_node_properties
 Target.capabilities
+
+# Spark calls its StreamingQueryListener's methods (consumer/spark/telemetry.py's Progress).
+StreamingQueryListener.onQueryStarted
+StreamingQueryListener.onQueryProgress
+StreamingQueryListener.onQueryIdle
+StreamingQueryListener.onQueryTerminated
