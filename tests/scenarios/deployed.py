@@ -4,9 +4,13 @@ connection strings, sizes and timings changed), then what a pool lives through: 
 pod deleted mid-batch, a container killed, an operator upgrade, the end.
 
 The scenarios run in order on one cluster, one operator and one pool (each Spark part once); a scenario
-whose predecessor failed is skipped, saying which. Each tier runs them by subclassing `DeployedScenarios`
-and giving a `scenario_cluster` fixture (tests/scenarios/cluster.py): tests/node/test_node_deployed.py on
-the node tier's real node, tests/kind/test_kind_deployed.py on kind.
+whose predecessor failed is skipped, saying which. Where the cluster has the Prometheus Operator's image
+(`ScenarioCluster.monitoring`: the node tier), it runs beside the pool from the start, as
+kube-prometheus-stack users run it (tests/scenarios/monitoring.py), and the chart is installed with its
+ServiceMonitor, PodMonitor and PrometheusRule: one scenario then reads the dashboards and alerts from it.
+Each tier runs them by subclassing `DeployedScenarios` and giving a `scenario_cluster` fixture
+(tests/scenarios/cluster.py): tests/node/test_node_deployed.py on the node tier's real node,
+tests/kind/test_kind_deployed.py on kind.
 
 The servers the pods talk to run where the cluster says (the node's network namespace, or the kind
 network's gateway): the hubshift emulator with one hub of four partitions, and Azurite, holding the
@@ -44,6 +48,7 @@ from hubshift.pipelines.aggregate_view import AggregateView
 from hubshift.pipelines.sensor_events import parse_event
 from hubshift.sinks import build_store
 from tests.fixtures.cluster import eventually
+from tests.scenarios import monitoring
 from tests.scenarios.cluster import (
     FIGURES,
     JSON,
@@ -91,6 +96,9 @@ SCALE_DOWN_WINDOW_SECONDS = 600
 # a passing run takes what it takes.
 POD_START_SECONDS = 360
 COUNT_SECONDS = 300  # every event sent, counted in the sink
+# HubshiftLagHigh as the monitored install sets it: low enough that a stopped consumer trips it in well under
+# a minute, before the kubelet's liveness probe (3 x 10 s) restarts it.
+LAG_ALERT_SECONDS, LAG_ALERT_FOR = 10, "5s"
 
 
 def secret_names(document: JSON) -> tuple[str, str]:
@@ -196,6 +204,7 @@ class Deployment:
     storage: str = ""
     watch: PodWatch | None = None
     operator_logs: list[str] = field(default_factory=list)  # of operator pods already replaced
+    monitored_since: float | None = None  # when the Prometheus Operator's Prometheus was asked for
 
     # -- order
 
@@ -399,7 +408,7 @@ class DeployedScenarios:
                     stop()
                 except Exception as error:  # the rest still stops
                     print(f"stopping {stop}: {error}")
-            for namespace in (NAMESPACE, SYSTEM_NAMESPACE):
+            for namespace in (NAMESPACE, SYSTEM_NAMESPACE, monitoring.NAMESPACE):
                 scenario_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
     # 1 -------------------------------------------------------------------------------------------------
@@ -410,13 +419,22 @@ class DeployedScenarios:
         for namespace in (SYSTEM_NAMESPACE, NAMESPACE):  # both enforce the restricted profile
             metadata = {"name": namespace, "labels": RESTRICTED}
             cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": metadata})
+        stack = cluster.monitoring
+        if stack is not None:  # its CRDs first: the chart's monitors and rules need them
+            installing = time.monotonic()
+            monitoring.install_operator(cluster, stack)
+            deployment.figure("prometheus_operator_install_seconds", time.monotonic() - installing)
         started = time.monotonic()
         image = cluster.image
+        monitored = () if stack is None else monitoring.chart_values(LAG_ALERT_SECONDS, LAG_ALERT_FOR)
         cluster.helm(
             "install", RELEASE, str(CHART), "--namespace", SYSTEM_NAMESPACE,
             "--set", f"image.repository={image.repository}", "--set", f"image.tag={image.tag}",
-            "--set", f"image.pullPolicy={image.pull_policy}",
+            "--set", f"image.pullPolicy={image.pull_policy}", *monitored,
         )  # fmt: skip
+        if stack is not None:
+            monitoring.create_prometheus(cluster, stack)
+            deployment.monitored_since = time.time()
         pods = deployment.wait(
             lambda: [p for p in deployment.operator_pods() if pod_ready(p)], 180, "the operator pod Ready"
         )
@@ -624,6 +642,38 @@ class DeployedScenarios:
         deployment.assert_exact_totals()
         deployment.done.add("scaled-in")
 
+    # 5b ------------------------------------------------------------------------------------------------
+
+    @pytest.mark.timeout(900)
+    def test_dashboards_and_alerts_work_from_the_prometheus_operator_across_namespaces(
+        self, deployment: Deployment
+    ) -> None:
+        deployment.require("scaled-in")
+        cluster = deployment.cluster
+        if cluster.monitoring is None or deployment.monitored_since is None:
+            pytest.skip(f"the {cluster.name} cluster has no Prometheus Operator image (tools/monitoring)")
+        prometheus = monitoring.ClusterPrometheus(cluster)
+        started = time.monotonic()
+        deployment.wait(prometheus.ready, 180, "the Prometheus Operator's Prometheus Ready")
+
+        def scraped() -> bool:
+            up = {
+                (t["labels"].get("namespace"), t["labels"].get("pod"), t["health"])
+                for t in prometheus.targets()
+            }
+            operator = {pod["metadata"]["name"] for pod in deployment.operator_pods()}
+            return {(SYSTEM_NAMESPACE, name, "up") for name in operator} | {
+                (NAMESPACE, f"{NAME}-0", "up")
+            } <= up
+
+        deployment.wait(scraped, 120, "the operator and homes-0 scraped through the chart's monitors")
+        monitoring.assert_dashboards_draw(prometheus, NAMESPACE, NAME, deployment.monitored_since)
+        monitoring.assert_rules_evaluate(prometheus, NAMESPACE, NAME)
+        deployment.figure("monitoring_checks_seconds", time.monotonic() - started)
+        assert_lag_alert_fires_for_a_stopped_consumer(deployment, prometheus)
+        deployment.figure("monitoring_scenario_seconds", time.monotonic() - started)
+        deployment.done.add("monitored")
+
     # 6 -------------------------------------------------------------------------------------------------
 
     @pytest.mark.timeout(120)
@@ -766,6 +816,44 @@ class DeployedScenarios:
         deployment.figure("helm_uninstall_seconds", time.monotonic() - started)
         # Helm leaves the CRDs (documented in the chart's README).
         assert cluster.get_or_none("crd", "partitionedconsumers.hubshift.dev") is not None
+
+
+def assert_lag_alert_fires_for_a_stopped_consumer(
+    deployment: Deployment, prometheus: monitoring.ClusterPrometheus
+) -> None:
+    """Under a load, homes-0 (the pool's one consumer) is stopped (SIGSTOP to every process of its
+    container): HubshiftLagHigh fires for the pool; then it goes on (SIGCONT) and loses nothing."""
+    cluster = deployment.cluster
+    labels = {"namespace": NAMESPACE, "consumer": NAME}
+    firing = "HubshiftLagHigh"
+
+    def quiet() -> bool:
+        return not [alert for alert in prometheus.alerts(firing, **labels) if alert["state"] == "firing"]
+
+    deployment.wait(quiet, 120, f"{firing} quiet for {NAMESPACE}/{NAME} before the stop (an idle pool)")
+    # Below one replica's share even after a minute stopped: the pool is not scaled out meanwhile.
+    load = Load(deployment, rate=PER_REPLICA / 60, seed=5).start()
+    try:
+        own = f'hubshift_consumer_lag_seconds{{namespace="{NAMESPACE}", pod="{NAME}-0"}}'
+        deployment.wait(lambda: prometheus.api().query(own), 60, "homes-0 reporting its own lag")
+        pod = cluster.get("-n", NAMESPACE, "pod", f"{NAME}-0")
+        node, container = pod["spec"]["nodeName"], pod["status"]["containerStatuses"][0]["containerID"]
+        container = container.split("://", 1)[1]
+        stopped = time.monotonic()
+        cluster.signal_container(node, container, "SIGSTOP")
+        try:
+            deployment.wait(
+                lambda: not quiet(), 180, f"{firing} firing for {NAMESPACE}/{NAME} with homes-0 stopped"
+            )
+            deployment.figure("stopped_consumer_to_lag_alert_seconds", time.monotonic() - stopped)
+        finally:
+            cluster.signal_container(node, container, "SIGCONT")
+        deployment.wait(
+            lambda: deployment.balanced([f"{NAME}-0"]), POD_START_SECONDS, "homes-0 reading again"
+        )
+    finally:
+        load.finish()
+    deployment.assert_exact_totals()
 
 
 def columns(table: str) -> dict[str, str]:
