@@ -6,6 +6,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import kopf
 from azure.eventhub._consumer import EventHubConsumer
+from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from bench.rebalance import Outcome
 from hubshift.apps.produce import send_load
@@ -154,3 +155,9 @@ Target.capabilities
 # results file.
 Outcome.processed
 Outcome.planned_moves
+
+# Spark calls its StreamingQueryListener's methods (consumer/spark/telemetry.py's Progress).
+StreamingQueryListener.onQueryStarted
+StreamingQueryListener.onQueryProgress
+StreamingQueryListener.onQueryIdle
+StreamingQueryListener.onQueryTerminated

@@ -121,7 +121,7 @@ class ConsumerApp:
         check_pipeline(spec.consumer.pipeline, environ)
         handled = handled_before_failover(spec.consumer.failover, environ)
         store = open_checkpoint_store(spec.checkpoint_store, environ, timing=settings.timing)
-        metrics = ConsumerMetrics(me)
+        metrics = ConsumerMetrics(me, hub=target.hub, consumer_group=target.consumer_group)
         scratch = options.scratch_folder()
         engine = cls._engine(manifest, options, target, scratch, metrics, handled)
         agent = OwnershipAgent(

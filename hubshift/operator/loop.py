@@ -582,7 +582,9 @@ class ControlLoop:
             metrics.fallback_active.labels(namespace, name).set(1 if decision.fallback else 0)
         metrics.current_replicas.labels(namespace, name).set(current)
         metrics.ready_replicas.labels(namespace, name).set(len(present_consumers(instances)))
-        metrics.partitions.labels(namespace, name).set(len(self.memory.partition_ids))
+        hub = self.consumer.spec.event_hubs
+        metrics.set_hub(namespace, name, hub.hub, hub.consumer_group)
+        metrics.set_partitions(namespace, name, len(self.memory.partition_ids))
         if backlog is not None:
             metrics.set_backlog(namespace, name, backlog)
         if lag is not None:

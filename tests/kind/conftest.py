@@ -69,8 +69,10 @@ class KindScenarioCluster(ScenarioCluster):
             server_host=ipv4[0],
         )
 
-    def kill_container(self, node: str, container_id: str) -> None:
-        _docker("exec", node, "ctr", "-n", "k8s.io", "tasks", "kill", "--signal", "SIGKILL", container_id)
+    def signal_container(self, node: str, container_id: str, signal: str) -> None:
+        _docker(
+            "exec", node, "ctr", "-n", "k8s.io", "tasks", "kill", "--all", "--signal", signal, container_id
+        )
 
     def audit_log(self) -> str:
         return _docker("exec", f"{CLUSTER}-control-plane", "cat", AUDIT_LOG, timeout=120)

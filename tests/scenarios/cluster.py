@@ -24,12 +24,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
 from hubshift.emulator.launch import RunningEmulator, start_emulator
 from tests.harness.azurite import Azurite, start_azurite
+
+if TYPE_CHECKING:
+    from tests.scenarios.monitoring import MonitoringStack
 
 JSON = dict[str, Any]
 T = TypeVar("T")
@@ -77,6 +80,7 @@ class ScenarioCluster(ABC):
         image: Image,
         server_host: str,
         server_wrapper: Sequence[str] = (),
+        monitoring: MonitoringStack | None = None,
     ) -> None:
         self.name = name  # "node" or "kind": names the figures' file
         self.kubeconfig = kubeconfig
@@ -87,13 +91,20 @@ class ScenarioCluster(ABC):
         # their connection strings name it, for the pods and for the test alike.
         self.server_host = server_host
         self.server_wrapper = tuple(server_wrapper)
+        # The Prometheus Operator's image and manifests, where the cluster has them (scenarios/monitoring.py).
+        self.monitoring = monitoring
 
     # -- the node side: what only the cluster's own machinery can do
 
     @abstractmethod
+    def signal_container(self, node: str, container_id: str, signal: str) -> None:
+        """Send `signal` (SIGKILL, SIGSTOP, SIGCONT...) to every process of the container `container_id`
+        (without `containerd://`) on `node`, from the node's side, as the kernel or the runtime would."""
+
     def kill_container(self, node: str, container_id: str) -> None:
-        """SIGKILL the container `container_id` (without `containerd://`) on `node`, as an OOM kill or a
-        crash would end it: no SIGTERM, nothing the process can do."""
+        """SIGKILL the container, as an OOM kill or a crash would end it: no SIGTERM, nothing the process
+        can do."""
+        self.signal_container(node, container_id, "SIGKILL")
 
     @abstractmethod
     def audit_log(self) -> str:

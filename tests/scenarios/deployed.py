@@ -7,9 +7,13 @@ backlog, an idle spell, a pod deleted mid-batch, a container killed, an operator
 new image tag that rolls the pool, the end.
 
 The scenarios run in order on one cluster, one operator and one pool (each Spark part once); a scenario
-whose predecessor failed is skipped, saying which. Each tier runs them by subclassing `DeployedScenarios`
-and giving a `scenario_cluster` fixture (tests/scenarios/cluster.py): tests/node/test_node_deployed.py on
-the node tier's real node, tests/kind/test_kind_deployed.py on kind.
+whose predecessor failed is skipped, saying which. Where the cluster has the Prometheus Operator's image
+(`ScenarioCluster.monitoring`: the node tier), it runs beside the pool from the start, as
+kube-prometheus-stack users run it (tests/scenarios/monitoring.py), and the chart is installed with its
+ServiceMonitor, PodMonitor and PrometheusRule: one scenario then reads the dashboards and alerts from it.
+Each tier runs them by subclassing `DeployedScenarios` and giving a `scenario_cluster` fixture
+(tests/scenarios/cluster.py): tests/node/test_node_deployed.py on the node tier's real node,
+tests/kind/test_kind_deployed.py on kind.
 
 The servers the pods talk to run where the cluster says (the node's network namespace, or the kind
 network's gateway): the hubshift emulator with one hub of four partitions, and Azurite, holding the
@@ -50,7 +54,7 @@ from hubshift.pipelines.sensor_events import parse_event
 from hubshift.sinks import build_store
 from tests.fixtures.cluster import eventually
 from tests.fixtures.hubs import read_hub, send_events
-from tests.scenarios import extending
+from tests.scenarios import extending, monitoring
 from tests.scenarios.cluster import (
     FIGURES,
     JSON,
@@ -98,6 +102,9 @@ SCALE_DOWN_WINDOW_SECONDS = 600
 # a passing run takes what it takes.
 POD_START_SECONDS = 360
 COUNT_SECONDS = 300  # every event sent, counted in the sink
+# HubshiftLagHigh as the monitored install sets it: low enough that a stopped consumer trips it in well under
+# a minute, before the kubelet's liveness probe (3 x 10 s) restarts it.
+LAG_ALERT_SECONDS, LAG_ALERT_FOR = 10, "5s"
 
 
 def secret_names(document: JSON) -> tuple[str, str]:
@@ -203,6 +210,7 @@ class Deployment:
     chart: Path = CHART  # the umbrella chart the release was installed from (extending.umbrella_chart)
     watch: PodWatch | None = None
     operator_logs: list[str] = field(default_factory=list)  # of operator pods already replaced
+    monitored_since: float | None = None  # when the Prometheus Operator's Prometheus was asked for
 
     # -- order
 
@@ -407,7 +415,7 @@ class DeployedScenarios:
                     stop()
                 except Exception as error:  # the rest still stops
                     print(f"stopping {stop}: {error}")
-            for namespace in (NAMESPACE, SYSTEM_NAMESPACE):
+            for namespace in (NAMESPACE, SYSTEM_NAMESPACE, monitoring.NAMESPACE):
                 scenario_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
     # 1 -------------------------------------------------------------------------------------------------
@@ -421,12 +429,23 @@ class DeployedScenarios:
         # As GitOps users deploy it: the chart a dependency of an umbrella chart, the image's registry
         # the umbrella's global.imageRegistry.
         deployment.chart = extending.umbrella_chart(deployment.workdir)
+        stack = cluster.monitoring
+        if stack is not None:  # its CRDs first: the chart's monitors and rules need them
+            installing = time.monotonic()
+            monitoring.install_operator(cluster, stack)
+            deployment.figure("prometheus_operator_install_seconds", time.monotonic() - installing)
         started = time.monotonic()
         image = cluster.image
+        # The chart's monitors and rules, as the umbrella's values for its hubshift subchart.
+        monitored = [] if stack is None else monitoring.chart_values(LAG_ALERT_SECONDS, LAG_ALERT_FOR)
+        monitored = [value if value == "--set" else f"hubshift.{value}" for value in monitored]
         cluster.helm(
             "install", RELEASE, str(deployment.chart), "--namespace", SYSTEM_NAMESPACE,
-            *extending.umbrella_values(image),
+            *extending.umbrella_values(image), *monitored,
         )  # fmt: skip
+        if stack is not None:
+            monitoring.create_prometheus(cluster, stack)
+            deployment.monitored_since = time.time()
         pods = deployment.wait(
             lambda: [p for p in deployment.operator_pods() if pod_ready(p)], 180, "the operator pod Ready"
         )
@@ -701,6 +720,38 @@ class DeployedScenarios:
         deployment.assert_exact_totals()
         deployment.done.add("scaled-in")
 
+    # 5b ------------------------------------------------------------------------------------------------
+
+    @pytest.mark.timeout(900)
+    def test_dashboards_and_alerts_work_from_the_prometheus_operator_across_namespaces(
+        self, deployment: Deployment
+    ) -> None:
+        deployment.require("scaled-in")
+        cluster = deployment.cluster
+        if cluster.monitoring is None or deployment.monitored_since is None:
+            pytest.skip(f"the {cluster.name} cluster has no Prometheus Operator image (tools/monitoring)")
+        prometheus = monitoring.ClusterPrometheus(cluster)
+        started = time.monotonic()
+        deployment.wait(prometheus.ready, 180, "the Prometheus Operator's Prometheus Ready")
+
+        def scraped() -> bool:
+            up = {
+                (t["labels"].get("namespace"), t["labels"].get("pod"), t["health"])
+                for t in prometheus.targets()
+            }
+            operator = {pod["metadata"]["name"] for pod in deployment.operator_pods()}
+            return {(SYSTEM_NAMESPACE, name, "up") for name in operator} | {
+                (NAMESPACE, f"{NAME}-0", "up")
+            } <= up
+
+        deployment.wait(scraped, 120, "the operator and homes-0 scraped through the chart's monitors")
+        monitoring.assert_dashboards_draw(prometheus, NAMESPACE, NAME, deployment.monitored_since)
+        monitoring.assert_rules_evaluate(prometheus, NAMESPACE, NAME)
+        deployment.figure("monitoring_checks_seconds", time.monotonic() - started)
+        assert_lag_alert_fires_for_a_stopped_consumer(deployment, prometheus)
+        deployment.figure("monitoring_scenario_seconds", time.monotonic() - started)
+        deployment.done.add("monitored")
+
     # 6 -------------------------------------------------------------------------------------------------
 
     @pytest.mark.timeout(120)
@@ -884,6 +935,44 @@ def scheduled(cluster: ScenarioCluster, pod: str) -> JSON | None:
     """The pod once a node was chosen for it, else None."""
     found = cluster.get_or_none("-n", NAMESPACE, "pod", pod)
     return found if found and found.get("spec", {}).get("nodeName") else None
+
+
+def assert_lag_alert_fires_for_a_stopped_consumer(
+    deployment: Deployment, prometheus: monitoring.ClusterPrometheus
+) -> None:
+    """Under a load, homes-0 (the pool's one consumer) is stopped (SIGSTOP to every process of its
+    container): HubshiftLagHigh fires for the pool; then it goes on (SIGCONT) and loses nothing."""
+    cluster = deployment.cluster
+    labels = {"namespace": NAMESPACE, "consumer": NAME}
+    firing = "HubshiftLagHigh"
+
+    def quiet() -> bool:
+        return not [alert for alert in prometheus.alerts(firing, **labels) if alert["state"] == "firing"]
+
+    deployment.wait(quiet, 120, f"{firing} quiet for {NAMESPACE}/{NAME} before the stop (an idle pool)")
+    # Below one replica's share even after a minute stopped: the pool is not scaled out meanwhile.
+    load = Load(deployment, rate=PER_REPLICA / 60, seed=5).start()
+    try:
+        own = f'hubshift_consumer_lag_seconds{{namespace="{NAMESPACE}", pod="{NAME}-0"}}'
+        deployment.wait(lambda: prometheus.api().query(own), 60, "homes-0 reporting its own lag")
+        pod = cluster.get("-n", NAMESPACE, "pod", f"{NAME}-0")
+        node, container = pod["spec"]["nodeName"], pod["status"]["containerStatuses"][0]["containerID"]
+        container = container.split("://", 1)[1]
+        stopped = time.monotonic()
+        cluster.signal_container(node, container, "SIGSTOP")
+        try:
+            deployment.wait(
+                lambda: not quiet(), 180, f"{firing} firing for {NAMESPACE}/{NAME} with homes-0 stopped"
+            )
+            deployment.figure("stopped_consumer_to_lag_alert_seconds", time.monotonic() - stopped)
+        finally:
+            cluster.signal_container(node, container, "SIGCONT")
+        deployment.wait(
+            lambda: deployment.balanced([f"{NAME}-0"]), POD_START_SECONDS, "homes-0 reading again"
+        )
+    finally:
+        load.finish()
+    deployment.assert_exact_totals()
 
 
 def columns(table: str) -> dict[str, str]:

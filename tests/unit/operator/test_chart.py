@@ -4,6 +4,7 @@ that exist, and, where a `helm` binary is available, `helm lint` and `helm templ
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import os
 import re
@@ -154,7 +155,9 @@ def test_peering_crds_are_kopfs() -> None:
 def exported_names() -> set[str]:
     names: set[str] = set()
     suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}
-    for registry in (OperatorMetrics().registry, ConsumerMetrics("c", process_metrics=False).registry):
+    consumer = ConsumerMetrics("c", process_metrics=False)
+    consumer.enable_spark()  # the Spark engine's own figures too
+    for registry in (OperatorMetrics().registry, consumer.registry):
         for family in registry.collect():
             names.add(family.name)
             names.update(family.name + suffix for suffix in suffixes.get(family.type, []))
@@ -200,7 +203,7 @@ def test_dashboards_are_valid_grafana_json() -> None:
         variables = {v["name"]: v for v in dashboard["templating"]["list"]}
         assert variables["datasource"]["type"] == "datasource"
         assert variables["datasource"]["query"] == "prometheus"
-        assert {"namespace", "consumer"} <= set(variables)
+        assert {"namespace", "hub", "consumer"} <= set(variables)
         for panel in dashboard["panels"]:
             grid = panel["gridPos"]
             assert grid["x"] + grid["w"] <= 24 and grid["h"] > 0, f"{name}: {panel['title']}"
@@ -216,12 +219,42 @@ def test_dashboards_are_valid_grafana_json() -> None:
                 assert 'consumer=~"$consumer"' in target["expr"], target["expr"]
 
 
+def dashboards_tool() -> Any:
+    """tools/dashboards.py as a module (it is a script, not a package)."""
+    spec = importlib.util.spec_from_file_location("dashboards_tool", ROOT / "tools" / "dashboards.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_grafanas_schema_refuses_what_grafana_would_not_load() -> None:
+    """The lint tier's check (`tools/dashboards.py --schema`) finds a dashboard that breaks Grafana's schema:
+    a panel without its width, a variable's current value without its text, a legend Grafana cannot place."""
+    tool = dashboards_tool()
+    folder = tool.schema_path()
+    if not (folder / ".made").exists():
+        pytest.skip(f"Grafana's schema is not made yet ({folder}; the lint tier makes it)")
+    good = dashboards()["hubshift-consumer.json"]
+    assert tool.schema_errors(good, folder) == []
+    bad = copy.deepcopy(good)
+    panel = next(p for p in bad["panels"] if p["type"] == "timeseries")
+    del panel["gridPos"]["w"]
+    panel["options"]["legend"]["placement"] = "top"
+    bad["templating"]["list"][1]["current"] = {"selected": True}
+    errors = tool.schema_errors(bad, folder)
+    assert len(errors) == 4, errors  # `current` lacks both text and value
+    assert any(e.endswith("gridPos: 'w' is a required property") for e in errors), errors
+    assert any(f"({panel['title']!r}): options/legend/placement" in e for e in errors), errors
+
+
 def test_every_query_reads_a_metric_that_is_exported() -> None:
     known = exported_names()
     for name, dashboard in dashboards().items():
         for variable in dashboard["templating"]["list"]:
             if variable["type"] == "query":
-                assert referenced_metrics(variable["definition"]) <= known
+                assert referenced_metrics(variable["query"]["query"]) <= known
         for title, expression in panel_queries(dashboard):
             names = referenced_metrics(expression)
             assert names, f"{name}: {title} reads no hubshift metric"
