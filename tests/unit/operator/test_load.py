@@ -6,6 +6,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hubshift.consumer.metrics import ConsumerMetrics
+from hubshift.operator.autoscaler import Pause, ScalingDecision, ScalingState
+from hubshift.operator.consumer_http import parse_work
 from hubshift.operator.load import (
     HubSample,
     PartitionLoad,
@@ -14,6 +17,9 @@ from hubshift.operator.load import (
     load_weights,
     partition_loads,
 )
+from hubshift.operator.rebalance import RebalanceState
+from hubshift.operator.sizing import LoadFigures, size_for_lag
+from hubshift.operator.status import build_status
 
 
 def samples(rates: list[float], every: float = 5.0, start: float = 0.0) -> list[HubSample]:
@@ -87,3 +93,43 @@ def test_capacity_is_events_per_busy_second_the_median_over_the_busy_consumers()
     # left out): 500 events in 2 s, 250/s.
     assert consumer_capacity(history, now=20, window=60) == 250.0
     assert consumer_capacity(history[:1], now=20, window=60) is None
+
+
+def test_the_operator_reads_a_consumers_work_from_its_own_exposition() -> None:
+    metrics = ConsumerMetrics("homes-0", process_metrics=False)
+    metrics.handled("0", 300, 1.5, None)
+    metrics.handled("1", 100, 0.5, None)
+    body, _ = metrics.render()
+    assert parse_work(body.decode()) == (400.0, 2.0)
+    assert parse_work("# nothing here\n") is None
+
+
+def test_status_names_the_partitions_no_consumer_keeps_up_with() -> None:
+    sizing = size_for_lag(LoadFigures({"0": 500.0, "1": 10.0}, {}, 200.0, "loadAware"), 5.0, 2, 1, 2)
+    status = build_status(
+        state=RebalanceState(generation=1, assignment={"0": "homes-0", "1": "homes-1"}),
+        decision=ScalingDecision(2, "lag target", True, False, False, 2, ScalingState(), sizing),
+        pause=Pause(),
+        owners={},
+        instances=[],
+        current_replicas=2,
+        partition_count=2,
+        total_backlog=0,
+        previous_conditions=[],
+        observed_generation=1,
+        now=1_800_000_000.0,
+        last_scale_time=None,
+        probe_error=None,
+        load={"0": 500.0, "1": 10.0},
+        capacity=200.0,
+    )
+    body = status.to_body()
+    over = next(c for c in body["conditions"] if c["type"] == "PartitionOverCapacity")
+    assert over["status"] == "True" and over["message"].startswith("partitions 0 (500/s) each receive more")
+    assert body["consumerCapacityEventsPerSecond"] == 200.0 and body["incomingEventsPerSecond"] == 510.0
+    assert body["lagTarget"] == {
+        "replicas": 2,
+        "demandEventsPerSecond": 510.0,
+        "busiest": [{"partition": "0", "eventsPerSecond": 500.0}],
+    }
+    assert body["assignment"][0] == {"consumer": "homes-0", "partitions": ["0"], "eventsPerSecond": 500.0}
