@@ -43,6 +43,13 @@ log = logging.getLogger("hubshift.consume")
 @click.option("--grace-seconds", type=float, help="SIGTERM: hand off within this long (maxHandoff + 10).")
 @click.option("--list-interval", type=float, help="Seconds between listings of the ownership table (20).")
 @click.option("--ranges", type=click.Path(dir_okay=False), help="--engine sdk: where to log batch ranges.")
+@click.option(
+    "--event-cost",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    help="--engine sdk: seconds of work per event, one at a time (a consumer of bounded capacity, for "
+    "benchmarks).",
+)
 @click.option("--log-level", default="info", show_default=True, help="hubshift's log level.")
 @credential_options(
     "Authenticate every Azure connection of the manifest with this token credential instead of its "
@@ -58,6 +65,7 @@ def consume(
     grace_seconds: float | None,
     list_interval: float | None,
     ranges: str | None,
+    event_cost: float,
     log_level: str,
     credential: str | None,
     client_id: str | None,
@@ -82,6 +90,7 @@ def consume(
         grace_seconds=grace_seconds,
         list_interval_seconds=list_interval,
         ranges=Path(ranges) if ranges else None,
+        event_cost_seconds=event_cost,
     )
     code = ConsumerApp.build(manifest, options, os.environ).run()
     if code:

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
+import pyarrow as pa
+
+from hubshift.consumer.ranges import Costly, RangeLog
 from tests.harness.ranges import count_replays, read_range_logs
 
 
@@ -26,3 +31,20 @@ def test_logs_are_read_across_consumers_and_a_torn_last_line_is_skipped(tmp_path
     lines = read_range_logs(tmp_path)
     assert len(lines) == 2
     assert count_replays(lines) == (8, 0)
+
+
+def test_a_line_says_when_the_batch_was_enqueued_and_costly_work_takes_its_time(tmp_path: Path) -> None:
+    enqueued = [datetime(2026, 1, 1, 0, 0, s, tzinfo=UTC) for s in (1, 2, 4)]
+    batch = pa.record_batch(
+        {
+            "sequence_number": pa.array([7, 8, 9], pa.int64()),
+            "enqueued_time": pa.array(enqueued, pa.timestamp("ms", tz="UTC")),
+        }
+    )
+    log = RangeLog(tmp_path / "c-0.jsonl", "c-0")
+    started = time.monotonic()
+    Costly(log, 0.02)("3", 2, batch)
+    assert time.monotonic() - started >= 0.06  # three events, 20 ms each
+    (line,) = read_range_logs(tmp_path)
+    assert (line["first"], line["last"], line["events"], line["ownerLevel"]) == (7, 9, 3, 2)
+    assert (line["firstEnqueued"], line["lastEnqueued"]) == (enqueued[0].timestamp(), enqueued[2].timestamp())
