@@ -474,6 +474,7 @@ class ControlLoop:
                 record=None if record is None else RebalanceState.from_record(record),
                 pool=self.consumer.metadata.name,  # replica i is `<name>-<i>` in both runtimes
                 load=self._load(now),
+                capacity=memory.capacity,
             )
             step = rebalance.step(memory.rebalance, observation, now, self.config)
             written = replace(step.state.to_record(self.config), driver=self.driver)

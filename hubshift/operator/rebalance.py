@@ -73,6 +73,10 @@ from hubshift.ownership.planner import (
 )
 from hubshift.spec import RebalanceSpec
 
+# Load-aware: no move for load alone while the busiest consumer carries at most this share of a
+# consumer's measured capacity.
+BUSY_SHARE = 0.5
+
 __all__ = [
     "Action",
     "BreakLeases",
@@ -175,6 +179,7 @@ class Observation:
     pool: str | None = None
     # Each partition's load in events per second (`operator.load.load_weights`); None: not measured yet.
     load: Mapping[str, float] | None = None
+    capacity: float | None = None  # events one consumer processes per second of work; None: not measured
 
 
 # --- actions --------------------------------------------------------------------------------------------
@@ -566,11 +571,18 @@ def _holddown_needed(cycle: _Cycle, plan: _Plan, members: list[str]) -> bool:
 
 def _repack_due(state: RebalanceState, cycle: _Cycle) -> bool:
     """Load-aware, with load figures, and nothing else under way: every consumer of the plan present, no
-    handoff pending, no holddown, nothing planned for a consumer not ready yet."""
+    handoff pending, no holddown, nothing planned for a consumer not ready yet; and, once a consumer's
+    capacity is measured, a consumer busier than `BUSY_SHARE` of it (a move is a short pause for its
+    partition: not worth it while every consumer has room)."""
     view = cycle.view
+    load, capacity = view.observation.load, view.observation.capacity
+    if load is not None and capacity is not None:
+        loads = consumer_loads(state.assignment, load)
+        if max(loads.values(), default=0.0) <= BUSY_SHARE * capacity:
+            return False
     return (
         cycle.load_aware
-        and view.observation.load is not None
+        and load is not None
         and state.generation > 0
         and state.phase is Phase.READY
         and state.holddown_until is None

@@ -71,6 +71,7 @@ class World:
     joined: set[str] = field(default_factory=set)  # consumers up and joined that the operator has not seen
     config: RebalanceSpec = CONFIG
     load: dict[str, float] | None = None  # each partition's events per second, as the loop measured it
+    capacity: float | None = None  # events per second one consumer processes, as the loop measured it
 
     def observe(self) -> Observation:
         return Observation(
@@ -83,6 +84,7 @@ class World:
             departed=frozenset(self.departed),
             pool=self.pool,
             load=self.load,
+            capacity=self.capacity,
         )
 
     def cycle(self, seconds: float = 1.0, *, consumers_act: bool = True) -> Step:
@@ -831,3 +833,14 @@ def test_load_aware_invariants_hold_over_random_event_sequences(
             assert all(m.previous in live for m in publication.moves), "graceful: the owner hands over"
         assert stored(after) == after
     assert world.early_breaks == [], "no live owner lost a partition before its handoff time"
+
+
+def test_no_load_move_while_every_consumer_has_room() -> None:
+    world = load_aware_world()
+    world.load = skewed(hot={"0", "1", "2"}, rate=20.0)  # homes-0: 61 events/s, a consumer processes 200
+    world.capacity = 200.0
+    world.run(3)
+    assert world.published == []
+    world.capacity = 100.0  # now it is over half of one consumer
+    world.run(1)
+    assert [p.reason for p in world.published] == [PublishReason.LOAD]
