@@ -639,6 +639,14 @@ class ScalingGoalSpec(Model):
     unprocessed_events_per_replica: int = Field(
         default=1000, ge=1, description="Backlog one replica is expected to carry (KEDA: 64)."
     )
+    lag_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=86400,
+        description="Lag target in seconds: replicas from each consumer's measured capacity and each "
+        "partition's incoming rate and backlog, so that the worst partition's lag stays under this. Until "
+        "a capacity is measured, unprocessedEventsPerReplica decides.",
+    )
 
 
 class ActivationSpec(Model):
@@ -724,7 +732,44 @@ class RolloutSpec(Model):
     )
 
 
+RebalanceStrategy = Literal["balanced", "loadAware"]
+
+
+class LoadAwareSpec(Model):
+    """How `strategy: loadAware` weighs partitions and when their load moves them (docs/decisions.md,
+    "Load-aware packing")."""
+
+    window_seconds: float = Field(
+        default=60.0,
+        ge=1,
+        le=3600,
+        description="A partition's load is the median of its rates between the probes of this window: a "
+        "burst covering fewer than half of those intervals does not change it.",
+    )
+    tolerance: float = Field(
+        default=0.2,
+        gt=0,
+        le=4,
+        description="A consumer's partitions move for load when it carries more than (1 + tolerance) x the "
+        "mean; they move until it carries at most (1 + tolerance / 2) x the mean.",
+    )
+    max_moves: int = Field(
+        default=4,
+        ge=1,
+        le=1024,
+        description="Partitions moved for load alone per publication (a change of the consumers or "
+        "partitions moves what it must).",
+    )
+
+
 class RebalanceSpec(Model):
+    strategy: RebalanceStrategy = Field(
+        default="balanced",
+        description="balanced: every consumer reads as many partitions as the others (+-1); loadAware: "
+        "partitions are packed by their measured incoming rate, moving as few as keep every consumer near "
+        "the mean load.",
+    )
+    load_aware: LoadAwareSpec = Field(default_factory=LoadAwareSpec)
     delay_seconds: float = Field(
         default=10.0,
         ge=0,

@@ -29,7 +29,7 @@ from hubshift.emulator.performatives import (
 from hubshift.manifest import PartitionedConsumer
 from hubshift.operator.kubernetes.api import KubeAdapter
 from hubshift.operator.loop import CycleReport
-from hubshift.operator.status import Condition, PartitionedConsumerStatus, PendingHandoff
+from hubshift.operator.status import Condition, LagTargetStatus, PartitionedConsumerStatus, PendingHandoff
 from hubshift.ownership.store import BlobEntry, LeaseState
 from hubshift.podtemplate import ContainerSecuritySpec, ContainerSpec, TolerationSpec, VolumeSpec
 from hubshift.spec import ResourceListSpec
@@ -38,6 +38,10 @@ from hubshift.spec import ResourceListSpec
 # manifest's apiVersion is checked when it is parsed, the resource sizes are rendered into the pod.
 PartitionedConsumerStatus.assignment_generation
 PartitionedConsumerStatus.last_active_time
+PartitionedConsumerStatus.incoming_events_per_second
+PartitionedConsumerStatus.consumer_capacity_events_per_second
+PartitionedConsumerStatus.lag_target
+LagTargetStatus.demand_events_per_second
 Condition.last_transition_time
 PendingHandoff.from_owner
 PendingHandoff.to_owner

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from hubshift.errors import UserError
-from hubshift.eventhubs.model import EventAt, PartitionInfo
+from hubshift.eventhubs.model import EventAt, PartitionInfo, numeric_offset
 from hubshift.eventhubs.sdk_internals import open_management_link, read_partition_properties
 from hubshift.eventhubs.target import EventHubsTarget, describe_error, sdk_client
 from hubshift.ownership.model import Checkpoint, partition_sort_key
@@ -105,11 +105,12 @@ class EventHubsProbe:
                 int(raw["last_enqueued_sequence_number"]),
                 bool(raw["is_empty"]),
                 moment.timestamp() if moment is not None else None,
+                numeric_offset(raw.get("last_enqueued_offset")),
             )
-        beginning, last, empty, enqueued = await read_partition_properties(
+        beginning, last, empty, enqueued, offset = await read_partition_properties(
             client, self._link, self._auth, self.target.hub, partition, self.request_timeout
         )
-        return PartitionInfo(partition, beginning, last, empty, None if empty else enqueued)
+        return PartitionInfo(partition, beginning, last, empty, None if empty else enqueued, offset)
 
     async def enqueued_time(self, partition: str, sequence_number: int) -> float | None:
         """When event `sequence_number` of `partition` was enqueued (Unix seconds); None when it cannot be

@@ -220,9 +220,12 @@ class ReceiverPool:
             worked = False
             now = time.monotonic()
             for receiver in receivers:
-                if receiver.closing.is_set() or now < receiver.not_before or not receiver.has_room():
-                    continue
-                worked = self._turn(receiver) or worked
+                if not receiver.closing.is_set() and now >= receiver.not_before and receiver.has_room():
+                    worked = self._turn(receiver) or worked
+                if receiver.closing.is_set():
+                    # A drain waits for the batch in hand only, not for the other partitions' turns (with
+                    # costly batches a pass over them all can take longer than a handoff may).
+                    self._retire(receiver)
             if not worked:
                 self._wake.wait(IDLE_SECONDS / 2)
                 self._wake.clear()

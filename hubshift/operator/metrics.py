@@ -110,9 +110,26 @@ class OperatorMetrics:
         )
         self._define_loop_metrics(r)
         self._hubs: dict[tuple[str, str], tuple[str, str]] = {}  # resource -> (hub, consumer group)
+        self._define_load_metrics(r)
         self._partitions_seen: dict[tuple[str, str], set[str]] = {}
         self._lag_seen: dict[tuple[str, str], set[str]] = {}
         self._owners_seen: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        self._load_seen: dict[tuple[str, str], set[str]] = {}
+
+    def _define_load_metrics(self, r: CollectorRegistry) -> None:
+        """What load-aware assignment and the lag target measure."""
+        self.partition_load = Gauge(
+            f"{PREFIX}_partition_load_events_per_second",
+            "Events enqueued per second on one partition (the median over the load window).",
+            [*LABELS, "partition"],
+            registry=r,
+        )
+        self.capacity = Gauge(
+            f"{PREFIX}_consumer_capacity_events_per_second",
+            "Events one consumer processes per second of work (absent until measured).",
+            LABELS,
+            registry=r,
+        )
 
     def _define_loop_metrics(self, r: CollectorRegistry) -> None:
         """The phase, rebalance, scaling and cycle metrics."""
@@ -247,6 +264,20 @@ class OperatorMetrics:
             self.partition_owner.labels(namespace, consumer, partition, owner).set(1)
         self._owners_seen[key] = now
 
+    def set_load(
+        self, namespace: str, consumer: str, load: Mapping[str, float] | None, capacity: float | None
+    ) -> None:
+        """Each partition's incoming rate and the consumers' capacity, when measured."""
+        key = (namespace, consumer)
+        rates = load or {}
+        for gone in self._load_seen.get(key, set()) - set(rates):
+            self.partition_load.remove(namespace, consumer, gone)
+        for partition, rate in rates.items():
+            self.partition_load.labels(namespace, consumer, partition).set(rate)
+        self._load_seen[key] = set(rates)
+        if capacity is not None:
+            self.capacity.labels(namespace, consumer).set(capacity)
+
     def record_scale(self, namespace: str, consumer: str, before: int, after: int) -> None:
         if after != before:
             direction = "up" if after > before else "down"
@@ -267,10 +298,13 @@ class OperatorMetrics:
             self.unowned,
             self.phase_duration,
             self.phase_bound,
+            self.capacity,
         ):
             _remove(metric, (namespace, consumer))
         hub = self._hubs.pop((namespace, consumer), None)
         self._forget_hub((namespace, consumer), hub or ("", ""))
+        for partition in self._load_seen.pop((namespace, consumer), set()):
+            _remove(self.partition_load, (namespace, consumer, partition))
         for result in LAG_READ_RESULTS:
             _remove(self.lag_reads, (namespace, consumer, result))
         for partition, owner in self._owners_seen.pop((namespace, consumer), set()):

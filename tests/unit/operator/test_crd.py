@@ -199,6 +199,8 @@ def test_schema_defaults_equal_the_model_defaults() -> None:
     assert defaulted["scaling"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
     assert defaulted["consumer"]["resources"]["requests"] == {"cpu": "1", "memory": "2Gi"}
     assert defaulted["rebalance"] == {
+        "strategy": "balanced",
+        "loadAware": {"windowSeconds": 60.0, "tolerance": 0.2, "maxMoves": 4},
         "delaySeconds": 10.0,
         "maxHandoffSeconds": 15.0,
         "leaseDurationSeconds": 30,
