@@ -29,7 +29,13 @@ from hubshift.emulator.performatives import (
 from hubshift.manifest import PartitionedConsumer
 from hubshift.operator.kubernetes.api import KubeAdapter
 from hubshift.operator.loop import CycleReport
-from hubshift.operator.status import Condition, LagTargetStatus, PartitionedConsumerStatus, PendingHandoff
+from hubshift.operator.status import (
+    Condition,
+    LagTargetStatus,
+    PartitionedConsumerStatus,
+    PendingHandoff,
+    RolloutStatus,
+)
 from hubshift.ownership.store import BlobEntry, LeaseState
 from hubshift.podtemplate import ContainerSecuritySpec, ContainerSpec, TolerationSpec, VolumeSpec
 from hubshift.spec import ResourceListSpec
@@ -165,3 +171,6 @@ StreamingQueryListener.onQueryStarted
 StreamingQueryListener.onQueryProgress
 StreamingQueryListener.onQueryIdle
 StreamingQueryListener.onQueryTerminated
+
+# Status fields, read from the resource's status by people and dashboards.
+RolloutStatus.updated_replicas

@@ -125,7 +125,7 @@ class OperatorMetrics:
             registry=r,
         )
         self.capacity = Gauge(
-            f"{PREFIX}_consumer_capacity_events_per_second",
+            f"{PREFIX}_pool_consumer_capacity_events_per_second",
             "Events one consumer processes per second of work (absent until measured).",
             LABELS,
             registry=r,

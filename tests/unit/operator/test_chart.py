@@ -366,7 +366,7 @@ SETUPS: dict[str, dict[str, Any]] = {
             "extraVolumes": [{"name": "ca", "configMap": {"name": "corporate-ca"}}],
             "extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/ssl/corporate", "readOnly": True}],
         },
-        "metrics": {"serviceMonitor": {"enabled": True, "honorLabels": True}},
+        "metrics": {"serviceMonitor": {"enabled": True, "honorLabels": False}},
     },
 }
 
@@ -504,12 +504,14 @@ def test_helm_template(helm: str, tmp_path: Path, setup: str) -> None:
             "volumeMounts"
         ]
         monitor = next(d for d in documents if d["kind"] == "ServiceMonitor")
-        assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
+        assert monitor["spec"]["endpoints"][0]["honorLabels"] is False
     else:
         assert container["image"] == f"hubshift:{__version__}"
     if setup == "monitoring":
         monitor = next(d for d in documents if d["kind"] == "ServiceMonitor")
-        assert monitor["spec"]["endpoints"][0]["honorLabels"] is False
+        assert (
+            monitor["spec"]["endpoints"][0]["honorLabels"] is True
+        )  # the default: the namespace label is the resource's (docs/observability.md)
         assert monitor["metadata"]["labels"]["release"] == "kps"
         dashboards = [
             d
