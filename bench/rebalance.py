@@ -250,7 +250,7 @@ class Watch:
         self._at: float | None = None
 
     def from_now(self) -> None:
-        """Count unowned partition-seconds from here (the moment the new consumers are registered)."""
+        """Count unowned partition-seconds from here (the change itself)."""
         self.unowned = 0.0
         self._at = time.monotonic()
 
@@ -327,12 +327,7 @@ async def run_scenario(
     started = time.monotonic()
     seconds = await until_balanced(watch, after, timeout, started)
     requests = proxy.count - requests_before
-    from_start = None if seconds is None else round(started + seconds - changed, 1)
-    from_start_figures = {
-        "from_start_seconds": from_start,
-        "unowned_from_start": round(watch.unowned, 1),
-        "storage_requests_from_start": proxy.count - requests_at_change,
-    }
+    requests_from_start = proxy.count - requests_at_change
     await asyncio.sleep(CHECKPOINT_SECONDS + 1)  # the new owners re-read what they re-read
     return Outcome(
         side,
@@ -345,7 +340,9 @@ async def run_scenario(
         processed=0,
         unowned_partition_seconds=round(watch.unowned - unowned_before, 1),
         storage_requests=requests,
-        **from_start_figures,
+        from_start_seconds=None if seconds is None else round(started + seconds - changed, 1),
+        unowned_from_start=round(watch.unowned, 1),
+        storage_requests_from_start=requests_from_start,
     )
 
 

@@ -26,7 +26,6 @@ import json
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,7 @@ from throughput import (  # bench/throughput.py: the load, the parked consumer, 
     tails,
     wait_until,
 )
+from throughput import Parking as BaseParking
 
 RESULTS = Path(__file__).resolve().parent / "results" / "replicate.json"
 SOURCE = "bench"
@@ -139,39 +139,8 @@ def plain_project(
 # --- the consumer's side ------------------------------------------------------------------------------------
 
 
-class Parking:
-    """The test plays the operator: an assignment gives the partitions to the consumer or to nobody."""
-
-    def __init__(self, consumer: Consumer, connection_string: str) -> None:
-        from hubshift.ownership.scope import Scope
-        from hubshift.ownership.stores.locations import open_store, sqlite_url
-
-        host = connection_string.split("sb://", 1)[1].split(";", 1)[0].rstrip("/")
-        self.consumer = consumer
-        self.scope = Scope(host, SOURCE, "$Default")
-        self.store = open_store(sqlite_url(consumer.database), create=True)
-        self.generation = 0
-
-    def assign(self, owner: str) -> None:
-        from hubshift.ownership.assignment import publish_assignment, read_assignment
-        from hubshift.ownership.model import Assignment, Phase
-
-        self.generation += 1
-        record = read_assignment(self.store, self.scope)
-        assignment = Assignment(
-            self.generation, dict.fromkeys(PARTITIONS, owner), Phase.REBALANCING, 1, datetime.now(UTC)
-        )
-        publish_assignment(self.store, self.scope, assignment, etag=record.etag if record else None)
-        self.consumer.nudge()
-
-    def owners(self) -> dict[str, str | None]:
-        from hubshift.ownership.snapshot import take_snapshot
-
-        return {row.partition: row.owner for row in take_snapshot(self.store, self.scope).partitions}
-
-    def park(self) -> None:
-        self.assign("parked")
-        wait_until(lambda: all(o is None for o in self.owners().values()), 120, "the consumer to hand off")
+class Parking(BaseParking):
+    """The parked consumer of bench/throughput.py, timed through a run into its folder sink."""
 
     def run(self, target: dict[str, int]) -> dict[str, Any]:
         """Give the partitions back; time and CPU until the sink's commit records reach `target`."""
@@ -192,12 +161,9 @@ class Parking:
             "batches": len(records),
         }
 
-    def close(self) -> None:
-        self.store.close()
-
 
 def warmed(consumer: Consumer, connection_string: str, seconds: float) -> Parking:
-    parking = Parking(consumer, connection_string)
+    parking = Parking(consumer, connection_string, hub=SOURCE)
     wait_until(consumer.ready, 600, "the consumer to start")
     parking.assign(CONSUMER)
     wait_until(lambda: parking.owners() == dict.fromkeys(PARTITIONS, CONSUMER), 120, "the consumer to own")

@@ -96,7 +96,6 @@ class RequestCounter:
         self._lock = threading.Lock()
         self._open = False
         self.counts: Counter[str] = Counter()
-        self.total_ever = 0
         self.window_seconds = 0.0
         self._opened_at = 0.0
 
@@ -104,7 +103,6 @@ class RequestCounter:
         request = response.http_request
         kind = classify(request.method, request.url, request.headers)
         with self._lock:
-            self.total_ever += 1
             if self._open:
                 self.counts[kind] += 1
 

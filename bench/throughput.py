@@ -194,7 +194,8 @@ def raw_loop(connection_string: str, start: dict[str, int], events: int) -> dict
 
 class Consumer:
     """One `hubshift consume` (`pipeline`: the manifest's `consumer.pipeline`, default the aggregate) with its
-    own sink and store under `workdir`; `environ` adds connection strings (a pipeline's targets)."""
+    own sink and store under `workdir`; `environ` adds connection strings (a pipeline's targets), `consumer`
+    replaces blocks of the manifest's `spec.consumer` (another sink, code, Spark settings)."""
 
     def __init__(
         self,
@@ -206,6 +207,7 @@ class Consumer:
         environ: dict[str, str] | None = None,
         hub: str = HUB,
         name: str = "consumer",
+        consumer: dict[str, Any] | None = None,
     ) -> None:
         self.workdir = workdir
         self.sink = workdir / f"{name}-sink"
@@ -231,6 +233,7 @@ class Consumer:
                             "checkpoint": {"everySeconds": 5, "everyEvents": 50_000},
                             "sink": {"type": "folder", "folder": {"path": str(self.sink)}},
                             **({"pipeline": pipeline} if pipeline else {}),
+                            **(consumer or {}),  # the sink, the code, the Spark settings of another bench
                         },
                         "rebalance": {"maxHandoffSeconds": 15, "leaseDurationSeconds": 30},
                     },
@@ -331,6 +334,47 @@ class Consumer:
             return -9
 
 
+class Parking:
+    """The bench plays the operator: it publishes assignments of every partition to one owner in the
+    consumer's store, the consumer or nobody (`park`: the consumer hands its partitions off)."""
+
+    def __init__(self, consumer: Consumer, connection_string: str, hub: str = HUB) -> None:
+        from azure.eventhub import parse_connection_string
+
+        from hubshift.ownership.scope import Scope
+        from hubshift.ownership.stores.locations import open_store, sqlite_url
+
+        host = parse_connection_string(connection_string).fully_qualified_namespace
+        self.scope = Scope(host, hub, "$Default")
+        self.consumer = consumer
+        self.store = open_store(sqlite_url(consumer.database), create=True)
+        self.generation = 0
+
+    def assign(self, owner: str) -> None:
+        from hubshift.ownership.assignment import publish_assignment, read_assignment
+        from hubshift.ownership.model import Assignment, Phase
+
+        self.generation += 1
+        record = read_assignment(self.store, self.scope)
+        assignment = Assignment(
+            self.generation, dict.fromkeys(PARTITIONS, owner), Phase.REBALANCING, 1, datetime.now(UTC)
+        )
+        publish_assignment(self.store, self.scope, assignment, etag=record.etag if record else None)
+        self.consumer.nudge()
+
+    def owners(self) -> dict[str, str | None]:
+        from hubshift.ownership.snapshot import take_snapshot
+
+        return {row.partition: row.owner for row in take_snapshot(self.store, self.scope).partitions}
+
+    def park(self) -> None:
+        self.assign("parked")
+        wait_until(lambda: all(o is None for o in self.owners().values()), 120, "the consumer to hand off")
+
+    def close(self) -> None:
+        self.store.close()
+
+
 def wait_until(condition: Any, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -354,34 +398,14 @@ def main() -> None:
     args = parser.parse_args()
 
     from hubshift.emulator.launch import running_emulator
-    from hubshift.ownership.assignment import publish_assignment, read_assignment
-    from hubshift.ownership.model import Assignment, Phase
-    from hubshift.ownership.scope import Scope
-    from hubshift.ownership.snapshot import take_snapshot
-    from hubshift.ownership.stores.locations import open_store, sqlite_url
 
     workdir = Path(tempfile.mkdtemp(prefix="hubshift-bench-throughput-"))
     results: dict[str, Any] = {"events": args.events, "triggerIntervalSeconds": args.trigger_seconds}
     with running_emulator([f"{HUB}:4"], consumer_groups=["raw"]) as emulator:
         cs = emulator.connection_string
-        host = cs.split("sb://", 1)[1].split(";", 1)[0].rstrip("/")
-        scope = Scope(host, HUB, "$Default")
         consumer = Consumer(workdir, cs, args.trigger_seconds)
-        store = open_store(sqlite_url(consumer.database), create=True)
-        generation = [0]
-
-        def assign(owner: str) -> None:
-            generation[0] += 1
-            record = read_assignment(store, scope)
-            assignment = Assignment(
-                generation[0], dict.fromkeys(PARTITIONS, owner), Phase.REBALANCING, 1, datetime.now(UTC)
-            )
-            publish_assignment(store, scope, assignment, etag=record.etag if record else None)
-            consumer.nudge()
-
-        def owners() -> dict[str, str | None]:
-            return {row.partition: row.owner for row in take_snapshot(store, scope).partitions}
-
+        parking = Parking(consumer, cs)
+        assign, owners = parking.assign, parking.owners
         try:
             wait_until(consumer.ready, 300, "the consumer to start")
             assign(CONSUMER)
@@ -472,7 +496,7 @@ def main() -> None:
             }
         finally:
             results["consumerExit"] = consumer.stop()
-            store.close()
+            parking.close()
     finish(RESULTS, results, print_table, workdir, keep=args.keep)
 
 

@@ -24,6 +24,8 @@ SUBCOMMANDS: dict[str, str] = {
     "demo": "hubshift.apps.demo:demo",
     "operator": "hubshift.operator.cli:operator",
     "views": "hubshift.apps.views:views",
+    "checkpoints": "hubshift.apps.checkpoints:checkpoints",
+    "release": "hubshift.apps.checkpoints:release",
 }
 
 HELP = {
@@ -35,6 +37,8 @@ HELP = {
     "demo": "The whole system on this machine with embedded defaults.",
     "operator": "Run the Kubernetes operator.",
     "views": "Write the aggregate's window totals as JSON files for a web page.",
+    "checkpoints": "Show a consumer group's checkpoints, or move them (start, end, time, sequence number).",
+    "release": "End hubshift's ownership so the Azure SDK's processor or Functions take the group over.",
 }
 
 

@@ -17,7 +17,7 @@ from typing import TypeVar
 import click
 
 from hubshift.errors import UserError
-from hubshift.eventhubs.target import EventHubsTarget, resolve_target
+from hubshift.eventhubs.target import TRANSPORTS, EventHubsTarget, Network, parse_proxy, resolve_target
 from hubshift.identity import CREDENTIAL_TYPES, parse_identity, token_credential
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import LeaseStore
@@ -27,6 +27,8 @@ from hubshift.spec import CheckpointStoreSpec, EventHubsSpec, TokenCredentialSpe
 
 CREDENTIAL_ENV = "HUBSHIFT_CREDENTIAL"
 CLIENT_ID_ENV = "HUBSHIFT_CLIENT_ID"
+TRANSPORT_ENV = "HUBSHIFT_TRANSPORT"
+PROXY_ENV = "HUBSHIFT_PROXY"
 
 Command = TypeVar("Command", bound=Callable[..., object])
 
@@ -110,3 +112,33 @@ def chosen_identity(credential: str | None, client_id: str | None) -> TokenCrede
             )
         return None
     return parse_identity(credential, client_id)
+
+
+def network_options(command: Command) -> Command:
+    """A command's `--transport` and `--proxy` (also `HUBSHIFT_TRANSPORT`, `HUBSHIFT_PROXY`): how it reaches
+    the Event Hubs it names, as a manifest's hub block says with `transport` and `proxy`."""
+    command = click.option(
+        "--proxy",
+        envvar=PROXY_ENV,
+        default=None,
+        metavar="URL",
+        help=f"Reach Event Hubs through this HTTP proxy, http://[USER:PASSWORD@]HOST:PORT (or ${PROXY_ENV}, "
+        "which keeps a password out of the process list); AMQP then goes over WebSockets.",
+    )(command)
+    return click.option(
+        "--transport",
+        type=click.Choice(TRANSPORTS),
+        envvar=TRANSPORT_ENV,
+        default=None,
+        help=f"amqp (port 5671) or amqpWebSockets (port 443, for networks that let only HTTPS out) (or "
+        f"${TRANSPORT_ENV}). Default: amqp, or amqpWebSockets with --proxy.",
+    )(command)
+
+
+def chosen_network(transport: str | None, proxy: str | None) -> Network:
+    """The network `--transport` and `--proxy` name (a proxy carries WebSockets, as in a manifest)."""
+    if not proxy:
+        return Network("amqpWebSockets" if transport == "amqpWebSockets" else "amqp")
+    if transport == "amqp":
+        raise UserError("--proxy carries AMQP over WebSockets: leave --transport out or set amqpWebSockets")
+    return Network("amqpWebSockets", parse_proxy(proxy))

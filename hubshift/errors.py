@@ -1,5 +1,7 @@
 """Errors a person can act on: the command line prints their message as one line and exits non-zero."""
 
+from collections.abc import Mapping
+
 
 class UserError(Exception):
     """A problem with the input or the environment that the user can fix.
@@ -10,9 +12,15 @@ class UserError(Exception):
     exit_code = 2
 
 
-def one_line(error: BaseException, *, limit: int = 300) -> str:
-    """An error as one line for a message: its kind and its text, whitespace folded, cut at `limit`."""
-    text = " ".join(str(error).split())
+def one_line(error: BaseException, *, limit: int = 300, hide: Mapping[str, str] | None = None) -> str:
+    """An error as one line for a message: its kind and its text, whitespace folded, cut at `limit`.
+    `hide`: secrets the text may hold, each replaced by what to show instead, before the cut (a secret cut
+    in half is no longer found)."""
+    text = str(error)
+    for secret, shown in (hide or {}).items():
+        if secret:
+            text = text.replace(secret, shown)
+    text = " ".join(text.split())
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -16,6 +16,7 @@ from pydantic.alias_generators import to_camel
 
 from hubshift.errors import UserError
 from hubshift.pipelines import PIPELINES, PipelineSpec, pipeline_connections
+from hubshift.podtemplate import CODE_DIR, PORT_TAKEN, PodDisruptionBudgetSpec, PodTemplateSpec, port_rule
 from hubshift.sinks import SINKS, SinkSpec, sink_connections
 from hubshift.spec import (
     DNS_SUBDOMAIN,
@@ -25,6 +26,7 @@ from hubshift.spec import (
     CheckpointStoreSpec,
     EventHubsSpec,
     FailoverSpec,
+    HubConnectionSpec,
     Model,
     NamedConnection,
     RebalanceSpec,
@@ -32,6 +34,7 @@ from hubshift.spec import (
     Role,
     ScalingSpec,
     SparkSpec,
+    SparkUiSpec,
     StartPositionSpec,
     TokenCredentialSpec,
     cel,
@@ -40,8 +43,7 @@ from hubshift.spec import (
 _CONNECTION_STRING_FIELDS = ("connectionStringSecretRef", "connectionStringEnv")
 
 
-# Where a consumer pod finds the job's files of `spec.consumer.code.configMap`.
-CODE_DIR = "/opt/hubshift/code"
+UI_PORT_TAKEN = "spark.ui.port: the Spark UI and metricsPort need ports of their own"
 FRAMES_ONLY = (
     "a sink Spark writes (delta, parquet, json, jdbc, foreachBatch) takes pipeline type function or events"
 )
@@ -78,12 +80,16 @@ class CodeSpec(Model):
         return self.path if self.path is not None else CODE_DIR if self.config_map is not None else None
 
 
+DEFAULT_METRICS_PORT = 9090
+
+
 class ConsumerSpec(Model):
-    image: str = Field(
-        default="hubshift:0.1.0",
+    image: str | None = Field(
+        default=None,
         min_length=1,
         pattern=r"^\S+$",
-        description="Container image of the consumer pods.",
+        description="Container image of the consumer pods. Default: the operator's own image (the chart's "
+        "`image`), so upgrading the operator upgrades the pools; set it to pin one.",
     )
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     engine: Literal["spark", "sdk"] = Field(
@@ -102,7 +108,10 @@ class ConsumerSpec(Model):
     sink: SinkSpec = Field(default_factory=SinkSpec)
     code: CodeSpec = Field(default_factory=CodeSpec)
     metrics_port: int = Field(
-        default=9090, ge=1, le=65535, description="/metrics, /healthz, /readyz and the operator's nudges."
+        default=DEFAULT_METRICS_PORT,
+        ge=1,
+        le=65535,
+        description="/metrics, /healthz, /readyz and the operator's nudges.",
     )
     service_account_name: str | None = Field(
         default=None,
@@ -113,6 +122,12 @@ class ConsumerSpec(Model):
         "a credential, the namespace's default otherwise. The operator creates it when it does not exist "
         "(annotated with the workload identity's client id) and uses an existing one as it is.",
     )
+    pod_template: PodTemplateSpec = Field(
+        default_factory=PodTemplateSpec,
+        description="What the consumer pods get besides hubshift's own: labels, annotations, scheduling, "
+        "image pull Secrets, env, volumes, init containers and sidecars.",
+    )
+    pod_disruption_budget: PodDisruptionBudgetSpec = Field(default_factory=PodDisruptionBudgetSpec)
 
     CEL = (
         cel(
@@ -124,12 +139,29 @@ class ConsumerSpec(Model):
             FRAMES_ONLY,
             ".pipeline",
         ),
+        cel(
+            "!has(self.spark) || !has(self.spark.ui) || !has(self.spark.ui.enabled) || !self.spark.ui.enabled"
+            f" || (has(self.spark.ui.port) ? self.spark.ui.port : {SparkUiSpec().port})"
+            f" != (has(self.metricsPort) ? self.metricsPort : {DEFAULT_METRICS_PORT})",
+            UI_PORT_TAKEN,
+            ".spark.ui.port",
+        ),
+        cel(port_rule(DEFAULT_METRICS_PORT), PORT_TAKEN, ".podTemplate"),
     )
 
     @model_validator(mode="after")
     def _frames_for_spark_sinks(self) -> ConsumerSpec:
         if self.sink.kind.takes_frames_only and self.pipeline.kind.shape != "frames":
             raise ValueError(FRAMES_ONLY)
+        # On one port the metrics server, started first, keeps it and Spark's UI moves on unannounced.
+        if self.spark.ui.enabled and self.spark.ui.port == self.metrics_port:
+            raise ValueError(UI_PORT_TAKEN)
+        return self
+
+    @model_validator(mode="after")
+    def _metrics_port_free(self) -> ConsumerSpec:
+        if any(port.container_port == self.metrics_port for _, port in self.pod_template.listening()):
+            raise ValueError(PORT_TAKEN)
         return self
 
 
@@ -143,8 +175,9 @@ class PartitionedConsumerSpec(Model):
 
 def connections_of(spec: PartitionedConsumerSpec) -> list[NamedConnection]:
     """Every connection of a resource, in this order: the source, the checkpoint store, the sink's, the
-    pipeline's (its target hubs, its database), the old hub's store after a failover. Blocks a type leaves
-    unused (a `replicate:` under `type: route`) make no connection."""
+    pipeline's (its target hubs, its database), the old hub's store after a failover, then the proxies of
+    those hubs that ask for credentials (their role is their hub's). Blocks a type leaves unused (a
+    `replicate:` under `type: route`) make no connection."""
     consumer = spec.consumer
     connections = [
         NamedConnection(("spec", "eventHubs"), spec.event_hubs, "source"),
@@ -155,6 +188,12 @@ def connections_of(spec: PartitionedConsumerSpec) -> list[NamedConnection]:
     if consumer.failover is not None:
         location = ("spec", "consumer", "failover", "checkpointStore")
         connections.extend(consumer.failover.checkpoint_store.connections(location, "failover"))
+    connections.extend(
+        proxy
+        for named in list(connections)
+        if isinstance(named.connection, HubConnectionSpec)
+        for proxy in named.connection.proxy_connection(named.location, named.role)
+    )
     return connections
 
 

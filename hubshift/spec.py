@@ -27,7 +27,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -61,17 +61,22 @@ JVM_SIZE = r"^[0-9]+[kKmMgGtT]?$"
 # The longest PartitionedConsumer name: its StatefulSet's pods carry a `controller-revision-hash` label of
 # `<name>-<10 characters>`, and a label value has at most 63.
 MAX_NAME_LENGTH = 52
+# Settings maps (Spark conf, writer options): bounded, so the API server can bound its CEL rules' cost.
+MAX_SETTINGS = 64
 
 DEFAULT_EVENTHUBS_ENV = "HUBSHIFT_EVENTHUBS_CONNECTION_STRING"
 DEFAULT_STORAGE_ENV = "HUBSHIFT_STORAGE_CONNECTION_STRING"
 DEFAULT_SINK_STORAGE_ENV = "HUBSHIFT_SINK_CONNECTION_STRING"
 DEFAULT_REPLICATE_ENV = "HUBSHIFT_REPLICATE_CONNECTION_STRING"
 DEFAULT_PROJECTION_ENV = "HUBSHIFT_PROJECTION_CONNECTION_STRING"
+DEFAULT_PROXY_ENV = "HUBSHIFT_PROXY_CREDENTIALS"
 
 # A Kubernetes object name (DNS subdomain), e.g. a ServiceAccount's; a storage account's Blob endpoint.
 # A Kubernetes object name (DNS subdomain), e.g. a ServiceAccount's.
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 STORAGE_ACCOUNT_URL = r"^https://[^/\s]+(/[^/\s]+)?/?$"
+# An HTTP proxy's address, without credentials (they come from a Secret): http://HOST:PORT.
+PROXY_URL = r"^http://[A-Za-z0-9._-]+:[0-9]{1,5}/?$"
 
 # A CEL rule of a model, for the API server: `rule`, `message` (the model's own), optionally `fieldPath`.
 CelRule = dict[str, str]
@@ -227,16 +232,21 @@ class ConnectionSpec(SecretConnectionSpec):
     @classmethod
     def cel_rules(cls) -> list[CelRule]:
         address = to_camel(cls.ADDRESS)
-        return [
+        rules = [
             cel(
                 "!has(self.credential) || "
                 "(!has(self.connectionStringSecretRef) && !has(self.connectionStringEnv))",
                 BOTH_CREDENTIALS,
                 ".credential",
-            ),
-            cel(f"!has(self.credential) || has(self.{address})", cls.ADDRESS_MESSAGE, f".{address}"),
-            *super().cel_rules(),
+            )
         ]
+        # A required address (a Spark sink's path) is the schema's to demand: the API server runs no rule
+        # while a required field is missing, so a rule asking for it would never fire.
+        if not cls.model_fields[cls.ADDRESS].is_required():
+            rules.append(
+                cel(f"!has(self.credential) || has(self.{address})", cls.ADDRESS_MESSAGE, f".{address}")
+            )
+        return [*rules, *super().cel_rules()]
 
     @model_validator(mode="after")
     def _one_way_in(self) -> ConnectionSpec:
@@ -306,10 +316,63 @@ def named(
 
 # --- where events come from -------------------------------------------------------------------------
 
+Transport = Literal["amqp", "amqpWebSockets"]
+PROXY_NEEDS_WEBSOCKETS = (
+    "a proxy carries AMQP over WebSockets: set transport to amqpWebSockets (or leave it out) with a proxy"
+)
+
+
+class ProxySpec(SecretConnectionSpec):
+    """An HTTP proxy that Event Hubs is reached through (HTTP CONNECT to the namespace's port 443, AMQP over
+    WebSockets inside), with the user name and password it asks for, if any, kept in a Secret."""
+
+    SERVICE = "HTTP proxy"
+    DEFAULT_VARIABLE = DEFAULT_PROXY_ENV
+
+    url: str = Field(
+        pattern=PROXY_URL,
+        description="The proxy, http://HOST:PORT (no credentials here: credentialsSecretRef holds them).",
+    )
+    # The connection's two fields under the names a proxy's user and password go by.
+    connection_string_secret_ref: SecretKeyRefSpec | None = Field(
+        default=None,
+        alias="credentialsSecretRef",
+        description="Secret key holding the proxy's USER:PASSWORD (in a cluster); none: the proxy asks for "
+        "no credentials.",
+    )
+    connection_string_env: str | None = Field(
+        default=None,
+        min_length=1,
+        alias="credentialsEnv",
+        description=f"Environment variable the consumer reads the proxy's USER:PASSWORD from (default "
+        f"{DEFAULT_PROXY_ENV} when credentialsSecretRef is set; neither set: no credentials).",
+    )
+
+    @property
+    def has_credentials(self) -> bool:
+        return self.connection_string_secret_ref is not None or self.connection_string_env is not None
+
+    def resolve(
+        self, environ: Mapping[str, str], path: str, *, identity: TokenCredentialSpec | None = None
+    ) -> Resolved:
+        """The proxy's USER:PASSWORD from the environment (`connection_string`); none without credentials.
+        `UserError` naming the variable and the field to set when it is not there."""
+        if not self.has_credentials:
+            return Resolved(None, None, None)
+        variable = self.connection_string_variable
+        credentials = environ.get(variable, "").strip()
+        if not credentials:
+            raise UserError(
+                f"environment variable {variable} is not set: it must hold the USER:PASSWORD of the proxy "
+                f"{path} names (in a cluster, set {path}.credentialsSecretRef)"
+            )
+        return Resolved(credentials, None, variable)
+
 
 class HubConnectionSpec(ConnectionSpec):
     """An Event Hub, reached with a connection string or a token credential: the source (`EventHubsSpec`) or
-    a hub events are sent to (a pipeline's target)."""
+    a hub events are sent to (a pipeline's target); over AMQP (port 5671) or AMQP over WebSockets (443),
+    directly or through an HTTP proxy."""
 
     SERVICE = "Event Hubs"
     DEFAULT_VARIABLE = DEFAULT_EVENTHUBS_ENV
@@ -322,6 +385,42 @@ class HubConnectionSpec(ConnectionSpec):
         "taken from the connection string's Endpoint when omitted; required with a credential.",
     )
     hub: str = Field(min_length=1, description="Event Hub name.")
+    transport: Transport | None = Field(
+        default=None,
+        description="amqp: AMQP over TLS on port 5671; amqpWebSockets: AMQP over WebSockets on port 443 "
+        "(path /$servicebus/websocket), for networks that let only HTTPS out. Default: amqp, or "
+        "amqpWebSockets with a proxy.",
+    )
+    proxy: ProxySpec | None = Field(
+        default=None, description="An HTTP proxy to reach Event Hubs through (AMQP over WebSockets)."
+    )
+
+    CEL = (
+        cel(
+            "!has(self.proxy) || !has(self.transport) || self.transport == 'amqpWebSockets'",
+            PROXY_NEEDS_WEBSOCKETS,
+            ".transport",
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _proxy_over_websockets(self) -> HubConnectionSpec:
+        """The SDK speaks AMQP over WebSockets through a proxy, whatever the transport says: say so."""
+        if self.proxy is not None and self.transport == "amqp":
+            raise ValueError(PROXY_NEEDS_WEBSOCKETS)
+        return self
+
+    @property
+    def websockets(self) -> bool:
+        """Whether AMQP goes over WebSockets (asked for, or through a proxy)."""
+        return self.transport == "amqpWebSockets" or self.proxy is not None
+
+    def proxy_connection(self, location: tuple[str | int, ...], role: Role) -> list[NamedConnection]:
+        """The proxy's credentials as a connection of the resource (a Secret the pods need), when it has
+        some."""
+        if self.proxy is None or not self.proxy.has_credentials:
+            return []
+        return [NamedConnection((*location, "proxy"), self.proxy, role)]
 
 
 class EventHubsSpec(HubConnectionSpec):
@@ -419,7 +518,8 @@ class CheckpointPolicySpec(Model):
     every_events: int = Field(default=50_000, ge=1, description="...or after this many events, if sooner.")
 
 
-# Spark settings the spec's own fields (or hubshift) set: `spark.conf` may not set them again.
+# Spark settings the spec's own fields (their place under spec.consumer; None: hubshift) set: `spark.conf`
+# may not set them again.
 OWN_SPARK_CONF = {
     "spark.master": "spark.master",
     "spark.app.name": None,
@@ -451,8 +551,9 @@ class SparkSpec(Model):
     )
     shuffle_partitions: int = Field(default=2, ge=1, description="spark.sql.shuffle.partitions.")
     driver_memory: str = Field(default="1g", pattern=JVM_SIZE, description="spark.driver.memory (512m, 1g).")
-    conf: dict[str, str] = Field(
+    conf: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
         default_factory=dict,
+        max_length=MAX_SETTINGS,
         description="More of Spark's settings (spark.*), passed to each consumer's Spark session as they "
         "are; those the fields above (or hubshift) set are refused.",
     )
@@ -476,7 +577,7 @@ class SparkSpec(Model):
                 raise ValueError(f"conf: {key!r} is not a Spark setting (they start with spark.)")
             if key in OWN_SPARK_CONF:
                 field = OWN_SPARK_CONF[key]
-                where = f"set {field} instead" if field else "hubshift sets it"
+                where = f"set spec.consumer.{field} instead" if field else "hubshift sets it"
                 raise ValueError(f"conf: {key} cannot be set here: {where}")
         return self
 
@@ -537,6 +638,14 @@ class ScalingBehaviorSpec(Model):
 class ScalingGoalSpec(Model):
     unprocessed_events_per_replica: int = Field(
         default=1000, ge=1, description="Backlog one replica is expected to carry (KEDA: 64)."
+    )
+    lag_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=86400,
+        description="Lag target in seconds: replicas from each consumer's measured capacity and each "
+        "partition's incoming rate and backlog, so that the worst partition's lag stays under this. Until "
+        "a capacity is measured, unprocessedEventsPerReplica decides.",
     )
 
 
@@ -623,7 +732,44 @@ class RolloutSpec(Model):
     )
 
 
+RebalanceStrategy = Literal["balanced", "loadAware"]
+
+
+class LoadAwareSpec(Model):
+    """How `strategy: loadAware` weighs partitions and when their load moves them (docs/decisions.md,
+    "Load-aware packing")."""
+
+    window_seconds: float = Field(
+        default=60.0,
+        ge=1,
+        le=3600,
+        description="A partition's load is the median of its rates between the probes of this window: a "
+        "burst covering fewer than half of those intervals does not change it.",
+    )
+    tolerance: float = Field(
+        default=0.2,
+        gt=0,
+        le=4,
+        description="A consumer's partitions move for load when it carries more than (1 + tolerance) x the "
+        "mean; they move until it carries at most (1 + tolerance / 2) x the mean.",
+    )
+    max_moves: int = Field(
+        default=4,
+        ge=1,
+        le=1024,
+        description="Partitions moved for load alone per publication (a change of the consumers or "
+        "partitions moves what it must).",
+    )
+
+
 class RebalanceSpec(Model):
+    strategy: RebalanceStrategy = Field(
+        default="balanced",
+        description="balanced: every consumer reads as many partitions as the others (+-1); loadAware: "
+        "partitions are packed by their measured incoming rate, moving as few as keep every consumer near "
+        "the mean load.",
+    )
+    load_aware: LoadAwareSpec = Field(default_factory=LoadAwareSpec)
     delay_seconds: float = Field(
         default=10.0,
         ge=0,

@@ -30,7 +30,7 @@ def load_function(reference: str, what: str = "function") -> Callable[..., Any]:
                 "spec.consumer.code, or add it to PYTHONPATH)"
             ) from None
         raise UserError(f"{where}: importing {module_name} failed: no module named {missing!r}") from None
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a module written as a script exits when imported
         raise UserError(f"{where}: importing {module_name} failed: {one_line(exc)}") from None
     function = getattr(module, attribute, None)
     if function is None:

@@ -3,13 +3,23 @@ ConfigMaps): the fleet overview and the per-consumer drill-down. The panels are 
 every panel gets the same datasource variable, ids, grid and legend; `--check` fails when a file differs
 from what this script writes (the unit tier runs it). README.md's "Dashboards" describes each panel.
 
-    .venv/bin/python tools/dashboards.py [--check]
+`--schema` checks the files against Grafana's own dashboard schema, as the lint tier does: the
+`Dashboard` type and each panel type's `Options` of the npm package @grafana/schema (Apache-2.0: the types
+Grafana generates from its CUE schema; Grafana itself is AGPL and is never installed), turned into JSON
+Schema by ts-json-schema-generator (MIT), both pinned and installed with npm into
+${HUBSHIFT_CACHE:-~/.cache/hubshift}/grafana-schema-<version>/, then validated with jsonschema.
+
+    .venv/bin/python tools/dashboards.py [--check] [--schema]
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
+import os
+import shutil
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +30,8 @@ SCHEMA_VERSION = 39
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 OP = 'namespace=~"$namespace", consumer=~"$consumer"'  # the selector every query carries
 WIDTH = 24
+GRAFANA_SCHEMA = "13.2.3"  # npm @grafana/schema (Apache-2.0)
+SCHEMA_GENERATOR = "2.10.0"  # npm ts-json-schema-generator (MIT)
 
 
 @dataclass
@@ -40,7 +52,8 @@ class Row:
 
 
 def variable(name: str, query: str, *, multi: bool) -> dict[str, Any]:
-    current = {"selected": True, "text": ["All"], "value": ["$__all"]} if multi else {}
+    """A query variable (`label_values(...)`): "All" by default when `multi`, else Grafana's first value."""
+    current = {"current": {"selected": True, "text": ["All"], "value": ["$__all"]}} if multi else {}
     return {
         "name": name,
         "label": name,
@@ -50,9 +63,8 @@ def variable(name: str, query: str, *, multi: bool) -> dict[str, Any]:
         "includeAll": multi,
         "multi": multi,
         **({"allValue": ".*"} if multi else {}),
-        "current": current,
+        **current,
         "query": {"query": query, "refId": name},
-        "definition": query,
         "sort": 1,
     }
 
@@ -83,7 +95,7 @@ def dashboard(
             "datasource": DATASOURCE,
             "gridPos": {"x": x, "y": y, "w": item.width, "h": item.height},
             "fieldConfig": {"defaults": {"unit": item.unit}, "overrides": []},
-            "options": item.options or {"legend": {"displayMode": "list", "placement": "bottom"}},
+            "options": item.options or LINES,
             "targets": [
                 {"refId": chr(ord("A") + i), "datasource": DATASOURCE, "expr": expr, "legendFormat": legend}
                 for i, (expr, legend) in enumerate(item.queries)
@@ -113,13 +125,17 @@ def dashboard(
                     "type": "datasource",
                     "query": "prometheus",
                     "refresh": 1,
-                    "current": {},
                     "hide": 0,
                 },
-                variable("namespace", "label_values(hubshift_desired_replicas, namespace)", multi=True),
+                variable("namespace", "label_values(hubshift_partitions, namespace)", multi=True),
+                # The pools reading a hub (or consumer group): `hub` and `consumer_group` label the
+                # series about the hub's partitions.
+                variable(
+                    "hub", 'label_values(hubshift_partitions{namespace=~"$namespace"}, hub)', multi=True
+                ),
                 variable(
                     "consumer",
-                    'label_values(hubshift_desired_replicas{namespace=~"$namespace"}, consumer)',
+                    'label_values(hubshift_partitions{namespace=~"$namespace", hub=~"$hub"}, consumer)',
                     multi=multi,
                 ),
             ]
@@ -140,7 +156,18 @@ def quantile(q: float, metric: str, by: str) -> str:
     return f"histogram_quantile({q}, sum by (le, {by}) (rate({metric}_bucket{{{OP}}}[$__rate_interval])))"
 
 
-STATE = {"showValue": "never", "mergeValues": True, "rowHeight": 0.9, "legend": {"showLegend": False}}
+TOOLTIP = {"mode": "multi", "sort": "desc"}
+LINES = {
+    "legend": {"showLegend": True, "displayMode": "list", "placement": "bottom", "calcs": []},
+    "tooltip": TOOLTIP,
+}
+STATE = {
+    "showValue": "never",
+    "mergeValues": True,
+    "rowHeight": 0.9,
+    "legend": {"showLegend": False, "displayMode": "list", "placement": "bottom", "calcs": []},
+    "tooltip": TOOLTIP,
+}
 
 
 def overview() -> dict[str, Any]:
@@ -149,8 +176,11 @@ def overview() -> dict[str, Any]:
         Row("Lag"),
         Panel("Lag in seconds (worst partition)",
               "Age of the oldest unprocessed event in each PartitionedConsumer's worst partition; 0 when "
-              "caught up.",
-              [(f"max by ({by}) (hubshift_lag_seconds{{{OP}}})", "{{namespace}}/{{consumer}}")], unit="s"),
+              "caught up. The operator's figure, and the consumers' own for the partitions they own "
+              "(there while the operator is down).",
+              [(f"max by ({by}) (hubshift_lag_seconds{{{OP}}})", "{{namespace}}/{{consumer}}"),
+               (f"max by ({by}) (hubshift_consumer_lag_seconds{{{OP}}})",
+                "{{namespace}}/{{consumer}} (consumers)")], unit="s"),
         Panel("Lag in events",
               "Unprocessed events over all partitions (last enqueued minus checkpoint).",
               [(f"sum by ({by}) (hubshift_backlog_events{{{OP}}})", "{{namespace}}/{{consumer}}")]),
@@ -194,8 +224,12 @@ def drilldown() -> dict[str, Any]:
     pods = "pod"
     items: list[Panel | Row] = [
         Row("Partitions"),
-        Panel("Lag in seconds per partition", "Age of each partition's oldest unprocessed event.",
-              [(f"max by (partition) (hubshift_partition_lag_seconds{{{OP}}})", "{{partition}}")], unit="s"),
+        Panel("Lag in seconds per partition",
+              "Age of each partition's oldest unprocessed event: the operator's figure, and its owner's "
+              "own (there while the operator is down).",
+              [(f"max by (partition) (hubshift_partition_lag_seconds{{{OP}}})", "{{partition}}"),
+               (f"max by (partition) (hubshift_consumer_lag_seconds{{{OP}}})", "{{partition}} (owner)")],
+              unit="s"),
         Panel("Lag in events per partition", "Unprocessed events of each partition.",
               [(f"max by (partition) (hubshift_partition_backlog_events{{{OP}}})", "{{partition}}")]),
         Panel("Owner over time",
@@ -226,12 +260,27 @@ def drilldown() -> dict[str, Any]:
                (increase("hubshift_consumer_lease_lost_total", pods), "{{pod}} leases lost")]),
         Panel("Spool depth", "Events received and spooled but not yet committed (Spark engine).",
               [(f"max by (pod) (hubshift_consumer_spool_events{{{OP}}})", "{{pod}}")]),
+        Row("Spark and its JVM (Spark engine)"),
+        Panel("JVM heap per pod", "The Spark driver JVM's heap: used, and the most it may grow to.",
+              [(f"max by (pod) (hubshift_consumer_jvm_memory_{kind}_bytes{{{OP}, area=\"heap\"}})",
+                f"{{{{pod}}}} {kind}") for kind in ("used", "max")],
+              unit="bytes", width=8),
+        Panel("JVM time in garbage collection",
+              "Share of the time the Spark driver JVM spent collecting garbage, per pod and collector.",
+              [(rate("hubshift_consumer_jvm_gc_collection_seconds_total", "pod, gc"), "{{pod}} {{gc}}")],
+              unit="percentunit", width=8),
+        Panel("Spark micro-batches",
+              "Spark's own micro-batch duration (p95) and its input and processing rates, per pod.",
+              [(quantile(0.95, "hubshift_consumer_spark_batch_duration_seconds", pods), "{{pod}} p95 (s)"),
+               *[(f"max by (pod) (hubshift_consumer_spark_{kind}_rows_per_second{{{OP}}})",
+                  f"{{{{pod}}}} {kind} rows/s") for kind in ("input", "processed")]],
+              width=8),
     ]  # fmt: skip
     return dashboard(
         "hubshift-consumer",
         "hubshift: one consumer",
         "One PartitionedConsumer: per-partition lag and owners, handoffs, and each consumer pod's "
-        "throughput, batches, checkpoints, leases and spool.",
+        "throughput, batches, checkpoints, leases and spool, its Spark micro-batches and JVM.",
         items,
         multi=False,
     )
@@ -244,12 +293,93 @@ def render(build: Any) -> str:
     return json.dumps(build(), indent=2) + "\n"
 
 
+def schema_path() -> Path:
+    """Where `schema_folder` keeps the schemas (`.made` in it once they are complete)."""
+    cache = Path(os.environ.get("HUBSHIFT_CACHE", Path.home() / ".cache" / "hubshift"))
+    return cache / f"grafana-schema-{GRAFANA_SCHEMA}-{SCHEMA_GENERATOR}"
+
+
+def schema_folder() -> Path:
+    """Grafana's dashboard and panel option schemas as JSON Schema, made once per pinned version."""
+    folder = schema_path()
+    done = folder / ".made"
+    if done.exists():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.exists():
+            return folder
+        npm = shutil.which("npm")
+        if npm is None:
+            raise SystemExit("npm is needed to install @grafana/schema and ts-json-schema-generator")
+        packages = [f"@grafana/schema@{GRAFANA_SCHEMA}", f"ts-json-schema-generator@{SCHEMA_GENERATOR}"]
+        install = [npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--loglevel=error"]
+        subprocess.run([*install, *packages], check=True, stdout=subprocess.DEVNULL)
+        types = folder / "node_modules" / "@grafana" / "schema" / "dist" / "types" / "raw"
+        wanted = {"dashboard": (types / "dashboard" / "x" / "types.gen.d.ts", "Dashboard")}
+        for panel in sorted({"timeseries", "statetimeline"}):
+            wanted[f"options-{panel}"] = (
+                types / "composable" / panel / "panelcfg" / "x" / "types.gen.d.ts",
+                "Options",
+            )
+        generator = folder / "node_modules" / ".bin" / "ts-json-schema-generator"
+        for name, (source, type_name) in wanted.items():
+            subprocess.run(
+                [str(generator), "--path", str(source), "--type", type_name, "--no-type-check",
+                 "-o", str(folder / f"{name}.schema.json")],
+                check=True, cwd=folder, stdout=subprocess.DEVNULL,
+            )  # fmt: skip
+        done.touch()
+    return folder
+
+
+def schema_errors(dashboard: dict[str, Any], folder: Path) -> list[str]:
+    """Where `dashboard` breaks Grafana's `Dashboard` schema: the dashboard, each panel as its kind (a
+    `RowPanel` or a `Panel`), and each panel's options as its type's `Options`."""
+    import jsonschema
+
+    def schema(name: str, definition: str | None = None) -> dict[str, Any]:
+        loaded: dict[str, Any] = json.loads((folder / f"{name}.schema.json").read_text())
+        return loaded if definition is None else {**loaded, "$ref": f"#/definitions/{definition}"}
+
+    def errors(document: Any, against: dict[str, Any], where: str) -> list[str]:
+        return [
+            f"{where}{'/'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in jsonschema.Draft7Validator(against).iter_errors(document)
+        ]
+
+    found = errors({**dashboard, "panels": []}, schema("dashboard"), "")
+    for number, panel in enumerate(dashboard["panels"]):
+        where = f"panels/{number} ({panel.get('title')!r}): "
+        if panel.get("type") == "row":
+            found += errors(panel, schema("dashboard", "RowPanel"), where)
+            continue
+        found += errors(panel, schema("dashboard", "Panel"), where)
+        options = f"options-{str(panel.get('type')).replace('-', '')}"
+        found += errors(panel.get("options"), schema(options), f"{where}options/")
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--check", action="store_true", help="fail when a file differs from what is written")
+    parser.add_argument("--schema", action="store_true", help="check the files against Grafana's schema")
     args = parser.parse_args(argv)
+    if args.schema:
+        folder = schema_folder()
+        invalid = [
+            f"{path.name}: {error}"
+            for path in sorted(OUT.glob("*.json"))
+            for error in schema_errors(json.loads(path.read_text()), folder)
+        ]
+        if invalid:
+            print("against Grafana's dashboard schema:\n" + "\n".join(invalid), file=sys.stderr)
+            return 1
+        count = len(list(OUT.glob("*.json")))
+        print(f"{count} dashboards match Grafana's schema (@grafana/schema {GRAFANA_SCHEMA})")
     stale = []
     for name, build in DASHBOARDS.items():
         path, text = OUT / name, render(build)

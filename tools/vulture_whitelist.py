@@ -6,7 +6,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import kopf
 from azure.eventhub._consumer import EventHubConsumer
+from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from bench.rebalance import Outcome
 from hubshift.apps.produce import send_load
 from hubshift.emulator.connection import AmqpConnection
 from hubshift.emulator.messages import MessageProperties
@@ -27,18 +29,42 @@ from hubshift.emulator.performatives import (
 from hubshift.manifest import PartitionedConsumer
 from hubshift.operator.kubernetes.api import KubeAdapter
 from hubshift.operator.loop import CycleReport
-from hubshift.operator.status import Condition, PartitionedConsumerStatus, PendingHandoff
+from hubshift.operator.status import (
+    Condition,
+    LagTargetStatus,
+    PartitionedConsumerStatus,
+    PendingHandoff,
+    RolloutStatus,
+)
 from hubshift.ownership.store import BlobEntry, LeaseState
+from hubshift.podtemplate import ContainerSecuritySpec, ContainerSpec, TolerationSpec, VolumeSpec
 from hubshift.spec import ResourceListSpec
 
 # Pydantic fields read by serialisation or validation: the status goes to the CR by model_dump, the
 # manifest's apiVersion is checked when it is parsed, the resource sizes are rendered into the pod.
 PartitionedConsumerStatus.assignment_generation
 PartitionedConsumerStatus.last_active_time
+PartitionedConsumerStatus.incoming_events_per_second
+PartitionedConsumerStatus.consumer_capacity_events_per_second
+PartitionedConsumerStatus.lag_target
+LagTargetStatus.demand_events_per_second
 Condition.last_transition_time
 PendingHandoff.from_owner
 PendingHandoff.to_owner
 PartitionedConsumer.api_version
+# The pod template's fields that go to the pod as they are (by model_dump into the StatefulSet).
+TolerationSpec.effect
+TolerationSpec.toleration_seconds
+VolumeSpec.persistent_volume_claim
+VolumeSpec.empty_dir
+VolumeSpec.csi
+VolumeSpec.ephemeral
+VolumeSpec.projected
+VolumeSpec.downward_api
+ContainerSecuritySpec.run_as_user
+ContainerSecuritySpec.run_as_group
+ContainerSecuritySpec.read_only_root_filesystem
+ContainerSpec.security_context
 ResourceListSpec.cpu
 
 # kopf's settings, set by operator/kubernetes/settings.py for kopf to read.
@@ -134,3 +160,17 @@ Target.expiry_policy
 Target.dynamic
 Target.dynamic_node_properties
 Target.capabilities
+
+# Benchmark results written whole to JSON (dataclasses.asdict): every field is read by whoever reads the
+# results file.
+Outcome.processed
+Outcome.planned_moves
+
+# Spark calls its StreamingQueryListener's methods (consumer/spark/telemetry.py's Progress).
+StreamingQueryListener.onQueryStarted
+StreamingQueryListener.onQueryProgress
+StreamingQueryListener.onQueryIdle
+StreamingQueryListener.onQueryTerminated
+
+# Status fields, read from the resource's status by people and dashboards.
+RolloutStatus.updated_replicas

@@ -26,13 +26,13 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import click
 
-from hubshift.connections import chosen_identity, credential_options
+from hubshift.connections import chosen_identity, chosen_network, credential_options, network_options
 from hubshift.errors import UserError
 from hubshift.eventhubs.sender import send_events
 from hubshift.eventhubs.target import EventHubsTarget, describe_error, sdk_client
@@ -456,6 +456,7 @@ def _send_round(
     help="With --credential: the fully qualified namespace (myns.servicebus.windows.net).",
 )
 @credential_options("Send with this token credential instead of a connection string (needs --namespace)")
+@network_options
 @click.option("--homes", type=int, default=1000, show_default=True, help="Homes (partition keys).")
 @click.option("--sensors-per-home", type=int, default=4, show_default=True)
 @click.option("--rate", type=float, default=100.0, show_default=True, help="Events per second (peak).")
@@ -478,6 +479,8 @@ def produce(
     namespace: str | None,
     credential: str | None,
     client_id: str | None,
+    transport: str | None,
+    proxy: str | None,
     homes: int,
     sensors_per_home: int,
     rate: float,
@@ -492,20 +495,21 @@ def produce(
 ) -> None:
     """Send a home-security sensor load to an Event Hub (partition key = home)."""
     identity = chosen_identity(credential, client_id)
+    network = chosen_network(transport, proxy)
     if identity is not None:
         source = click.get_current_context().get_parameter_source("connection_string")
         if source is click.core.ParameterSource.COMMANDLINE:
             raise UserError("pass --connection-string or --credential, not both")
         if not namespace:
             raise UserError("--credential needs --namespace (myns.servicebus.windows.net)")
-        target = EventHubsTarget(None, namespace.strip().lower(), hub, "", identity)
+        target = EventHubsTarget(None, namespace.strip().lower(), hub, "", identity, network)
     elif not connection_string:
         raise UserError(
             f"no connection string: pass --connection-string or set {DEFAULT_EVENTHUBS_ENV} (or use a token "
             "credential: --credential with --namespace)"
         )
     else:
-        target = connection_string_target(connection_string, hub)
+        target = replace(connection_string_target(connection_string, hub), network=network)
     if period <= 0:
         raise UserError("--period must be positive")
     spec = LoadSpec(

@@ -14,41 +14,20 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from hubshift.connections import chosen_identity, credential_options
+from hubshift.apps.group import GroupArgs, group_options
 from hubshift.errors import UserError
 from hubshift.eventhubs.management import EventHubsProbe, ProbeError
 from hubshift.eventhubs.model import PartitionInfo
 from hubshift.eventhubs.target import EventHubsTarget
-from hubshift.identity import token_credential
 from hubshift.operator.observe import PartitionLag, backlog_per_partition, lag_per_partition, worst_lag
 from hubshift.ownership.model import OwnershipSnapshot
-from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import StoreError
-from hubshift.ownership.stores.locations import open_store, parse_store
 from hubshift.spec import StartPositionSpec
 
 
 @click.command(name="status")
-@click.option(
-    "--store",
-    envvar="HUBSHIFT_STORE",
-    required=True,
-    help="sqlite:///PATH, an Azure Storage connection string (or set HUBSHIFT_STORE, to keep keys "
-    "out of the process list), or a storage account URL (https://ACCOUNT.blob.core.windows.net) read with "
-    "--credential.",
-)
-@click.option("--container", default=None, help="Blob container of the PartitionedConsumer (Azure only).")
-@click.option("--namespace", "fqns", required=True, help="Fully qualified Event Hubs namespace.")
-@click.option("--hub", required=True, help="Event Hub name.")
-@click.option("--consumer-group", default="$Default", show_default=True, help="Consumer group.")
-@click.option(
-    "--eventhubs",
-    envvar="HUBSHIFT_EVENTHUBS",
-    default=None,
-    help="The hub's Event Hubs connection string (or set HUBSHIFT_EVENTHUBS): adds each partition's "
-    "backlog and lag in seconds.",
-)
+@group_options("adds each partition's backlog and lag in seconds")
 @click.option(
     "--start",
     type=click.Choice(["earliest", "latest"]),
@@ -57,36 +36,12 @@ from hubshift.spec import StartPositionSpec
     help="Where a partition without a checkpoint starts (the manifest's startPosition): its backlog.",
 )
 @click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@credential_options(
-    "Read the hub at --namespace (its backlog and lag) and a store given as an account URL with this "
-    "token credential"
-)
-def status(
-    store: str,
-    container: str | None,
-    fqns: str,
-    hub: str,
-    consumer_group: str,
-    eventhubs: str | None,
-    start: str,
-    output: str,
-    credential: str | None,
-    client_id: str | None,
-) -> None:
+def status(start: str, output: str, **options: Any) -> None:
     """Show partition owners, checkpoints, the assignment and its phase (and, with --eventhubs or
     --credential, the backlog and lag in seconds of each partition)."""
-    try:
-        scope = Scope(fqns, hub, consumer_group)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    identity = chosen_identity(credential, client_id)
-    location = parse_store(
-        store,
-        container,
-        credential=token_credential(identity) if identity is not None and "://" in store else None,
-        credential_name=identity.describe() if identity is not None else "token credential",
-    )
-    lease_store = open_store(location)
+    args = GroupArgs.from_options(options)
+    scope = args.scope
+    lease_store = args.open_store()
     try:
         snapshot = take_snapshot(lease_store, scope)
     except StoreError as exc:
@@ -94,11 +49,7 @@ def status(
     finally:
         lease_store.close()
     lag: Lag | None = None
-    target: EventHubsTarget | None = None
-    if eventhubs:
-        target = EventHubsTarget(eventhubs.strip(), scope.fqns, hub, consumer_group)
-    elif identity is not None:
-        target = EventHubsTarget(None, scope.fqns, hub, consumer_group, identity)
+    target = args.target()
     if target is not None:
         lag = hub_lag(
             snapshot,

@@ -252,7 +252,7 @@ class OwnershipAgent:
         membership = self._membership
         if membership is not None and membership.is_safe(now):
             self._owned.write_due_checkpoints(now, self.settings.checkpoint)
-        self._owned.report_backlog()
+        self._owned.report_progress()
         outcome = self._schedule.stop_outcome(now, owned=len(self._owned))
         if outcome is StopOutcome.OUT_OF_TIME:
             self._owned.abandon("the grace period ran out")

@@ -33,7 +33,7 @@ from hubshift.consumer.agent import AgentSettings, OwnershipAgent
 from hubshift.consumer.engine import Engine
 from hubshift.consumer.http import ConsumerHTTPServer
 from hubshift.consumer.metrics import ConsumerMetrics
-from hubshift.consumer.ranges import RangeLog
+from hubshift.consumer.ranges import BatchHandler, Costly, RangeLog
 from hubshift.consumer.sdk_engine import SdkEngine
 from hubshift.errors import UserError
 from hubshift.eventhubs.management import EventHubsManagement
@@ -64,6 +64,7 @@ class ConsumerOptions:
     stop_follow_seconds: float = 0.0  # SIGTERM: follow the operator's assignment this long first
     list_interval_seconds: float | None = None  # default: the protocol's 20 s
     ranges: Path | None = None  # --engine sdk: where the batch ranges go
+    event_cost_seconds: float = 0.0  # --engine sdk: work per event before it is logged (benchmarks)
 
     def scratch_folder(self) -> Path:
         return self.scratch or Path(tempfile.gettempdir()) / f"hubshift-consume-{self.identity}"
@@ -121,7 +122,7 @@ class ConsumerApp:
         check_pipeline(spec.consumer.pipeline, environ)
         handled = handled_before_failover(spec.consumer.failover, environ)
         store = open_checkpoint_store(spec.checkpoint_store, environ, timing=settings.timing)
-        metrics = ConsumerMetrics(me)
+        metrics = ConsumerMetrics(me, hub=target.hub, consumer_group=target.consumer_group)
         scratch = options.scratch_folder()
         engine = cls._engine(manifest, options, target, scratch, metrics, handled)
         agent = OwnershipAgent(
@@ -152,7 +153,10 @@ class ConsumerApp:
             sink = manifest.spec.consumer.sink.block
             folder = Path(sink.path if isinstance(sink, FolderSinkSpec) else FolderSinkSpec().path)
             ranges = options.ranges or folder / "ranges" / f"{options.identity}.jsonl"
-            return SdkEngine(target, RangeLog(ranges, options.identity), metrics=metrics)
+            handler: BatchHandler = RangeLog(ranges, options.identity)
+            if options.event_cost_seconds > 0:
+                handler = Costly(handler, options.event_cost_seconds)
+            return SdkEngine(target, handler, metrics=metrics)
         from hubshift.consumer.spark.engine import SparkEngine  # lazy: the SDK engine runs without PySpark
 
         return SparkEngine(

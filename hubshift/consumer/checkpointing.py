@@ -11,19 +11,16 @@ The agent (`agent.py`) does the writes these decide.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
+from hubshift.consumer.lag import EnqueuedTime
 from hubshift.ownership.model import Checkpoint, PartitionLease
 from hubshift.spec import CheckpointPolicySpec
 
 # Committed positions kept per partition between checkpoint writes (the candidates to write).
 RECENT_COMMITS_KEPT = 32
-
-# When the event after a position was enqueued, if the receiver has it (by that event's sequence number).
-EnqueuedTime = Callable[[int], datetime | None]
 
 
 def checkpoint_due(

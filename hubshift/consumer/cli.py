@@ -49,6 +49,13 @@ log = logging.getLogger("hubshift.consume")
     "ready for them, then hand off the rest (a pod's command sets it; 0: hand off at once).",
 )
 @click.option("--ranges", type=click.Path(dir_okay=False), help="--engine sdk: where to log batch ranges.")
+@click.option(
+    "--event-cost",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    help="--engine sdk: seconds of work per event, one at a time (a consumer of bounded capacity, for "
+    "benchmarks).",
+)
 @click.option("--log-level", default="info", show_default=True, help="hubshift's log level.")
 @credential_options(
     "Authenticate every Azure connection of the manifest with this token credential instead of its "
@@ -65,6 +72,7 @@ def consume(
     list_interval: float | None,
     stop_follow_seconds: float,
     ranges: str | None,
+    event_cost: float,
     log_level: str,
     credential: str | None,
     client_id: str | None,
@@ -90,6 +98,7 @@ def consume(
         list_interval_seconds=list_interval,
         stop_follow_seconds=stop_follow_seconds,
         ranges=Path(ranges) if ranges else None,
+        event_cost_seconds=event_cost,
     )
     code = ConsumerApp.build(manifest, options, os.environ).run()
     if code:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from hubshift.consumer.lag import ReadProgress
 from hubshift.eventhubs.receiver import StartAt
 from hubshift.ownership.model import Checkpoint
 
@@ -85,8 +86,9 @@ class Engine(Protocol):
         """Stop reading `partition` at once (its lease is lost); nothing more is committed for it."""
         ...
 
-    def backlog(self) -> dict[str, int]:
-        """Per owned partition: events enqueued but not yet processed, where known."""
+    def progress(self) -> dict[str, ReadProgress]:
+        """Per owned partition whose receiver has heard the partition's last enqueued event: the last
+        processed sequence number and that event (lag in events and seconds, `lag.py`)."""
         ...
 
     def enqueued_time(self, partition: str, sequence_number: int) -> datetime | None:

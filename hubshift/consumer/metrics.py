@@ -3,7 +3,9 @@
 Names follow Prometheus practice: the `hubshift_consumer_`
 prefix, base units, `_total` on counters (prometheus-client appends it), and bounded labels only:
 `partition` (an Event Hubs partition id: at most a few thousand), `output` (a pipeline's output names),
-`result` and `how` (fixed sets below). Sums over `partition` make sense across the pool.
+`result` and `how` (fixed sets below). Sums over `partition` make sense across the pool. The series a
+person filters by hub (the info series and those per partition) also carry `hub` and `consumer_group`:
+one value each per consumer, so they add no series.
 
 docs/observability.md has the table of every metric, the operator's and the consumer's.
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime
 from threading import Lock
 from typing import TYPE_CHECKING
@@ -29,8 +32,9 @@ from prometheus_client import (
     Histogram,
     PlatformCollector,
     ProcessCollector,
+    disable_created_metrics,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
 from hubshift import __version__
@@ -46,6 +50,8 @@ CHECKPOINT_RESULTS = ("ok", "failed", "fenced")
 RENEWAL_RESULTS = ("ok", "failed")
 ACQUIRED_HOW = ("released", "broken", "expired", "own")
 HANDOFF_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300)
+HUB_LABELS = ("hub", "consumer_group")
+PARTITION_LABELS = [*HUB_LABELS, "partition"]
 
 
 class ConsumerMetrics:
@@ -56,9 +62,15 @@ class ConsumerMetrics:
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.time,
         process_metrics: bool = True,
+        hub: str = "",
+        consumer_group: str = "",
     ) -> None:
+        # No `_created` series beside each counter and histogram (prometheus-client's default): they would
+        # double the counters' series, and nothing reads them (docs/observability.md, "How many series").
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry if registry is not None else CollectorRegistry()
         self.clock = clock
+        self._hub = (hub, consumer_group)  # the first label values of every per-partition series
         r = self.registry
         if process_metrics:
             ProcessCollector(registry=r)
@@ -67,9 +79,12 @@ class ConsumerMetrics:
         # `consumer_id`, not `consumer`: scrapes label every series with the PartitionedConsumer's name
         # (`consumer`) and the pod's (`pod`), and this must not clash with them.
         info = Gauge(
-            f"{PREFIX}_info", "This consumer and its version.", ["consumer_id", "version"], registry=r
+            f"{PREFIX}_info",
+            "This consumer, its version, and the hub and consumer group it reads.",
+            ["consumer_id", "version", *HUB_LABELS],
+            registry=r,
         )
-        info.labels(consumer_id, __version__).set(1)
+        info.labels(consumer_id, __version__, *self._hub).set(1)
         started = Gauge(
             f"{PREFIX}_start_time_seconds", "When this consumer process started (Unix seconds).", registry=r
         )
@@ -88,11 +103,56 @@ class ConsumerMetrics:
         self._owned: set[str] = set()
         self._checkpointed_at: dict[str, float] = {}
         r.register(_CheckpointAge(self))
+        self.jvm: JvmFigures | None = None
+        self.spark_batch_duration: Histogram | None = None
+
+    @property
+    def hub_labels(self) -> tuple[str, str]:
+        """The hub and consumer group this consumer reads: the first labels of every partition's series."""
+        return self._hub
+
+    # --- Spark and its JVM --------------------------------------------------------------------------
+
+    def enable_spark(self) -> None:
+        """The Spark engine's own figures: the driver JVM's memory and garbage collections, and Spark's
+        micro-batches. Registered when a Spark engine starts, so an SDK consumer exports none of them."""
+        if self.spark_batch_duration is not None:
+            return
+        r = self.registry
+        self.spark_batch_duration = Histogram(
+            f"{PREFIX}_spark_batch_duration_seconds",
+            "A micro-batch as Spark measures it (its batchDuration: planning, reading the source, "
+            "foreachBatch, committing the offsets).",
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
+        self.spark_input_rate = Gauge(
+            f"{PREFIX}_spark_input_rows_per_second",
+            "Spark's input rate over its last micro-batch (rows arriving per second).",
+            registry=r,
+        )
+        self.spark_processed_rate = Gauge(
+            f"{PREFIX}_spark_processed_rows_per_second",
+            "Spark's processing rate over its last micro-batch (rows processed per second).",
+            registry=r,
+        )
+        r.register(_Jvm(self))
+
+    def spark_batch(self, duration_seconds: float, input_rate: float, processed_rate: float) -> None:
+        """One micro-batch's progress as Spark reported it."""
+        if self.spark_batch_duration is None:
+            return
+        self.spark_batch_duration.observe(max(0.0, duration_seconds))
+        self.spark_input_rate.set(max(0.0, input_rate))
+        self.spark_processed_rate.set(max(0.0, processed_rate))
+
+    def jvm_sampled(self, figures: JvmFigures) -> None:
+        self.jvm = figures
 
     def _declare_batches(self, r: CollectorRegistry) -> None:
         """What the engine reports of each batch."""
         self.events = Counter(
-            f"{PREFIX}_events", "Events processed and committed to the sink.", ["partition"], registry=r
+            f"{PREFIX}_events", "Events processed and committed to the sink.", PARTITION_LABELS, registry=r
         )
         self.output_rows = Counter(
             f"{PREFIX}_output_rows", "Result rows written to the sink.", ["output"], registry=r
@@ -127,7 +187,14 @@ class ConsumerMetrics:
         self.backlog = Gauge(
             f"{PREFIX}_backlog_events",
             "Last enqueued minus last processed sequence number, per owned partition.",
-            ["partition"],
+            PARTITION_LABELS,
+            registry=r,
+        )
+        self.lag = Gauge(
+            f"{PREFIX}_lag_seconds",
+            "Age of an owned partition's oldest unprocessed event, as this consumer knows it (0 when caught "
+            "up; absent while unknown).",
+            PARTITION_LABELS,
             registry=r,
         )
         self.owned = Gauge(f"{PREFIX}_owned_partitions", "Partitions this consumer owns now.", registry=r)
@@ -201,7 +268,8 @@ class ConsumerMetrics:
             new = change(set(self._owned))
             for partition in self._owned - new:
                 self._checkpointed_at.pop(partition, None)
-                _remove(self.backlog, partition)
+                _remove(self.backlog, *self._hub, partition)
+                _remove(self.lag, *self._hub, partition)
             self._owned = new
             self.owned.set(len(new))
 
@@ -217,7 +285,14 @@ class ConsumerMetrics:
         self.checkpoints.labels("fenced" if fenced else "failed").inc()
 
     def set_backlog(self, partition: str, events: int) -> None:
-        self.backlog.labels(partition).set(max(0, events))
+        self.backlog.labels(*self._hub, partition).set(max(0, events))
+
+    def set_lag(self, partition: str, seconds: float | None) -> None:
+        """An owned partition's lag in seconds; None (unknown) stops exporting it rather than guess."""
+        if seconds is None:
+            _remove(self.lag, *self._hub, partition)
+        else:
+            self.lag.labels(*self._hub, partition).set(max(0.0, seconds))
 
     def batch_processed(self, summary: BatchSummary) -> None:
         """Called by `process_batch` once a batch is committed to the sink."""
@@ -247,7 +322,7 @@ class ConsumerMetrics:
     def _partition_done(
         self, partition: str, events: int, first_enqueued: datetime | None, now: float
     ) -> None:
-        self.events.labels(partition).inc(events)
+        self.events.labels(*self._hub, partition).inc(events)
         if first_enqueued is not None:
             self.enqueue_to_sink.observe(max(0.0, now - first_enqueued.timestamp()))
 
@@ -282,14 +357,72 @@ class _CheckpointAge:
         family = GaugeMetricFamily(
             f"{PREFIX}_checkpoint_age_seconds",
             "Seconds since the partition's last checkpoint was written.",
-            labels=["partition"],
+            labels=PARTITION_LABELS,
         )
         for partition, age in sorted(self.metrics.checkpoint_ages().items()):
-            family.add_metric([partition], age)
+            family.add_metric([*self.metrics.hub_labels, partition], age)
         yield family
 
     def describe(self) -> Iterator[Metric]:
-        yield GaugeMetricFamily(f"{PREFIX}_checkpoint_age_seconds", "", labels=["partition"])
+        yield GaugeMetricFamily(f"{PREFIX}_checkpoint_age_seconds", "", labels=PARTITION_LABELS)
+
+
+@dataclass(frozen=True)
+class JvmFigures:
+    """What the Spark driver's JVM says of itself (java.lang.management): heap and non-heap memory in
+    bytes (`heap_max` -1 when unbounded), and per garbage collector its collections and the seconds they
+    took, since the JVM started."""
+
+    heap_used: float
+    heap_committed: float
+    heap_max: float
+    nonheap_used: float
+    nonheap_committed: float
+    collectors: dict[str, tuple[int, float]] = field(default_factory=dict)
+
+
+class _Jvm:
+    """The last `JvmFigures` sampled, at scrape time (the families exist, empty, before the first)."""
+
+    def __init__(self, metrics: ConsumerMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        figures = self.metrics.jvm
+        memory = {
+            kind: GaugeMetricFamily(
+                f"{PREFIX}_jvm_memory_{kind}_bytes",
+                f"The Spark driver JVM's {kind} memory, by area (heap, nonheap).",
+                labels=["area"],
+            )
+            for kind in ("used", "committed", "max")
+        }
+        collections = CounterMetricFamily(
+            f"{PREFIX}_jvm_gc_collections",
+            "Garbage collections of the Spark driver JVM, by collector.",
+            labels=["gc"],
+        )
+        seconds = CounterMetricFamily(
+            f"{PREFIX}_jvm_gc_collection_seconds",
+            "Time the Spark driver JVM spent in garbage collections, by collector.",
+            labels=["gc"],
+        )
+        if figures is not None:
+            memory["used"].add_metric(["heap"], figures.heap_used)
+            memory["used"].add_metric(["nonheap"], figures.nonheap_used)
+            memory["committed"].add_metric(["heap"], figures.heap_committed)
+            memory["committed"].add_metric(["nonheap"], figures.nonheap_committed)
+            if figures.heap_max >= 0:
+                memory["max"].add_metric(["heap"], figures.heap_max)
+            for name, (count, spent) in sorted(figures.collectors.items()):
+                collections.add_metric([name], count)
+                seconds.add_metric([name], spent)
+        yield from memory.values()
+        yield collections
+        yield seconds
+
+    def describe(self) -> Iterator[Metric]:
+        return self.collect()
 
 
 def _remove(metric: Gauge, *labels: str) -> None:

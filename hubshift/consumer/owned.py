@@ -15,9 +15,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from hubshift.consumer.checkpointing import EnqueuedTime, OwnedPartition, next_enqueued
+from hubshift.consumer.checkpointing import OwnedPartition, next_enqueued
 from hubshift.consumer.engine import Committed, Drained, Engine, EngineEvent, Stolen
 from hubshift.consumer.failures import FailureLog, LogLine
+from hubshift.consumer.lag import EnqueuedTime, lag_seconds
 from hubshift.eventhubs.receiver import StartAt
 from hubshift.ownership.checkpoints import write_checkpoint
 from hubshift.ownership.leases import claim_partition, release_partition
@@ -339,12 +340,17 @@ class OwnedPartitions:
             return "failed"
         return "written"
 
-    def report_backlog(self) -> None:
+    def report_progress(self) -> None:
+        """Each owned partition's lag in events and in seconds, from what its receiver last heard: known
+        here even while no operator computes it."""
         if self.metrics is None:
             return
-        for partition, events in self.engine.backlog().items():
+        now = self.clock()
+        for partition, progress in self.engine.progress().items():
             if partition in self._owned:
-                self.metrics.set_backlog(partition, events)
+                self.metrics.set_backlog(partition, progress.backlog)
+                seconds = lag_seconds(progress, self._enqueued_time(partition), now)
+                self.metrics.set_lag(partition, seconds)
 
     def _enqueued_time(self, partition: str) -> EnqueuedTime:
         return functools.partial(self.engine.enqueued_time, partition)

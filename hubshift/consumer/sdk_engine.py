@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from hubshift.consumer.engine import Committed, Drained, Notify, Stolen, not_started
+from hubshift.consumer.lag import ReadProgress
 from hubshift.consumer.ranges import BatchHandler
 from hubshift.eventhubs.receiver import PartitionReceiver, ReceiverPool, StartAt
 from hubshift.eventhubs.target import EventHubsTarget
@@ -110,16 +111,18 @@ class SdkEngine:
         if reading is not None:
             reading.receiver.close(wait=None)
 
-    def backlog(self) -> dict[str, int]:
+    def progress(self) -> dict[str, ReadProgress]:
         with self._lock:
             readings = dict(self._reading)
-        backlog = {}
+        progress = {}
         for partition, reading in readings.items():
-            last_enqueued = reading.receiver.last_enqueued_sequence
-            if last_enqueued is not None:
+            receiver = reading.receiver
+            if receiver.last_enqueued_sequence is not None:
                 done = reading.last.sequence_number if reading.last is not None else -1
-                backlog[partition] = max(0, last_enqueued - done)
-        return backlog
+                progress[partition] = ReadProgress(
+                    done, receiver.last_enqueued_sequence, receiver.last_enqueued_time
+                )
+        return progress
 
     def enqueued_time(self, partition: str, sequence_number: int) -> datetime | None:
         with self._lock:

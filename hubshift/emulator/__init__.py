@@ -1,7 +1,7 @@
 """A local Event Hubs: an AMQP 1.0 server that the unmodified azure-eventhub SDK talks to.
 
 Start it with `hubshift emulator --port 0 --hub NAME:PARTITIONS ...` (it prints its connection string) or,
-from tests, benchmarks and the demo, with `hubshift.emulator.launch.start_emulator` (its `stop()` ends it).
+from tests, benchmarks and the demo, with `hubshift.emulator.launch.start_emulator` / `running_emulator`.
 
 Layers, bottom up (each imports only modules listed before it; `.importlinter` enforces the order):
 
@@ -28,6 +28,8 @@ Layers, bottom up (each imports only modules listed before it; `.importlinter` e
 - `attach`: the peer's attach answered with the link its address names, or the service's refusal.
 - `connection`: one AMQP connection on asyncio (headers, SASL, open/close, heartbeat, frame dispatch,
   token expiry).
+- `websocket`: AMQP over WebSockets on the same port (a connection's first bytes decide; aiohttp upgrades
+  `/$servicebus/websocket`, subprotocol `AMQPWSB10`, its binary messages carrying the AMQP bytes).
 - `config`, `tokens`, `server`, `cli`, `launch`: settings (flags and Microsoft's Config.json), Entra ID
   tokens, the listener, the command, and the one way tests start it.
 

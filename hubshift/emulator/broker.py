@@ -50,12 +50,16 @@ class ReceiverRefused(Exception):
 
 
 class Hub:
-    def __init__(self, spec: HubSpec, created_at_ms: int, partition_max_bytes: int) -> None:
+    def __init__(
+        self, spec: HubSpec, created_at_ms: int, partition_max_bytes: int, *, geo_offsets: bool = False
+    ) -> None:
         self.name = spec.name
         self.created_at_ms = created_at_ms
         self.partition_max_bytes = partition_max_bytes
+        self.geo_offsets = geo_offsets
         self.partitions = [
-            PartitionLog(str(index), partition_max_bytes) for index in range(spec.partition_count)
+            PartitionLog(str(index), partition_max_bytes, geo=geo_offsets)
+            for index in range(spec.partition_count)
         ]
         self.consumer_groups: dict[str, str] = {DEFAULT_CONSUMER_GROUP.lower(): DEFAULT_CONSUMER_GROUP}
         for group in spec.consumer_groups:
@@ -78,7 +82,8 @@ class Hub:
         """Partitions up to `count` in all (never fewer: Event Hubs premium and dedicated tiers only add
         partitions); the new ones. Keys hash over the new count from now on, as on the service."""
         added = [
-            PartitionLog(str(index), self.partition_max_bytes) for index in range(len(self.partitions), count)
+            PartitionLog(str(index), self.partition_max_bytes, geo=self.geo_offsets)
+            for index in range(len(self.partitions), count)
         ]
         self.partitions.extend(added)
         return added
@@ -102,8 +107,10 @@ class Broker:
         retention_seconds: float,
         partition_max_bytes: int,
         store: EventStore | None = None,
+        geo_offsets: bool = False,
     ) -> None:
         self.clock = clock
+        self.geo_offsets = geo_offsets
         self.retention_ms = int(retention_seconds * 1000)
         self.store = store
         self.hubs: dict[str, Hub] = {}
@@ -111,7 +118,7 @@ class Broker:
         now_ms = self.now_ms()
         for spec in hubs:
             created_at = store.hub_created_at(spec.name, now_ms) if store else now_ms
-            hub = Hub(spec, created_at, partition_max_bytes)
+            hub = Hub(spec, created_at, partition_max_bytes, geo_offsets=geo_offsets)
             self.hubs[spec.name.lower()] = hub
             self._restore(hub, hub.partitions)
         self.partition_max_bytes = partition_max_bytes
@@ -135,7 +142,7 @@ class Broker:
                 created_at = (
                     self.store.hub_created_at(spec.name, self.now_ms()) if self.store else self.now_ms()
                 )
-                hub = Hub(spec, created_at, self.partition_max_bytes)
+                hub = Hub(spec, created_at, self.partition_max_bytes, geo_offsets=self.geo_offsets)
                 self.hubs[spec.name.lower()] = hub
                 self._restore(hub, hub.partitions)
                 changes.append(f"hub {spec.name} created with {spec.partition_count} partitions")

@@ -88,6 +88,12 @@ from hubshift.emulator.server import run
     "with --jwt-key), e.g. https://sts.windows.net/<tenant id>/.",
 )
 @click.option(
+    "--geo-offsets",
+    is_flag=True,
+    help="Offsets as a geo-replicated namespace gives them, strings that are not numbers (here "
+    "SEGMENT:POSITION; clients must treat offsets as opaque strings).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="warning",
@@ -109,6 +115,7 @@ def emulator(
     jwt_keys: Path | None,
     jwt_audiences: tuple[str, ...],
     jwt_issuers: tuple[str, ...],
+    geo_offsets: bool,
     log_level: str,
 ) -> None:
     """Start a local Event Hubs that the azure-eventhub SDK talks to; prints its connection string (and,
@@ -131,6 +138,7 @@ def emulator(
         jwt_keys=jwt_keys,
         jwt_audiences=jwt_audiences,
         jwt_issuers=jwt_issuers,
+        geo_offsets=geo_offsets,
     )
 
     def announce(line: str) -> None:

@@ -42,6 +42,8 @@ class EmulatorSettings:
     jwt_keys: Path | None = None
     jwt_audiences: tuple[str, ...] = field(default=())
     jwt_issuers: tuple[str, ...] = field(default=())
+    # offsets as a geo-replicated namespace gives them: strings that are not numbers
+    geo_offsets: bool = False
 
     @property
     def tls(self) -> bool:

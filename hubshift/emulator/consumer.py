@@ -11,6 +11,7 @@ from hubshift.emulator.links import OutgoingLink
 from hubshift.emulator.messages import (
     DELIVERY_ANNOTATIONS_PREFIX,
     merge_delivery_annotations,
+    offset_position,
     runtime_metric_entries,
     runtime_metric_section,
 )
@@ -248,10 +249,15 @@ def resolve_start(log: PartitionLog, selector: str | None) -> int:
     if field_name == "x-opt-offset":
         if value == "@latest":
             return log.next_sequence_number
-        number = _number(value, selector)
-        if number < 0:
+        try:
+            position = offset_position(value)
+        except ValueError:
+            raise ReceiverRefused(
+                "com.microsoft:argument-error", f"The offset '{value}' in the filter '{selector}' is invalid."
+            ) from None
+        if position < 0:
             return log.beginning_sequence_number
-        start = log.sequence_after_offset(number, inclusive)
+        start = log.sequence_after_offset(position, inclusive)
     elif field_name == "x-opt-sequence-number":
         number = _number(value, selector)
         start = number if inclusive else number + 1

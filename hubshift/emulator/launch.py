@@ -1,9 +1,7 @@
 """The hubshift emulator (a local Event Hubs) for tests, benchmarks and the demo: the one way to start it.
 
-    hub_server = start_emulator(hubs=["telemetry:8"], consumer_groups=["spark"])
-    EventHubProducerClient.from_connection_string(hub_server.connection_string, eventhub_name="telemetry")
-    ...
-    hub_server.stop()
+    with running_emulator(hubs=["telemetry:8"], consumer_groups=["spark"]) as hub_server:
+        EventHubProducerClient.from_connection_string(hub_server.connection_string, eventhub_name="telemetry")
 
 By default it is a subprocess (`python -m hubshift.cli emulator --port 0 ...`), so its CPU can be measured
 and it can be killed; `in_process=True` runs it on a background thread of this process instead.
@@ -18,10 +16,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ParamSpec
 
+P = ParamSpec("P")
 ENDPOINT_PREFIX = "Endpoint="
 
 
@@ -243,3 +244,21 @@ def _start_in_process(
         thread,
         tls_namespace=thread.tls_namespace,
     )
+
+
+def _stopping_on_exit(
+    start: Callable[P, RunningEmulator],
+) -> Callable[P, AbstractContextManager[RunningEmulator]]:
+    @contextmanager
+    def started(*args: P.args, **kwargs: P.kwargs) -> Iterator[RunningEmulator]:
+        server = start(*args, **kwargs)
+        try:
+            yield server
+        finally:
+            server.stop()
+
+    return started
+
+
+running_emulator = _stopping_on_exit(start_emulator)
+"""`start_emulator` as a context manager that stops the emulator on exit."""

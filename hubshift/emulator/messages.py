@@ -284,22 +284,44 @@ def _unpack_publication(message_format: int, payload: Buffer) -> Publication:
     return Publication(events, key, envelope_entry)
 
 
+# A geo-replicated namespace's offsets are strings that are not numbers (Azure.Messaging.EventHubs 5.12.0's
+# notes); `--geo-offsets` serves this stand-in for them, `<replication segment>:<byte position>`.
+GEO_SEGMENT = 1
+
+
+def offset_text(offset: int, *, geo: bool = False) -> str:
+    """An offset as delivered: the byte position, or with `geo` the geo-replicated stand-in (`-1`, nothing
+    yet, stays `-1`)."""
+    return f"{GEO_SEGMENT}:{offset}" if geo and offset >= 0 else str(offset)
+
+
+def offset_position(text: str) -> int:
+    """The byte position an offset names, in either form (a client's checkpoint may hold either);
+    `ValueError` when it is neither."""
+    segment, separator, position = text.partition(":")
+    if separator and segment.isdigit():
+        return int(position)
+    return int(text)
+
+
 def stamp_event(
     event: IncomingEvent,
     sequence_number: int,
     offset: int,
     enqueued_ms: int,
     envelope_key_entry: bytes = b"",
+    *,
+    geo: bool = False,
 ) -> bytes:
     """The event as delivered: header, the message annotations with the service's fields, the rest."""
-    offset_text = str(offset).encode()
+    offset_bytes = offset_text(offset, geo=geo).encode()
     entries = b"".join(
         (
             _SEQUENCE_KEY,
             _q.pack(sequence_number),
             _OFFSET_KEY,
-            bytes((0xA1, len(offset_text))),
-            offset_text,
+            bytes((0xA1, len(offset_bytes))),
+            offset_bytes,
             _ENQUEUED_KEY,
             _q.pack(enqueued_ms),
             event.annotation_entries,

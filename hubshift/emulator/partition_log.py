@@ -2,8 +2,9 @@
 as encoded for delivery.
 
 Sequence numbers start at 0 and never repeat. An offset is the event's byte position in the partition
-(the service's convention), carried as a string on the wire and compared as a number. Expired events
-leave from the front; the beginning sequence number moves with them.
+(the service's convention), carried as a string on the wire (with `geo`, in a form that is not a number, as
+a geo-replicated namespace's) and compared as a number. Expired events leave from the front; the beginning
+sequence number moves with them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from hubshift.emulator.messages import IncomingEvent, stamp_event
+from hubshift.emulator.messages import IncomingEvent, offset_text, stamp_event
 
 # AMQP's "not set" timestamp (0001-01-01T00:00:00Z); the SDK maps it to datetime.min.
 NEVER_ENQUEUED_MS = -62_135_596_800_000
@@ -42,9 +43,10 @@ class PartitionState:
 
 
 class PartitionLog:
-    def __init__(self, partition_id: str, max_bytes: int) -> None:
+    def __init__(self, partition_id: str, max_bytes: int, *, geo: bool = False) -> None:
         self.partition_id = partition_id
         self.max_bytes = max_bytes
+        self.geo = geo
         self._messages: list[bytes] = []
         self._header_lengths: list[int] = []
         self._offsets: list[int] = []
@@ -70,7 +72,7 @@ class PartitionLog:
         offsets = self._offsets
         added_bytes = 0
         for event in events:
-            message = stamp_event(event, sequence, offset, enqueued_ms, envelope_key_entry)
+            message = stamp_event(event, sequence, offset, enqueued_ms, envelope_key_entry, geo=self.geo)
             messages.append(message)
             self._header_lengths.append(len(event.header))
             offsets.append(offset)
@@ -174,7 +176,7 @@ class PartitionLog:
         return PartitionState(
             beginning_sequence_number=self.beginning_sequence_number,
             last_enqueued_sequence_number=self.next_sequence_number - 1,
-            last_enqueued_offset=str(self.last_offset),
+            last_enqueued_offset=offset_text(self.last_offset, geo=self.geo),
             last_enqueued_time_ms=self.last_enqueued_ms,
             is_empty=self.count == 0,
         )

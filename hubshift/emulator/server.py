@@ -1,6 +1,6 @@
-"""The emulator server: listens on a TCP port, serves AMQP connections on one asyncio loop, expires
-events on a timer. `run` is the command line's entry; `EmulatorThread` runs it inside another process
-(tests that want no subprocess)."""
+"""The emulator server: listens on a TCP port, serves AMQP connections (and AMQP over WebSockets on the same
+port, `websocket.py`) on one asyncio loop, expires events on a timer. `run` is the command line's entry;
+`EmulatorThread` runs it inside another process (tests that want no subprocess)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable
 from hubshift.emulator.broker import Broker, Clock, HubSpec
 from hubshift.emulator.cbs import Authorizer, JwtChecker, SasAuthorizer
 from hubshift.emulator.config import EmulatorSettings
-from hubshift.emulator.connection import AmqpConnection
 from hubshift.emulator.context import ServerContext
 from hubshift.emulator.persistence import EventStore
+from hubshift.emulator.websocket import HttpServer, listener
 from hubshift.errors import UserError
 
 LOG = logging.getLogger(__name__)
@@ -38,6 +38,7 @@ class EmulatorServer:
         self._server: asyncio.Server | None = None
         self._tls_server: asyncio.Server | None = None
         self._retention: asyncio.Task[None] | None = None
+        self._http: HttpServer | None = None
 
     @property
     def connection_string(self) -> str:
@@ -67,6 +68,7 @@ class EmulatorServer:
             retention_seconds=settings.retention_minutes * 60,
             partition_max_bytes=settings.partition_max_bytes,
             store=store,
+            geo_offsets=settings.geo_offsets,
         )
         try:
             authorizer = Authorizer(
@@ -79,13 +81,13 @@ class EmulatorServer:
         context = ServerContext(broker=self.broker, authorizer=authorizer, limits=settings.limits)
         self.context = context
         loop = asyncio.get_running_loop()
+        self._http = HttpServer(context, loop)
+        serve_both = listener(context, loop, self._http)
         try:
-            self._server = await loop.create_server(
-                lambda: AmqpConnection(context, loop), settings.host, settings.port, backlog=1024
-            )
+            self._server = await loop.create_server(serve_both, settings.host, settings.port, backlog=1024)
             if tls_context is not None:
                 self._tls_server = await loop.create_server(
-                    lambda: AmqpConnection(context, loop),
+                    serve_both,
                     settings.host,
                     settings.tls_port,
                     ssl=tls_context,
@@ -169,6 +171,8 @@ class EmulatorServer:
         if self.context is not None:
             for connection in list(self.context.connections):
                 connection.abort()
+        if self._http is not None:
+            await self._http.shutdown()
         for server in servers:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), 5)

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import datetime
 from typing import Any
 
 from hubshift.errors import UserError
-from hubshift.eventhubs.model import PartitionInfo
+from hubshift.eventhubs.model import EventAt, PartitionInfo, numeric_offset
 from hubshift.eventhubs.sdk_internals import open_management_link, read_partition_properties
 from hubshift.eventhubs.target import EventHubsTarget, describe_error, sdk_client
 from hubshift.ownership.model import Checkpoint, partition_sort_key
@@ -104,28 +105,42 @@ class EventHubsProbe:
                 int(raw["last_enqueued_sequence_number"]),
                 bool(raw["is_empty"]),
                 moment.timestamp() if moment is not None else None,
+                numeric_offset(raw.get("last_enqueued_offset")),
             )
-        beginning, last, empty, enqueued = await read_partition_properties(
+        beginning, last, empty, enqueued, offset = await read_partition_properties(
             client, self._link, self._auth, self.target.hub, partition, self.request_timeout
         )
-        return PartitionInfo(partition, beginning, last, empty, None if empty else enqueued)
+        return PartitionInfo(partition, beginning, last, empty, None if empty else enqueued, offset)
 
     async def enqueued_time(self, partition: str, sequence_number: int) -> float | None:
-        """When event `sequence_number` of `partition` was enqueued (Unix seconds), read with a receiver of
-        its own (no owner level: Event Hubs refuses it while a consumer's receiver reads the partition, and
-        a consumer that comes later takes over at once); None when it cannot be read within the timeout."""
+        """When event `sequence_number` of `partition` was enqueued (Unix seconds); None when it cannot be
+        read within the timeout (`event_at`)."""
+        found = await self.event_at(partition, sequence_number)
+        return None if found is None else found.enqueued_time
+
+    async def event_at(self, partition: str, position: int | datetime) -> EventAt | None:
+        """The first event of `partition` at sequence number `position`, or enqueued at or after the time
+        `position`, read with a receiver of its own (no owner level: Event Hubs refuses it while a
+        consumer's receiver reads the partition, and a consumer that comes later takes over at once); None
+        when there is none, or it cannot be read within the timeout."""
         from azure.eventhub.aio import EventHubConsumerClient
 
         self.requests += 1
         client: Any = sdk_client(
             EventHubConsumerClient, self.target, consumer_group=self.target.consumer_group, retry_total=0
         )
-        found: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
+        found: asyncio.Future[EventAt | None] = asyncio.get_running_loop().create_future()
 
         async def on_event(_context: Any, event: Any) -> None:
             if not found.done() and event is not None:
                 moment = event.enqueued_time
-                found.set_result(None if moment is None else moment.timestamp())
+                found.set_result(
+                    EventAt(
+                        int(event.sequence_number),
+                        str(event.offset),
+                        None if moment is None else moment.timestamp(),
+                    )
+                )
 
         async def on_error(_context: Any, error: Exception) -> None:
             if not found.done():
@@ -136,7 +151,7 @@ class EventHubsProbe:
             client.receive(
                 on_event,
                 partition_id=partition,
-                starting_position=sequence_number,
+                starting_position=position,
                 starting_position_inclusive=True,
                 prefetch=1,
                 on_error=on_error,

@@ -96,6 +96,7 @@ class PartitionReceiver:
         self.has_room = has_room
         self.stolen = False
         self.last_enqueued_sequence: int | None = None
+        self.last_enqueued_time: dt.datetime | None = None  # of that event, when Event Hubs says
         self.received = 0
         self.last_sequence: int | None = None
         self.closing = threading.Event()
@@ -136,11 +137,14 @@ class PartitionReceiver:
         self.received += batch.num_rows
         last_event = track_last(self.consumer, events)
         try:
-            last = (get_last_enqueued_event_properties(last_event) or {}).get("sequence_number")
-        except Exception:  # only a metric depends on it
-            last = None
+            properties = get_last_enqueued_event_properties(last_event) or {}
+        except Exception:  # only metrics depend on it
+            properties = {}
+        last = properties.get("sequence_number")
         if last is not None:
             self.last_enqueued_sequence = int(last)
+            moment = properties.get("enqueued_time")
+            self.last_enqueued_time = moment if isinstance(moment, dt.datetime) else None
 
     def _remember_start(self, batch: pa.RecordBatch) -> None:
         first = int(batch.column("sequence_number")[0].as_py())
@@ -216,9 +220,12 @@ class ReceiverPool:
             worked = False
             now = time.monotonic()
             for receiver in receivers:
-                if receiver.closing.is_set() or now < receiver.not_before or not receiver.has_room():
-                    continue
-                worked = self._turn(receiver) or worked
+                if not receiver.closing.is_set() and now >= receiver.not_before and receiver.has_room():
+                    worked = self._turn(receiver) or worked
+                if receiver.closing.is_set():
+                    # A drain waits for the batch in hand only, not for the other partitions' turns (with
+                    # costly batches a pass over them all can take longer than a handoff may).
+                    self._retire(receiver)
             if not worked:
                 self._wake.wait(IDLE_SECONDS / 2)
                 self._wake.clear()

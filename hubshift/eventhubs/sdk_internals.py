@@ -19,6 +19,8 @@ from typing import Any
 from azure.eventhub import EventData
 from azure.eventhub._pyamqp.message import Message as RawMessage
 
+from hubshift.eventhubs.model import numeric_offset
+
 __all__ = [
     "EventData",
     "RawMessage",
@@ -101,10 +103,10 @@ async def open_management_link(client: Any, timeout: float) -> tuple[Any, Any] |
 
 async def read_partition_properties(
     client: Any, link: Any, auth: Any, hub: str, partition: str, timeout: float
-) -> tuple[int, int, bool, float | None]:
+) -> tuple[int, int, bool, float | None, int | None]:
     """(beginning sequence number, last enqueued sequence number, empty, last enqueued time in Unix
-    seconds) of one partition, read with the READ request the SDK's `get_partition_properties` sends, on the
-    link `open_management_link` opened."""
+    seconds, last enqueued offset when it is a byte position) of one partition, read with the READ request
+    the SDK's `get_partition_properties` sends, on the link `open_management_link` opened."""
     from azure.eventhub._constants import (
         MGMT_PARTITION_OPERATION,
         MGMT_STATUS_CODE,
@@ -136,4 +138,5 @@ async def read_partition_properties(
         int(value[b"last_enqueued_sequence_number"]),
         bool(value[b"is_partition_empty"]),
         None if enqueued is None else float(enqueued) / 1000,
+        numeric_offset(value.get(b"last_enqueued_offset")),
     )

@@ -16,9 +16,11 @@ One cycle, in order (docs/decisions.md has the reasons):
 5. Scale to zero (when `minReplicas` or `idleReplicas` is 0) only after `cooldownPeriodSeconds` without
    activity and never before `initialCooldownPeriodSeconds` after creation; bypasses HPA behaviour.
 6. Otherwise HPA: recommendation = ceil(backlog / target), clamped to [max(min, 1), min(max, partitions)]
-   and aligned to the partition count; stabilised over the past recommendations (scale-up: the lowest in
-   its window, scale-down: the highest in its window); rate-limited by the policies over the past scale
-   events (Pods/Percent per period, selectPolicy Max/Min/Disabled); re-aligned inside the allowed range.
+   and aligned to the partition count (or, with a lag target, `target.lagSeconds`, and a measured
+   consumer capacity, the count `sizing.size_for_lag` asks for); stabilised over the past
+   recommendations (scale-up: the lowest in its window, scale-down: the highest in its window);
+   rate-limited by the policies over the past scale events (Pods/Percent per period, selectPolicy
+   Max/Min/Disabled); re-aligned inside the allowed range.
 7. `paused-scale-in` / `paused-scale-out` block one direction (scale to zero counts as scale-in,
    activation from zero as scale-out).
 
@@ -35,6 +37,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from hubshift.operator.sizing import LagSizing, LoadFigures, size_for_lag
 from hubshift.spec import (
     FORCE_ACTIVATION_ANNOTATION,
     PAUSED_ANNOTATION,
@@ -226,6 +229,7 @@ class ScalingObservation:
     partition_count: int
     current_replicas: int  # the StatefulSet's replicas; used only before the first decision
     created_at: float | None = None  # the PartitionedConsumer's creation time
+    load: LoadFigures | None = None  # rates, backlog and capacity, for a lag target
 
 
 @dataclass(frozen=True)
@@ -237,6 +241,7 @@ class ScalingDecision:
     paused: bool  # a pause annotation fixes the count
     recommendation: int | None  # what the backlog alone asked for; None when not read
     state: ScalingState
+    sizing: LagSizing | None = None  # what the lag target asked for, and why; None: the events target
 
 
 # --- the decision -----------------------------------------------------------------------------------------
@@ -279,6 +284,11 @@ def decide_replicas(
         return _unreadable(config, booked, current, partitions, now, pause)
 
     recommendation = recommend_replicas(backlog, partitions, config) if high > 0 else 0
+    sizing = _lag_sizing(config, observation.load, current, low, high)
+    goal = f"backlog {backlog}"
+    if sizing is not None:
+        recommendation = sizing.replicas
+        goal = f"lag target {config.target.lag_seconds:g}s: {sizing.describe()}"
     if current == 0:
         if high == 0 or (config.may_scale_to_zero and not active):
             return decided(
@@ -287,7 +297,7 @@ def decide_replicas(
         if pause.scale_out:
             return decided(0, "start from zero blocked by paused-scale-out")
         return decided(
-            recommendation, f"from zero: backlog {backlog} -> {recommendation}", rec=recommendation
+            recommendation, f"from zero: {goal} -> {recommendation}", rec=recommendation, sizing=sizing
         )
     if config.may_scale_to_zero and not active and _cooled_down(config, booked, now):
         if pause.scale_in:
@@ -296,7 +306,18 @@ def decide_replicas(
 
     desired, why = _behave(config, booked, current, recommendation, low, high, partitions, now)
     desired, blocked = _directional_pause(current, desired, pause)
-    return decided(desired, f"backlog {backlog} -> {recommendation}{why}{blocked}", rec=recommendation)
+    reason = f"{goal} -> {recommendation}{why}{blocked}"
+    return decided(desired, reason, rec=recommendation, sizing=sizing)
+
+
+def _lag_sizing(
+    config: ScalingSpec, load: LoadFigures | None, current: int, low: int, high: int
+) -> LagSizing | None:
+    """The lag target's count, once a consumer's capacity is measured; None: the events target decides."""
+    target = config.target.lag_seconds
+    if target is None or load is None or not load.capacity or high <= 0:
+        return None
+    return size_for_lag(load, target, current, low, high)
 
 
 def _unreadable(
@@ -450,6 +471,7 @@ def _finish(
     fallback: bool = False,
     record: bool = True,
     rec: int | None = None,
+    sizing: LagSizing | None = None,
 ) -> ScalingDecision:
     recommendations = state.recommendations
     events = state.scale_events
@@ -462,7 +484,7 @@ def _finish(
         if replicas != current:
             events += (ScaleEvent(now, replicas - current),)
     new_state = replace(state, replicas=replicas, recommendations=recommendations, scale_events=events)
-    return ScalingDecision(replicas, reason, active, fallback, paused, rec, new_state)
+    return ScalingDecision(replicas, reason, active, fallback, paused, rec, new_state, sizing)
 
 
 def _horizon(config: ScalingSpec) -> float:

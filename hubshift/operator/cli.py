@@ -17,6 +17,7 @@ from hubshift.identity import CREDENTIAL_TYPES, parse_identity
 from hubshift.log import quiet_libraries
 from hubshift.operator.access import AccessPolicy, policy_from
 from hubshift.operator.kubernetes import handlers, reconcile
+from hubshift.operator.kubernetes.render import DEFAULT_IMAGE
 from hubshift.operator.kubernetes.settings import OperatorConfig
 from hubshift.operator.metrics import METRICS
 
@@ -78,6 +79,15 @@ from hubshift.operator.metrics import METRICS
     "the operator reads nothing with its identity (resources with a token credential are refused).",
 )
 @click.option(
+    "--consumer-image",
+    envvar="HUBSHIFT_CONSUMER_IMAGE",
+    default=DEFAULT_IMAGE,
+    show_default=True,
+    metavar="IMAGE",
+    help="The consumer pods' image for every PartitionedConsumer that names none in spec.consumer.image "
+    "(the chart passes the operator's own image, so upgrading the release upgrades the pools).",
+)
+@click.option(
     "--control-loop",
     "control_loop",
     metavar="MODULE:FUNCTION",
@@ -97,6 +107,7 @@ def operator(
     credential: str,
     client_id: str | None,
     access_file: str | None,
+    consumer_image: str,
     control_loop: str | None,
 ) -> None:
     """Run the Kubernetes operator for PartitionedConsumers."""
@@ -106,6 +117,8 @@ def operator(
         raise UserError("give either --namespace or --all-namespaces, not both")
     if peering and standalone:
         raise UserError("give either --peering or --standalone, not both")
+    if not consumer_image or any(character.isspace() for character in consumer_image):
+        raise UserError(f"--consumer-image {consumer_image!r}: an image reference has no spaces")
     config = OperatorConfig(
         namespaces=namespaces,
         clusterwide=not namespaces,
@@ -113,6 +126,7 @@ def operator(
         priority=priority if priority is not None else random.randint(1, 2**31 - 1),
         metrics_port=metrics_port or None,
         liveness_port=liveness_port or None,
+        consumer_image=consumer_image,
     )
     identity = parse_identity(credential, client_id)
     access = load_access(access_file)

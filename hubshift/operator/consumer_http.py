@@ -1,15 +1,22 @@
 """The operator's HTTP calls to its consumers: the nudge (`POST /assignment`: read the assignment record
-now) and the readiness probe the local runtime uses (`GET /readyz`). Short timeouts: a consumer that does
-not answer lists the store on its own within its list interval."""
+now), the readiness probe the local runtime uses (`GET /readyz`) and the work a consumer did, for its
+capacity (`GET /metrics`). Short timeouts: a consumer that does not answer lists the store on its own
+within its list interval, and its capacity is measured from the others."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 
 NUDGE_TIMEOUT_SECONDS = 1.0
 READY_TIMEOUT_SECONDS = 0.5
+WORK_TIMEOUT_SECONDS = 1.0
+# The consumer's counters of events processed and of seconds spent processing them (their names are
+# hubshift/consumer/metrics.py's); every series of each is summed, whatever its labels.
+EVENTS_SAMPLE = "hubshift_consumer_events_total"
+BUSY_SAMPLE = "hubshift_consumer_batch_duration_seconds_sum"
 
 Nudger = Callable[[str, int], Awaitable[bool]]
 
@@ -24,6 +31,33 @@ async def nudge_consumer(address: str, generation: int, timeout: float = NUDGE_T
 async def consumer_ready(address: str, timeout: float = READY_TIMEOUT_SECONDS) -> bool:
     """`GET http://<address>/readyz` answered 200."""
     return await _status("GET", f"http://{address}/readyz", timeout) == 200
+
+
+async def consumer_work(address: str, timeout: float = WORK_TIMEOUT_SECONDS) -> tuple[float, float] | None:
+    """`GET http://<address>/metrics`: (events processed, seconds spent processing them) so far; None when
+    it did not answer or does not export both."""
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session,
+            session.get(f"http://{address}/metrics") as response,
+        ):
+            if response.status != 200:
+                return None
+            return parse_work(await response.text())
+    except (TimeoutError, aiohttp.ClientError, ValueError):
+        return None
+
+
+def parse_work(exposition: str) -> tuple[float, float] | None:
+    """(events processed, seconds spent processing them) from a Prometheus exposition."""
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            if sample.name in (EVENTS_SAMPLE, BUSY_SAMPLE):
+                totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    if EVENTS_SAMPLE not in totals or BUSY_SAMPLE not in totals:
+        return None
+    return totals[EVENTS_SAMPLE], totals[BUSY_SAMPLE]
 
 
 async def _status(method: str, url: str, timeout: float, **kwargs: object) -> int | None:

@@ -42,7 +42,15 @@ from hubshift.eventhubs.model import PartitionInfo
 from hubshift.manifest import PartitionedConsumer
 from hubshift.operator import autoscaler, rebalance, rollout
 from hubshift.operator.autoscaler import Pause, ScalingDecision, ScalingObservation, ScalingState
-from hubshift.operator.consumer_http import Nudger, nudge_consumer
+from hubshift.operator.consumer_http import Nudger, consumer_work, nudge_consumer
+from hubshift.operator.load import (
+    HubSample,
+    WorkSample,
+    consumer_capacity,
+    load_weights,
+    partition_loads,
+    within,
+)
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.operator.observe import (
     PartitionLag,
@@ -71,7 +79,15 @@ from hubshift.operator.rebalance import (
 from hubshift.operator.rollout import RolloutDecision, RolloutObservation, RolloutState
 from hubshift.operator.runtime import ConsumerInstance, ConsumerRuntime
 from hubshift.operator.scaling_record import ScalingRecord
-from hubshift.operator.status import PartitionedConsumerStatus, ResourcePhase, RolloutStatus, build_status
+from hubshift.operator.sizing import LoadFigures
+from hubshift.operator.status import (
+    Condition,
+    PartitionedConsumerStatus,
+    ResourcePhase,
+    RolloutStatus,
+    build_status,
+    over_capacity,
+)
 from hubshift.ownership.assignment import publish_assignment
 from hubshift.ownership.membership import expel
 from hubshift.ownership.model import Driver, OwnershipSnapshot, Phase
@@ -84,6 +100,10 @@ from hubshift.spec import TokenCredentialSpec
 log = logging.getLogger(__name__)
 
 CAS_ATTEMPTS = 3
+# Events the loop records when the lag target changes the replica count, and when a partition receives
+# more than a consumer processes.
+LAG_TARGET_EVENT = "LagTarget"
+OVER_CAPACITY_EVENT = "PartitionOverCapacity"
 
 
 @dataclass(frozen=True)
@@ -94,10 +114,12 @@ class CycleInputs:
     created_at: float | None = None
     spec_generation: int | None = None  # the resource's metadata.generation
     previous_conditions: Sequence[Mapping[str, Any]] = ()
+    # What the runtime says of the spec where it runs (Kubernetes: whether the output outlives a pod).
+    conditions: Sequence[Condition] = ()
     previous_rollout: Mapping[str, Any] | None = None  # the status' `rollout` block as last written
 
     @classmethod
-    def from_body(cls, body: Mapping[str, Any]) -> CycleInputs:
+    def from_body(cls, body: Mapping[str, Any], conditions: Sequence[Condition] = ()) -> CycleInputs:
         metadata = body.get("metadata") or {}
         created = metadata.get("creationTimestamp")
         status = body.get("status") or {}
@@ -106,6 +128,7 @@ class CycleInputs:
             created_at=_parse_time(created) if isinstance(created, str) else None,
             spec_generation=metadata.get("generation"),
             previous_conditions=list(status.get("conditions") or []),
+            conditions=tuple(conditions),
             previous_rollout=status.get("rollout") if isinstance(status.get("rollout"), Mapping) else None,
         )
 
@@ -124,6 +147,8 @@ class CycleReport:
     duration: float
     next_cycle_in: float
     lag: dict[str, PartitionLag] | None = None
+    load: dict[str, float] | None = None  # each partition's incoming events per second, when measured
+    capacity: float | None = None  # events one consumer processes per second of work, when measured
 
 
 @dataclass
@@ -147,6 +172,12 @@ class _Memory:
     lag_reading: asyncio.Task[None] | None = None
     phase_since: tuple[str, float] | None = None  # (phase, when it began) for the metrics
     rollout: RolloutState | None = None  # the rollout as the last cycle left it (also in the status)
+    # load and capacity (operator/load.py): the hub's positions at each probe, the consumers' work at each
+    # probe, the capacity last measured, and the partitions over it at the last cycle
+    hub_samples: list[HubSample] = field(default_factory=list)
+    work_samples: list[WorkSample] = field(default_factory=list)
+    capacity: float | None = None
+    over_capacity: list[str] = field(default_factory=list)
 
 
 class ControlLoop:
@@ -230,6 +261,7 @@ class ControlLoop:
 
         await self._observe_hub(now)
         instances = await self.runtime.consumers()
+        await self._observe_work(now, instances)
         current = await self.runtime.replicas()
         revision = await self.runtime.revision()
         decision = await self._decide_replicas(now, current, pause, inputs)
@@ -244,6 +276,8 @@ class ControlLoop:
         memory = self.memory
         backlog = self._backlog()
         lag = self._lag(backlog, owners, now)
+        load = self._load(now)
+        await self._report_over_capacity(load)
         worst = None if lag is None else worst_lag(lag)
         status = build_status(
             state=step.state,
@@ -260,11 +294,15 @@ class ControlLoop:
             last_scale_time=memory.last_scale_time,
             probe_error=memory.probe_error,
             worst_lag=None if worst is None or worst.seconds is None else (worst.partition, worst.seconds),
+            more_conditions=inputs.conditions,
             rollout=RolloutStatus.of(self.config.rollout.strategy, replacing),
+            load=load,
+            capacity=memory.capacity,
         )
         await self.runtime.publish_status(status.to_body())
         duration = time.perf_counter() - started
         self._report_metrics(step.state, decision, instances, current, backlog, duration, lag)
+        self._report_load(load)
         self._report_ownership(step.state, owners, now)
         return CycleReport(
             state=step.state,
@@ -279,6 +317,8 @@ class ControlLoop:
             next_cycle_in=next_cycle_in(
                 step.state, self.clock(), self.consumer.spec.scaling.polling_interval_seconds
             ),
+            load=load,
+            capacity=memory.capacity,
         )
 
     # --- observe -----------------------------------------------------------------------------------
@@ -294,10 +334,47 @@ class ControlLoop:
             memory.partitions = await self.probe.partitions()
             memory.partition_ids = tuple(memory.partitions)
             memory.probe_error = None
+            positions = {p: (i.last_enqueued, i.last_enqueued_offset) for p, i in memory.partitions.items()}
+            memory.hub_samples = within([*memory.hub_samples, HubSample(now, positions)], now, self._window)
         except ProbeError as exc:
             memory.partitions = None
             memory.probe_error = str(exc)
             log.warning("%s: backlog unreadable: %s", self.consumer.metadata.name, exc)
+
+    @property
+    def _window(self) -> float:
+        return self.config.load_aware.window_seconds
+
+    async def _observe_work(self, now: float, instances: Sequence[ConsumerInstance]) -> None:
+        """At each probe, what every ready consumer has processed and for how long: their capacity."""
+        memory = self.memory
+        if memory.probed_at != now:
+            return
+        reachable = [i for i in instances if i.address and i.ready and not i.terminating]
+        answers = await asyncio.gather(*(consumer_work(str(i.address)) for i in reachable))
+        work = {i.name: answer for i, answer in zip(reachable, answers, strict=True) if answer is not None}
+        memory.work_samples = within([*memory.work_samples, WorkSample(now, work)], now, self._window)
+        capacity = consumer_capacity(memory.work_samples, now, self._window)
+        if capacity is not None:
+            memory.capacity = capacity  # kept while the consumers are idle: an idle pool is not slower
+
+    def _load(self, now: float) -> dict[str, float] | None:
+        """Each partition's incoming events per second over the window; None before two probes."""
+        loads = partition_loads(self.memory.hub_samples, now, self._window)
+        return load_weights(loads) if loads else None
+
+    async def _report_over_capacity(self, load: Mapping[str, float] | None) -> None:
+        """A warning Event when a partition starts receiving more than one consumer processes."""
+        memory = self.memory
+        over = over_capacity(load, memory.capacity)
+        if over and not set(over) <= set(memory.over_capacity) and load is not None:
+            rates = ", ".join(f"{p} ({load[p]:.0f}/s)" for p in over)
+            message = (
+                f"partitions {rates} each receive more than one consumer processes "
+                f"({memory.capacity or 0:.0f}/s): add partitions or give each consumer more resources"
+            )
+            await self.runtime.record_event(OVER_CAPACITY_EVENT, message, warning=True)
+        memory.over_capacity = over
 
     def _backlog(self) -> dict[str, int] | None:
         memory = self.memory
@@ -359,11 +436,14 @@ class ControlLoop:
             memory.scaling_loaded = True
         snapshot = await self._snapshot()
         backlog = None
+        figures = None
         if memory.partitions is not None:
             per_partition = backlog_per_partition(
                 memory.partitions, snapshot, self.consumer.spec.consumer.start_position
             )
             backlog = sum(per_partition.values())
+            rates = self._load(now) or {}
+            figures = LoadFigures(rates, per_partition, memory.capacity, self.config.strategy)
         partition_count = len(memory.partition_ids) or len(
             snapshot.assignment.partition_ids if snapshot.assignment else ()
         )
@@ -372,10 +452,13 @@ class ControlLoop:
         decision = autoscaler.decide_replicas(
             self.scaling,
             memory.scaling or ScalingState(),
-            ScalingObservation(backlog, partition_count, current, inputs.created_at),
+            ScalingObservation(backlog, partition_count, current, inputs.created_at, figures),
             now,
             pause,
         )
+        previous = memory.decision
+        if decision.sizing is not None and previous is not None and decision.replicas != previous.replicas:
+            await self.runtime.record_event(LAG_TARGET_EVENT, decision.reason)
         memory.scaling = decision.state
         memory.decision = decision
         await self.scaling_record.save(decision.state)
@@ -417,6 +500,8 @@ class ControlLoop:
                 pool=self.consumer.metadata.name,  # replica i is `<name>-<i>` in both runtimes
                 stopping=replacing.stopping,
                 retiring=replacing.retiring,
+                load=self._load(now),
+                capacity=memory.capacity,
             )
             step = rebalance.step(memory.rebalance, observation, now, self.config)
             written = replace(step.state.to_record(self.config), driver=self.driver)
@@ -572,12 +657,18 @@ class ControlLoop:
             metrics.fallback_active.labels(namespace, name).set(1 if decision.fallback else 0)
         metrics.current_replicas.labels(namespace, name).set(current)
         metrics.ready_replicas.labels(namespace, name).set(len(present_consumers(instances)))
-        metrics.partitions.labels(namespace, name).set(len(self.memory.partition_ids))
+        hub = self.consumer.spec.event_hubs
+        metrics.set_hub(namespace, name, hub.hub, hub.consumer_group)
+        metrics.set_partitions(namespace, name, len(self.memory.partition_ids))
         if backlog is not None:
             metrics.set_backlog(namespace, name, backlog)
         if lag is not None:
             metrics.set_lag(namespace, name, {p: x.seconds for p, x in lag.items()})
         metrics.set_phase(namespace, name, ResourcePhase(state.phase.value))
+
+    def _report_load(self, load: Mapping[str, float] | None) -> None:
+        if self.metrics is not None:
+            self.metrics.set_load(*self.labels, load, self.memory.capacity)
 
     def _report_ownership(self, state: RebalanceState, owners: Mapping[str, str | None], now: float) -> None:
         """Owners, partitions nobody reads, and how long the phase has lasted against its bound."""

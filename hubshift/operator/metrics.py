@@ -3,8 +3,10 @@
 Names follow one scheme for the operator and the consumers (docs/observability.md has the table): the
 `hubshift_` prefix, base units, `_total` on counters (prometheus-client appends it), bounded labels only
 (`namespace`, `consumer` = the PartitionedConsumer's name, `partition` = an Event Hubs partition id, at
-most a few thousand, and small fixed sets). The counters that matter before the first failure exist from
-the start (`initialise`, called when a control loop is set up). `OperatorMetrics` owns its registry, so a
+most a few thousand, and small fixed sets). The series about the hub's partitions and backlog also carry
+`hub` and `consumer_group` (one value each per resource: no more series, and a person filters by them).
+The counters that matter before the first failure exist from the start (`initialise`, called when a
+control loop is set up). `OperatorMetrics` owns its registry, so a
 test makes a fresh one; the operator process uses `METRICS`.
 
 The consumers export their own metrics, named in `hubshift/consumer/metrics.py` only.
@@ -16,7 +18,14 @@ from collections.abc import Mapping
 from threading import Thread
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    start_http_server,
+)
 
 from hubshift import __version__
 from hubshift.operator.rebalance import PublishReason
@@ -24,6 +33,7 @@ from hubshift.operator.status import ResourcePhase
 
 PREFIX = "hubshift"
 LABELS = ("namespace", "consumer")
+HUB_LABELS = (*LABELS, "hub", "consumer_group")
 
 LAG_READ_RESULTS = ("ok", "failed")
 
@@ -33,6 +43,8 @@ CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
 
 class OperatorMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        # As the consumer's: no `_created` series beside each counter and histogram.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
         self.build_info = Gauge(
@@ -48,32 +60,34 @@ class OperatorMetrics:
         self.ready_replicas = Gauge(
             f"{PREFIX}_ready_replicas", "Consumer pods passing readiness.", LABELS, registry=r
         )
-        self.partitions = Gauge(f"{PREFIX}_partitions", "Partitions of the Event Hub.", LABELS, registry=r)
+        self.partitions = Gauge(
+            f"{PREFIX}_partitions", "Partitions of the Event Hub.", HUB_LABELS, registry=r
+        )
         self.backlog = Gauge(
-            f"{PREFIX}_backlog_events", "Unprocessed events over all partitions.", LABELS, registry=r
+            f"{PREFIX}_backlog_events", "Unprocessed events over all partitions.", HUB_LABELS, registry=r
         )
         self.partition_backlog = Gauge(
             f"{PREFIX}_partition_backlog_events",
             "Unprocessed events of one partition (last enqueued minus checkpoint).",
-            [*LABELS, "partition"],
+            [*HUB_LABELS, "partition"],
             registry=r,
         )
         self.partition_lag = Gauge(
             f"{PREFIX}_partition_lag_seconds",
             "Age of one partition's oldest unprocessed event (0 when caught up; absent while unknown).",
-            [*LABELS, "partition"],
+            [*HUB_LABELS, "partition"],
             registry=r,
         )
         self.lag = Gauge(
             f"{PREFIX}_lag_seconds",
             "Age of the oldest unprocessed event over all partitions (the worst partition's lag).",
-            LABELS,
+            HUB_LABELS,
             registry=r,
         )
         self.lag_unknown = Gauge(
             f"{PREFIX}_lag_unknown_partitions",
             "Partitions with a backlog whose oldest unprocessed event's enqueued time is not known yet.",
-            LABELS,
+            HUB_LABELS,
             registry=r,
         )
         self.lag_reads = Counter(
@@ -95,9 +109,27 @@ class OperatorMetrics:
             registry=r,
         )
         self._define_loop_metrics(r)
+        self._hubs: dict[tuple[str, str], tuple[str, str]] = {}  # resource -> (hub, consumer group)
+        self._define_load_metrics(r)
         self._partitions_seen: dict[tuple[str, str], set[str]] = {}
         self._lag_seen: dict[tuple[str, str], set[str]] = {}
         self._owners_seen: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        self._load_seen: dict[tuple[str, str], set[str]] = {}
+
+    def _define_load_metrics(self, r: CollectorRegistry) -> None:
+        """What load-aware assignment and the lag target measure."""
+        self.partition_load = Gauge(
+            f"{PREFIX}_partition_load_events_per_second",
+            "Events enqueued per second on one partition (the median over the load window).",
+            [*LABELS, "partition"],
+            registry=r,
+        )
+        self.capacity = Gauge(
+            f"{PREFIX}_pool_consumer_capacity_events_per_second",
+            "Events one consumer processes per second of work (absent until measured).",
+            LABELS,
+            registry=r,
+        )
 
     def _define_loop_metrics(self, r: CollectorRegistry) -> None:
         """The phase, rebalance, scaling and cycle metrics."""
@@ -173,28 +205,54 @@ class OperatorMetrics:
         for candidate in ResourcePhase:
             self.phase.labels(namespace, consumer, candidate).set(1 if candidate == phase else 0)
 
+    def set_hub(self, namespace: str, consumer: str, hub: str, consumer_group: str) -> None:
+        """The hub and consumer group the resource reads now; a changed one replaces the series about the
+        old one's partitions and backlog (set again by the next `set_backlog`, `set_lag`...)."""
+        key = (namespace, consumer)
+        before = self._hubs.get(key)
+        if before is not None and before != (hub, consumer_group):
+            self._forget_hub(key, before)
+        self._hubs[key] = (hub, consumer_group)
+
+    def _hub_labels(self, namespace: str, consumer: str) -> tuple[str, str, str, str]:
+        hub, group = self._hubs.get((namespace, consumer), ("", ""))
+        return (namespace, consumer, hub, group)
+
+    def set_partitions(self, namespace: str, consumer: str, count: int) -> None:
+        self.partitions.labels(*self._hub_labels(namespace, consumer)).set(count)
+
     def set_backlog(self, namespace: str, consumer: str, per_partition: Mapping[str, int]) -> None:
         """Per-partition backlog and its total; partitions that disappeared stop being exported."""
-        key = (namespace, consumer)
+        key, labels = (namespace, consumer), self._hub_labels(namespace, consumer)
         for gone in self._partitions_seen.get(key, set()) - set(per_partition):
-            self.partition_backlog.remove(namespace, consumer, gone)
+            self.partition_backlog.remove(*labels, gone)
         for partition, value in per_partition.items():
-            self.partition_backlog.labels(namespace, consumer, partition).set(value)
+            self.partition_backlog.labels(*labels, partition).set(value)
         self._partitions_seen[key] = set(per_partition)
-        self.backlog.labels(namespace, consumer).set(sum(per_partition.values()))
+        self.backlog.labels(*labels).set(sum(per_partition.values()))
 
     def set_lag(self, namespace: str, consumer: str, per_partition: Mapping[str, float | None]) -> None:
         """Per-partition lag in seconds and the worst; a partition whose lag is unknown is not exported
         (rather than a guess), and counted in `hubshift_lag_unknown_partitions`."""
-        key = (namespace, consumer)
+        key, labels = (namespace, consumer), self._hub_labels(namespace, consumer)
         known = {p: v for p, v in per_partition.items() if v is not None}
         for gone in self._lag_seen.get(key, set()) - set(known):
-            self.partition_lag.remove(namespace, consumer, gone)
+            self.partition_lag.remove(*labels, gone)
         for partition, value in known.items():
-            self.partition_lag.labels(namespace, consumer, partition).set(value)
+            self.partition_lag.labels(*labels, partition).set(value)
         self._lag_seen[key] = set(known)
-        self.lag.labels(namespace, consumer).set(max(known.values(), default=0.0))
-        self.lag_unknown.labels(namespace, consumer).set(len(per_partition) - len(known))
+        self.lag.labels(*labels).set(max(known.values(), default=0.0))
+        self.lag_unknown.labels(*labels).set(len(per_partition) - len(known))
+
+    def _forget_hub(self, key: tuple[str, str], hub: tuple[str, str]) -> None:
+        """Stop exporting the series about one hub's partitions and backlog."""
+        labels = (*key, *hub)
+        for metric in (self.partitions, self.backlog, self.lag, self.lag_unknown):
+            _remove(metric, labels)
+        for partition in self._partitions_seen.pop(key, set()):
+            _remove(self.partition_backlog, (*labels, partition))
+        for partition in self._lag_seen.pop(key, set()):
+            _remove(self.partition_lag, (*labels, partition))
 
     def set_owners(self, namespace: str, consumer: str, owners: Mapping[str, str | None]) -> None:
         """Who holds each partition now (`hubshift_partition_owner`): a changed owner replaces the series."""
@@ -205,6 +263,20 @@ class OperatorMetrics:
         for partition, owner in now:
             self.partition_owner.labels(namespace, consumer, partition, owner).set(1)
         self._owners_seen[key] = now
+
+    def set_load(
+        self, namespace: str, consumer: str, load: Mapping[str, float] | None, capacity: float | None
+    ) -> None:
+        """Each partition's incoming rate and the consumers' capacity, when measured."""
+        key = (namespace, consumer)
+        rates = load or {}
+        for gone in self._load_seen.get(key, set()) - set(rates):
+            self.partition_load.remove(namespace, consumer, gone)
+        for partition, rate in rates.items():
+            self.partition_load.labels(namespace, consumer, partition).set(rate)
+        self._load_seen[key] = set(rates)
+        if capacity is not None:
+            self.capacity.labels(namespace, consumer).set(capacity)
 
     def record_scale(self, namespace: str, consumer: str, before: int, after: int) -> None:
         if after != before:
@@ -217,25 +289,22 @@ class OperatorMetrics:
             self.desired_replicas,
             self.current_replicas,
             self.ready_replicas,
-            self.partitions,
-            self.backlog,
             self.moves,
             self.handoff_duration,
             self.cycle_duration,
             self.cycle_errors,
             self.paused,
             self.fallback_active,
-            self.lag,
-            self.lag_unknown,
             self.unowned,
             self.phase_duration,
             self.phase_bound,
+            self.capacity,
         ):
             _remove(metric, (namespace, consumer))
-        for partition in self._partitions_seen.pop((namespace, consumer), set()):
-            _remove(self.partition_backlog, (namespace, consumer, partition))
-        for partition in self._lag_seen.pop((namespace, consumer), set()):
-            _remove(self.partition_lag, (namespace, consumer, partition))
+        hub = self._hubs.pop((namespace, consumer), None)
+        self._forget_hub((namespace, consumer), hub or ("", ""))
+        for partition in self._load_seen.pop((namespace, consumer), set()):
+            _remove(self.partition_load, (namespace, consumer, partition))
         for result in LAG_READ_RESULTS:
             _remove(self.lag_reads, (namespace, consumer, result))
         for partition, owner in self._owners_seen.pop((namespace, consumer), set()):

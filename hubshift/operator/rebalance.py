@@ -60,11 +60,18 @@ are absolute wall-clock times, so they survive a restart unchanged.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from hubshift.ownership.model import Assignment, ChangeKind, Phase
+from hubshift.ownership.packing import (
+    Limits,
+    PackingRules,
+    consumer_loads,
+    pack_assignment,
+    partition_weights,
+)
 from hubshift.ownership.planner import (
     Move,
     consumer_sort_key,
@@ -73,6 +80,10 @@ from hubshift.ownership.planner import (
     sorted_partitions,
 )
 from hubshift.spec import RebalanceSpec
+
+# Load-aware: no move for load alone while the busiest consumer carries at most this share of a
+# consumer's measured capacity.
+BUSY_SHARE = 0.5
 
 __all__ = [
     "Action",
@@ -184,6 +195,9 @@ class Observation:
     stopping: frozenset[str] = frozenset()
     # Present consumers a rollout replaces next: each keeps a partition until its planned owner is ready.
     retiring: frozenset[str] = frozenset()
+    # Each partition's load in events per second (`operator.load.load_weights`); None: not measured yet.
+    load: Mapping[str, float] | None = None
+    capacity: float | None = None  # events one consumer processes per second of work; None: not measured
 
 
 # --- actions --------------------------------------------------------------------------------------------
@@ -204,6 +218,7 @@ class PublishReason(enum.StrEnum):
     STOPPING = "stopping"  # consumers stopping (pods being deleted): their partitions move to the others
     ROLLOUT = "rollout"  # a consumer a rollout replaces next: its partitions move to the consumers planned
     RETURNING = "returning"  # consumers that stopped come back: their share is planned for them
+    LOAD = "load"  # loadAware: a consumer carries more than its tolerance over the mean load
 
 
 class EventReason(enum.StrEnum):
@@ -383,6 +398,10 @@ class _View:
         return [name for name in names if name not in self.present]
 
 
+# The strategy's planner: (partitions, consumers, current assignees) -> every partition's assignee.
+Planner = Callable[[list[str], Sequence[str], Mapping[str, str | None]], Mapping[str, str | None]]
+
+
 @dataclass
 class _Cycle:
     view: _View
@@ -392,6 +411,23 @@ class _Cycle:
 
     def event(self, reason: EventReason, message: str, *, warning: bool = False) -> None:
         self.actions.append(RecordEvent(reason, message, warning))
+
+    @property
+    def load_aware(self) -> bool:
+        return self.config.strategy == "loadAware"
+
+    def packing(self, max_moves: int | None = None) -> PackingRules:
+        return PackingRules(self.config.load_aware.tolerance, max_moves)
+
+    def planner(self, max_moves: int | None = None) -> Planner:
+        """The strategy's planner: count-balanced, or load-aware packing moving at most `max_moves`
+        partitions for load alone (None: as many as it takes)."""
+        if not self.load_aware:
+            return lambda parts, members, current: plan_assignment(parts, members, current).assignment
+        load, rules = self.view.observation.load, self.packing(max_moves)
+        return lambda parts, members, current: (
+            pack_assignment(parts, members, current, load, rules).assignment
+        )
 
     def publish(
         self,
@@ -458,11 +494,12 @@ class _Plan:
         members: Iterable[str],
         joiners: Iterable[str],
         current: Mapping[str, str | None],
+        planner: Planner,
     ) -> _Plan:
         """The planner's plan over `members` with the fewest moves from `current` (each partition's
         assignee, or at the first cycle its lease owner)."""
         ordered = tuple(sorted(set(members), key=consumer_sort_key))
-        return cls(plan_assignment(partitions, ordered, current).assignment, ordered, frozenset(joiners))
+        return cls(planner(partitions, ordered, current), ordered, frozenset(joiners))
 
     def split(
         self, previous: Mapping[str, str | None], view: _View
@@ -512,7 +549,7 @@ def _rebalance(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
     if set(parts) != set(assignees):
         # Without any record yet, plan from who really holds what, so the first plan is sticky too.
         base = assignees if state.generation else {p: view.observation.owners.get(p) for p in parts}
-        plan = _Plan.over(parts, [*candidates, *joiners], joiners, base)
+        plan = _Plan.over(parts, [*candidates, *joiners], joiners, base, cycle.planner())
         planned_change = (PublishReason.PLANNED, ChangeKind.PLANNED) if incoming else None
         reason, kind = planned_change or (PublishReason.PARTITIONS_CHANGED, ChangeKind.IMMEDIATE)
         if arriving:
@@ -532,16 +569,15 @@ def _rebalance(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
         # Re-planned over the consumers the plan was made for (minus those leaving or dropped), so that a
         # consumer that may still come back, or one that just arrived, keeps waiting for the holddown.
         survivors = [c for c in state.consumers if not view.leaving(c) and c not in dropped] or candidates
-        plan = _Plan.over(parts, [*survivors, *incoming], joiners, assignees)
+        plan = _Plan.over(parts, [*survivors, *incoming], joiners, assignees, cycle.planner())
     else:
         plan = _Plan(state.plan, state.consumers, frozenset(joiners))
 
-    present_plan = _Plan.over(parts, [*candidates, *joiners], joiners, plan.assignment)
-    state = _holddown(state, cycle, joiners, needed=present_plan.assignment != plan.assignment)
+    state = _holddown(state, cycle, joiners, needed=_holddown_needed(cycle, plan, [*candidates, *joiners]))
     if state.holddown_until is not None and cycle.now >= state.holddown_until:
         return cycle.publish(
             replace(state, holddown_until=None),
-            _Plan.over(parts, [*candidates, *joiners], joiners, assignees),
+            _Plan.over(parts, [*candidates, *joiners], joiners, assignees, cycle.planner()),
             assignees,
             PublishReason.HOLDDOWN_OVER,
             ChangeKind.HOLDDOWN,
@@ -572,9 +608,70 @@ def _rebalance(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
     if dropped:  # a scale-in before they were ready
         detail = f"scale-in to {view.limit} before {_names(sorted(dropped, key=consumer_sort_key))} was ready"
         return cycle.publish(state, plan, assignees, PublishReason.DRAIN, ChangeKind.PLANNED, detail)
+    if _repack_due(state, cycle):
+        return _repack(state, cycle)
     ready = sorted(set(state.planned.values()) & set(view.present), key=consumer_sort_key)
     kind = state.change or ChangeKind.PLANNED
     return cycle.publish(state, plan, assignees, PublishReason.JOINED, kind, f"{_names(ready)} ready")
+
+
+def _holddown_needed(cycle: _Cycle, plan: _Plan, members: list[str]) -> bool:
+    """Whether the consumers present (and the joiners) call for another plan than `plan`. Load-aware, only
+    what the change of consumers itself asks counts: the partitions of the absent ones, or a consumer
+    new to the plan; a change of load alone is `_repack`'s business."""
+    parts = cycle.view.partitions
+    if not cycle.load_aware:
+        present_plan = _Plan.over(parts, members, plan.joiners, plan.assignment, cycle.planner())
+        return present_plan.assignment != plan.assignment
+    present_plan = _Plan.over(parts, members, plan.joiners, plan.assignment, cycle.planner(max_moves=0))
+    return present_plan.assignment != plan.assignment or bool(set(members) - set(plan.members))
+
+
+def _repack_due(state: RebalanceState, cycle: _Cycle) -> bool:
+    """Load-aware, with load figures, and nothing else under way: every consumer of the plan present, no
+    handoff pending, no holddown, nothing planned for a consumer not ready yet; and, once a consumer's
+    capacity is measured, a consumer busier than `BUSY_SHARE` of it (a move is a short pause for its
+    partition: not worth it while every consumer has room)."""
+    view = cycle.view
+    load, capacity = view.observation.load, view.observation.capacity
+    if load is not None and capacity is not None:
+        loads = consumer_loads(state.assignment, load)
+        if max(loads.values(), default=0.0) <= BUSY_SHARE * capacity:
+            return False
+    return (
+        cycle.load_aware
+        and load is not None
+        and state.generation > 0
+        and state.phase is Phase.READY
+        and state.holddown_until is None
+        and not state.planned
+        and set(state.consumers) <= set(view.candidates)
+    )
+
+
+def _repack(state: RebalanceState, cycle: _Cycle) -> RebalanceState:
+    """Publish the packing of the current assignment when a consumer carries more than the tolerance over
+    the mean load: at most `loadAware.maxMoves` moves, each a graceful handoff (every owner is present)."""
+    assignees = dict(state.assignment)
+    parts = cycle.view.partitions
+    planner = cycle.planner(cycle.config.load_aware.max_moves)
+    plan = _Plan.over(parts, state.consumers, (), assignees, planner)
+    if dict(plan.assignment) == assignees:
+        return state
+    load = cycle.view.observation.load or {}
+    weights = partition_weights(parts, load)
+    loads = consumer_loads(assignees, weights)
+    mean = Limits.of(weights, len(state.consumers), cycle.packing()).mean
+    busiest = max(sorted(loads, key=consumer_sort_key), key=lambda c: loads[c])
+    moved = ", ".join(
+        f"{m.partition} ({load.get(m.partition, 0.0):.0f}/s) {m.previous} -> {m.assignee}"
+        for m in plan_moves(assignees, plan.assignment)
+    )
+    detail = (
+        f"load: {busiest} carries {loads[busiest]:.0f} events/s, {loads[busiest] / mean:.2f}x the mean "
+        f"{mean:.0f}; moving {moved}"
+    )
+    return cycle.publish(state, plan, assignees, PublishReason.LOAD, ChangeKind.PLANNED, detail)
 
 
 def _expected_joiners(state: RebalanceState, cycle: _Cycle) -> list[str]:

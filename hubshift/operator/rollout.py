@@ -212,9 +212,6 @@ class _Pods:
     def ready(self, name: str) -> bool:
         return any(p.name == name and p.ready for p in self.live)
 
-    def surge_pod_present(self) -> bool:
-        return self.ready(self.surge_name)
-
     def stopping(self) -> frozenset[str]:
         """The pods being deleted; none when no consumer would be left to hand their partitions to (the
         whole pool is going: the resource deleted, the namespace gone)."""

@@ -19,6 +19,7 @@ from hubshift.operator.autoscaler import Pause, ScalingDecision
 from hubshift.operator.rebalance import RebalanceState
 from hubshift.operator.rollout import RolloutDecision
 from hubshift.operator.runtime import ConsumerInstance
+from hubshift.operator.sizing import LagSizing
 from hubshift.ownership.model import ChangeKind, Phase
 from hubshift.ownership.planner import consumer_sort_key
 from hubshift.spec import Model
@@ -52,12 +53,15 @@ ACTIVE = "Active"
 FALLBACK = "Fallback"
 PAUSED = "Paused"
 REBALANCING = "Rebalancing"
+PARTITION_OVER_CAPACITY = "PartitionOverCapacity"
 
 
 class Condition(Model):
     """A Kubernetes-style condition (`kubectl wait --for=condition=Ready pcon/NAME`)."""
 
-    type: str = Field(min_length=1, description="Ready, Active, Fallback, Paused or Rebalancing.")
+    type: str = Field(
+        min_length=1, description="Ready, Active, Fallback, Paused, Rebalancing or PartitionOverCapacity."
+    )
     status: Literal["True", "False", "Unknown"]
     reason: str = Field(default="", description="One CamelCase word.")
     message: str = Field(default="", description="What a person needs to know.")
@@ -70,6 +74,29 @@ class AssignedPartitions(Model):
 
     consumer: str = Field(min_length=1, description="Consumer identity (pod name).")
     partitions: list[str] = Field(default_factory=list, description="Event Hubs partition ids.")
+    events_per_second: float | None = Field(
+        default=None, ge=0, description="The incoming rate of these partitions together (when measured)."
+    )
+
+
+class PartitionRate(Model):
+    """One partition's incoming rate (events per second, with backlog: what must be read per second)."""
+
+    partition: str
+    events_per_second: float = Field(ge=0)
+
+
+class LagTargetStatus(Model):
+    """What the lag target (`spec.scaling.target.lagSeconds`) sized the pool for, and which partitions."""
+
+    replicas: int = Field(ge=0, description="The replica count it asked for.")
+    demand_events_per_second: float = Field(
+        ge=0, description="Incoming events per second plus each partition's backlog over the target."
+    )
+    busiest: list[PartitionRate] = Field(
+        default_factory=list,
+        description="The partitions of the busiest consumer at that count: the load that drove it.",
+    )
 
 
 class PendingHandoff(Model):
@@ -138,6 +165,15 @@ class PartitionedConsumerStatus(Model):
     )
     lagging_partition: str | None = Field(
         default=None, description="The partition whose oldest unprocessed event is oldest (lagSeconds)."
+    )
+    incoming_events_per_second: float | None = Field(
+        default=None, ge=0, description="Events enqueued per second over all partitions (when measured)."
+    )
+    consumer_capacity_events_per_second: float | None = Field(
+        default=None, ge=0, description="Events one consumer processes per second of work (when measured)."
+    )
+    lag_target: LagTargetStatus | None = Field(
+        default=None, description="What the lag target sized the pool for (set with lagSeconds)."
     )
     assignment_generation: int | None = Field(
         default=None, ge=0, description="Generation of the published assignment record."
@@ -217,13 +253,55 @@ def failed_cycle_status(
     return base.model_copy(update={"conditions": [ready, *others], "message": message})
 
 
-def assignment_by_consumer(assignment: Mapping[str, str | None]) -> list[AssignedPartitions]:
-    """One entry per consumer named in `assignment` (partition -> consumer), in natural order."""
+def assignment_by_consumer(
+    assignment: Mapping[str, str | None], load: Mapping[str, float] | None = None
+) -> list[AssignedPartitions]:
+    """One entry per consumer named in `assignment` (partition -> consumer), in natural order, with the
+    rate of its partitions when `load` (partition -> events per second) is known."""
     consumers = sorted({c for c in assignment.values() if c is not None}, key=consumer_sort_key)
-    return [
-        AssignedPartitions(consumer=c, partitions=[p for p, owner in assignment.items() if owner == c])
-        for c in consumers
-    ]
+    entries = []
+    for consumer in consumers:
+        partitions = [p for p, owner in assignment.items() if owner == consumer]
+        rate = None if load is None else round(sum(load.get(p, 0.0) for p in partitions), 1)
+        entries.append(AssignedPartitions(consumer=consumer, partitions=partitions, events_per_second=rate))
+    return entries
+
+
+def over_capacity(load: Mapping[str, float] | None, capacity: float | None) -> list[str]:
+    """Partitions whose incoming rate alone is more than one consumer processes (no assignment helps)."""
+    if load is None or not capacity:
+        return []
+    return sorted((p for p, rate in load.items() if rate > capacity), key=lambda p: (-load[p], p))
+
+
+def _capacity_condition(load: Mapping[str, float], capacity: float) -> Condition:
+    over = over_capacity(load, capacity)
+    if not over:
+        return Condition(
+            type=PARTITION_OVER_CAPACITY,
+            status="False",
+            reason="WithinCapacity",
+            message=f"every partition receives less than one consumer processes ({capacity:.0f}/s)",
+        )
+    rates = ", ".join(f"{p} ({load[p]:.0f}/s)" for p in over)
+    return Condition(
+        type=PARTITION_OVER_CAPACITY,
+        status="True",
+        reason="PartitionOverCapacity",
+        message=f"partitions {rates} each receive more than one consumer processes ({capacity:.0f}/s): no "
+        "assignment can keep up with them; add partitions (and spread the keys) or give each consumer "
+        "more resources",
+    )
+
+
+def _lag_target(sizing: LagSizing | None) -> LagTargetStatus | None:
+    if sizing is None:
+        return None
+    return LagTargetStatus(
+        replicas=sizing.replicas,
+        demand_events_per_second=round(sizing.demand, 1),
+        busiest=[PartitionRate(partition=p, events_per_second=round(d, 1)) for p, d in sizing.busiest],
+    )
 
 
 def pending(state: RebalanceState, owners: Mapping[str, str | None]) -> list[PendingHandoff]:
@@ -251,9 +329,14 @@ def build_status(
     last_scale_time: float | None,
     probe_error: str | None,
     worst_lag: tuple[str, float] | None = None,
+    more_conditions: Sequence[Condition] = (),
     rollout: RolloutStatus | None = None,
+    load: Mapping[str, float] | None = None,
+    capacity: float | None = None,
 ) -> PartitionedConsumerStatus:
-    """The status subresource for this cycle (pure)."""
+    """The status subresource for this cycle (pure); `more_conditions`: the runtime's about the spec;
+    `load`: each partition's incoming events per second; `capacity`: events one consumer processes per
+    second (both when measured)."""
     moment = _datetime(now).replace(microsecond=0)
     handoffs = pending(state, owners)
     change = state.running
@@ -276,6 +359,9 @@ def build_status(
     ]
     if decision is not None:
         conditions += _scaling_conditions(decision, pause, probe_error)
+    conditions += more_conditions
+    if load is not None and capacity:
+        conditions.append(_capacity_condition(load, capacity))
     stamped = [
         carry_transition_time(list(previous_conditions), c, moment, observed_generation) for c in conditions
     ]
@@ -292,8 +378,11 @@ def build_status(
         total_backlog=total_backlog,
         lag_seconds=None if worst_lag is None else round(worst_lag[1], 3),
         lagging_partition=None if worst_lag is None else worst_lag[0],
+        incoming_events_per_second=None if load is None else round(sum(load.values()), 1),
+        consumer_capacity_events_per_second=None if capacity is None else round(capacity, 1),
+        lag_target=_lag_target(None if decision is None else decision.sizing),
         assignment_generation=state.generation,
-        assignment=assignment_by_consumer(state.assignment),
+        assignment=assignment_by_consumer(state.assignment, load),
         holddown_until=None if state.holddown_until is None else _datetime(state.holddown_until),
         change=change,
         planned=waiting,

@@ -43,6 +43,13 @@ def checkpoint_metadata(
     return metadata
 
 
+def moved_metadata(metadata: Mapping[str, str], checkpoint: Checkpoint) -> dict[str, str]:
+    """A checkpoint blob's metadata with its position moved by hand (a reset): the owner and owner level
+    stay (the next claim still goes one level up), what belonged to the old position goes."""
+    kept = {key: value for key, value in metadata.items() if key not in (START, NEXT_ENQUEUED)}
+    return {**kept, **checkpoint_metadata(checkpoint)}
+
+
 def parse_checkpoint(metadata: Mapping[str, str]) -> Checkpoint | None:
     """The position in a checkpoint blob's metadata; None when it carries none (or garbage)."""
     offset, sequence = metadata.get(OFFSET), metadata.get(SEQUENCE_NUMBER)

@@ -100,7 +100,9 @@ class DeltaSink:
                 log.warning("%s: another commit changed these partitions; trying again", self.describe())
         raise AssertionError("unreachable")
 
-    def _commit(self, events: DataFrame, transform: Transform, batch: WriterBatch) -> list[WrittenFile]:
+    def _commit(
+        self, events: DataFrame, transform: Transform, batch: WriterBatch, *, again: bool = False
+    ) -> list[WrittenFile]:
         table = _Table(events.sparkSession, self.path)
         transaction = table.start()
         written = {p: int(transaction.txnVersion(self.app_id(p))) for p in batch.ranges}
@@ -111,12 +113,13 @@ class DeltaSink:
         frame = single_output(result, self.name)
         files = write_dead_letters(result, self.dead_letters)
         if frame is not None and table.needs_schema(transaction, frame, self.block):
+            if again:
+                raise UserError(f"Delta table {self.path}: its schema did not take the rows' columns")
             # Create the table (partitioned as the block says), or add the rows' new columns: a commit of
-            # its own, after which the batch's transaction starts again on the new schema.
+            # its own; then the whole batch again on the new schema, its high-water marks read afresh (a
+            # commit made meanwhile would not conflict with a transaction that starts after it).
             configured_writer(frame.limit(0), "delta", self.block).save(self.path)
-            transaction = table.start()
-            written = {p: int(transaction.txnVersion(self.app_id(p))) for p in batch.ranges}
-            todo = to_write(batch.ranges, written)
+            return self._commit(events, transform, batch, again=True)
         actions = table.write_files(transaction, frame) if frame is not None else table.empty_actions()
         rows = table.rows(actions)
         for partition, last in todo.items():

@@ -98,6 +98,14 @@ def checked(function: Callable[..., Any], reference: str) -> Callable[..., Any]:
         raise UserError(
             f"foreachBatch {reference}: the function must take two arguments (DataFrame, batch)"
         ) from None
+    # Called as foreachBatch calls it, these return at once without writing: the batch would be checkpointed
+    # as written and its events lost.
+    lazy = (inspect.iscoroutinefunction, inspect.isgeneratorfunction, inspect.isasyncgenfunction)
+    if any(test(f) for test in lazy for f in (function, type(function).__call__)):
+        raise UserError(
+            f"foreachBatch {reference}: the function must write when called, as a plain function; an async "
+            "function or a generator would return before writing anything"
+        )
     return function
 
 

@@ -12,8 +12,9 @@ classpath (`tools/spark-jars`); another database's driver comes with a derived i
 
 from __future__ import annotations
 
+import hashlib
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field, model_validator
 
@@ -21,7 +22,7 @@ from hubshift.errors import UserError, one_line
 from hubshift.sinks.base import Location, SinkKind, Transform, WriterBatch, WriterContext
 from hubshift.sinks.commits import WrittenFile
 from hubshift.sinks.spark_writer import dead_letter_folder, single_output, write_dead_letters
-from hubshift.spec import NamedConnection, SecretConnectionSpec, cel
+from hubshift.spec import MAX_SETTINGS, NamedConnection, SecretConnectionSpec, cel
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -46,15 +47,17 @@ class JdbcSinkSpec(SecretConnectionSpec):
     DEFAULT_VARIABLE = DEFAULT_JDBC_ENV
 
     table: str = Field(pattern=SQL_TABLE, description="The table (schema.table), created when missing.")
-    key_columns: list[str] = Field(
+    key_columns: list[Annotated[str, Field(pattern=SQL_NAME)]] = Field(
         default_factory=lambda: ["partition", "sequence_number"],
         min_length=1,
         max_length=8,
         description="The columns a row is upserted by (its primary key): by default the event's coordinates, "
         "which the transform keeps.",
     )
-    options: dict[str, str] = Field(
-        default_factory=dict, description="Spark's JDBC options (batchsize, driver...); no secrets here."
+    options: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=dict,
+        max_length=MAX_SETTINGS,
+        description="Spark's JDBC options (batchsize, driver...); no secrets here.",
     )
 
     CEL = (
@@ -70,8 +73,6 @@ class JdbcSinkSpec(SecretConnectionSpec):
     def _no_secret_options(self) -> JdbcSinkSpec:
         if any(key.lower() in REFUSED_OPTIONS for key in self.options):
             raise ValueError(NO_SECRET_OPTIONS)
-        if any(re.match(SQL_NAME, column) is None for column in self.key_columns):
-            raise ValueError("keyColumns: column names are letters, digits and _")
         return self
 
 
@@ -99,7 +100,7 @@ class JdbcSink:
         except UserError:
             raise
         except Exception as error:
-            raise UserError(f"sink jdbc: cannot connect: {self._clean(one_line(error))}") from None
+            raise UserError(f"sink jdbc: cannot connect: {self._clean(error)}") from None
 
     def describe(self) -> str:
         return f"table {self.block.table} (JDBC)"
@@ -108,8 +109,12 @@ class JdbcSink:
         return {}
 
     def staging_table(self, consumer_id: str) -> str:
+        """This consumer's own staging table: readable, and ending in a digest of its id, because two ids
+        may differ only in a '-' against a '.' or past the 63 characters PostgreSQL keeps of a name."""
         schema, _, table = self.block.table.rpartition(".")
-        name = f"{table}_hubshift_{re.sub(r'[^A-Za-z0-9_]', '_', consumer_id)}".lower()[:63]
+        digest = hashlib.sha256(consumer_id.encode()).hexdigest()[:12]
+        readable = re.sub(r"[^a-z0-9_]", "_", f"{table}_hubshift_{consumer_id}".lower())[: 62 - len(digest)]
+        name = f"{readable}_{digest}"
         return f"{schema}.{name}" if schema else name
 
     def write_batch(self, events: DataFrame, transform: Transform, batch: WriterBatch) -> list[WrittenFile]:
@@ -134,7 +139,8 @@ class JdbcSink:
         except UserError:
             raise
         except Exception as error:
-            raise UserError(f"sink jdbc: {self.describe()}: {self._clean(one_line(error))}") from error
+            # not chained: Spark logs a failed batch's traceback, and the cause's text holds the URL
+            raise UserError(f"sink jdbc: {self.describe()}: {self._clean(error)}") from None
         return [WrittenFile("output", self.name, self.block.table, rows), *files]
 
     def _merge(self, jvm: Any, staging: str, columns: list[str]) -> int:
@@ -178,9 +184,21 @@ class JdbcSink:
                 found.close()
         return False
 
-    def _clean(self, text: str) -> str:
-        """An error never carries the URL (it holds the password)."""
-        return text.replace(self.url, "<the JDBC URL>") if self.url else text
+    def _clean(self, error: BaseException) -> str:
+        """An error as one line without the URL, or the password it holds (a driver may repeat it alone)."""
+        hidden = {self.url: "<the JDBC URL>", **{p: "<the password>" for p in passwords_in(self.url)}}
+        return one_line(error, hide=hidden)
+
+
+# A password in a JDBC URL: a `password=` (or `pwd=`) parameter, `//user:password@host` or Oracle's
+# `user/password@host`.
+_PASSWORD = re.compile(r"(?i)(?:[?&;:]|^)(?:password|pwd)=([^&;]+)|//[^/@:]+:([^/@]+)@|:[^:/@]+/([^@/]+)@")
+
+
+def passwords_in(url: str) -> list[str]:
+    """The passwords a JDBC URL holds, longest first (so none is hidden only in part)."""
+    found = {value for match in _PASSWORD.finditer(url) for value in match.groups() if value}
+    return sorted(found, key=len, reverse=True)
 
 
 def merge_statement(table: str, staging: str, columns: list[str], keys: list[str]) -> str:

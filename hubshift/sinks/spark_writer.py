@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field, model_validator
 
@@ -27,6 +27,7 @@ from hubshift.sinks.base import DEAD_LETTER_REASON, Location, PipelineResult, de
 from hubshift.sinks.commits import PartitionRange, WrittenFile
 from hubshift.spec import (
     DEFAULT_SINK_STORAGE_ENV,
+    MAX_SETTINGS,
     ConnectionSpec,
     NamedConnection,
     Resolved,
@@ -37,15 +38,19 @@ from hubshift.spec import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 
-# abfs[s]://CONTAINER@ACCOUNT.dfs.core.windows.net[/path]: the account is the host's first label.
+# abfs[s]://CONTAINER@ACCOUNT.dfs.core.windows.net[/path]: the account is the host's first label (one '@').
 ABFS_PATH = re.compile(
-    r"^abfss?://(?P<container>[^@/\s]+)@(?P<host>(?P<account>[^./\s]+)\.[^/\s]+)(?P<path>/\S*)?$"
+    r"^abfss?://(?P<container>[^@/\s]+)@(?P<host>(?P<account>[^./@\s]+)\.[^/@\s]+)(?P<path>/\S*)?$"
 )
+AZURE_PATH = "path: an Azure path is abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/folder"
 LAKE_ONLY = "connectionStringSecretRef, connectionStringEnv and credential go with an abfss:// path"
 PATH_NEEDED = "a credential needs path, an abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/... path"
 # Spark options a block may not set itself: hubshift sets them (the mode, the path), or they would let two
 # writers take each other's progress for their own (Delta's idempotent write options).
 RESERVED_OPTIONS = frozenset({"path", "mode", "txnappid", "txnversion", "checkpointlocation"})
+# A path's length is bounded: the API server prices a rule matching it by the longest it can be.
+MAX_PATH = 1024
+RESERVED = "options: path, mode, txnAppId, txnVersion and checkpointLocation are hubshift's to set"
 
 
 class SparkPathSpec(ConnectionSpec):
@@ -59,6 +64,7 @@ class SparkPathSpec(ConnectionSpec):
 
     path: str = Field(
         min_length=1,
+        max_length=MAX_PATH,
         description="A folder (/data/orders, on a volume the pods mount) or an Azure path "
         "(abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/orders).",
     )
@@ -67,8 +73,10 @@ class SparkPathSpec(ConnectionSpec):
         max_length=16,
         description="Columns the rows are partitioned by (Spark's partitionBy).",
     )
-    options: dict[str, str] = Field(
-        default_factory=dict, description='Spark\'s writer options for the format (e.g. mergeSchema: "true").'
+    options: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=dict,
+        max_length=MAX_SETTINGS,
+        description='Spark\'s writer options for the format (e.g. mergeSchema: "true").',
     )
 
     CEL = (
@@ -77,6 +85,19 @@ class SparkPathSpec(ConnectionSpec):
             "&& !has(self.connectionStringSecretRef) && !has(self.connectionStringEnv))",
             LAKE_ONLY,
             ".path",
+        ),
+        cel(
+            "!(self.path.startsWith('abfs://') || self.path.startsWith('abfss://')) || "
+            f"self.path.matches(r'{ABFS_PATH.pattern}')",
+            AZURE_PATH,
+            ".path",
+        ),
+        cel(
+            "!has(self.options) || self.options.all(k, !(k.lowerAscii() in ["
+            + ", ".join(f"'{key}'" for key in sorted(RESERVED_OPTIONS))
+            + "]))",
+            RESERVED,
+            ".options",
         ),
     )
 
@@ -89,10 +110,9 @@ class SparkPathSpec(ConnectionSpec):
         ):
             raise ValueError(LAKE_ONLY)
         if is_azure(self.path) and ABFS_PATH.match(self.path) is None:
-            raise ValueError("path: an Azure path is abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/folder")
-        reserved = sorted(key for key in self.options if key.lower() in RESERVED_OPTIONS)
-        if reserved:
-            raise ValueError(f"options: hubshift sets {', '.join(reserved)} itself")
+            raise ValueError(AZURE_PATH)
+        if any(key.lower() in RESERVED_OPTIONS for key in self.options):
+            raise ValueError(RESERVED)
         return self
 
 
@@ -130,7 +150,7 @@ def hadoop_settings(path: str, resolved: Resolved, environ: Mapping[str, str]) -
             )
         return settings
     assert resolved.identity is not None
-    return _token_settings(host, resolved.identity, environ)
+    return _token_settings(path, host, resolved.identity, environ)
 
 
 def _key_settings(host: str, connection_string: str, variable: str) -> dict[str, str]:
@@ -162,11 +182,24 @@ def _key_settings(host: str, connection_string: str, variable: str) -> dict[str,
     return settings
 
 
-def _token_settings(host: str, identity: TokenCredentialSpec, environ: Mapping[str, str]) -> dict[str, str]:
+def _token_settings(
+    path: str, host: str, identity: TokenCredentialSpec, environ: Mapping[str, str]
+) -> dict[str, str]:
     workload = identity.type == "workloadIdentity" or (
         identity.type == "default" and bool(environ.get("AZURE_FEDERATED_TOKEN_FILE"))
     )
     client_id = identity.client_id or environ.get("AZURE_CLIENT_ID", "")
+    if workload:
+        # hadoop-azure would take them empty and fail only when writing, in words of its own
+        missing = [
+            name for name in ("AZURE_TENANT_ID", "AZURE_FEDERATED_TOKEN_FILE") if not environ.get(name)
+        ]
+        missing += [] if client_id else ["a client id (credential.clientId or AZURE_CLIENT_ID)"]
+        if missing:
+            raise UserError(
+                f"{path}: workload identity needs {', '.join(missing)} (on AKS: the pod label "
+                "azure.workload.identity/use=true and a ServiceAccount federated with the identity)"
+            )
     settings = {
         f"fs.azure.account.auth.type.{host}": "OAuth",
         f"fs.azure.account.oauth.provider.type.{host}": _WORKLOAD if workload else _MANAGED,
@@ -197,8 +230,20 @@ def check_writable(spark: SparkSession, path: str, sink: str) -> None:
         fs.create(probe, True).close()
         fs.delete(probe, False)
     except Exception as error:
-        reason = " ".join(str(error).split()).split(" at ", 1)[0][:300]
-        raise UserError(f"sink {sink}: cannot write {path}: {reason}") from None
+        raise UserError(f"sink {sink}: cannot write {path}: {java_reason(error)}") from None
+
+
+# py4j's preamble, and a Java exception's package: `...calling o82.create. : java.io.IOException: ...`
+_PY4J_CALL = re.compile(r"^An error occurred while calling [\w.$]+\. : ")
+_JAVA_CLASS = re.compile(r"^(?:[a-z_][\w$]*\.)+(?=[A-Z][\w$]*(?:Exception|Error)\b)")
+
+
+def java_reason(error: BaseException, limit: int = 300) -> str:
+    """A failure from the JVM as a person reads it: the exception's simple name and message, without py4j's
+    preamble or the stack trace."""
+    text = " ".join(str(error).split()).split(" at ", 1)[0]
+    text = _JAVA_CLASS.sub("", _PY4J_CALL.sub("", text))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def not_yet_written(events: DataFrame, written: Mapping[str, int]) -> DataFrame:

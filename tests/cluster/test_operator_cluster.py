@@ -14,10 +14,24 @@ from typing import Any
 import pytest
 import yaml
 
-from hubshift.manifest import PartitionedConsumerSpec
+from hubshift import podtemplate as pod
+from hubshift.manifest import FRAMES_ONLY, UI_PORT_TAKEN, PartitionedConsumerSpec
 from hubshift.operator.kubernetes import crd
-from hubshift.operator.kubernetes.render import consumer_from_body
-from hubshift.spec import BOTH_CREDENTIALS, CREDENTIAL_NEEDS_ACCOUNT_URL, CREDENTIAL_NEEDS_NAMESPACE
+from hubshift.operator.kubernetes.render import (
+    CHILDREN_APPLIED,
+    DEFAULT_IMAGE,
+    OUTPUT_DURABLE,
+    consumer_from_body,
+)
+from hubshift.sinks.jdbc import NO_SECRET_OPTIONS
+from hubshift.sinks.spark_writer import AZURE_PATH, LAKE_ONLY, RESERVED
+from hubshift.spec import (
+    BOTH_CREDENTIALS,
+    CREDENTIAL_NEEDS_ACCOUNT_URL,
+    CREDENTIAL_NEEDS_NAMESPACE,
+    PROXY_NEEDS_WEBSOCKETS,
+    SparkSpec,
+)
 from tests.fixtures.cluster import eventually
 from tests.fixtures.operator import CRS, example_manifest
 from tests.harness.control_plane import ApiError
@@ -55,6 +69,19 @@ def _route(**changes: Any) -> dict[str, Any]:
 
 
 ROUTE: dict[str, Any] = {"targets": [{"name": "a", "hub": "x"}], "rules": [{"to": ["a"]}]}
+
+
+def _job(sink: dict[str, Any], pipeline: dict[str, Any] | None = None) -> Any:
+    """A Spark job: the events pipeline (or `pipeline`) into `sink` (its type and block)."""
+
+    def mutate(document: dict[str, Any]) -> None:
+        document["spec"]["consumer"]["pipeline"] = pipeline or {"type": "events"}
+        document["spec"]["consumer"]["sink"] = sink
+
+    return mutate
+
+
+LAKE = "abfss://tables@lake.dfs.core.windows.net/homes"
 
 
 def _token_instead(block: str, *, drop: tuple[str, ...] = ("connectionStringSecretRef",)) -> Any:
@@ -119,6 +146,16 @@ BAD_RESOURCES: list[tuple[str, Any, list[str]]] = [
         "storage-class-without-size",
         _set("consumer.sink", {"type": "folder", "folder": {"volume": {"storageClassName": "fast"}}}),
         ["spec.consumer.sink.folder.volume.storageClassName", "storageClassName goes with size"],
+    ),
+    (
+        "proxy-over-plain-amqp",
+        lambda d: d["spec"]["eventHubs"].update(transport="amqp", proxy={"url": "http://proxy.corp:3128"}),
+        ["spec.eventHubs.transport", PROXY_NEEDS_WEBSOCKETS],
+    ),
+    (
+        "proxy-with-credentials-in-its-url",
+        _set("eventHubs.proxy", {"url": "http://user:secret@proxy.corp:3128"}),
+        ["spec.eventHubs.proxy.url"],
     ),
     ("unknown-field", _set("scaling.maxReplcas", 3), ['unknown field "spec.scaling.maxReplcas"']),
     ("idle-replicas-not-zero", _set("scaling.idleReplicas", 1), ["spec.scaling.idleReplicas"]),
@@ -240,6 +277,181 @@ BAD_RESOURCES: list[tuple[str, Any, list[str]]] = [
             ),
         ),
         ["spec.consumer.pipeline.editor[0].enrich", "set exactly one of table or path"],
+    ),
+    (
+        "spark-sink-after-aggregate",
+        _job({"type": "delta", "delta": {"path": "/data/homes"}}, {"type": "aggregate"}),
+        ["spec.consumer.pipeline", FRAMES_ONLY],
+    ),
+    *[
+        (
+            f"{kind}-missing",
+            _job({"type": kind}),
+            [f"spec.consumer.sink.{kind}", f"{kind} ({what}) is required when type is {kind}"],
+        )
+        for kind, what in [
+            ("delta", "the table's path"),
+            ("parquet", "the folder's path"),
+            ("json", "the folder's path"),
+            ("jdbc", "the table"),
+            ("foreachBatch", "the function"),
+        ]
+    ],
+    (
+        "lake-credential-on-a-folder",
+        _job({"type": "delta", "delta": {"path": "/data/homes", "credential": {"type": "workloadIdentity"}}}),
+        ["spec.consumer.sink.delta.path", LAKE_ONLY],
+    ),
+    (
+        "lake-connection-string-on-a-folder",
+        _job({"type": "parquet", "parquet": {"path": "/data/homes", "connectionStringEnv": "LAKE"}}),
+        ["spec.consumer.sink.parquet.path", LAKE_ONLY],
+    ),
+    (
+        "lake-credential-without-path",
+        _job({"type": "json", "json": {"credential": {"type": "workloadIdentity"}}}),
+        ["spec.consumer.sink.json.path", "Required value"],
+    ),
+    (
+        "jdbc-password-in-options",
+        _job({"type": "jdbc", "jdbc": {"table": "homes", "options": {"Password": "hunter2"}}}),
+        ["spec.consumer.sink.jdbc.options", NO_SECRET_OPTIONS],
+    ),
+    (
+        "lake-path-without-account",
+        _job({"type": "delta", "delta": {"path": "abfss://homes-without-an-account"}}),
+        ["spec.consumer.sink.delta.path", AZURE_PATH],
+    ),
+    (
+        "lake-path-with-two-accounts",
+        _job({"type": "parquet", "parquet": {"path": LAKE.replace("@", "@other@")}}),
+        ["spec.consumer.sink.parquet.path", AZURE_PATH],
+    ),
+    (
+        "spark-sink-sets-hubshifts-options",
+        _job({"type": "delta", "delta": {"path": LAKE, "options": {"txnVersion": "7"}}}),
+        ["spec.consumer.sink.delta.options", RESERVED],
+    ),
+    (
+        "jdbc-key-column-not-a-name",
+        _job({"type": "jdbc", "jdbc": {"table": "homes", "keyColumns": ["id; drop table homes"]}}),
+        ["spec.consumer.sink.jdbc.keyColumns[0]"],
+    ),
+    (
+        "spark-ui-on-the-metrics-port",
+        lambda d: d["spec"]["consumer"].update(metricsPort=4040, spark={"ui": {"enabled": True}}),
+        ["spec.consumer.spark.ui.port", UI_PORT_TAKEN],
+    ),
+    (
+        "code-configmap-and-path",
+        _set("consumer.code", {"configMap": "homes-job", "path": "/home/me/job"}),
+        ["spec.consumer.code", "set configMap or path, not both"],
+    ),
+    (
+        "spark-conf-owned-setting",
+        _set("consumer.spark.conf", {"spark.master": "local[4]"}),
+        ["spec.consumer.spark.conf", SparkSpec.cel_rules()[0]["message"]],
+    ),
+    (
+        "spark-conf-not-spark",
+        _set("consumer.spark.conf", {"hadoop.fs.defaultFS": "file:///"}),
+        ["spec.consumer.spark.conf"],
+    ),
+    (
+        "pod-label-of-hubshift",
+        _set("consumer.podTemplate", {"metadata": {"labels": {"hubshift.dev/consumer": "other"}}}),
+        ["spec.consumer.podTemplate.metadata.labels", pod.OWN_LABEL_MESSAGE],
+    ),
+    (
+        "pod-label-value-malformed",
+        _set("consumer.podTemplate", {"metadata": {"labels": {"team": "a b"}}}),
+        ["spec.consumer.podTemplate.metadata.labels.team"],
+    ),
+    (
+        "pod-annotation-of-hubshift",
+        _set("consumer.podTemplate", {"metadata": {"annotations": {"hubshift.dev/manifest-sha256": "x"}}}),
+        ["spec.consumer.podTemplate.metadata.annotations", pod.OWN_ANNOTATION_MESSAGE],
+    ),
+    (
+        "env-of-hubshift",
+        _set("consumer.podTemplate", {"env": [{"name": "HOME", "value": "/root"}]}),
+        ["spec.consumer.podTemplate.env[0].name", pod.OWN_ENV_MESSAGE],
+    ),
+    (
+        "volume-of-hubshift",
+        _set("consumer.podTemplate", {"volumes": [{"name": "manifest", "emptyDir": {}}]}),
+        ["spec.consumer.podTemplate.volumes[0].name", pod.OWN_VOLUME_MESSAGE],
+    ),
+    (
+        "volume-host-path",
+        _set("consumer.podTemplate", {"volumes": [{"name": "host", "hostPath": {"path": "/"}}]}),
+        ['unknown field "spec.consumer.podTemplate.volumes[0].hostPath"'],
+    ),
+    (
+        "volume-without-source",
+        _set("consumer.podTemplate", {"volumes": [{"name": "nothing"}]}),
+        ["spec.consumer.podTemplate.volumes[0]", pod.ONE_SOURCE_MESSAGE],
+    ),
+    (
+        "mount-over-the-manifest",
+        _set("consumer.podTemplate", {"volumeMounts": [{"name": "x", "mountPath": "/etc"}]}),
+        ["spec.consumer.podTemplate.volumeMounts[0].mountPath", pod.OWN_MOUNT_MESSAGE],
+    ),
+    (
+        "mount-path-relative",
+        _set("consumer.podTemplate", {"volumeMounts": [{"name": "x", "mountPath": "config/../etc"}]}),
+        ["spec.consumer.podTemplate.volumeMounts[0].mountPath"],
+    ),
+    (
+        "sidecar-named-consumer",
+        _set("consumer.podTemplate", {"sidecars": [{"name": "consumer", "image": "busybox"}]}),
+        ["spec.consumer.podTemplate.sidecars[0].name", pod.OWN_CONTAINER_MESSAGE],
+    ),
+    (
+        "sidecar-privileged",
+        _set(
+            "consumer.podTemplate",
+            {"sidecars": [{"name": "s", "image": "busybox", "securityContext": {"privileged": True}}]},
+        ),
+        ['unknown field "spec.consumer.podTemplate.sidecars[0].securityContext.privileged"'],
+    ),
+    (
+        "init-container-as-root",
+        _set(
+            "consumer.podTemplate",
+            {"initContainers": [{"name": "i", "image": "busybox", "securityContext": {"runAsUser": 0}}]},
+        ),
+        ["spec.consumer.podTemplate.initContainers[0].securityContext.runAsUser"],
+    ),
+    (
+        "sidecar-port-named-metrics",
+        _set(
+            "consumer.podTemplate",
+            {
+                "sidecars": [
+                    {"name": "s", "image": "busybox", "ports": [{"name": "metrics", "containerPort": 80}]}
+                ]
+            },
+        ),
+        ["spec.consumer.podTemplate.sidecars[0].ports[0].name", pod.OWN_PORT_NAME_MESSAGE],
+    ),
+    (
+        "sidecar-on-the-metrics-port",
+        _set(
+            "consumer.podTemplate",
+            {"sidecars": [{"name": "s", "image": "busybox", "ports": [{"containerPort": 9090}]}]},
+        ),
+        ["spec.consumer.podTemplate", pod.PORT_TAKEN],
+    ),
+    (
+        "toleration-operator-unknown",
+        _set("consumer.podTemplate", {"tolerations": [{"key": "spot", "operator": "Maybe"}]}),
+        ["spec.consumer.podTemplate.tolerations[0].operator"],
+    ),
+    (
+        "max-unavailable-negative",
+        _set("consumer.podDisruptionBudget", {"maxUnavailable": -1}),
+        ["spec.consumer.podDisruptionBudget.maxUnavailable"],
     ),
     (
         "projection-postgres-missing",
@@ -434,6 +646,120 @@ def test_a_keyless_resource_gets_its_service_account_and_labelled_pods_and_no_se
     assert hubshift_operator.process.poll() is None, hubshift_operator.log()
 
 
+POD_TEMPLATE: dict[str, Any] = {
+    "metadata": {"labels": {"team": "homes"}, "annotations": {"example.com/scrape": "false"}},
+    "nodeSelector": {"type": "kwok"},
+    "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}],
+    "priorityClassName": "system-node-critical",
+    "imagePullSecrets": [{"name": "registry"}],
+    "env": [{"name": "SITES", "value": "/config/sites.json"}],
+    "envFrom": [{"secretRef": {"name": "extra", "optional": True}}],
+    "volumes": [{"name": "sites", "configMap": {"name": "sites", "optional": True}}],
+    "volumeMounts": [{"name": "sites", "mountPath": "/config", "readOnly": True}],
+    "sidecars": [{"name": "shipper", "image": "busybox:1.36", "command": ["sleep", "infinity"]}],
+    "topologySpreadConstraints": [],
+}
+
+
+def test_a_pod_template_reaches_the_pods_and_a_refused_child_is_the_status(
+    control_plane: Any, kube_namespace: str, hubshift_operator: Any
+) -> None:
+    """The operator renders `podTemplate` into the StatefulSet the API server accepts and KWOK runs (the
+    image the operator's own default, no spec.consumer.image); a folder sink on an emptyDir is a Warning
+    Event and the condition OutputDurable False; a pod template the API server refuses in the StatefulSet
+    (an affinity the CRD keeps as written) is the resource's status, with the server's words."""
+    ns = kube_namespace
+    document = example_manifest(ns)
+    document["spec"]["consumer"].update(podTemplate=POD_TEMPLATE, podDisruptionBudget={"maxUnavailable": 2})
+    create(control_plane, ns, document)
+    sts = eventually(
+        lambda: control_plane.request("GET", f"/apis/apps/v1/namespaces/{ns}/statefulsets/homes"),
+        what="the StatefulSet",
+    )
+    template = sts["spec"]["template"]
+    assert template["metadata"]["labels"]["team"] == "homes"
+    assert template["metadata"]["annotations"]["example.com/scrape"] == "false"
+    spec = template["spec"]
+    assert "topologySpreadConstraints" not in spec  # [] replaced hubshift's own spread
+    consumer, shipper = spec["containers"]
+    assert consumer["image"] == DEFAULT_IMAGE
+    assert {"name": "sites", "mountPath": "/config", "readOnly": True} in consumer["volumeMounts"]
+    assert consumer["env"][-1] == {"name": "SITES", "value": "/config/sites.json"}
+    assert shipper["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+    def pod() -> dict[str, Any] | None:
+        found = control_plane.request("GET", f"/api/v1/namespaces/{ns}/pods/homes-0")
+        return found if found.get("spec", {}).get("nodeName") else None
+
+    scheduled = eventually(pod, timeout=90, what="homes-0 scheduled on a KWOK node (nodeSelector type: kwok)")
+    assert [c["name"] for c in scheduled["spec"]["containers"]] == ["consumer", "shipper"]
+    assert scheduled["spec"]["priorityClassName"] == "system-node-critical"
+    budget = control_plane.request("GET", f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/homes")
+    assert budget["spec"]["maxUnavailable"] == 2
+
+    scratch = example_manifest(ns)
+    scratch["metadata"]["name"] = "scratch"
+    del scratch["spec"]["consumer"]["sink"]  # the folder sink, on an emptyDir
+    create(control_plane, ns, scratch)
+
+    def warned() -> list[dict[str, Any]]:
+        events = control_plane.request("GET", f"/api/v1/namespaces/{ns}/events")["items"]
+        return [
+            e
+            for e in events
+            if e["reason"] == "OutputNotDurable" and e["involvedObject"]["name"] == "scratch"
+        ]
+
+    (event,) = eventually(warned, what="the OutputNotDurable Event")[:1]
+    assert event["type"] == "Warning" and "emptyDir" in event["message"]
+
+    def output(name: str) -> dict[str, Any] | None:
+        status = control_plane.request("GET", f"{CRS.format(ns=ns)}/{name}").get("status") or {}
+        return next((c for c in status.get("conditions", []) if c["type"] == OUTPUT_DURABLE), None)
+
+    assert eventually(lambda: output("scratch"), what="OutputDurable on scratch")["status"] == "False"
+    assert eventually(lambda: output("homes"), what="OutputDurable on homes")["reason"] == "StorageService"
+
+    broken = example_manifest(ns)
+    broken["metadata"]["name"] = "broken"
+    never = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}
+    broken["spec"]["consumer"]["podTemplate"] = {"affinity": {"nodeAffinity": never}}
+    create(control_plane, ns, broken)  # the CRD keeps an affinity as written: the StatefulSet is refused
+
+    def invalid() -> dict[str, Any] | None:
+        status = control_plane.request("GET", f"{CRS.format(ns=ns)}/broken").get("status") or {}
+        return status if status.get("phase") == "Invalid" else None
+
+    status = eventually(invalid, what=f"broken Invalid\n{hubshift_operator.log()[-3000:]}")
+    assert "the API server refused the StatefulSet broken" in status["message"], status
+    assert "nodeSelectorTerms" in status["message"], status
+
+    # The same change to a running pool: it keeps its last accepted pods and its control loop, and its
+    # status says the spec was not applied, until the spec is fixed.
+    def applied(name: str) -> dict[str, Any] | None:
+        status = control_plane.request("GET", f"{CRS.format(ns=ns)}/{name}").get("status") or {}
+        return next((c for c in status.get("conditions", []) if c["type"] == CHILDREN_APPLIED), None)
+
+    def patch_affinity(value: Any) -> None:
+        change = {"spec": {"consumer": {"podTemplate": {"affinity": value}}}}
+        control_plane.request("PATCH", f"{CRS.format(ns=ns)}/homes", change)
+
+    patch_affinity({"nodeAffinity": never})
+    refused = eventually(
+        lambda: (found := applied("homes")) and found["status"] == "False" and found,
+        what=f"homes' ChildrenApplied False\n{hubshift_operator.log()[-3000:]}",
+    )
+    assert "nodeSelectorTerms" in refused["message"] and refused["reason"] == "Refused"
+    current = control_plane.request("GET", f"/apis/apps/v1/namespaces/{ns}/statefulsets/homes")
+    assert "affinity" not in current["spec"]["template"]["spec"]  # the last accepted pods
+    patch_affinity(None)
+    eventually(lambda: (found := applied("homes")) and found["status"] == "True", what="applied again")
+    assert hubshift_operator.process.poll() is None, hubshift_operator.log()
+
+
 def test_two_operators_with_peering_one_works_the_other_stands_by(
     control_plane: Any, kube_namespace: str, start_operator: Any
 ) -> None:
@@ -489,6 +815,8 @@ def test_the_chart_installs_on_the_api_server_without_warnings(
     values_file.write_text(yaml.safe_dump(values))
     chart = Path(__file__).resolve().parents[2] / "charts" / "hubshift"
     command = [str(helm), "install", release, str(chart), "-n", kube_namespace, "-f", str(values_file)]
+    # The session applied the CRD with kubectl (hubshift_crd): the chart's template adopts it.
+    command.append("--take-ownership")
     try:
         result = subprocess.run(
             [*command, "--wait", "--timeout", "90s"],
@@ -505,6 +833,11 @@ def test_the_chart_installs_on_the_api_server_without_warnings(
             "GET", f"/apis/apps/v1/namespaces/{kube_namespace}/deployments/{release}-hubshift"
         )
         assert deployment["status"].get("availableReplicas") == 1
+        definition = control_plane.request(
+            "GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/partitionedconsumers.hubshift.dev"
+        )
+        assert definition["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        assert definition["metadata"]["annotations"]["meta.helm.sh/release-name"] == release
     finally:
         subprocess.run(
             [str(helm), "uninstall", release, "-n", kube_namespace, "--wait", "--timeout", "60s"],

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from azure.eventhub import parse_connection_string
 
 from hubshift.operator.kubernetes.api import consumer_pod_labels
 from hubshift.ownership.model import OwnershipSnapshot
@@ -214,7 +215,7 @@ def test_the_operator_drives_real_consumer_processes_through_scale_out(
     control_plane.request("POST", CRS.format(ns=ns), document)
 
     store = open_store(azurite.connection_string, blob_container)
-    fqns = hub.connection_string.split(";")[0].split("://", 1)[1].rstrip("/").lower()
+    fqns = parse_connection_string(hub.connection_string).fully_qualified_namespace.lower()
     world = World(control_plane, ns, store, Scope(fqns, HUB, "$Default"), operator)
 
     def produce_and_wait_for_checkpoints(first: int) -> None:

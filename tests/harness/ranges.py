@@ -70,9 +70,9 @@ def worst_wait(lines: Iterable[Mapping[str, Any]], since: float, until: float) -
     handling time minus its first event's enqueued time (the worst partition's lag in seconds at that
     moment); None without such a batch (or a log written before it said when events were enqueued)."""
     waits = [
-        float(line["at"]) - float(line["enqueued"])
+        float(line["at"]) - float(line["firstEnqueued"])
         for line in lines
-        if line.get("enqueued") is not None and since <= float(line["at"]) < until
+        if line.get("firstEnqueued") is not None and since <= float(line["at"]) < until
     ]
     return max(waits) if waits else None
 

@@ -55,9 +55,8 @@ class ReportOnlyLoop:
             current_replicas=current,
             ready_replicas=ready,
             conditions=[
-                carry_transition_time(
-                    list(inputs.previous_conditions), condition, now, inputs.spec_generation
-                )
+                carry_transition_time(list(inputs.previous_conditions), each, now, inputs.spec_generation)
+                for each in (condition, *inputs.conditions)  # the runtime's, as the real loop reports them
             ],
         )
         await self.runtime.publish_status(status.to_body())

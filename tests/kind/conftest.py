@@ -69,8 +69,10 @@ class KindScenarioCluster(ScenarioCluster):
             server_host=ipv4[0],
         )
 
-    def kill_container(self, node: str, container_id: str) -> None:
-        _docker("exec", node, "ctr", "-n", "k8s.io", "tasks", "kill", "--signal", "SIGKILL", container_id)
+    def signal_container(self, node: str, container_id: str, signal: str) -> None:
+        _docker(
+            "exec", node, "ctr", "-n", "k8s.io", "tasks", "kill", "--all", "--signal", signal, container_id
+        )
 
     def audit_log(self) -> str:
         return _docker("exec", f"{CLUSTER}-control-plane", "cat", AUDIT_LOG, timeout=120)
@@ -79,9 +81,14 @@ class KindScenarioCluster(ScenarioCluster):
         return _docker("exec", f"{CLUSTER}-control-plane", *command, timeout=120)
 
     def tag_image(self, tag: str) -> Image:
-        source = f"docker.io/library/{IMAGE}"
-        target = f"{source.rsplit(':', 1)[0]}:{tag}"
-        self.node_exec("ctr", "-n", "k8s.io", "images", "tag", "--force", source, target)
+        target = f"{self.image.repository}:{tag}"
+        _docker("tag", self.image.reference, target)
+        loaded = subprocess.run(
+            ["kind", "load", "docker-image", target, "--name", CLUSTER],
+            capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+        if loaded.returncode != 0:
+            raise ScenarioError(f"kind load docker-image {target}: {loaded.stderr.strip()}")
         return Image(self.image.repository, tag, self.image.pull_policy)
 
 

@@ -6,6 +6,8 @@ skipped, saying why; tools/run-tests runs `tools/node build` first."""
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from tests.harness.node import NodeCluster, image_ref, node_unavailable, start_node_cluster
+from tests.harness.node import REPO_ROOT, NodeCluster, image_ref, node_unavailable, start_node_cluster
 from tests.scenarios.cluster import Image, ScenarioCluster, ScenarioError
 from tests.scenarios.deployed import summarize_figures
+from tests.scenarios.monitoring import MonitoringStack
 
 
 @pytest.fixture(scope="session")
@@ -41,6 +44,19 @@ def node_namespace(node_cluster: NodeCluster) -> Iterator[str]:
         node_cluster.delete_namespace(name)
 
 
+def monitoring_stack() -> MonitoringStack | None:
+    """The Prometheus Operator's image (imported by tools/node up) and manifests, when tools/monitoring built
+    them (tools/node build does)."""
+    built = subprocess.run(
+        [str(REPO_ROOT / "tools" / "monitoring"), "--cached"], capture_output=True, text=True, check=False
+    )
+    if built.returncode != 0:
+        return None
+    pins = (REPO_ROOT / "tools" / "kube" / "versions-monitoring").read_text()
+    (version,) = re.findall(r"^PROMETHEUS_VERSION=(\S+)$", pins, re.MULTILINE)
+    return MonitoringStack(image_ref("monitoring"), Path(built.stdout.strip()).parent, version)
+
+
 class NodeScenarioCluster(ScenarioCluster):
     """The node tier's cluster for the deployed scenarios: the image tools/image built (imported into
     containerd, so `IfNotPresent`, the chart's default, never pulls), the servers inside the node's network
@@ -57,16 +73,28 @@ class NodeScenarioCluster(ScenarioCluster):
             image=Image("hubshift", tag, "IfNotPresent"),
             server_host=node.node_ip,
             server_wrapper=("ip", "netns", "exec", node.state["netns"]),
+            monitoring=monitoring_stack(),
         )
         self.node = node
 
-    def kill_container(self, node: str, container_id: str) -> None:
+    def signal_container(self, node: str, container_id: str, signal: str) -> None:
         assert node == self.node.node_name, node
         socket = self.node.run_dir / "containerd" / "containerd.sock"
-        command = ["ctr", "--address", str(socket), "-n", "k8s.io", "tasks", "kill", "--signal", "SIGKILL"]
+        command = [
+            "ctr",
+            "--address",
+            str(socket),
+            "-n",
+            "k8s.io",
+            "tasks",
+            "kill",
+            "--all",
+            "--signal",
+            signal,
+        ]
         result = self.node.in_node(*command, container_id)
         if result.returncode != 0:
-            raise ScenarioError(f"ctr tasks kill {container_id}: {result.stderr.strip()}")
+            raise ScenarioError(f"ctr tasks kill --signal {signal} {container_id}: {result.stderr.strip()}")
 
     def audit_log(self) -> str:
         return Path(self.node.state["audit_log"]).read_text(errors="replace")
@@ -79,11 +107,23 @@ class NodeScenarioCluster(ScenarioCluster):
 
     def tag_image(self, tag: str) -> Image:
         socket = self.node.run_dir / "containerd" / "containerd.sock"
-        source = image_ref("hubshift")
+        source = image_ref("hubshift")  # docker.io/library/hubshift:<version>, as tools/node imported it
         target = f"{source.rsplit(':', 1)[0]}:{tag}"
-        self.node_exec(
-            "ctr", "--address", str(socket), "-n", "k8s.io", "images", "tag", "--force", source, target
-        )
+        command = [
+            "ctr",
+            "--address",
+            str(socket),
+            "-n",
+            "k8s.io",
+            "images",
+            "tag",
+            "--force",
+            source,
+            target,
+        ]
+        result = self.node.in_node(*command)
+        if result.returncode != 0:
+            raise ScenarioError(f"ctr images tag {source} {target}: {result.stderr.strip()}")
         return Image(self.image.repository, tag, self.image.pull_policy)
 
 

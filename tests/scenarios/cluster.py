@@ -6,6 +6,7 @@ container and read the API server's audit log.
     class MyCluster(ScenarioCluster):
         def kill_container(self, node: str, container_id: str) -> None: ...
         def audit_log(self) -> str: ...
+        def tag_image(self, tag: str) -> Image: ...
 
 Pods' logs and metrics go through the API server (`kubectl logs`, the pods' proxy), as a user reads them;
 the test never needs a route to the pod network. Only the standard library, kubectl and helm, plus the
@@ -24,12 +25,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
 from hubshift.emulator.launch import RunningEmulator, start_emulator
 from tests.harness.azurite import Azurite, start_azurite
+
+if TYPE_CHECKING:
+    from tests.scenarios.monitoring import MonitoringStack
 
 JSON = dict[str, Any]
 T = TypeVar("T")
@@ -56,6 +60,13 @@ class Image:
     def reference(self) -> str:
         return f"{self.repository}:{self.tag}"
 
+    @property
+    def registry_and_name(self) -> tuple[str, str]:
+        """(registry, repository) as a chart's global.imageRegistry and image.repository name it: a bare
+        name is Docker Hub's library (containerd's own reading of `hubshift`)."""
+        registry, _, name = self.repository.rpartition("/")
+        return registry or "docker.io/library", name
+
 
 class ScenarioCluster(ABC):
     """One cluster with the hubshift image on its node(s) and no hubshift installed yet."""
@@ -70,6 +81,7 @@ class ScenarioCluster(ABC):
         image: Image,
         server_host: str,
         server_wrapper: Sequence[str] = (),
+        monitoring: MonitoringStack | None = None,
     ) -> None:
         self.name = name  # "node" or "kind": names the figures' file
         self.kubeconfig = kubeconfig
@@ -80,13 +92,20 @@ class ScenarioCluster(ABC):
         # their connection strings name it, for the pods and for the test alike.
         self.server_host = server_host
         self.server_wrapper = tuple(server_wrapper)
+        # The Prometheus Operator's image and manifests, where the cluster has them (scenarios/monitoring.py).
+        self.monitoring = monitoring
 
     # -- the node side: what only the cluster's own machinery can do
 
     @abstractmethod
+    def signal_container(self, node: str, container_id: str, signal: str) -> None:
+        """Send `signal` (SIGKILL, SIGSTOP, SIGCONT...) to every process of the container `container_id`
+        (without `containerd://`) on `node`, from the node's side, as the kernel or the runtime would."""
+
     def kill_container(self, node: str, container_id: str) -> None:
-        """SIGKILL the container `container_id` (without `containerd://`) on `node`, as an OOM kill or a
-        crash would end it: no SIGTERM, nothing the process can do."""
+        """SIGKILL the container, as an OOM kill or a crash would end it: no SIGTERM, nothing the process
+        can do."""
+        self.signal_container(node, container_id, "SIGKILL")
 
     @abstractmethod
     def audit_log(self) -> str:
@@ -98,8 +117,8 @@ class ScenarioCluster(ABC):
 
     @abstractmethod
     def tag_image(self, tag: str) -> Image:
-        """The hubshift image under another tag on the node, as a new build would be (same content: a pod
-        template naming it is a new revision of the StatefulSet)."""
+        """The hubshift image under another tag on every node, as a registry would serve a new release
+        (no registry here): the same content, a new reference for `helm upgrade --set image.tag=...`."""
 
     def node_folder(self, name: str) -> str:
         """A folder on the node anyone may write (a hostPath volume's, for files that outlive pods); its

@@ -1,12 +1,19 @@
-"""hubshift as a user deploys it, on a cluster with real pods: `helm install charts/hubshift` with the image
-built from the Dockerfile, `kubectl create secret` and `kubectl apply` of examples/homes.yaml (only its
-connection strings, sizes and timings changed), then what a pool lives through: a backlog, an idle spell, a
-pod deleted mid-batch, a container killed, an operator upgrade, the end.
+"""hubshift as a user deploys it, on a cluster with real pods: `helm install` of charts/hubshift as the
+subchart of an umbrella chart (`global` values, as GitOps repositories hold it) with the image built from
+the Dockerfile, `kubectl create secret` and `kubectl apply` of examples/homes.yaml (only its connection
+strings, sizes and timings changed), then what a pool lives through: examples/route.yaml beside it with a
+pod template (a dedicated node, a ConfigMap-mounted lookup file, a variable from a Secret, a sidecar), a
+backlog, an idle spell, a pod deleted mid-batch, a container killed, an operator upgrade, an upgrade to a
+new image tag that rolls the pool, the end.
 
 The scenarios run in order on one cluster, one operator and one pool (each Spark part once); a scenario
-whose predecessor failed is skipped, saying which. Each tier runs them by subclassing `DeployedScenarios`
-and giving a `scenario_cluster` fixture (tests/scenarios/cluster.py): tests/node/test_node_deployed.py on
-the node tier's real node, tests/kind/test_kind_deployed.py on kind.
+whose predecessor failed is skipped, saying which. Where the cluster has the Prometheus Operator's image
+(`ScenarioCluster.monitoring`: the node tier), it runs beside the pool from the start, as
+kube-prometheus-stack users run it (tests/scenarios/monitoring.py), and the chart is installed with its
+ServiceMonitor, PodMonitor and PrometheusRule: one scenario then reads the dashboards and alerts from it.
+Each tier runs them by subclassing `DeployedScenarios` and giving a `scenario_cluster` fixture
+(tests/scenarios/cluster.py): tests/node/test_node_deployed.py on the node tier's real node,
+tests/kind/test_kind_deployed.py on kind.
 
 The servers the pods talk to run where the cluster says (the node's network namespace, or the kind
 network's gateway): the hubshift emulator with one hub of four partitions, and Azurite, holding the
@@ -14,7 +21,8 @@ checkpoint store and the aggregates' Blob sink. Every event the test sends is ke
 the consumers wrote (read with `AggregateView`, as a web page would) are compared with totals computed here.
 
 Figures (printed at the end of the run and written to bench/results/<cluster>_tier.json): helm install to
-operator Ready, kubectl apply to pool Ready, scale-out and scale-in on real pods, the recoveries.
+operator Ready, kubectl apply to pool Ready, the pod template's pool Ready and its events through, scale-out
+and scale-in on real pods, the recoveries, the image upgrade's roll.
 """
 
 from __future__ import annotations
@@ -36,7 +44,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hubshift.apps.produce import GeneratedEvent, HubSender, LoadSpec, produce_load
 from hubshift.connections import event_hubs_target, open_checkpoint_store, ownership_scope
-from hubshift.manifest import ConsumerSpec, PartitionedConsumer, parse_manifest
+from hubshift.emulator.launch import RunningEmulator
+from hubshift.manifest import PartitionedConsumer, parse_manifest
 from hubshift.operator.kubernetes.render import CONSUMER_LABEL, termination_grace_seconds
 from hubshift.ownership.model import OwnershipSnapshot
 from hubshift.ownership.snapshot import take_snapshot
@@ -44,6 +53,8 @@ from hubshift.pipelines.aggregate_view import AggregateView
 from hubshift.pipelines.sensor_events import parse_event
 from hubshift.sinks import build_store
 from tests.fixtures.cluster import eventually
+from tests.fixtures.hubs import read_hub, send_events
+from tests.scenarios import extending, monitoring
 from tests.scenarios.cluster import (
     FIGURES,
     JSON,
@@ -92,6 +103,9 @@ SCALE_DOWN_WINDOW_SECONDS = 600
 # a passing run takes what it takes.
 POD_START_SECONDS = 360
 COUNT_SECONDS = 300  # every event sent, counted in the sink
+# HubshiftLagHigh as the monitored install sets it: low enough that a stopped consumer trips it in well under
+# a minute, before the kubelet's liveness probe (3 x 10 s) restarts it.
+LAG_ALERT_SECONDS, LAG_ALERT_FOR = 10, "5s"
 
 
 def secret_names(document: JSON) -> tuple[str, str]:
@@ -108,9 +122,7 @@ def example(cluster: ScenarioCluster) -> JSON:
     document: JSON = yaml.safe_load(EXAMPLE.read_text())
     spec = document["spec"]
     spec["eventHubs"].pop("namespace")  # the emulator: the connection string's endpoint names it
-    consumer = spec["consumer"]
-    if cluster.image.reference != ConsumerSpec().image:  # the default names the image `docker build` tags
-        consumer["image"] = cluster.image.reference
+    consumer = spec["consumer"]  # no image: the operator's own (the chart's), as for every resource
     consumer["resources"] = {"requests": {"cpu": "100m", "memory": "640Mi"}, "limits": {"memory": "1536Mi"}}
     consumer["spark"] = {"master": "local[1]", "driverMemory": "512m", "shufflePartitions": 1}
     consumer["checkpoint"] = {"everySeconds": 2, "everyEvents": 5000}
@@ -195,8 +207,11 @@ class Deployment:
     consumer: PartitionedConsumer | None = None
     eventhubs: str = ""
     storage: str = ""
+    emulator: RunningEmulator | None = None
+    chart: Path = CHART  # the umbrella chart the release was installed from (extending.umbrella_chart)
     watch: PodWatch | None = None
     operator_logs: list[str] = field(default_factory=list)  # of operator pods already replaced
+    monitored_since: float | None = None  # when the Prometheus Operator's Prometheus was asked for
 
     # -- order
 
@@ -212,8 +227,11 @@ class Deployment:
     # -- servers, load, the store and the sink
 
     def start_servers(self) -> None:
-        emulator = self.cluster.start_emulator([f"{HUB}:{PARTITIONS}", f"{FLEET_HUB}:{FLEET_PARTITIONS}"])
+        emulator = self.cluster.start_emulator(
+            [f"{HUB}:{PARTITIONS}", *extending.ROUTE_HUBS, f"{FLEET_HUB}:{FLEET_PARTITIONS}"]
+        )
         self.stopping.append(emulator.stop)
+        self.emulator = emulator
         azurite = self.cluster.start_azurite(self.workdir / "azurite")
         self.stopping.append(azurite.stop)
         self.eventhubs, self.storage = emulator.connection_string, azurite.connection_string
@@ -366,7 +384,7 @@ class DeployedScenarios:
                     stop()
                 except Exception as error:  # the rest still stops
                     print(f"stopping {stop}: {error}")
-            for namespace in (NAMESPACE, SYSTEM_NAMESPACE):
+            for namespace in (NAMESPACE, SYSTEM_NAMESPACE, monitoring.NAMESPACE):
                 scenario_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
     # 1 -------------------------------------------------------------------------------------------------
@@ -377,13 +395,26 @@ class DeployedScenarios:
         for namespace in (SYSTEM_NAMESPACE, NAMESPACE):  # both enforce the restricted profile
             metadata = {"name": namespace, "labels": RESTRICTED}
             cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": metadata})
+        # As GitOps users deploy it: the chart a dependency of an umbrella chart, the image's registry
+        # the umbrella's global.imageRegistry.
+        deployment.chart = extending.umbrella_chart(deployment.workdir)
+        stack = cluster.monitoring
+        if stack is not None:  # its CRDs first: the chart's monitors and rules need them
+            installing = time.monotonic()
+            monitoring.install_operator(cluster, stack)
+            deployment.figure("prometheus_operator_install_seconds", time.monotonic() - installing)
         started = time.monotonic()
         image = cluster.image
+        # The chart's monitors and rules, as the umbrella's values for its hubshift subchart.
+        monitored = [] if stack is None else monitoring.chart_values(LAG_ALERT_SECONDS, LAG_ALERT_FOR)
+        monitored = [value if value == "--set" else f"hubshift.{value}" for value in monitored]
         cluster.helm(
-            "install", RELEASE, str(CHART), "--namespace", SYSTEM_NAMESPACE,
-            "--set", f"image.repository={image.repository}", "--set", f"image.tag={image.tag}",
-            "--set", f"image.pullPolicy={image.pull_policy}",
+            "install", RELEASE, str(deployment.chart), "--namespace", SYSTEM_NAMESPACE,
+            *extending.umbrella_values(image), *monitored,
         )  # fmt: skip
+        if stack is not None:
+            monitoring.create_prometheus(cluster, stack)
+            deployment.monitored_since = time.time()
         pods = deployment.wait(
             lambda: [p for p in deployment.operator_pods() if pod_ready(p)], 180, "the operator pod Ready"
         )
@@ -391,7 +422,11 @@ class DeployedScenarios:
         (pod,) = pods
         spec = pod["spec"]
         assert spec["serviceAccountName"] == RELEASE
-        assert spec["containers"][0]["image"] == image.reference
+        assert spec["containers"][0]["image"] == extending.full_reference(image)
+        # The CRD came with the release (a template Helm upgrades), kept when the release goes.
+        crd = cluster.get("crd", "partitionedconsumers.hubshift.dev")["metadata"]
+        assert crd["annotations"]["helm.sh/resource-policy"] == "keep", crd
+        assert crd["annotations"]["meta.helm.sh/release-name"] == RELEASE, crd
         assert not any(e["name"] == "KUBECONFIG" for e in spec["containers"][0].get("env", []))
         # In-cluster config: the API server saw the operator as its ServiceAccount (the audit log), and
         # the operator listed PartitionedConsumers with it; never refused.
@@ -447,11 +482,74 @@ class DeployedScenarios:
         ), table  # fmt: skip
         assert row["BACKLOG"].isdigit(), table
 
-        # A real Spark consumer: its log says so, and events go through it into the Blob sink, exactly.
+        # A real Spark consumer, in the operator's own image (the resource names none): its log says so,
+        # and events go through it into the Blob sink, exactly.
+        (operator,) = deployment.operator_pods()
+        consumer_pod = cluster.get("-n", NAMESPACE, "pod", f"{NAME}-0")
+        assert consumer_pod["spec"]["containers"][0]["image"] == operator["spec"]["containers"][0]["image"]
         assert "spark engine starting" in cluster.logs(NAMESPACE, f"{NAME}-0")
         deployment.send(LoadSpec(homes=300, count=600, rate=2000, seed=1))
         deployment.assert_exact_totals()
         deployment.done.add("pool")
+
+    # 2b ------------------------------------------------------------------------------------------------
+
+    @pytest.mark.timeout(900)
+    def test_a_pod_template_runs_the_route_example_on_a_dedicated_node_with_its_lookup_file_and_a_sidecar(
+        self, deployment: Deployment
+    ) -> None:
+        """examples/route.yaml with the pod template a platform team writes for it: scheduled only by its
+        node selector and its toleration of a tainted node, its `enrich` step reading the lookup file a
+        ConfigMap mounts at /config, the alarms hub's connection string from a Secret through a variable,
+        a sidecar beside the consumer; the restricted Pod Security Standard enforced throughout."""
+        deployment.require("pool")
+        cluster, emulator = deployment.cluster, deployment.emulator
+        assert emulator is not None
+        document = extending.route_example(cluster.image)
+        for secret in extending.route_secrets(document):
+            if cluster.get_or_none("-n", NAMESPACE, "secret", secret) is None:
+                create = ["-n", NAMESPACE, "create", "secret", "generic", secret]
+                value = deployment.storage if "storage" in secret else deployment.eventhubs
+                cluster.kubectl(*create, f"--from-literal=connectionString={value}")
+        cluster.apply({**extending.sites_config_map(), "metadata": {"name": "sites", "namespace": NAMESPACE}})
+        manifest = deployment.workdir / "route.yaml"
+        manifest.write_text(yaml.safe_dump(document, sort_keys=False))
+        name = extending.ROUTE_NAME
+        started = time.monotonic()
+        try:
+            with extending.dedicated_nodes(cluster) as nodes:
+                cluster.kubectl("-n", NAMESPACE, "apply", "-f", str(manifest))
+                pod = deployment.wait(
+                    lambda: scheduled(cluster, f"{name}-0"), 120, f"{name}-0 scheduled onto the tainted node"
+                )
+            assert pod["spec"]["nodeName"] in nodes
+            assert pod["metadata"]["labels"]["team"] == "readings"
+            assert pod["metadata"]["annotations"]["example.com/owner"] == "readings"
+            assert [c["name"] for c in pod["spec"]["containers"]] == [CONTAINER, extending.SIDECAR]
+
+            def ready() -> bool:
+                status = cluster.get("-n", NAMESPACE, "pcon", name).get("status") or {}
+                return status.get("phase") == "Ready" and status.get("readyReplicas") == 1
+
+            deployment.wait(ready, POD_START_SECONDS, f"{name} Ready")
+            deployment.figure("pod_template_pool_ready_seconds", time.monotonic() - started)
+            sidecar = cluster.kubectl("-n", NAMESPACE, "logs", f"{name}-0", "-c", extending.SIDECAR).stdout
+            assert "consumer ready: 200" in sidecar, sidecar  # the pod's loopback, shared
+
+            started = time.monotonic()
+            send_events(emulator, "readings", extending.readings())
+            for hub, expected in extending.EXPECTED.items():
+                events = read_hub(emulator, hub, len(expected), timeout=180, settle=2)
+                # Each once (the repeat deduplicated), with its site from the mounted file.
+                assert len(events) == len(expected), (hub, events)
+                assert extending.delivered(events) == expected, (hub, events, deployment.describe(hub))
+            deployment.figure("pod_template_events_through_seconds", time.monotonic() - started)
+        finally:
+            # Its Spark pod goes, so the scenarios after this one have the node's CPU to themselves.
+            cluster.kubectl("-n", NAMESPACE, "delete", "pcon", name, "--ignore-not-found", timeout=120)
+        deployment.wait(
+            lambda: cluster.get_or_none("-n", NAMESPACE, "pod", f"{name}-0") is None, 120, f"{name}-0 gone"
+        )
 
     # 3 -------------------------------------------------------------------------------------------------
 
@@ -593,6 +691,38 @@ class DeployedScenarios:
 
     # 5b ------------------------------------------------------------------------------------------------
 
+    @pytest.mark.timeout(900)
+    def test_dashboards_and_alerts_work_from_the_prometheus_operator_across_namespaces(
+        self, deployment: Deployment
+    ) -> None:
+        deployment.require("scaled-in")
+        cluster = deployment.cluster
+        if cluster.monitoring is None or deployment.monitored_since is None:
+            pytest.skip(f"the {cluster.name} cluster has no Prometheus Operator image (tools/monitoring)")
+        prometheus = monitoring.ClusterPrometheus(cluster)
+        started = time.monotonic()
+        deployment.wait(prometheus.ready, 180, "the Prometheus Operator's Prometheus Ready")
+
+        def scraped() -> bool:
+            up = {
+                (t["labels"].get("namespace"), t["labels"].get("pod"), t["health"])
+                for t in prometheus.targets()
+            }
+            operator = {pod["metadata"]["name"] for pod in deployment.operator_pods()}
+            return {(SYSTEM_NAMESPACE, name, "up") for name in operator} | {
+                (NAMESPACE, f"{NAME}-0", "up")
+            } <= up
+
+        deployment.wait(scraped, 120, "the operator and homes-0 scraped through the chart's monitors")
+        monitoring.assert_dashboards_draw(prometheus, NAMESPACE, NAME, deployment.monitored_since)
+        monitoring.assert_rules_evaluate(prometheus, NAMESPACE, NAME)
+        deployment.figure("monitoring_checks_seconds", time.monotonic() - started)
+        assert_lag_alert_fires_for_a_stopped_consumer(deployment, prometheus)
+        deployment.figure("monitoring_scenario_seconds", time.monotonic() - started)
+        deployment.done.add("monitored")
+
+    # 5c ------------------------------------------------------------------------------------------------
+
     @pytest.mark.timeout(2400)
     def test_a_new_image_and_a_node_drain_replay_nothing_and_keep_every_pod_reading(
         self, deployment: Deployment
@@ -671,8 +801,8 @@ class DeployedScenarios:
         with sampling(moment) as samples:
             started = time.monotonic()
             cluster.helm(
-                "upgrade", RELEASE, str(CHART), "--namespace", SYSTEM_NAMESPACE, "--reuse-values",
-                "--set", "operator.logFormat=json",
+                "upgrade", RELEASE, str(deployment.chart), "--namespace", SYSTEM_NAMESPACE, "--reuse-values",
+                "--set", "hubshift.operator.logFormat=json",
             )  # fmt: skip
             new = deployment.wait(
                 lambda: [
@@ -709,6 +839,41 @@ class DeployedScenarios:
         assert lines and all(line.startswith("{") for line in lines[:5]), lines[:5]
         json.loads(lines[0])
         deployment.done.add("upgraded")
+
+    # 7b ------------------------------------------------------------------------------------------------
+
+    @pytest.mark.timeout(900)
+    def test_helm_upgrade_to_a_new_image_tag_rolls_the_pool_to_it(self, deployment: Deployment) -> None:
+        """The consumer image is the release's: `helm upgrade --set image.tag=NEW` rolls the operator and
+        then the pool, whose resource names no image, and the new pods count every event exactly."""
+        deployment.require("pool")
+        cluster = deployment.cluster
+        new = cluster.tag_image(f"{cluster.image.tag}-next")
+        reference = extending.full_reference(new)
+        (old,) = deployment.operator_pods()
+        deployment.operator_logs.append(deployment.operator_log(old))
+        replicas = cluster.get("-n", NAMESPACE, "statefulset", NAME)["spec"]["replicas"]
+        consumers = [f"{NAME}-{i}" for i in range(replicas)]
+        before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in deployment.consumer_pods()}
+        started = time.monotonic()
+        cluster.helm(
+            "upgrade", RELEASE, str(deployment.chart), "--namespace", SYSTEM_NAMESPACE, "--reuse-values",
+            "--set", f"hubshift.image.tag={new.tag}",
+        )  # fmt: skip
+
+        def rolled() -> bool:
+            pods = deployment.consumer_pods()
+            images = {p["spec"]["containers"][0]["image"] for p in pods}
+            fresh = all(before.get(p["metadata"]["name"]) != p["metadata"]["uid"] for p in pods)
+            return images == {reference} and fresh and deployment.balanced(consumers) is not None
+
+        deployment.wait(rolled, POD_START_SECONDS * 2, f"every consumer pod on {reference}, balanced")
+        deployment.figure("helm_upgrade_image_to_pool_rolled_seconds", time.monotonic() - started)
+        (operator,) = deployment.operator_pods()
+        assert operator["spec"]["containers"][0]["image"] == reference
+        deployment.send(LoadSpec(homes=300, count=400, rate=2000, seed=7))
+        deployment.assert_exact_totals()
+        deployment.done.add("image-upgraded")
 
     # 8 -------------------------------------------------------------------------------------------------
 
@@ -763,6 +928,50 @@ class DeployedScenarios:
         deployment.figure("helm_uninstall_seconds", time.monotonic() - started)
         # Helm leaves the CRDs (documented in the chart's README).
         assert cluster.get_or_none("crd", "partitionedconsumers.hubshift.dev") is not None
+
+
+def scheduled(cluster: ScenarioCluster, pod: str) -> JSON | None:
+    """The pod once a node was chosen for it, else None."""
+    found = cluster.get_or_none("-n", NAMESPACE, "pod", pod)
+    return found if found and found.get("spec", {}).get("nodeName") else None
+
+
+def assert_lag_alert_fires_for_a_stopped_consumer(
+    deployment: Deployment, prometheus: monitoring.ClusterPrometheus
+) -> None:
+    """Under a load, homes-0 (the pool's one consumer) is stopped (SIGSTOP to every process of its
+    container): HubshiftLagHigh fires for the pool; then it goes on (SIGCONT) and loses nothing."""
+    cluster = deployment.cluster
+    labels = {"namespace": NAMESPACE, "consumer": NAME}
+    firing = "HubshiftLagHigh"
+
+    def quiet() -> bool:
+        return not [alert for alert in prometheus.alerts(firing, **labels) if alert["state"] == "firing"]
+
+    deployment.wait(quiet, 120, f"{firing} quiet for {NAMESPACE}/{NAME} before the stop (an idle pool)")
+    # Below one replica's share even after a minute stopped: the pool is not scaled out meanwhile.
+    load = Load(deployment.send, rate=PER_REPLICA / 60, seed=5).start()
+    try:
+        own = f'hubshift_consumer_lag_seconds{{namespace="{NAMESPACE}", pod="{NAME}-0"}}'
+        deployment.wait(lambda: prometheus.api().query(own), 60, "homes-0 reporting its own lag")
+        pod = cluster.get("-n", NAMESPACE, "pod", f"{NAME}-0")
+        node, container = pod["spec"]["nodeName"], pod["status"]["containerStatuses"][0]["containerID"]
+        container = container.split("://", 1)[1]
+        stopped = time.monotonic()
+        cluster.signal_container(node, container, "SIGSTOP")
+        try:
+            deployment.wait(
+                lambda: not quiet(), 180, f"{firing} firing for {NAMESPACE}/{NAME} with homes-0 stopped"
+            )
+            deployment.figure("stopped_consumer_to_lag_alert_seconds", time.monotonic() - stopped)
+        finally:
+            cluster.signal_container(node, container, "SIGCONT")
+        deployment.wait(
+            lambda: deployment.balanced([f"{NAME}-0"]), POD_START_SECONDS, "homes-0 reading again"
+        )
+    finally:
+        load.finish()
+    deployment.assert_exact_totals()
 
 
 def columns(table: str) -> dict[str, str]:

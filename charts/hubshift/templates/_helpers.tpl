@@ -58,8 +58,33 @@ default
 {{- end -}}
 {{- end -}}
 
+{{/* The image of the operator and, unless a PartitionedConsumer pins its own, of the consumer pods:
+[registry/]repository, then @digest or :tag (default the chart's appVersion). The registry defaults to an
+umbrella chart's global.imageRegistry. */}}
 {{- define "hubshift.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- $global := .Values.global | default dict -}}
+{{- $registry := .Values.image.registry | default $global.imageRegistry | default "" -}}
+{{- $repository := .Values.image.repository -}}
+{{- if $registry -}}
+{{- $repository = printf "%s/%s" (trimSuffix "/" $registry) $repository -}}
+{{- end -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* imagePullSecrets, with an umbrella chart's global.imagePullSecrets (names or {name: ...}). */}}
+{{- define "hubshift.imagePullSecrets" -}}
+{{- $global := .Values.global | default dict -}}
+{{- $secrets := list -}}
+{{- range concat (.Values.imagePullSecrets | default list) ($global.imagePullSecrets | default list) -}}
+{{- $secrets = append $secrets (kindIs "string" . | ternary (dict "name" .) .) -}}
+{{- end -}}
+{{- if $secrets -}}
+{{- toYaml (uniq $secrets) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The namespaces the operator watches, as JSON (`include ... | fromJsonArray`): operator.watchNamespaces,

@@ -295,6 +295,20 @@ def merge_ranges(parts: Iterable[PartitionRange]) -> dict[str, PartitionRange]:
 # --- FramePipeline: cache, ranges, write ----------------------------------------------------------------
 
 
+def _without_poison(pipeline: FramePipeline, frame: DataFrame, poison: dict[Key, str]) -> PipelineResult:
+    """The pipeline's result over the frame without its poison events, which join the dead letters with
+    their own error as the reason."""
+    where = keys_where(sorted(poison))
+    result = pipeline.transform(frame.where(~where))
+    dead = poison_letters(frame, where, poison)
+    letters = (
+        dead
+        if result.dead_letters is None
+        else result.dead_letters.unionByName(dead, allowMissingColumns=True)
+    )
+    return PipelineResult(outputs=result.outputs, dead_letters=letters)
+
+
 def _run_on_frames(
     pipeline: FramePipeline,
     events: DataFrame,
@@ -304,15 +318,7 @@ def _run_on_frames(
     handled: Mapping[str, int],
 ) -> tuple[dict[str, PartitionRange], list[WrittenFile]]:
     def poison_free(live: DataFrame, poison: dict[Key, str]) -> PipelineResult:
-        where = keys_where(sorted(poison))
-        result = pipeline.transform(live.where(~where))
-        dead = poison_letters(live, where, poison)
-        letters = (
-            dead
-            if result.dead_letters is None
-            else result.dead_letters.unionByName(dead, allowMissingColumns=True)
-        )
-        return PipelineResult(outputs=result.outputs, dead_letters=letters)
+        return _without_poison(pipeline, live, poison)
 
     with _cached(pipeline.prepare(events)) as prepared:
         ranges = partition_ranges(prepared)
@@ -351,19 +357,7 @@ def _run_with_writer(
     handled: Mapping[str, int],
 ) -> tuple[dict[str, PartitionRange], list[WrittenFile]]:
     def poison_free(poison: dict[Key, str]) -> Transform:
-        where = keys_where(sorted(poison))
-
-        def transform(frame: DataFrame) -> PipelineResult:
-            result = pipeline.transform(frame.where(~where))
-            dead = poison_letters(frame, where, poison)
-            letters = (
-                dead
-                if result.dead_letters is None
-                else result.dead_letters.unionByName(dead, allowMissingColumns=True)
-            )
-            return PipelineResult(outputs=result.outputs, dead_letters=letters)
-
-        return transform
+        return lambda frame: _without_poison(pipeline, frame, poison)
 
     with _cached(pipeline.prepare(events)) as prepared:
         ranges = partition_ranges(prepared)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from hubshift.consumer.engine import Committed, Drained, EngineFailed, Notify, Stolen, not_started
+from hubshift.consumer.lag import ReadProgress
 from hubshift.consumer.spark import spool
 from hubshift.consumer.spark.batch import process_batch
 from hubshift.consumer.spark.offsets import OwnedPartition, SourceOffset
@@ -45,6 +46,7 @@ from hubshift.consumer.spark.source import (
     OPTION_SPOOL,
     EventHubsDataSource,
 )
+from hubshift.consumer.spark.telemetry import progress_listener, read_jvm
 from hubshift.errors import UserError
 from hubshift.eventhubs.receiver import PartitionReceiver, ReceiverPool, StartAt
 from hubshift.eventhubs.target import EventHubsTarget
@@ -65,10 +67,15 @@ if TYPE_CHECKING:
 
 # A folder of jars for the consumers' Spark beside PySpark's own (tools/spark-jars); the image needs none.
 JARS_ENV = "HUBSHIFT_SPARK_JARS"
+# Spark's own `spark.redaction.regex` and hadoop-azure's account keys, which it misses: the UI's Environment
+# page would show an Azure sink's key (spark.hadoop.fs.azure.account.key.<host>) as it is.
+REDACTION = r"(?i)secret|password|token|access[.]?key|fs[.]azure[.]account[.]key"
 log = logging.getLogger(__name__)
 
 # A failed query is started again this many times in a row before the consumer gives up.
 MAX_RESTARTS = 5
+# How often the driver JVM's memory and collectors are read for the metrics.
+JVM_SAMPLE_SECONDS = 5.0
 LOG4J_PROPERTIES = """\
 rootLogger.level = error
 rootLogger.appenderRef.stderr.ref = console
@@ -156,6 +163,9 @@ class SparkEngine:
             scope = f"{self.target.fqns}/{self.target.hub}/{self.target.consumer_group}".lower()
             self.sink = build_sink(self.spec.sink, scope=scope)
         self._spark = self._session_builder() if self._session_builder else self._build_session()
+        if self.metrics is not None:
+            self.metrics.enable_spark()
+            self._spark.streams.addListener(progress_listener(self.metrics))
 
         self._spark.dataSource.register(EventHubsDataSource)
         if isinstance(self.sink, BatchWriter):
@@ -219,7 +229,11 @@ class SparkEngine:
         )
 
     def _watch_query(self) -> None:
+        sampled = 0.0
         while not self._closing.is_set():
+            if time.monotonic() - sampled >= JVM_SAMPLE_SECONDS:
+                sampled = time.monotonic()
+                self._sample_jvm()
             query = self._query
             if query is None:
                 return
@@ -244,6 +258,15 @@ class SparkEngine:
             except Exception as exc:
                 self.notify(EngineFailed(f"the streaming query could not start: {_one_line(exc)}"))
                 return
+
+    def _sample_jvm(self) -> None:
+        """The driver JVM's memory and collectors into the metrics (between polls of the query)."""
+        if self.metrics is None or self._spark is None:
+            return
+        try:
+            self.metrics.jvm_sampled(read_jvm(self._spark))
+        except Exception as exc:  # a JVM going away or busy: only a metric misses a sample
+            log.debug("reading the JVM's figures: %r", exc)
 
     def _restart_from_committed(self) -> None:
         """A new query reads each partition from its first uncommitted event; drains are complete."""
@@ -363,17 +386,19 @@ class SparkEngine:
         # A batch reading it now finds fewer segments: read() skips what is gone.
         spool.remove_epoch(self.spool_root, partition, state.owner_level)
 
-    def backlog(self) -> dict[str, int]:
+    def progress(self) -> dict[str, ReadProgress]:
         with self._lock:
             states = dict(self._partitions)
-        backlog = {}
+        progress = {}
         for partition, state in states.items():
             receiver = state.receiver
             if receiver is None or receiver.last_enqueued_sequence is None:
                 continue
             done = state.committed.sequence_number if state.committed else (state.next_sequence or 0) - 1
-            backlog[partition] = max(0, receiver.last_enqueued_sequence - done)
-        return backlog
+            progress[partition] = ReadProgress(
+                done, receiver.last_enqueued_sequence, receiver.last_enqueued_time
+            )
+        return progress
 
     def enqueued_time(self, partition: str, sequence_number: int) -> datetime | None:
         with self._lock:
@@ -467,8 +492,12 @@ def session_conf(spark: SparkSpec, sink: object, environ: Mapping[str, str]) -> 
     """What the consumer's Spark session is configured with beyond its fixed settings: the jars beside
     PySpark's own (`HUBSHIFT_SPARK_JARS`: a folder `tools/spark-jars` fills; the image has them in PySpark's
     own jars), the Spark UI (off unless asked for), what the sink needs (Delta's extensions, hadoop-azure's
-    settings), then the spec's own `spark.conf`."""
-    conf: dict[str, str] = {"spark.ui.enabled": "true" if spark.ui.enabled else "false"}
+    settings), then the spec's own `spark.conf`. Secrets among them are redacted wherever Spark shows its
+    settings (`REDACTION`)."""
+    conf: dict[str, str] = {
+        "spark.ui.enabled": "true" if spark.ui.enabled else "false",
+        "spark.redaction.regex": REDACTION,
+    }
     if spark.ui.enabled:
         conf["spark.ui.port"] = str(spark.ui.port)
     jars = environ.get(JARS_ENV)

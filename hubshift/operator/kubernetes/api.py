@@ -31,14 +31,9 @@ from lightkube.types import PatchType
 from pydantic import SecretStr
 
 from hubshift.errors import UserError
-from hubshift.operator.kubernetes.render import (
-    CONSUMER_LABEL,
-    MANAGER,
-    METRICS_PORT_NAME,
-    Owner,
-    selector_labels,
-)
+from hubshift.operator.kubernetes.render import CONSUMER_LABEL, MANAGER, Owner, selector_labels
 from hubshift.operator.runtime import ConsumerInstance
+from hubshift.podtemplate import METRICS_PORT_NAME
 from hubshift.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION, SecretKeyRefSpec
 
 JSON = dict[str, Any]
@@ -52,6 +47,11 @@ REVISION_LABEL = "controller-revision-hash"  # the StatefulSet revision a pod wa
 
 class SecretUnavailable(UserError):
     """A Secret or key the spec names cannot be read; the message names it, never its content."""
+
+
+class ChildRefused(UserError):
+    """The API server refused a child as the spec rendered it (HTTP 422: e.g. an affinity or a volume of the
+    pod template it finds invalid); the message is the server's, naming the child's field."""
 
 
 def consumer_pod_labels(consumer_name: str) -> dict[str, str]:
@@ -96,6 +96,13 @@ def consumer_instance(pod: Mapping[str, Any]) -> ConsumerInstance:
 def status_code(error: HTTPStatusError) -> int:
     """The HTTP status of a failed API call (lightkube raises `ApiError`, a subclass, for JSON bodies)."""
     return error.response.status_code
+
+
+def server_message(error: HTTPStatusError) -> str:
+    """The API server's own message of a refusal (its Status), on one line."""
+    status = getattr(error, "status", None)
+    message = getattr(status, "message", None) or error.response.text
+    return " ".join(str(message).split())[:EVENT_MESSAGE_LIMIT]
 
 
 def _as_dict(obj: Any) -> JSON:
@@ -165,8 +172,15 @@ class KubeAdapter:
         return _as_dict(result)
 
     async def apply_all(self, documents: Iterable[Mapping[str, Any]]) -> None:
+        """Apply each in order; `ChildRefused` when the API server finds one invalid."""
         for document in documents:
-            await self.apply(document)
+            try:
+                await self.apply(document)
+            except HTTPStatusError as error:
+                if status_code(error) != 422:
+                    raise
+                what = f"{document['kind']} {document['metadata']['name']}"
+                raise ChildRefused(f"the API server refused the {what}: {server_message(error)}") from None
 
     async def statefulset_replicas(self, namespace: str, name: str) -> int | None:
         """`spec.replicas` of the StatefulSet, or None when it does not exist."""

@@ -1,6 +1,7 @@
 """The PartitionedConsumer CRD, generated from the typed model (`hubshift.manifest`, `operator.status`).
 
-The committed files `crds/partitionedconsumers.hubshift.dev.yaml` and its copy in the chart are this
+The committed files `crds/partitionedconsumers.hubshift.dev.yaml` and its copy in the chart
+(`charts/hubshift/files/crds/`, which the chart's `templates/crds.yaml` installs and upgrades) are this
 module's output; a unit test fails when either drifts. Regenerate both with:
 
     python -m hubshift.operator.kubernetes.crd --write
@@ -34,7 +35,8 @@ from hubshift.operator.status import PartitionedConsumerStatus
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CRD_NAME = f"{spec.PLURAL}.{spec.GROUP}"
 CRD_FILE = f"{CRD_NAME}.yaml"
-CRD_PATHS = (REPO_ROOT / "crds" / CRD_FILE, REPO_ROOT / "charts" / "hubshift" / "crds" / CRD_FILE)
+# The chart installs and upgrades its copy from templates/crds.yaml (Helm never upgrades a chart's crds/).
+CRD_PATHS = (REPO_ROOT / "crds" / CRD_FILE, REPO_ROOT / "charts" / "hubshift" / "files" / "crds" / CRD_FILE)
 REGENERATE = "python -m hubshift.operator.kubernetes.crd --write"
 
 JSON = dict[str, Any]
@@ -116,6 +118,8 @@ class _Converter:
         required = schema.get("required")
         if required:
             out["required"] = list(required)
+        if model.model_config.get("extra") == "allow":  # a Kubernetes object passed on as written
+            out["x-kubernetes-preserve-unknown-fields"] = True
         rules = model.cel_rules() if issubclass(model, spec.Model) else []
         if rules:
             out["x-kubernetes-validations"] = [dict(rule) for rule in rules]

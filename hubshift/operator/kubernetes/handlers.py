@@ -74,7 +74,10 @@ def register(
         # A test may put its own context (API server, metrics, control loop) in the memo first.
         if CONTEXT_KEY not in memo:
             memo[CONTEXT_KEY] = OperatorContext(
-                kube=KubeAdapter.from_environment(), metrics=METRICS, open_loop=open_loop
+                kube=KubeAdapter.from_environment(),
+                metrics=METRICS,
+                open_loop=open_loop,
+                consumer_image=config.consumer_image,
             )
 
     @kopf.on.resume(*CR, registry=registry, id="children")

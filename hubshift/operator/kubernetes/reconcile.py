@@ -25,11 +25,14 @@ from hubshift.operator.driver import MIN_CYCLE_SECONDS, CycleRunner, Desired, Lo
 from hubshift.operator.kubernetes.api import KubeAdapter, consumer_instance
 from hubshift.operator.kubernetes.render import (
     CONSUMER_LABEL,
+    DEFAULT_IMAGE,
     JSON,
     ChildNames,
     Owner,
+    applied_condition,
     consumer_from_body,
     initial_replicas,
+    output_condition,
     render_children,
     service_account_name,
 )
@@ -76,6 +79,8 @@ class OperatorContext:
     min_cycle_seconds: float = MIN_CYCLE_SECONDS
     wakeups: dict[ConsumerKey, asyncio.Event] = field(default_factory=dict)
     pod_views: dict[tuple[str, str], ConsumerInstance] = field(default_factory=dict)
+    #: The consumer pods' image when a resource names none: the operator's own (`--consumer-image`).
+    consumer_image: str = DEFAULT_IMAGE
 
     def wakeup(self, key: ConsumerKey) -> asyncio.Event:
         return self.wakeups.setdefault(key, asyncio.Event())
@@ -92,6 +97,9 @@ class ConsumerState:
 
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     statefulset_seen: bool = False
+    #: The API server's refusal of the children the spec renders now, while the pool runs on the last ones
+    #: it accepted (the status' ChildrenApplied condition says so); None once they are applied.
+    refused: str | None = None
 
 
 def operator_context(memo: kopf.Memo) -> OperatorContext:
@@ -137,11 +145,18 @@ async def reconcile_children(body: Mapping[str, Any], memo: kopf.Memo, logger: L
         replicas = current if current is not None else initial_replicas(consumer)
         if current is not None:
             state.statefulset_seen = True  # cycles may scale it even if applying fails below
-        children = await _without_foreign_account(
-            context, consumer, owner, render_children(consumer, owner, replicas)
-        )
-        await context.kube.apply_all(children)
+        rendered = render_children(consumer, owner, replicas, context.consumer_image)
+        children = await _without_foreign_account(context, consumer, owner, rendered)
+        try:
+            await context.kube.apply_all(children)
+        except UserError as error:  # a child the API server refuses as rendered: the spec must change
+            await _report_refused(context, state, owner, body, str(error), running=current is not None)
+            raise kopf.PermanentError(str(error)) from None
         state.statefulset_seen = True
+        state.refused = None
+    output = output_condition(consumer)
+    if output.status == "False":  # said once per change of the spec; the status says it every cycle
+        await context.kube.post_event(owner, "OutputNotDurable", output.message, warning=True)
     if current is None:
         logger.info("created the consumer StatefulSet %s with %d replicas", names.statefulset, replicas)
         await context.kube.post_event(
@@ -152,6 +167,25 @@ async def reconcile_children(body: Mapping[str, Any], memo: kopf.Memo, logger: L
         )
     else:
         logger.info("children of %s are up to date", owner.name)
+    context.wake(consumer_key(body))
+
+
+async def _report_refused(
+    context: OperatorContext,
+    state: ConsumerState,
+    owner: Owner,
+    body: Mapping[str, Any],
+    message: str,
+    *,
+    running: bool,
+) -> None:
+    """A new resource whose children are refused is Invalid; a running pool keeps its last accepted children
+    and its control loop, and its status says the spec was not applied (and an Event, once)."""
+    if not running:
+        await report_invalid(context, owner, body, message)
+        return
+    state.refused = message
+    await context.kube.post_event(owner, "SpecRefused", message, warning=True)
     context.wake(consumer_key(body))
 
 
@@ -299,7 +333,8 @@ async def run_control_loop(
             consumer = consumer_from_body(body)
         except UserError:
             return None
-        return Desired(consumer, CycleInputs.from_body(body))
+        conditions = [applied_condition(state.refused), output_condition(consumer)]
+        return Desired(consumer, CycleInputs.from_body(body, conditions))
 
     async def report_failure(message: str) -> None:
         last = driver.report.status if driver.report is not None else None

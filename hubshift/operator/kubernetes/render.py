@@ -21,7 +21,22 @@ import yaml
 
 from hubshift import __version__, sinks
 from hubshift.errors import UserError
-from hubshift.manifest import CODE_DIR, PartitionedConsumer, connections_of, credentials_of, parse_manifest
+from hubshift.manifest import PartitionedConsumer, connections_of, credentials_of, parse_manifest
+from hubshift.operator.status import Condition
+from hubshift.podtemplate import (
+    CODE_DIR,
+    CODE_VOLUME,
+    CONTAINER_NAME,
+    MANIFEST_DIR,
+    MANIFEST_VOLUME,
+    METRICS_PORT_NAME,
+    SINK_VOLUME,
+    TMP_DIR,
+    TMP_VOLUME,
+    WORK_DIR,
+    WORK_VOLUME,
+    container,
+)
 from hubshift.spec import API_VERSION, GROUP, KIND, STOP_FOLLOW_SECONDS
 
 JSON = dict[str, Any]
@@ -33,12 +48,11 @@ METRICS_COMPONENT = "consumer-metrics"
 CONSUMER_LABEL = f"{GROUP}/consumer"  # the owning PartitionedConsumer's name, on every child and pod
 MANIFEST_HASH_ANNOTATION = f"{GROUP}/manifest-sha256"
 
-MANIFEST_DIR = "/etc/hubshift"
 MANIFEST_KEY = "manifest.yaml"
 MANIFEST_PATH = f"{MANIFEST_DIR}/{MANIFEST_KEY}"
-WORK_DIR = "/var/lib/hubshift"  # writable scratch: Spark's working directory and HOME
-CONTAINER_NAME = "consumer"
-METRICS_PORT_NAME = "metrics"
+# The consumer image when a resource names none: the operator's own (the chart passes its image); outside
+# the chart, the image `docker build -t hubshift:VERSION .` makes.
+DEFAULT_IMAGE = f"hubshift:{__version__}"
 
 RUN_AS_USER = 10001  # the image's `hubshift` user (Dockerfile)
 # Azure Workload Identity: the webhook injects the federated token and AZURE_* into pods with this label,
@@ -112,7 +126,8 @@ def consumer_from_body(body: Mapping[str, Any]) -> PartitionedConsumer:
 
 def check_for_cluster(consumer: PartitionedConsumer) -> None:
     """What only a cluster refuses (`UserError`): a SQLite store, which pods on different nodes cannot
-    share, and a folder sink with nowhere to write."""
+    share, a folder sink with nowhere to write, and a template variable that would replace a connection
+    string the operator fills from a Secret."""
     if consumer.spec.checkpoint_store.sqlite is not None:
         raise UserError(
             "spec.checkpointStore.sqlite: consumer pods cannot share a SQLite file; "
@@ -121,6 +136,13 @@ def check_for_cluster(consumer: PartitionedConsumer) -> None:
     if consumer.spec.consumer.code.path is not None:
         raise UserError("spec.consumer.code.path: a folder of this machine; in a cluster use code.configMap")
     sink_volume(consumer)
+    filled = {entry["name"] for entry in secret_env(consumer)}
+    for index, variable in enumerate(consumer.spec.consumer.pod_template.env):
+        if variable.name in filled:
+            raise UserError(
+                f"spec.consumer.podTemplate.env[{index}].name: {variable.name} holds a connection string the "
+                "operator fills from the Secret a connectionStringSecretRef names; drop one of the two"
+            )
 
 
 # --- labels and ownership --------------------------------------------------------------------------
@@ -146,7 +168,8 @@ def standard_labels(consumer_name: str, component: str = CONSUMER_COMPONENT) -> 
 
 
 def pod_labels(consumer_name: str) -> dict[str, str]:
-    """Pod template labels: no version, so an operator upgrade alone never restarts consumers."""
+    """Pod template labels: no version, so an operator upgrade restarts consumers only when it brings them
+    a new image (the operator's own, for the resources that name none)."""
     labels = standard_labels(consumer_name)
     del labels["app.kubernetes.io/version"]
     return labels
@@ -214,12 +237,15 @@ def _metadata(name: str, owner: Owner, component: str = CONSUMER_COMPONENT) -> J
 def manifest_text(consumer: PartitionedConsumer) -> str:
     """The manifest as `hubshift consume -f` reads it in a pod.
 
-    Scaling is the operator's business and is left out, so changing it never restarts the consumers.
-    Secrets are never in it: only the names of Secrets, which the pods see as environment variables.
+    Scaling, the pod template and the disruption budget are the operator's business and are left out, so
+    changing scaling never restarts the consumers. Secrets are never in it: only the names of Secrets, which
+    the pods see as environment variables.
     """
     document = consumer.model_dump(by_alias=True, mode="json", exclude_none=True)
     document["metadata"] = {"name": consumer.metadata.name, "namespace": consumer.metadata.namespace}
     document["spec"].pop("scaling", None)
+    for key in ("podTemplate", "podDisruptionBudget"):
+        document["spec"]["consumer"].pop(key, None)
     document["spec"].get("rebalance", {}).pop("rollout", None)  # how pods are replaced: the operator's
     header = (
         f"# Written by the hubshift operator from {KIND} {consumer.metadata.namespace}/"
@@ -286,10 +312,6 @@ def _field_env(name: str, path: str) -> JSON:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-SINK_VOLUME = "sink"
-CODE_VOLUME = "code"
-
-
 def sink_volume(consumer: PartitionedConsumer) -> tuple[JSON | None, JSON | None, JSON | None]:
     """What the sink needs mounted (its `volume`, e.g. a folder sink's), as (volume, volume mount, claim
     template); Nones when it needs none."""
@@ -310,14 +332,16 @@ def sink_volume(consumer: PartitionedConsumer) -> tuple[JSON | None, JSON | None
     return {"name": SINK_VOLUME, "emptyDir": {}}, mount, None
 
 
-def consumer_container(consumer: PartitionedConsumer) -> JSON:
-    """The consumer pods' one container: `hubshift consume` on the manifest, its environment (the Secrets
-    of the resource's connections), probes, the restricted security context and its mounts."""
+def consumer_container(consumer: PartitionedConsumer, image: str = DEFAULT_IMAGE) -> JSON:
+    """The consumer pods' own container: `hubshift consume` on the manifest, its environment (the Secrets
+    of the resource's connections, then the template's variables), probes, the restricted security context
+    and its mounts (then the template's). `image`: when the spec names none."""
+    template = consumer.spec.consumer.pod_template
     port = consumer.spec.consumer.metrics_port
     probe_target = {"port": METRICS_PORT_NAME, "scheme": "HTTP"}
     container: JSON = {
         "name": CONTAINER_NAME,
-        "image": consumer.spec.consumer.image,
+        "image": consumer.spec.consumer.image or image,
         "command": ["hubshift", "consume", "-f", MANIFEST_PATH, "--id", "$(POD_NAME)", *_stop_follow()],
         "workingDir": WORK_DIR,
         "env": [
@@ -327,8 +351,10 @@ def consumer_container(consumer: PartitionedConsumer) -> JSON:
             {"name": "PYSPARK_PYTHON", "value": "python3"},
             {"name": "PYSPARK_DRIVER_PYTHON", "value": "python3"},
             {"name": "HOME", "value": WORK_DIR},
-            {"name": "SPARK_LOCAL_DIRS", "value": "/tmp"},
+            {"name": "SPARK_LOCAL_DIRS", "value": TMP_DIR},
             *secret_env(consumer),
+            # After hubshift's own (the template may not repeat them), so they may refer to $(POD_NAME).
+            *(variable.to_kubernetes() for variable in template.env),
         ],
         "ports": [{"name": METRICS_PORT_NAME, "containerPort": port, "protocol": "TCP"}],
         # The JVM and Spark take a while to start; liveness only counts once /healthz first answered.
@@ -356,11 +382,13 @@ def consumer_container(consumer: PartitionedConsumer) -> JSON:
             "capabilities": {"drop": ["ALL"]},
         },
         "volumeMounts": [
-            {"name": "manifest", "mountPath": MANIFEST_DIR, "readOnly": True},
-            {"name": "work", "mountPath": WORK_DIR},
-            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": MANIFEST_VOLUME, "mountPath": MANIFEST_DIR, "readOnly": True},
+            {"name": WORK_VOLUME, "mountPath": WORK_DIR},
+            {"name": TMP_VOLUME, "mountPath": TMP_DIR},
         ],
     }
+    if template.env_from:  # the variables in `env` (hubshift's) take precedence over these
+        container["envFrom"] = list(template.env_from)
     resources = _resources(consumer)
     if resources:
         container["resources"] = resources
@@ -384,29 +412,12 @@ def _stop_follow() -> list[str]:
     return ["--stop-follow-seconds", f"{STOP_FOLLOW_SECONDS:g}"]
 
 
-def render_statefulset(consumer: PartitionedConsumer, owner: Owner, replicas: int) -> JSON:
+def render_statefulset(
+    consumer: PartitionedConsumer, owner: Owner, replicas: int, image: str = DEFAULT_IMAGE
+) -> JSON:
+    """The pool's StatefulSet; `image`: the consumer image when the spec names none (the operator's)."""
     names = ChildNames.of(owner.name)
-    container = consumer_container(consumer)
-    volumes: list[JSON] = [
-        {"name": "manifest", "configMap": {"name": names.config_map}},
-        {"name": "work", "emptyDir": {}},
-        {"name": "tmp", "emptyDir": {}},
-    ]
-    sink, sink_mount, sink_claim = sink_volume(consumer)
-    if sink_mount is not None:
-        container["volumeMounts"].append(sink_mount)
-    if sink is not None:
-        volumes.append(sink)
-    code = consumer.spec.consumer.code.config_map
-    if code is not None:
-        # The job's files (`spec.consumer.code`): the consumer puts the folder on its PYTHONPATH.
-        volumes.append({"name": CODE_VOLUME, "configMap": {"name": code}})
-        container["volumeMounts"].append({"name": CODE_VOLUME, "mountPath": CODE_DIR, "readOnly": True})
-    selector = selector_labels(owner.name)
-    template_labels = pod_labels(owner.name)
-    if uses_workload_identity(consumer):
-        template_labels[WORKLOAD_IDENTITY_LABEL] = "true"
-    account = service_account_name(consumer)
+    _, _, sink_claim = sink_volume(consumer)
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -418,40 +429,98 @@ def render_statefulset(consumer: PartitionedConsumer, owner: Owner, replicas: in
             "podManagementPolicy": "Parallel",
             "updateStrategy": update_strategy(consumer),
             "revisionHistoryLimit": 5,
-            "selector": {"matchLabels": selector},
-            "template": {
-                "metadata": {
-                    "labels": template_labels,
-                    # A changed manifest makes a new revision: the pods are replaced (`update_strategy`).
-                    "annotations": {MANIFEST_HASH_ANNOTATION: manifest_hash(consumer)},
-                },
-                "spec": {
-                    **({"serviceAccountName": account} if account is not None else {}),
-                    "containers": [container],
-                    "terminationGracePeriodSeconds": termination_grace_seconds(consumer),
-                    "automountServiceAccountToken": False,  # consumers never talk to Kubernetes
-                    "enableServiceLinks": False,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": RUN_AS_USER,
-                        "runAsGroup": RUN_AS_USER,
-                        "fsGroup": RUN_AS_USER,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    "topologySpreadConstraints": [
-                        {
-                            "maxSkew": 1,
-                            "topologyKey": "kubernetes.io/hostname",
-                            "whenUnsatisfiable": "ScheduleAnyway",
-                            "labelSelector": {"matchLabels": selector},
-                        }
-                    ],
-                    "volumes": volumes,
-                },
-            },
+            "selector": {"matchLabels": selector_labels(owner.name)},
+            "template": render_pod_template(consumer, owner, image),
             **({"volumeClaimTemplates": [sink_claim]} if sink_claim is not None else {}),
         },
     }
+
+
+def _volumes(consumer: PartitionedConsumer, owner: Owner, container: JSON) -> list[JSON]:
+    """The pod's volumes (hubshift's, the sink's, the code's, then the template's), each of hubshift's
+    mounted in `container`, followed by the template's mounts."""
+    volumes: list[JSON] = [
+        {"name": MANIFEST_VOLUME, "configMap": {"name": ChildNames.of(owner.name).config_map}},
+        {"name": WORK_VOLUME, "emptyDir": {}},
+        {"name": TMP_VOLUME, "emptyDir": {}},
+    ]
+    sink, sink_mount, _ = sink_volume(consumer)
+    if sink_mount is not None:
+        container["volumeMounts"].append(sink_mount)
+    if sink is not None:
+        volumes.append(sink)
+    code = consumer.spec.consumer.code.config_map
+    if code is not None:
+        # The job's files (`spec.consumer.code`): the consumer puts the folder on its PYTHONPATH.
+        volumes.append({"name": CODE_VOLUME, "configMap": {"name": code}})
+        container["volumeMounts"].append({"name": CODE_VOLUME, "mountPath": CODE_DIR, "readOnly": True})
+    template = consumer.spec.consumer.pod_template
+    container["volumeMounts"].extend(mount.to_kubernetes() for mount in template.volume_mounts)
+    return volumes + [volume.to_kubernetes() for volume in template.volumes]
+
+
+def _scheduling(consumer: PartitionedConsumer, selector: Mapping[str, str]) -> JSON:
+    """Where the pods may run: the template's nodeSelector, tolerations, affinity and priority, and
+    hubshift's spread (at most one pod more per node, as a preference) unless the template gives its own."""
+    template = consumer.spec.consumer.pod_template
+    spread = template.topology_spread_constraints
+    if spread is None:
+        spread = [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": dict(selector)},
+            }
+        ]
+    scheduling: JSON = {"topologySpreadConstraints": spread} if spread else {}
+    if template.node_selector:
+        scheduling["nodeSelector"] = dict(template.node_selector)
+    if template.tolerations:
+        scheduling["tolerations"] = [
+            toleration.model_dump(by_alias=True, mode="json", exclude_none=True)
+            for toleration in template.tolerations
+        ]
+    if template.affinity:
+        scheduling["affinity"] = template.affinity
+    if template.priority_class_name is not None:
+        scheduling["priorityClassName"] = template.priority_class_name
+    return scheduling
+
+
+def render_pod_template(consumer: PartitionedConsumer, owner: Owner, image: str = DEFAULT_IMAGE) -> JSON:
+    """The consumer pods: hubshift's container, volumes and security context, with what the resource's
+    `podTemplate` adds (labels and annotations under hubshift's own, which win)."""
+    template = consumer.spec.consumer.pod_template
+    own = consumer_container(consumer, image)
+    volumes = _volumes(consumer, owner, own)
+    labels = {**template.metadata.labels, **pod_labels(owner.name)}
+    if uses_workload_identity(consumer):
+        labels[WORKLOAD_IDENTITY_LABEL] = "true"
+    # A changed manifest rolls the pods one by one (each returns within the holddown).
+    annotations = {**template.metadata.annotations, MANIFEST_HASH_ANNOTATION: manifest_hash(consumer)}
+    account = service_account_name(consumer)
+    spec: JSON = {
+        **({"serviceAccountName": account} if account is not None else {}),
+        "containers": [own, *(container(sidecar) for sidecar in template.sidecars)],
+        "terminationGracePeriodSeconds": termination_grace_seconds(consumer),
+        "automountServiceAccountToken": False,  # consumers never talk to Kubernetes
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "runAsGroup": RUN_AS_USER,
+            "fsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        **_scheduling(consumer, selector_labels(owner.name)),
+        "volumes": volumes,
+    }
+    if template.init_containers:
+        spec["initContainers"] = [container(init) for init in template.init_containers]
+    if template.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": secret.name} for secret in template.image_pull_secrets]
+    return {"metadata": {"labels": labels, "annotations": annotations}, "spec": spec}
 
 
 # --- services and disruption budget -------------------------------------------------------------------
@@ -491,17 +560,24 @@ def render_metrics_service(consumer: PartitionedConsumer, owner: Owner) -> JSON:
 
 
 def render_pod_disruption_budget(consumer: PartitionedConsumer, owner: Owner) -> JSON:
-    # One consumer drained at a time: each voluntary eviction is one orderly handoff, never a stampede.
+    # By default one consumer drained at a time: each voluntary eviction is one orderly handoff.
+    budget = consumer.spec.consumer.pod_disruption_budget
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": _metadata(ChildNames.of(owner.name).pod_disruption_budget, owner),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(owner.name)}},
+        "spec": {
+            "maxUnavailable": budget.max_unavailable,
+            "selector": {"matchLabels": selector_labels(owner.name)},
+        },
     }
 
 
-def render_children(consumer: PartitionedConsumer, owner: Owner, replicas: int) -> list[JSON]:
-    """Every child, in the order to apply them (the manifest and the ServiceAccount before the pods)."""
+def render_children(
+    consumer: PartitionedConsumer, owner: Owner, replicas: int, image: str = DEFAULT_IMAGE
+) -> list[JSON]:
+    """Every child, in the order to apply them (the manifest and the ServiceAccount before the pods);
+    `image`: the consumer image when the spec names none (the operator's own)."""
     account = render_service_account(consumer, owner)
     return [
         *([account] if account is not None else []),
@@ -509,5 +585,47 @@ def render_children(consumer: PartitionedConsumer, owner: Owner, replicas: int) 
         render_headless_service(consumer, owner),
         render_metrics_service(consumer, owner),
         render_pod_disruption_budget(consumer, owner),
-        render_statefulset(consumer, owner, replicas),
+        render_statefulset(consumer, owner, replicas, image),
     ]
+
+
+# --- what the status says of the children ----------------------------------------------------------------
+
+CHILDREN_APPLIED = "ChildrenApplied"  # conditions of the status in a cluster
+OUTPUT_DURABLE = "OutputDurable"
+
+
+def applied_condition(refusal: str | None) -> Condition:
+    """Whether the children the spec renders now were applied; False with the API server's refusal while
+    the pool runs on the last ones it accepted."""
+    if refusal is None:
+        message = "the StatefulSet and the other children are as the spec says"
+        return Condition(type=CHILDREN_APPLIED, status="True", reason="Applied", message=message)
+    message = f"{refusal}; the pods run as the last accepted spec said"
+    return Condition(type=CHILDREN_APPLIED, status="False", reason="Refused", message=message)
+
+
+def output_condition(consumer: PartitionedConsumer) -> Condition:
+    """Whether what the sink writes outlives a consumer pod: False for a folder sink on an emptyDir (gone
+    with every pod deleted, evicted or moved), True on a volume claim or a storage service, Unknown for a
+    sink Spark writes where its block says."""
+    sink = consumer.spec.consumer.sink
+    volume = sinks.sink_volume(sink, WORK_DIR)
+    if volume is not None and volume.claim_name is None and volume.size is None:
+        message = (
+            f"spec.consumer.sink.{sink.type} writes to an emptyDir at {volume.mount_path}: its files are "
+            f"gone whenever a pod is deleted, evicted or moved; set sink.{sink.type}.volume.claimName or "
+            "size, or use a blob sink"
+        )
+        return Condition(type=OUTPUT_DURABLE, status="False", reason="EmptyDir", message=message)
+    if volume is not None:
+        message = f"the {sink.type} sink writes to a persistent volume mounted at {volume.mount_path}"
+        return Condition(type=OUTPUT_DURABLE, status="True", reason="PersistentVolume", message=message)
+    services = sorted({named.connection.SERVICE for named in sinks.sink_connections(sink)})
+    if services:
+        message = f"the {sink.type} sink writes to {' and '.join(services)}"
+        return Condition(type=OUTPUT_DURABLE, status="True", reason="StorageService", message=message)
+    message = (
+        f"the {sink.type} sink writes where its block says; hubshift cannot tell whether that outlives a pod"
+    )
+    return Condition(type=OUTPUT_DURABLE, status="Unknown", reason="NotChecked", message=message)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import kopf
 
+from hubshift.operator.kubernetes.render import DEFAULT_IMAGE
 from hubshift.spec import GROUP
 
 
@@ -25,6 +26,8 @@ class OperatorConfig:
     liveness_port: int | None = 8080
     #: Kubernetes Events for kopf's own handler failures (ours are posted by the runtime).
     post_events_from_level: int = logging.WARNING
+    #: The consumer pods' image when a resource names none (the chart passes the operator's own).
+    consumer_image: str = DEFAULT_IMAGE
 
     @property
     def liveness_endpoint(self) -> str | None:

@@ -15,6 +15,7 @@ import pytest
 
 from hubshift.consumer.agent import AgentSettings, OwnershipAgent
 from hubshift.consumer.engine import Committed, Drained, Notify, Stolen
+from hubshift.consumer.lag import ReadProgress
 from hubshift.consumer.schedule import NUDGE_FLOOR_SECONDS
 from hubshift.eventhubs.receiver import StartAt
 from hubshift.ownership.assignment import publish_assignment, read_assignment
@@ -56,7 +57,7 @@ class RecordingEngine:
     def stop_partition(self, partition: str) -> None:
         self.stopped.append(partition)
 
-    def backlog(self) -> dict[str, int]:
+    def progress(self) -> dict[str, ReadProgress]:
         return {}
 
     def enqueued_time(self, partition: str, sequence_number: int) -> datetime | None:

@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from azure.eventhub import EventData
+from azure.eventhub import EventData, parse_connection_string
 from azure.eventhub.extensions.checkpointstoreblob import BlobCheckpointStore
 from emulator_clients import producer, wait_until
 
@@ -43,7 +43,7 @@ def test_two_event_processors_share_the_partitions_and_checkpoint(
     emulator: RunningEmulator, azurite: Azurite, blob_container: str, tmp_path: Path
 ) -> None:
     store = BlobCheckpointStore.from_connection_string(azurite.connection_string, blob_container)
-    namespace = emulator.connection_string.split(";")[0].removeprefix("Endpoint=sb://").rstrip("/")
+    namespace = parse_connection_string(emulator.connection_string).fully_qualified_namespace
 
     def owners() -> Counter[str]:
         return Counter(item["owner_id"] for item in store.list_ownership(namespace, "hub", "$Default"))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.eventhub import EventData
+from azure.eventhub import EventData, parse_connection_string
 from emulator_clients import BackgroundConsumer, producer, receive, wait_until
 
 from hubshift.emulator import performatives
@@ -201,7 +201,7 @@ def test_the_connection_string_is_printed_once_it_accepts(tmp_path: Path) -> Non
         assert line.endswith(
             ";SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=k1;UseDevelopmentEmulator=true"
         )
-        port = int(line.split(";")[0].rsplit(":", 1)[1])
+        port = int(parse_connection_string(line).fully_qualified_namespace.rsplit(":", 1)[1])
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
     finally:
         process.terminate()

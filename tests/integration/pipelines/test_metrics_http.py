@@ -36,9 +36,9 @@ def post(url: str, body: bytes = b"") -> tuple[int, str]:
 
 
 def test_endpoints() -> None:
-    metrics = ConsumerMetrics("homes-0")
+    metrics = ConsumerMetrics("homes-0", hub="homes", consumer_group="$Default")
     metrics.partition_acquired("3")
-    metrics.events.labels("3").inc(42)
+    metrics.events.labels(*metrics.hub_labels, "3").inc(42)
     ready = threading.Event()
     nudges: list[int | None] = []
     server = ConsumerHTTPServer(metrics, ready=ready.is_set, on_assignment=nudges.append)
@@ -47,7 +47,9 @@ def test_endpoints() -> None:
         assert base.startswith("http://127.0.0.1:")
         status, content_type, text = get(f"{base}/metrics")
         assert status == 200 and content_type.startswith("text/plain")
-        assert 'hubshift_consumer_events_total{partition="3"} 42.0' in text
+        assert (
+            'hubshift_consumer_events_total{consumer_group="$Default",hub="homes",partition="3"} 42.0' in text
+        )
         assert "hubshift_consumer_owned_partitions 1.0" in text
         status, content_type, text = get(f"{base}/metrics", {"Accept": "application/openmetrics-text"})
         assert content_type.startswith("application/openmetrics-text") and text.endswith("# EOF\n")

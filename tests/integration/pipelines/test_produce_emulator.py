@@ -13,7 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
-from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
+from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient, parse_connection_string
 
 from hubshift.apps.produce import HubSender, LoadSpec, send_load
 from hubshift.emulator.launch import RunningEmulator
@@ -157,7 +157,7 @@ def test_bad_input_is_one_line(emulator: RunningEmulator, args: list[str], messa
     assert len(lines) == 1, result.stderr
     assert message in lines[0]
     assert "garbage-secret-value" not in result.stderr
-    key = emulator.connection_string.split("SharedAccessKey=")[1].split(";")[0]
+    key = parse_connection_string(emulator.connection_string).shared_access_key
     assert key not in result.stderr
 
 

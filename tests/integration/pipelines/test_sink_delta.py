@@ -41,7 +41,7 @@ def test_every_event_in_exactly_one_row_through_kill_9_and_a_full_replay(
         store={"sqlite": {"path": str(tmp_path / "store.db")}},
         sink=tmp_path / "unused",
         consumer={
-            "spark": {"master": "local[1]", "triggerIntervalSeconds": 1, "maxEventsPerTrigger": 400},
+            "spark": {"master": "local[1]", "triggerIntervalSeconds": 1, "maxEventsPerTrigger": 300},
             # Checkpoints only at a handoff: after the kill every event is read again from the start.
             "checkpoint": {"everySeconds": 3600, "everyEvents": 1_000_000},
             "code": {"path": str(EXAMPLE_CODE)},
@@ -51,7 +51,7 @@ def test_every_event_in_exactly_one_row_through_kill_9_and_a_full_replay(
     )
     consumer_pool.environ.update(consumer_environ(emulator.connection_string))
     consumer_pool.environ["HUBSHIFT_SPARK_JARS"] = spark_jars
-    total = 6000
+    total = 2400
     sent = send_load(
         emulator.connection_string, "hub", LoadSpec(homes=300, rate=100_000, count=total, seed=3)
     )

@@ -4,15 +4,18 @@ agree), start positions, and what counts as being deposed."""
 from __future__ import annotations
 
 import datetime as dt
+import threading
+import time
 from typing import Any
 
 import pytest
 from azure.eventhub import EventData
 from azure.eventhub._pyamqp import message as amqp
 
-from hubshift.eventhubs.receiver import StartAt, is_stolen
+from hubshift.eventhubs.receiver import PartitionReceiver, ReceiverPool, StartAt, is_stolen
 from hubshift.eventhubs.rows import EVENT_ARROW_SCHEMA, events_to_batch
 from hubshift.eventhubs.sdk_internals import adopt_raw_messages, track_last
+from hubshift.eventhubs.target import EventHubsTarget
 
 ENQUEUED_MS = 1_795_000_000_123
 
@@ -121,3 +124,48 @@ def test_an_adopted_sdk_consumer_hands_over_raw_messages_and_remembers_the_last_
     last = track_last(consumer, delivered)
     assert isinstance(last, EventData) and last.sequence_number == 4
     assert consumer._last_received_event is last and last.offset == "1200"
+
+
+class SlowPool(ReceiverPool):
+    """A pool whose partitions each deliver one event per turn, the handler working `seconds` on it (no
+    link: `_open` gives each receiver a stand-in consumer)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(EventHubsTarget(None, "ns.example.net", "hub", "$Default"))
+        self.seconds = seconds
+
+    def _open(self, receiver: PartitionReceiver) -> None:
+        class Consumer:
+            sequence = 0
+
+            def receive(self, *_: object) -> None:
+                Consumer.sequence += 1
+                receiver.on_events([received(Consumer.sequence, b"x")])
+
+            def close(self) -> None:
+                pass
+
+        receiver.consumer = Consumer()
+
+    def _release(self, receiver: PartitionReceiver) -> None:
+        receiver.consumer = receiver.client = None
+
+
+def test_a_drain_waits_for_the_batch_in_hand_not_for_the_other_partitions_turns() -> None:
+    pool = SlowPool(0.5)
+    started = threading.Event()
+
+    def deliver(_batch: object) -> None:
+        started.set()
+        time.sleep(pool.seconds)
+
+    receivers = [pool.open(str(p), 1, StartAt(), deliver, lambda *_: None) for p in range(4)]
+    try:
+        assert started.wait(5)
+        asked = time.monotonic()
+        receivers[0].close(wait=10)
+        # Before: partition 0 left the turns only after every other partition's turn (1.5 s more here).
+        assert time.monotonic() - asked < 1.2
+        assert receivers[0].stopped.is_set()
+    finally:
+        pool.close(wait=10)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
 
-from hubshift.consumer.ranges import RangeLog
+from hubshift.consumer.ranges import Costly, RangeLog
 from hubshift.eventhubs.rows import EVENT_ARROW_SCHEMA
 from tests.harness.ranges import count_replays, handoff_gaps, percentile, read_range_logs, worst_wait
 
@@ -48,13 +49,19 @@ def test_a_batch_line_says_when_its_first_event_was_enqueued(tmp_path: Path) -> 
     RangeLog(tmp_path / "c-0.jsonl", "c-0")("3", 2, batch)
     (line,) = read_range_logs(tmp_path)
     assert (line["first"], line["last"], line["ownerLevel"]) == (7, 8, 2)
-    assert line["enqueued"] == enqueued.timestamp()
+    assert line["firstEnqueued"] == enqueued.timestamp()
     assert worst_wait([line], 0, float("inf")) == line["at"] - enqueued.timestamp()
 
 
 def test_handoffs_are_the_gaps_where_a_partition_changes_owner() -> None:
     def batch(partition: str, consumer: str, level: int, at: float) -> dict[str, object]:
-        return {"partition": partition, "consumer": consumer, "ownerLevel": level, "at": at, "enqueued": at}
+        return {
+            "partition": partition,
+            "consumer": consumer,
+            "ownerLevel": level,
+            "at": at,
+            "firstEnqueued": at,
+        }
 
     lines = [
         batch("0", "a", 1, 10.0),
@@ -69,3 +76,20 @@ def test_handoffs_are_the_gaps_where_a_partition_changes_owner() -> None:
     assert [round(g, 1) for g in handoff_gaps(lines, since=12.0)] == [1.6]
     assert percentile(gaps, 0.5) == gaps[0] and percentile(gaps, 0.99) == gaps[1]
     assert percentile([], 0.5) is None
+
+
+def test_a_line_says_when_the_batch_was_enqueued_and_costly_work_takes_its_time(tmp_path: Path) -> None:
+    enqueued = [datetime(2026, 1, 1, 0, 0, s, tzinfo=UTC) for s in (1, 2, 4)]
+    batch = pa.record_batch(
+        {
+            "sequence_number": pa.array([7, 8, 9], pa.int64()),
+            "enqueued_time": pa.array(enqueued, pa.timestamp("ms", tz="UTC")),
+        }
+    )
+    log = RangeLog(tmp_path / "c-0.jsonl", "c-0")
+    started = time.monotonic()
+    Costly(log, 0.02)("3", 2, batch)
+    assert time.monotonic() - started >= 0.06  # three events, 20 ms each
+    (line,) = read_range_logs(tmp_path)
+    assert (line["first"], line["last"], line["events"], line["ownerLevel"]) == (7, 9, 3, 2)
+    assert (line["firstEnqueued"], line["lastEnqueued"]) == (enqueued[0].timestamp(), enqueued[2].timestamp())

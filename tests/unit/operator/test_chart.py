@@ -4,12 +4,15 @@ that exist, and, where a `helm` binary is available, `helm lint` and `helm templ
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import textwrap
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,9 @@ import yaml
 
 from hubshift import __version__
 from hubshift.consumer.metrics import ConsumerMetrics
+from hubshift.manifest import parse_manifest
+from hubshift.operator.kubernetes.crd import CRD_PATHS, custom_resource_definition
+from hubshift.operator.kubernetes.render import output_condition
 from hubshift.operator.metrics import OperatorMetrics
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -46,8 +52,18 @@ def test_chart_metadata() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["apiVersion"] == "v2"
     assert chart["name"] == "hubshift"
-    assert chart["appVersion"] == __version__
+    # One version (pyproject.toml's): the release packages the chart and tags the image with it.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert chart["appVersion"] == chart["version"] == __version__ == project
     assert re.fullmatch(r"\d+\.\d+\.\d+", chart["version"])
+
+
+def test_the_release_can_point_the_chart_at_its_image() -> None:
+    """.github/workflows/release.yml rewrites this line to the image it pushed (ghcr.io/OWNER/hubshift)."""
+    workflow = (ROOT / ".github" / "workflows" / "release.yml").read_text()
+    assert r"s#^  repository: hubshift\$#  repository: $IMAGE#" in workflow
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    assert lines.count("  repository: hubshift") == 1
 
 
 def test_default_values_match_their_schema() -> None:
@@ -66,6 +82,10 @@ def test_default_values_match_their_schema() -> None:
         (lambda v: v["image"].update(pullPolicy="Sometimes"), "image.pullPolicy"),
         (lambda v: v["azure"].update(credential="keys"), "azure.credential"),
         (lambda v: v["azure"]["workloadIdentity"].update(enabled=True), "azure.workloadIdentity"),
+        (lambda v: v["image"].update(digest="latest"), "image.digest"),
+        (lambda v: v["operator"]["podDisruptionBudget"].update(maxUnavailable="half"), "maxUnavailable"),
+        (lambda v: v["crds"].update(install="yes"), "crds.install"),
+        (lambda v: v["metrics"]["serviceMonitor"].update(honorLabels="yes"), "honorLabels"),
     ],
 )
 def test_bad_values_are_refused(change: Any, fragment: str) -> None:
@@ -73,6 +93,16 @@ def test_bad_values_are_refused(change: Any, fragment: str) -> None:
     change(document)
     errors = schema_errors(document)
     assert any(fragment in error for error in errors), errors
+
+
+def test_an_umbrella_charts_global_values_are_accepted() -> None:
+    document = values()
+    document["global"] = {
+        "imageRegistry": "ghcr.io/acme",
+        "imagePullSecrets": ["pull", {"name": "more"}],
+        "x": 1,
+    }
+    assert schema_errors(document) == []
 
 
 def test_two_replicas_are_allowed_with_peering() -> None:
@@ -125,7 +155,9 @@ def test_peering_crds_are_kopfs() -> None:
 def exported_names() -> set[str]:
     names: set[str] = set()
     suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}
-    for registry in (OperatorMetrics().registry, ConsumerMetrics("c", process_metrics=False).registry):
+    consumer = ConsumerMetrics("c", process_metrics=False)
+    consumer.enable_spark()  # the Spark engine's own figures too
+    for registry in (OperatorMetrics().registry, consumer.registry):
         for family in registry.collect():
             names.add(family.name)
             names.update(family.name + suffix for suffix in suffixes.get(family.type, []))
@@ -171,7 +203,7 @@ def test_dashboards_are_valid_grafana_json() -> None:
         variables = {v["name"]: v for v in dashboard["templating"]["list"]}
         assert variables["datasource"]["type"] == "datasource"
         assert variables["datasource"]["query"] == "prometheus"
-        assert {"namespace", "consumer"} <= set(variables)
+        assert {"namespace", "hub", "consumer"} <= set(variables)
         for panel in dashboard["panels"]:
             grid = panel["gridPos"]
             assert grid["x"] + grid["w"] <= 24 and grid["h"] > 0, f"{name}: {panel['title']}"
@@ -187,12 +219,42 @@ def test_dashboards_are_valid_grafana_json() -> None:
                 assert 'consumer=~"$consumer"' in target["expr"], target["expr"]
 
 
+def dashboards_tool() -> Any:
+    """tools/dashboards.py as a module (it is a script, not a package)."""
+    spec = importlib.util.spec_from_file_location("dashboards_tool", ROOT / "tools" / "dashboards.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_grafanas_schema_refuses_what_grafana_would_not_load() -> None:
+    """The lint tier's check (`tools/dashboards.py --schema`) finds a dashboard that breaks Grafana's schema:
+    a panel without its width, a variable's current value without its text, a legend Grafana cannot place."""
+    tool = dashboards_tool()
+    folder = tool.schema_path()
+    if not (folder / ".made").exists():
+        pytest.skip(f"Grafana's schema is not made yet ({folder}; the lint tier makes it)")
+    good = dashboards()["hubshift-consumer.json"]
+    assert tool.schema_errors(good, folder) == []
+    bad = copy.deepcopy(good)
+    panel = next(p for p in bad["panels"] if p["type"] == "timeseries")
+    del panel["gridPos"]["w"]
+    panel["options"]["legend"]["placement"] = "top"
+    bad["templating"]["list"][1]["current"] = {"selected": True}
+    errors = tool.schema_errors(bad, folder)
+    assert len(errors) == 4, errors  # `current` lacks both text and value
+    assert any(e.endswith("gridPos: 'w' is a required property") for e in errors), errors
+    assert any(f"({panel['title']!r}): options/legend/placement" in e for e in errors), errors
+
+
 def test_every_query_reads_a_metric_that_is_exported() -> None:
     known = exported_names()
     for name, dashboard in dashboards().items():
         for variable in dashboard["templating"]["list"]:
             if variable["type"] == "query":
-                assert referenced_metrics(variable["definition"]) <= known
+                assert referenced_metrics(variable["query"]["query"]) <= known
         for title, expression in panel_queries(dashboard):
             names = referenced_metrics(expression)
             assert names, f"{name}: {title} reads no hubshift metric"
@@ -270,6 +332,8 @@ def helm_binary() -> str | None:
     return str(candidate) if result.returncode == 0 and candidate.is_file() else None
 
 
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+ZONES = {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"}
 PROMETHEUS_PEER = {
     "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
     "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
@@ -292,6 +356,18 @@ SETUPS: dict[str, dict[str, Any]] = {
         "azure": {"workloadIdentity": {"enabled": True, "clientId": "cid-1", "tenantId": "tid-1"}},
     },
     "release-namespace": {"operator": {"watchReleaseNamespace": True, "watchNamespaces": ["ops", "team-a"]}},
+    "gitops": {
+        "global": {"imageRegistry": "ghcr.io/acme", "imagePullSecrets": ["pull"]},
+        "image": {"digest": DIGEST},
+        "operator": {
+            "replicas": 2,
+            "peering": {"enabled": True},
+            "topologySpreadConstraints": [ZONES],
+            "extraVolumes": [{"name": "ca", "configMap": {"name": "corporate-ca"}}],
+            "extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/ssl/corporate", "readOnly": True}],
+        },
+        "metrics": {"serviceMonitor": {"enabled": True, "honorLabels": False}},
+    },
 }
 
 
@@ -359,6 +435,18 @@ def test_helm_template(helm: str, tmp_path: Path, setup: str) -> None:
     deployment = next(d for d in documents if d["kind"] == "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["hubshift", "operator"]
+    # The consumer pods run the operator's own image, unless a resource pins one.
+    env = {variable["name"]: variable.get("value") for variable in container["env"]}
+    assert env["HUBSHIFT_CONSUMER_IMAGE"] == container["image"]
+    budgets = [d for d in documents if d["kind"] == "PodDisruptionBudget"]
+    pod = deployment["spec"]["template"]["spec"]
+    if deployment["spec"]["replicas"] > 1:  # a standby always survives a drain, on another node
+        (budget,) = budgets
+        assert budget["spec"] == {"maxUnavailable": 1, "selector": deployment["spec"]["selector"]}
+        anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+        assert anti["podAffinityTerm"]["labelSelector"] == deployment["spec"]["selector"]
+    else:
+        assert not budgets and "affinity" not in pod
     for document in documents:
         if document["kind"] == "CustomResourceDefinition":
             continue
@@ -407,8 +495,23 @@ def test_helm_template(helm: str, tmp_path: Path, setup: str) -> None:
             assert prometheus_peer == PROMETHEUS_PEER
     else:
         assert not [d for d in documents if d["kind"] == "NetworkPolicy"]
+    if setup == "gitops":
+        assert container["image"] == f"ghcr.io/acme/hubshift@{DIGEST}"
+        assert pod["imagePullSecrets"] == [{"name": "pull"}]
+        assert pod["topologySpreadConstraints"] == [ZONES]
+        assert {"name": "ca", "configMap": {"name": "corporate-ca"}} in pod["volumes"]
+        assert {"name": "ca", "mountPath": "/etc/ssl/corporate", "readOnly": True} in container[
+            "volumeMounts"
+        ]
+        monitor = next(d for d in documents if d["kind"] == "ServiceMonitor")
+        assert monitor["spec"]["endpoints"][0]["honorLabels"] is False
+    else:
+        assert container["image"] == f"hubshift:{__version__}"
     if setup == "monitoring":
         monitor = next(d for d in documents if d["kind"] == "ServiceMonitor")
+        assert (
+            monitor["spec"]["endpoints"][0]["honorLabels"] is True
+        )  # the default: the namespace label is the resource's (docs/observability.md)
         assert monitor["metadata"]["labels"]["release"] == "kps"
         dashboards = [
             d
@@ -423,6 +526,59 @@ def test_helm_template(helm: str, tmp_path: Path, setup: str) -> None:
         pods = next(d for d in documents if d["kind"] == "PodMonitor")
         relabel = pods["spec"]["podMetricsEndpoints"][0]["relabelings"][0]
         assert relabel["targetLabel"] == "consumer"
+
+
+def test_the_crd_is_a_template_kept_on_uninstall_and_equal_to_the_generated_one(
+    helm: str, tmp_path: Path
+) -> None:
+    """Helm installs and upgrades templates (never crds/): a new version's fields reach the API server with
+    `helm upgrade`, and the keep policy leaves the CRD, and every PartitionedConsumer, on uninstall."""
+    documents = render(helm, tmp_path, {})
+    (definition,) = [
+        d for d in documents if d["kind"] == "CustomResourceDefinition" and "hubshift" in d["spec"]["group"]
+    ]
+    assert definition["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert definition["metadata"]["labels"]["app.kubernetes.io/instance"] == "rel"
+    assert definition["spec"] == custom_resource_definition()["spec"]
+    assert not (CHART / "crds" / CRD_PATHS[0].name).exists()  # Helm would install it once, then never again
+    (tmp_path / "without").mkdir()
+    without = render(helm, tmp_path / "without", {"crds": {"install": False}})
+    assert not [
+        d for d in without if d["kind"] == "CustomResourceDefinition" and d["spec"]["group"] == "hubshift.dev"
+    ]
+
+
+def test_the_chart_works_as_a_subchart_with_global_values(helm: str, tmp_path: Path) -> None:
+    """An umbrella chart (as Argo CD and Flux users build them) with the chart as a dependency and `global`
+    values: `helm lint --strict` passes and the operator's image comes from global.imageRegistry."""
+    umbrella = tmp_path / "platform"
+    (umbrella / "charts").mkdir(parents=True)
+    shutil.copytree(CHART, umbrella / "charts" / "hubshift")
+    chart = {"apiVersion": "v2", "name": "platform", "version": "1.0.0", "dependencies": [
+        {"name": "hubshift", "version": yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]}
+    ]}  # fmt: skip
+    (umbrella / "Chart.yaml").write_text(yaml.safe_dump(chart))
+    umbrella_values = {
+        "global": {"imageRegistry": "registry.example", "imagePullSecrets": ["pull"], "domain": "x"},
+        "hubshift": {"operator": {"watchReleaseNamespace": True}},
+    }
+    (umbrella / "values.yaml").write_text(yaml.safe_dump(umbrella_values))
+    environ = helm_env(tmp_path)
+    lint = subprocess.run(
+        [helm, "lint", str(umbrella), "--strict", "--with-subcharts"],
+        capture_output=True, text=True, timeout=120, env=environ, check=False,
+    )  # fmt: skip
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    rendered = subprocess.run(
+        [helm, "template", "platform", str(umbrella), "-n", "ops"],
+        capture_output=True, text=True, timeout=120, env=environ, check=False,
+    )  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    documents = [d for d in yaml.safe_load_all(rendered.stdout) if d]
+    deployment = next(d for d in documents if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == f"registry.example/hubshift:{__version__}"
+    assert pod["imagePullSecrets"] == [{"name": "pull"}]
 
 
 def test_helm_refuses_two_replicas_without_peering(helm: str, tmp_path: Path) -> None:
@@ -537,6 +693,16 @@ def rendered_notes(helm: str, tmp_path: Path, overrides: dict[str, Any]) -> str:
     marker = "# Source: hubshift/templates/notes-as-text.txt\n"
     assert marker in output, output
     return output.split(marker, 1)[1]
+
+
+def test_the_notes_example_writes_somewhere_that_survives_a_pod(helm: str, tmp_path: Path) -> None:
+    notes = rendered_notes(helm, tmp_path, {})
+    start = notes.index("     apiVersion: hubshift.dev/v1alpha1")
+    block = notes[start:].split("\n\n", 1)[0]  # the example, up to the first blank line
+    example = parse_manifest(yaml.safe_load(textwrap.dedent(block)), source="NOTES.txt")
+    output = output_condition(example)
+    assert output.status == "True", output.message
+    assert f"hubshift:{__version__}" in notes  # the image the pools run unless they pin one
 
 
 def test_the_notes_warn_of_a_cluster_wide_install_and_say_how_to_confine_it(

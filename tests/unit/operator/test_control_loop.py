@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,6 +45,10 @@ SCOPE = Scope("ns.example.net", "hub", "$default")
 
 
 def manifest(**scaling: object) -> PartitionedConsumer:
+    return manifest_with({}, **scaling)
+
+
+def manifest_with(rebalance: Mapping[str, object], **scaling: object) -> PartitionedConsumer:
     return parse_manifest(
         {
             "apiVersion": "hubshift.dev/v1alpha1",
@@ -53,7 +58,7 @@ def manifest(**scaling: object) -> PartitionedConsumer:
                 "eventHubs": {"hub": "hub"},
                 "checkpointStore": {"sqlite": {"path": "unused.db"}},
                 "scaling": {"minReplicas": 2, "maxReplicas": 4, "pollingIntervalSeconds": 5, **scaling},
-                "rebalance": {"delaySeconds": 5, "maxHandoffSeconds": 10},
+                "rebalance": {"delaySeconds": 5, "maxHandoffSeconds": 10, **rebalance},
             },
         }
     )
@@ -546,3 +551,30 @@ def test_a_rollout_surges_hands_the_first_pods_share_over_and_evicts_it_once_it_
     assert [e for e in runtime.events if e[0] == "Replacing"]
     assert [e[0] for e in runtime.events].count("RolloutStarted") == 1  # the restart carried on
     assert report.status.rollout is not None and report.status.rollout.phase == "RollingOut"
+
+
+def test_load_aware_moves_a_hot_partition_off_the_busy_consumer_and_reports_load(tmp_path: Path) -> None:
+    store = SqliteLeaseStore(tmp_path / "store.db")
+    runtime, probe, clock = FakeRuntime(), FakeProbe(8), Clock()
+    harness = make_harness(store, runtime, probe, clock)
+    load_aware = {"strategy": "loadAware", "loadAware": {"windowSeconds": 30}}
+    harness.loop.apply(manifest_with(load_aware, minReplicas=2, maxReplicas=2))
+    harness.settle()
+    record = read_assignment(store, SCOPE)
+    assert record is not None
+    first, second, *rest = record.assignment.partitions_of("homes-0")
+    rates = {str(p): 100.0 if str(p) in (first, second) else 5.0 for p in range(8)}  # both on homes-0
+    publications: list[PublishAssignment] = []
+    for _poll in range(3):
+        probe.last = {p: last + round(rates[p] * 6) for p, last in probe.last.items()}
+        clock.now += 6
+        report = harness.cycle()
+        publications += [a for a in report.actions if isinstance(a, PublishAssignment)]
+    (moved,) = publications  # one of the two, at the first probe that measured the load
+    assert moved.reason is PublishReason.LOAD and [m.partition for m in moved.moves] == [first]
+    assert report.load is not None and report.load[first] == 100.0
+    body = runtime.status
+    assert body["incomingEventsPerSecond"] == 230.0
+    homes_0 = {"consumer": "homes-0", "partitions": [second, *rest], "eventsPerSecond": 110.0}
+    assert isinstance(body["assignment"], list) and homes_0 in body["assignment"]
+    assert any("load: homes-0 carries" in message for _, message in runtime.events)

@@ -160,6 +160,31 @@ def test_cel_rules_guard_the_fields_they_read() -> None:
                 assert f"has(self.{field})" in text, f"{path}: rule {rule['rule']!r} reads {field} unguarded"
 
 
+def test_no_rule_asks_whether_a_required_field_is_there() -> None:
+    # The API server checks required fields first and skips every rule then ("some validation rules were
+    # not checked"): such a rule never fires, and its message is never read.
+    for path, node in nodes(root_schema()):
+        for rule in node.get("x-kubernetes-validations", []):
+            for field in set(re.findall(r"has\(self\.([A-Za-z]+)\)", rule["rule"])):
+                assert field not in node.get("required", []), (
+                    f"{path}: {rule['rule']!r} tests required {field}"
+                )
+
+
+def test_every_map_or_list_a_rule_walks_is_bounded() -> None:
+    # The API server estimates a rule's cost from the largest value the schema allows, and refuses the
+    # whole CRD when a rule walking an unbounded map or list is over its budget (spark.conf was).
+    for path, node in nodes(root_schema()):
+        for rule in node.get("x-kubernetes-validations", []):
+            for field in set(
+                re.findall(r"self\.([A-Za-z]+)\.(?:all|exists|exists_one|map|filter)\(", rule["rule"])
+            ):
+                child = node["properties"][field]
+                assert "maxProperties" in child or "maxItems" in child, (
+                    f"{path}.{field}: unbounded for {rule}"
+                )
+
+
 def test_schema_defaults_equal_the_model_defaults() -> None:
     spec_schema = root_schema()["properties"]["spec"]
     minimal = {
@@ -174,6 +199,8 @@ def test_schema_defaults_equal_the_model_defaults() -> None:
     assert defaulted["scaling"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
     assert defaulted["consumer"]["resources"]["requests"] == {"cpu": "1", "memory": "2Gi"}
     assert defaulted["rebalance"] == {
+        "strategy": "balanced",
+        "loadAware": {"windowSeconds": 60.0, "tolerance": 0.2, "maxMoves": 4},
         "delaySeconds": 10.0,
         "maxHandoffSeconds": 15.0,
         "leaseDurationSeconds": 30,

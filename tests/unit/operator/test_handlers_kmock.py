@@ -657,12 +657,14 @@ def test_in_a_pod_kopf_reaches_the_api_server_at_the_service_address_not_a_dns_n
 
 def test_metrics_replace_stale_label_sets() -> None:
     metrics = OperatorMetrics()
+    metrics.set_hub(NAMESPACE, "homes", "homes", "$Default")
     metrics.set_backlog(NAMESPACE, "homes", {"0": 10, "1": 5})
     metrics.set_backlog(NAMESPACE, "homes", {"0": 3})
     text = generate_latest(metrics.registry).decode()
-    assert 'hubshift_partition_backlog_events{consumer="homes",namespace="sensors",partition="0"} 3.0' in text
+    hub = 'consumer="homes",consumer_group="$Default",hub="homes",namespace="sensors"'
+    assert f'hubshift_partition_backlog_events{{{hub},partition="0"}} 3.0' in text
     assert 'partition="1"' not in text
-    assert 'hubshift_backlog_events{consumer="homes",namespace="sensors"} 3.0' in text
+    assert f"hubshift_backlog_events{{{hub}}} 3.0" in text
     metrics.set_phase(NAMESPACE, "homes", ResourcePhase.HOLDDOWN)
     assert (
         'hubshift_phase{consumer="homes",namespace="sensors",phase="Holddown"} 1.0'

@@ -139,20 +139,49 @@ def samples(metrics: OperatorMetrics) -> dict[tuple[str, tuple[tuple[str, str], 
 
 def test_lag_metrics_export_the_known_and_count_the_unknown() -> None:
     metrics = OperatorMetrics()
+    metrics.set_hub("ns", "homes", "telemetry", "$Default")
     metrics.set_lag("ns", "homes", {"0": 4.0, "1": None, "2": 0.0})
     got = samples(metrics)
-    labels = (("consumer", "homes"), ("namespace", "ns"))
-    assert got[("hubshift_partition_lag_seconds", (*labels[:1], *labels[1:], ("partition", "0")))] == 4.0
+    labels = (
+        ("consumer", "homes"),
+        ("consumer_group", "$Default"),
+        ("hub", "telemetry"),
+        ("namespace", "ns"),
+    )
+    assert got[("hubshift_partition_lag_seconds", (*labels[:3], *labels[3:], ("partition", "0")))] == 4.0
     assert not any(k[0] == "hubshift_partition_lag_seconds" and ("partition", "1") in k[1] for k in got)
     assert got[("hubshift_lag_seconds", labels)] == 4.0
     assert got[("hubshift_lag_unknown_partitions", labels)] == 1
     metrics.set_lag("ns", "homes", {"1": 2.0})
     got = samples(metrics)
     assert [k for k in got if k[0] == "hubshift_partition_lag_seconds"] == [
-        ("hubshift_partition_lag_seconds", (*labels, ("partition", "1")))
+        ("hubshift_partition_lag_seconds", (*labels[:3], *labels[3:], ("partition", "1")))
     ]
     metrics.forget("ns", "homes")
     assert not any(k[0].startswith("hubshift_") and "lag" in k[0] for k in samples(metrics))
+
+
+def test_a_changed_hub_replaces_the_series_about_the_old_ones_partitions() -> None:
+    """`hub` and `consumer_group` label the series about the hub's partitions; after `kubectl apply` of
+    another hub, none of the old hub's series is left behind beside the new one's."""
+    metrics = OperatorMetrics()
+    metrics.set_hub("ns", "homes", "telemetry", "$Default")
+    metrics.set_partitions("ns", "homes", 4)
+    metrics.set_backlog("ns", "homes", {"0": 3, "1": 5})
+    metrics.set_lag("ns", "homes", {"0": 1.0, "1": 2.0})
+    metrics.set_hub("ns", "homes", "telemetry-2", "audit")
+    metrics.set_partitions("ns", "homes", 2)
+    metrics.set_backlog("ns", "homes", {"0": 7})
+    metrics.set_lag("ns", "homes", {"0": 9.0})
+    hubs = {
+        (dict(k[1])["hub"], dict(k[1])["consumer_group"])
+        for k in samples(metrics)
+        if k[0].startswith("hubshift_") and "hub" in dict(k[1])
+    }
+    assert hubs == {("telemetry-2", "audit")}
+    assert samples(metrics)[("hubshift_backlog_events", (
+        ("consumer", "homes"), ("consumer_group", "audit"), ("hub", "telemetry-2"), ("namespace", "ns")
+    ))] == 7  # fmt: skip
 
 
 def test_counters_that_matter_before_the_first_failure_exist_from_the_start() -> None:

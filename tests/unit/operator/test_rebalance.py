@@ -3,6 +3,7 @@ restarts."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 
 from hypothesis import given, settings
@@ -24,7 +25,7 @@ from hubshift.operator.rebalance import (
 from hubshift.ownership.model import ChangeKind, Phase
 from hubshift.ownership.planner import plan_assignment, plan_moves
 from hubshift.ownership.records import decode_assignment, encode_assignment
-from hubshift.spec import RebalanceSpec
+from hubshift.spec import LoadAwareSpec, RebalanceSpec
 from tests.harness.ownership import is_balanced, minimum_moves
 
 CONFIG = RebalanceSpec(delay_seconds=5.0, max_handoff_seconds=3.0)
@@ -68,6 +69,9 @@ class World:
     breakable: set[str] = field(default_factory=set)
     pool: str | None = "homes"  # None: names the operator cannot plan with (every change waits)
     joined: set[str] = field(default_factory=set)  # consumers up and joined that the operator has not seen
+    config: RebalanceSpec = CONFIG
+    load: dict[str, float] | None = None  # each partition's events per second, as the loop measured it
+    capacity: float | None = None  # events per second one consumer processes, as the loop measured it
 
     def observe(self) -> Observation:
         return Observation(
@@ -79,10 +83,12 @@ class World:
             record=self.record,
             departed=frozenset(self.departed),
             pool=self.pool,
+            load=self.load,
+            capacity=self.capacity,
         )
 
     def cycle(self, seconds: float = 1.0, *, consumers_act: bool = True) -> Step:
-        result = step(self.state, self.observe(), self.now, CONFIG)
+        result = step(self.state, self.observe(), self.now, self.config)
         self.steps.append(result)
         for action in result.actions:
             if isinstance(action, PublishAssignment):
@@ -685,3 +691,156 @@ def test_state_survives_the_stored_json_record() -> None:
     stored = decode_assignment(encode_assignment(state.to_record(CONFIG)))
     assert stored.max_handoff_seconds == CONFIG.max_handoff_seconds
     assert RebalanceState.from_record(stored) == state
+
+
+# --- load-aware ---------------------------------------------------------------------------------------------
+
+LOAD_AWARE = RebalanceSpec(
+    delay_seconds=5.0,
+    max_handoff_seconds=3.0,
+    strategy="loadAware",
+    load_aware=LoadAwareSpec(tolerance=0.2, max_moves=2),
+)
+
+
+def skewed(hot: Collection[str], partitions: int = 16, rate: float = 200.0) -> dict[str, float]:
+    """Ten events a second on every partition, `rate` on the hot ones."""
+    return {p: rate if p in hot else 10.0 for p in ids(partitions)}
+
+
+def load_aware_world(partitions: int = 16, consumers: int = 4) -> World:
+    """A settled pool under the load-aware strategy, its load even so far."""
+    world = settled_world(partitions, consumers)
+    world.config = LOAD_AWARE
+    world.load = {p: 10.0 for p in ids(partitions)}
+    world.run(2)
+    assert world.published == []
+    return world
+
+
+def test_a_hot_consumer_sheds_partitions_gracefully_and_within_the_cap() -> None:
+    world = load_aware_world()
+    world.load = skewed(hot={"0", "1", "2"})  # all three on homes-0 (partitions 0-3)
+    world.cycle()
+    (publication,) = world.published
+    assert publication.reason is PublishReason.LOAD and publication.kind is ChangeKind.PLANNED
+    assert len(publication.moves) == 2 and publication.forced == frozenset()
+    assert {m.previous for m in publication.moves} == {"homes-0"}
+    assert any("load: homes-0 carries" in message for message in messages(world))
+    world.run(3)  # handed over; the next publication waits for the handoffs, then the cap again
+    assert {world.owners[p] for p in ("0", "1", "2")} == {"homes-0", "homes-1", "homes-2"}
+    assert world.early_breaks == []
+
+
+def test_load_within_the_tolerance_moves_nothing() -> None:
+    world = load_aware_world()
+    world.load = {p: 10.0 + (1.0 if int(p) < 4 else 0.0) for p in ids(16)}  # homes-0 carries 10 % more
+    world.run(5)
+    assert world.published == []
+
+
+def test_without_load_figures_nothing_moves_for_load() -> None:
+    world = load_aware_world()
+    world.load = None
+    world.run(3)
+    assert world.published == []
+
+
+def test_a_change_of_load_alone_starts_no_holddown() -> None:
+    world = load_aware_world()
+    world.present.remove("homes-3")  # a holddown starts for the consumer ...
+    world.cycle()
+    assert phase_of(world) is Phase.HOLDDOWN
+    world.present.append("homes-3")
+    world.load = skewed(hot={"0", "1", "2"})  # ... and the load changes while it runs
+    world.cycle()
+    assert "HolddownCancelled" in world.events()
+    world.run(2)
+    assert [p.reason for p in world.published] == [PublishReason.LOAD]
+    assert "Holddown" not in world.events()[world.events().index("HolddownCancelled") :]
+
+
+def test_no_load_move_while_a_handoff_is_pending() -> None:
+    world = load_aware_world()
+    world.stuck.add("homes-0")  # it will not release
+    world.load = skewed(hot={"0", "1", "2"})
+    world.run(2)
+    assert len(world.published) == 1
+    world.load = skewed(hot={"4", "5", "6"})  # homes-1 is the hot one now
+    world.run(2)
+    assert len(world.published) == 1  # Rebalancing until the handoff deadline: no second publication
+
+
+def messages(world: World) -> list[str]:
+    return [a.message for s in world.steps for a in s.actions if isinstance(a, RecordEvent)]
+
+
+LOAD_EVENTS = st.one_of(
+    st.tuples(st.just("tick"), st.sampled_from([0.5, 1.0, 2.0, 4.0, 7.0])),
+    st.tuples(st.just("crash"), st.integers(0, 5)),
+    st.tuples(st.just("return"), st.integers(0, 5)),
+    st.tuples(st.just("desired"), st.integers(1, 6)),
+    st.tuples(st.just("hot"), st.lists(st.integers(0, 15), max_size=4)),
+    st.tuples(st.just("hang"), st.integers(0, 5)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(2, 16), st.integers(1, 6), st.lists(LOAD_EVENTS, min_size=1, max_size=40))
+def test_load_aware_invariants_hold_over_random_event_sequences(
+    partitions: int, consumers: int, events: list[tuple[str, object]]
+) -> None:
+    """Load-aware: every partition has one assignee; a move for load only while nothing else is under way,
+    at most `maxMoves`, never forced; no live owner loses a partition before its handoff time; the same
+    inputs give the same step."""
+    world = World(ids(partitions), pods(consumers), {}, replicas=consumers, desired=consumers)
+    world.config = LOAD_AWARE
+    world.load = {p: 10.0 for p in ids(partitions)}
+    for kind, value in events:
+        if kind == "tick":
+            assert isinstance(value, float)
+            world.now += value
+        elif kind == "crash":
+            world.present = [c for c in world.present if c != f"homes-{value}"]
+        elif kind == "return":
+            pod = f"homes-{value}"
+            if isinstance(value, int) and value < world.replicas and pod not in world.present:
+                world.present = sorted([*world.present, pod], key=lambda c: ordinal(c) or 0)
+        elif kind == "desired":
+            assert isinstance(value, int)
+            world.desired = value
+        elif kind == "hot":
+            assert isinstance(value, list)
+            world.load = skewed({str(p) for p in value}, partitions)
+        elif kind == "hang":
+            world.stuck.add(f"homes-{value}")
+        before = world.state
+        live = set(world.present)
+        observation = world.observe()
+        assert step(world.state, observation, world.now, LOAD_AWARE) == step(
+            world.state, observation, world.now, LOAD_AWARE
+        ), "deterministic"
+        result = world.cycle(0.0)
+        after = result.state
+        assert set(after.assignment) == set(world.partitions)
+        assert all(c is None or c in after.consumers for c in after.assignment.values()), "one assignee"
+        publication = result.published
+        if publication is not None and publication.reason is PublishReason.LOAD:
+            assert before is not None and before.phase is Phase.READY and not before.planned
+            assert before.holddown_until is None
+            assert len(publication.moves) <= LOAD_AWARE.load_aware.max_moves
+            assert publication.forced == frozenset()
+            assert all(m.previous in live for m in publication.moves), "graceful: the owner hands over"
+        assert stored(after) == after
+    assert world.early_breaks == [], "no live owner lost a partition before its handoff time"
+
+
+def test_no_load_move_while_every_consumer_has_room() -> None:
+    world = load_aware_world()
+    world.load = skewed(hot={"0", "1", "2"}, rate=20.0)  # homes-0: 61 events/s, a consumer processes 200
+    world.capacity = 200.0
+    world.run(3)
+    assert world.published == []
+    world.capacity = 100.0  # now it is over half of one consumer
+    world.run(1)
+    assert [p.reason for p in world.published] == [PublishReason.LOAD]

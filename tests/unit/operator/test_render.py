@@ -11,7 +11,7 @@ import yaml
 from lightkube import codecs
 
 from hubshift.errors import UserError
-from hubshift.manifest import PartitionedConsumer, parse_manifest
+from hubshift.manifest import CODE_DIR, CodeSpec, PartitionedConsumer, parse_manifest
 from hubshift.operator.kubernetes import render
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "homes.yaml"
@@ -392,3 +392,140 @@ def test_an_existing_service_account_is_used_as_it_is() -> None:
     assert kinds("homes")[0] == "ServiceAccount"  # its own: kept up to date
     assert "ServiceAccount" not in kinds("")  # someone else's: used, never changed or owned
     assert "ServiceAccount" not in kinds("other-consumer")
+
+
+# --- examples/delta.yaml: a Spark team's job from a ConfigMap into Delta on ADLS, keyless ----------------
+
+
+def test_the_delta_example_mounts_its_code_and_writes_with_the_pods_identity() -> None:
+    doc: dict[str, Any] = yaml.safe_load((EXAMPLE.parent / "delta.yaml").read_text())
+    doc["metadata"]["namespace"] = "sensors"
+    example = parse_manifest(doc)
+    assert example.spec.consumer.sink.delta is not None
+    rendered = render.render_children(example, OWNER, 1)
+    pod = next(c for c in rendered if c["kind"] == "StatefulSet")["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    code = next(v for v in pod["spec"]["volumes"] if v["name"] == render.CODE_VOLUME)
+    assert code["configMap"] == {"name": "homes-job"}
+    mount = next(m for m in container["volumeMounts"] if m["name"] == render.CODE_VOLUME)
+    assert (mount["mountPath"], mount["readOnly"]) == (CODE_DIR, True)
+    # One identity for the hub, the checkpoints and the table: the pods' ServiceAccount, no Secret.
+    assert pod["metadata"]["labels"]["azure.workload.identity/use"] == "true"
+    assert pod["spec"]["serviceAccountName"] == "homes-delta"
+    assert not [e for e in container["env"] if "secretKeyRef" in e.get("valueFrom", {})]
+    assert not [p for p in container["ports"] if p["name"] == "spark-ui"]  # the UI is off unless asked for
+
+
+# --- your own Spark job: its code from a ConfigMap, the Spark UI, the sinks Spark writes ----------------
+
+
+def spark_job(sink: dict[str, Any], **consumer_fields: Any) -> Any:
+    """The example as a Spark job: the events pipeline into `sink` (type and block), `consumer_fields` set."""
+
+    def mutate(doc: dict[str, Any]) -> None:
+        doc["spec"]["consumer"]["pipeline"] = {"type": "events"}
+        doc["spec"]["consumer"]["sink"] = sink
+        doc["spec"]["consumer"].update(consumer_fields)
+
+    return mutate
+
+
+DELTA_ON_AZURE = {
+    "type": "delta",
+    "delta": {
+        "path": "abfss://tables@lake.dfs.core.windows.net/homes",
+        "connectionStringSecretRef": {"name": "lake", "key": "connectionString"},
+    },
+}
+
+
+def test_the_jobs_configmap_is_mounted_where_the_consumer_puts_it_on_its_pythonpath() -> None:
+    job = spark_job(DELTA_ON_AZURE, code={"configMap": "homes-job"})
+    mounts, volumes, _ = mounts_and_volumes(job)
+    assert volumes["code"] == {"name": "code", "configMap": {"name": "homes-job"}}
+    # `use_code` puts CodeSpec.folder() on sys.path and PYTHONPATH: the mount must be that folder.
+    assert mounts["code"] == CodeSpec(config_map="homes-job").folder() == "/opt/hubshift/code"
+    (mount,) = [m for m in container(job)["volumeMounts"] if m["name"] == "code"]
+    assert mount["readOnly"] is True
+    mounts, volumes, _ = mounts_and_volumes(spark_job(DELTA_ON_AZURE))
+    assert "code" not in mounts and "code" not in volumes
+
+
+def test_a_code_folder_of_this_machine_is_refused_in_a_cluster() -> None:
+    body = document()
+    spark_job(DELTA_ON_AZURE, code={"path": "/home/me/job"})(body)
+    body["metadata"]["uid"] = "u"
+    with pytest.raises(UserError) as refused:
+        render.consumer_from_body(body)
+    assert str(refused.value) == (
+        "PartitionedConsumer sensors/homes: spec.consumer.code.path: a folder of this machine; in a cluster "
+        "use code.configMap"
+    )
+
+
+def test_the_spark_ui_gets_a_container_port_only_when_enabled() -> None:
+    ports = container(spark_job(DELTA_ON_AZURE))["ports"]
+    assert [p["name"] for p in ports] == ["metrics"]
+    enabled = spark_job(DELTA_ON_AZURE, spark={"ui": {"enabled": True, "port": 4041}})
+    ports = container(enabled)["ports"]
+    assert {"name": "spark-ui", "containerPort": 4041, "protocol": "TCP"} in ports
+    assert {"name": "spark-ui", "containerPort": 4040, "protocol": "TCP"} in container(
+        spark_job(DELTA_ON_AZURE, spark={"ui": {"enabled": True}})
+    )["ports"]
+    # ...and no Service publishes it: `kubectl port-forward pod/NAME 4041` reaches it, nothing else
+    for key, child in children(mutate=enabled).items():
+        if child["kind"] == "Service":
+            assert 4041 not in [p.get("port") for p in child["spec"]["ports"]], key
+
+
+@pytest.mark.parametrize(
+    ("sink", "variable", "secret"),
+    [
+        (DELTA_ON_AZURE, "HUBSHIFT_SINK_CONNECTION_STRING", {"name": "lake", "key": "connectionString"}),
+        (
+            {
+                "type": "jdbc",
+                "jdbc": {"table": "homes", "connectionStringSecretRef": {"name": "db", "key": "url"}},
+            },
+            "HUBSHIFT_JDBC_URL",
+            {"name": "db", "key": "url"},
+        ),
+        (
+            {
+                "type": "parquet",
+                "parquet": {
+                    "path": "abfss://t@lake.dfs.core.windows.net/homes",
+                    "connectionStringEnv": "LAKE",
+                    "connectionStringSecretRef": {"name": "lake", "key": "conn"},
+                },
+            },
+            "LAKE",
+            {"name": "lake", "key": "conn"},
+        ),
+    ],
+)
+def test_a_spark_sinks_secret_reaches_the_pod_only_as_a_secret_reference(
+    sink: dict[str, Any], variable: str, secret: dict[str, str]
+) -> None:
+    env = {item["name"]: item for item in container(spark_job(sink))["env"]}
+    assert env[variable] == {"name": variable, "valueFrom": {"secretKeyRef": secret}}
+    rendered = str(children(mutate=spark_job(sink)))
+    for fragment in ("AccountKey", "password", "jdbc:postgresql", "SharedAccessSignature"):
+        assert fragment not in rendered
+
+
+def test_a_delta_table_read_with_workload_identity_gets_the_label_and_service_account() -> None:
+    sink = {
+        "type": "delta",
+        "delta": {
+            "path": "abfss://tables@lake.dfs.core.windows.net/homes",
+            "credential": {"type": "workloadIdentity", "clientId": "00000000-0000-0000-0000-0000000000d1"},
+        },
+    }
+    rendered = keyless_children(spark_job(sink))
+    account = rendered[0]
+    assert account["kind"] == "ServiceAccount"
+    pod = next(c for c in rendered if c["kind"] == "StatefulSet")["spec"]["template"]
+    assert pod["metadata"]["labels"]["azure.workload.identity/use"] == "true"
+    env = pod["spec"]["containers"][0]["env"]
+    assert not [e for e in env if "secretKeyRef" in e.get("valueFrom", {})]

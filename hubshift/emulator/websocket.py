@@ -1,0 +1,237 @@
+"""AMQP over WebSockets, as Event Hubs serves it on port 443: path `/$servicebus/websocket`, subprotocol
+`AMQPWSB10`, each binary message carrying AMQP bytes (the SDK's `TransportType.AmqpOverWebsocket`).
+
+One listener serves both transports, as one namespace does: a connection's first bytes decide
+(`FirstBytes`). An HTTP request (`GET `) goes to aiohttp's server, which upgrades it to a WebSocket whose
+messages feed an `AmqpConnection` through `WebSocketTransport`; anything else is AMQP itself, unchanged
+(bytes that are not AMQP are answered as before). aiohttp is imported only when a WebSocket client comes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from hubshift.emulator.connection import AmqpConnection
+from hubshift.emulator.context import ServerContext
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+LOG = logging.getLogger(__name__)
+
+WEBSOCKET_PATH = "/$servicebus/websocket"
+SUBPROTOCOL = "AMQPWSB10"
+# A message carries at most one AMQP frame as the SDK writes them (the frame size it negotiates, 1 MiB);
+# more is refused (aiohttp closes the WebSocket) so one peer cannot make the server buffer without bound.
+MAX_MESSAGE_BYTES = 4 << 20
+_HTTP = b"GET "
+CLOSE_SECONDS = 2.0
+
+
+class FirstBytes(asyncio.Protocol):
+    """A new connection until its first bytes say what it speaks: an HTTP request (a WebSocket upgrade) or
+    AMQP. A peer silent past the handshake deadline is dropped, as an AMQP peer would be."""
+
+    def __init__(self, context: ServerContext, loop: asyncio.AbstractEventLoop, http: HttpServer) -> None:
+        self.context = context
+        self.loop = loop
+        self.http = http
+        self.transport: asyncio.Transport | None = None
+        self._buffer = b""
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self._timer = self.loop.call_later(self.context.limits.handshake_timeout, transport.abort)
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        if _HTTP.startswith(self._buffer):
+            return  # too few bytes to tell yet
+        if self._buffer.startswith(_HTTP):
+            self._hand_over(self.http.protocol())
+        else:
+            self._hand_over(AmqpConnection(self.context, self.loop))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _hand_over(self, protocol: asyncio.Protocol) -> None:
+        assert self.transport is not None
+        if self._timer is not None:
+            self._timer.cancel()
+        self.transport.set_protocol(protocol)
+        protocol.connection_made(self.transport)
+        protocol.data_received(self._buffer)
+
+
+class HttpServer:
+    """aiohttp's low-level server for the WebSocket upgrades of one emulator, made on first use."""
+
+    def __init__(self, context: ServerContext, loop: asyncio.AbstractEventLoop) -> None:
+        self.context = context
+        self.loop = loop
+        self._server: web.Server | None = None
+
+    def protocol(self) -> asyncio.Protocol:
+        if self._server is None:
+            from aiohttp import web  # lazy: aiohttp only once a WebSocket client comes
+
+            self._server = web.Server(self._handle, loop=self.loop, access_log=None)
+        protocol: asyncio.Protocol = self._server()
+        return protocol
+
+    async def shutdown(self) -> None:
+        if self._server is not None:
+            await self._server.shutdown(1.0)
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        from aiohttp import web  # lazy: see `protocol`
+
+        if request.path != WEBSOCKET_PATH:
+            return web.Response(status=404, text=f"AMQP over WebSockets is served at {WEBSOCKET_PATH}\n")
+        socket = web.WebSocketResponse(protocols=(SUBPROTOCOL,), max_msg_size=MAX_MESSAGE_BYTES)
+        if socket.can_prepare(request).protocol != SUBPROTOCOL:
+            refusal = f"a WebSocket for AMQP needs the subprotocol {SUBPROTOCOL}\n"
+            return web.Response(status=400, text=refusal)
+        await socket.prepare(request)
+        connection = AmqpConnection(self.context, self.loop)
+        transport = WebSocketTransport(socket, connection, request.transport, request.remote)
+        connection.connection_made(transport)
+        try:
+            await transport.pump_in()
+        finally:
+            await transport.finish()
+            connection.connection_lost(None)
+        return socket
+
+
+class WebSocketTransport(asyncio.Transport):
+    """The transport an `AmqpConnection` writes to over one WebSocket: each write goes out as one binary
+    message, in order, with the write-buffer limits and reading pauses of a socket's transport."""
+
+    def __init__(
+        self,
+        socket: web.WebSocketResponse,
+        protocol: AmqpConnection,
+        raw: asyncio.Transport | None,
+        peer: str | None,
+    ) -> None:
+        super().__init__()
+        self._socket = socket
+        self._protocol = protocol
+        self._raw = raw  # the TCP connection under the WebSocket, for abort()
+        self._peer = peer
+        self._out: collections.deque[bytes] = collections.deque()
+        self._buffered = 0
+        self._high, self._low = 64 << 10, 16 << 10
+        self._writing_paused = False
+        self._reading = asyncio.Event()
+        self._reading.set()
+        self._queued = asyncio.Event()
+        self._closing = False
+        self._writer: asyncio.Task[None] = asyncio.get_running_loop().create_task(self._pump_out())
+
+    # --- what AmqpConnection calls -----------------------------------------------------------------------
+
+    def write(self, data: Any) -> None:
+        if self._closing:
+            return
+        chunk = bytes(data)
+        self._out.append(chunk)
+        self._buffered += len(chunk)
+        self._queued.set()
+        if not self._writing_paused and self._buffered > self._high:
+            self._writing_paused = True
+            self._protocol.pause_writing()
+
+    def close(self) -> None:
+        """Send what is queued, then close the WebSocket."""
+        self._closing = True
+        self._queued.set()
+
+    def abort(self) -> None:
+        self._closing = True
+        self._out.clear()
+        self._writer.cancel()
+        if self._raw is not None:
+            self._raw.abort()
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._peer if name == "peername" else default
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._high = high if high is not None else self._high
+        self._low = low if low is not None else self._high // 4
+
+    def pause_reading(self) -> None:
+        self._reading.clear()
+
+    def resume_reading(self) -> None:
+        self._reading.set()
+
+    # --- the two directions ------------------------------------------------------------------------------
+
+    async def pump_in(self) -> None:
+        """Hand each binary message to the connection until the WebSocket closes (a text message is not
+        AMQP: the connection fails as on any bytes it cannot read)."""
+        from aiohttp import WSMsgType  # lazy: see HttpServer.protocol
+
+        while not self._socket.closed:
+            await self._reading.wait()
+            message = await self._socket.receive()
+            if message.type is WSMsgType.BINARY:
+                self._protocol.data_received(message.data)
+            elif message.type is WSMsgType.TEXT:
+                self._protocol.fail("amqp:connection:framing-error", "AMQP over WebSockets is binary")
+            else:
+                return  # closed, closing or failed
+
+    async def _pump_out(self) -> None:
+        socket = self._socket
+        try:
+            while True:
+                await self._queued.wait()
+                self._queued.clear()
+                while self._out:
+                    chunk = self._out.popleft()
+                    await socket.send_bytes(chunk)
+                    self._buffered -= len(chunk)
+                    if self._writing_paused and self._buffered <= self._low:
+                        self._writing_paused = False
+                        self._protocol.resume_writing()
+                if self._closing:
+                    await socket.close()
+                    return
+        except (ConnectionError, RuntimeError) as exc:  # the peer went away mid-write
+            LOG.debug("WebSocket %s: %s", self._peer, exc)
+            self._closing = True
+
+    async def finish(self) -> None:
+        """The peer is done: a close already under way completes (briefly), anything else is dropped."""
+        if self._closing and not self._writer.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self._writer), CLOSE_SECONDS)
+            except (TimeoutError, ConnectionError, RuntimeError):
+                pass
+        self._closing = True
+        self._out.clear()
+        if not self._writer.done():
+            self._writer.cancel()
+
+
+ProtocolFactory = Callable[[], asyncio.Protocol]
+
+
+def listener(context: ServerContext, loop: asyncio.AbstractEventLoop, http: HttpServer) -> ProtocolFactory:
+    """The protocol factory of a listener serving AMQP and AMQP over WebSockets on one port."""
+    return lambda: FirstBytes(context, loop, http)

@@ -1,0 +1,93 @@
+"""How many consumers the lag target asks for: pure, from each partition's incoming rate and backlog, the
+consumers' measured capacity and how partitions will be assigned (docs/decisions.md, "Lag target").
+
+A partition's demand is its incoming rate plus its backlog over the target (what must be processed for
+its oldest event to be read within the target). The pool needs the fewest consumers whose busiest one,
+with partitions assigned as the strategy would, carries at most `SCALE_OUT_UTILISATION` of a consumer's
+capacity; it shrinks only to a count whose busiest consumer carries at most `SCALE_IN_UTILISATION` (the
+headroom that keeps a scale-in from being undone by the next small rise); a partition whose demand alone
+is more than that limit is one consumer's whatever the count, and raises the limit to its demand (more
+consumers cannot help it; `over_capacity` names those whose rate exceeds a consumer's capacity, for a
+condition). `loadAware` packs the demands
+(`ownership.packing`); `balanced` cannot choose which partitions share a consumer, so it is sized for the
+worst grouping: the heaviest `ceil(P / n)` partitions together.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from hubshift.ownership.packing import PackingRules, pack_assignment
+from hubshift.spec import RebalanceStrategy
+
+SCALE_OUT_UTILISATION = 0.8
+SCALE_IN_UTILISATION = 0.6
+
+
+@dataclass(frozen=True)
+class LoadFigures:
+    """What the lag target sizes the pool from, as the control loop measured it."""
+
+    rates: Mapping[str, float]  # each partition's incoming events per second (`operator.load`)
+    backlog: Mapping[str, int]  # each partition's unprocessed events
+    capacity: float | None  # events one consumer processes per second; None: not measured yet
+    strategy: RebalanceStrategy = "balanced"
+
+
+@dataclass(frozen=True)
+class LagSizing:
+    """The consumers the lag target asks for, and why."""
+
+    replicas: int
+    demand: float  # events per second over every partition: incoming plus backlog within the target
+    capacity: float  # events per second one consumer processes
+    busiest: tuple[tuple[str, float], ...]  # the busiest consumer's partitions at `replicas`, with demand
+    over_capacity: tuple[tuple[str, float], ...]  # partitions whose incoming rate alone exceeds capacity
+
+    def describe(self) -> str:
+        """For the decision's reason: the demand against the capacity, and what the busiest consumer reads."""
+        heaviest = ", ".join(f"{p} ({rate:.0f}/s)" for p, rate in self.busiest[:3]) or "none"
+        return (
+            f"{self.demand:.0f} events/s to process, {self.capacity:.0f}/s per consumer; "
+            f"busiest consumer: partitions {heaviest}"
+        )
+
+
+def size_for_lag(figures: LoadFigures, target_seconds: float, current: int, low: int, high: int) -> LagSizing:
+    """The replica count in [low, high] for the lag target (`figures.capacity` must be known)."""
+    capacity = figures.capacity or 0.0
+    partitions = sorted(set(figures.rates) | set(figures.backlog))
+    demand = {p: figures.rates.get(p, 0.0) + figures.backlog.get(p, 0) / target_seconds for p in partitions}
+
+    heaviest = max(demand.values(), default=0.0)
+
+    def fits(count: int, utilisation: float) -> bool:
+        # A partition heavier than the limit is one consumer's whatever the count: more cannot help it.
+        return _busiest(demand, count, figures.strategy)[0] <= max(capacity * utilisation, heaviest)
+
+    up = next((n for n in range(max(low, 1), high + 1) if fits(n, SCALE_OUT_UTILISATION)), high)
+    replicas = up
+    if up < current:  # fewer would do: only as few as keep the headroom
+        replicas = next((n for n in range(up, current) if fits(n, SCALE_IN_UTILISATION)), current)
+    replicas = min(max(replicas, low), high)
+    _, busiest = _busiest(demand, max(replicas, 1), figures.strategy)
+    over = tuple((p, r) for p, r in sorted(figures.rates.items()) if r > capacity)
+    return LagSizing(replicas, sum(demand.values()), capacity, busiest, over)
+
+
+def _busiest(
+    demand: Mapping[str, float], count: int, strategy: RebalanceStrategy
+) -> tuple[float, tuple[tuple[str, float], ...]]:
+    """The busiest consumer's demand over `count` consumers, and its partitions (heaviest first)."""
+    heaviest = sorted(demand.items(), key=lambda item: (-item[1], item[0]))
+    if strategy == "balanced" or not demand:
+        share = heaviest[: math.ceil(len(demand) / max(count, 1))]
+        return sum(d for _, d in share), tuple(share)
+    names = [f"consumer-{i}" for i in range(count)]
+    plan = pack_assignment(demand, names, {}, demand, PackingRules())
+    loads = {c: sum(demand[p] for p in plan.partitions_of(c)) for c in names}
+    busiest = max(names, key=lambda c: (loads[c], c))
+    held = sorted(((p, demand[p]) for p in plan.partitions_of(busiest)), key=lambda item: (-item[1], item[0]))
+    return loads[busiest], tuple(held)
