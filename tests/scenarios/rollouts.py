@@ -54,7 +54,7 @@ STEADY_SECONDS = 10.0  # the window before each change the lag is compared with
 SAMPLE_SECONDS = 0.25
 CHANGE_SECONDS = 420.0  # a bound on one rollout or drain (pods start in seconds; a loaded machine is slower)
 START_SECONDS = 360.0
-NEW_TAG = "0.1.0-rollout"
+CATCH_UP_SECONDS = 120.0
 SIDES = (("fleet-rolling", "RollingUpdate"), ("fleet-operator", "Operator"))
 
 
@@ -462,7 +462,7 @@ def measure_rollouts(deployment: Deployment, namespace: str, secrets: tuple[str,
             deployment.wait(
                 lambda p=pool: p.settled(), START_SECONDS, f"{pool.name} balanced over {POOL_SIZE} pods"
             )
-        image = cluster.tag_image(NEW_TAG)
+        image = cluster.tag_image(f"{cluster.image.tag}-rollout")
         load = Load(fleet_sender(deployment.eventhubs), LOAD_PER_SECOND, seed=23, homes=400).start()
         try:
             rollouts: dict[str, JSON] = {}
@@ -490,9 +490,15 @@ def measure_rollouts(deployment: Deployment, namespace: str, secrets: tuple[str,
             sent = load.finish()
         for thread in draining:
             thread.join(timeout=60)
-        time.sleep(5)  # caught up: every event sent has been handled
         for pool in pools:
-            distinct, replayed = count_replays(pool.range_lines())
+            counted: list[tuple[int, int]] = []
+
+            def caught_up(p: Pool = pool, into: list[tuple[int, int]] = counted) -> bool:
+                into.append(count_replays(p.range_lines()))
+                return into[-1][0] >= sent
+
+            deployment.wait(caught_up, CATCH_UP_SECONDS, f"{pool.name} handled the {sent} events sent")
+            distinct, replayed = counted[-1]
             result.setdefault("totals", {})[pool.name] = {
                 "sent": sent,
                 "handled": distinct,
