@@ -191,6 +191,17 @@ def metric(text: str, name: str, **labels: str) -> float:
     return total
 
 
+def within_bucket(text: str, histogram: str, count: float, **labels: str) -> float | None:
+    """The smallest bucket bound of `histogram` holding all of its `count` observations (None: only +Inf)."""
+    buckets = [
+        (float(sample.labels["le"]), sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == f"{histogram}_bucket" and labels.items() <= sample.labels.items()
+    ]
+    return min((bound for bound, value in buckets if value >= count and bound != float("inf")), default=None)
+
+
 # --- the deployment the scenarios share ---------------------------------------------------------------
 
 
@@ -871,6 +882,16 @@ class DeployedScenarios:
         deployment.figure("helm_upgrade_image_to_pool_rolled_seconds", time.monotonic() - started)
         (operator,) = deployment.operator_pods()
         assert operator["spec"]["containers"][0]["image"] == reference
+        # The Spark pool's handoffs in that rollout, as the new operator (which drove all of it) timed them.
+        text = cluster.proxy_get(
+            SYSTEM_NAMESPACE, operator["metadata"]["name"], OPERATOR_METRICS_PORT, "/metrics"
+        )
+        handoffs = metric(text, "hubshift_handoff_duration_seconds_count", consumer=NAME)
+        if handoffs:
+            total = metric(text, "hubshift_handoff_duration_seconds_sum", consumer=NAME)
+            deployment.figure("spark_rollout_handoff_mean_seconds", total / handoffs)
+            bound = within_bucket(text, "hubshift_handoff_duration_seconds", handoffs, consumer=NAME)
+            print(f"{cluster.name}: {handoffs:g} Spark handoffs in the image rollout, all within {bound} s")
         deployment.send(LoadSpec(homes=300, count=400, rate=2000, seed=7))
         deployment.assert_exact_totals()
         deployment.done.add("image-upgraded")
