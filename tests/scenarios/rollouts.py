@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from hubshift.apps.produce import HubSender, LoadSpec, produce_load
 from hubshift.connections import event_hubs_target, open_checkpoint_store, ownership_scope
+from hubshift.errors import UserError
 from hubshift.manifest import PartitionedConsumer, parse_manifest
 from hubshift.operator.kubernetes.render import CONSUMER_LABEL
 from hubshift.ownership.model import Phase
@@ -217,7 +218,10 @@ class Pool:
         """Balanced over exactly POOL_SIZE Ready pods at the StatefulSet's update revision (another than
         `revision_changed_from`), none of them one of `not_uids`: the change is over. The store and the
         watch first; the StatefulSet is asked only when they say so."""
-        owners, live, record = self.snapshot_parts()
+        try:
+            owners, live, record = self.snapshot_parts()
+        except UserError:  # the store's container, before the pool's first consumer made it
+            return False
         if record is None or record.phase is not Phase.READY or dict(record.partitions) != owners:
             return False
         pods = [p for p in self.pods() if not p["metadata"].get("deletionTimestamp")]
