@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -57,6 +58,7 @@ CHANGE_SECONDS = 420.0  # a bound on one rollout or drain (pods start in seconds
 START_SECONDS = 360.0
 CATCH_UP_SECONDS = 120.0
 SIDES = (("fleet-rolling", "RollingUpdate"), ("fleet-operator", "Operator"))
+FORCED = re.compile(r"\((\d+) forced\)")  # in the operator's Rebalancing Events
 
 
 def pool_manifest(name: str, strategy: str, image: str, secrets: tuple[str, str], claim: str) -> JSON:
@@ -245,6 +247,36 @@ class Pool:
     def uids(self) -> frozenset[str]:
         return frozenset(p["metadata"]["uid"] for p in self.pods())
 
+    def restarts(self, since: float, until: float) -> int:
+        """Container restarts of the pool's pods between `since` and `until` (a liveness probe's kill, a
+        crash), from the watch."""
+        counts: dict[str, tuple[int, int]] = {}  # pod uid -> (restarts before, restarts by `until`)
+        for event in self.watch.history_of_label(CONSUMER_LABEL, self.name):
+            seen = float(event.get("seenAt", 0.0))
+            uid = event["object"]["metadata"]["uid"]
+            statuses = (event["object"].get("status") or {}).get("containerStatuses") or []
+            count = sum(int(s.get("restartCount", 0)) for s in statuses)
+            first, last = counts.get(uid, (count, count))
+            if seen < since:
+                first = count
+            if seen <= until:
+                last = count
+            counts[uid] = (first, last)
+        return sum(max(0, last - first) for first, last in counts.values())
+
+    def rebalances(self, since: float, until: float) -> list[str]:
+        """The operator's Rebalancing Events on the pool between `since` and `until` (epoch seconds)."""
+        found = self.cluster.get(
+            "-n", self.namespace, "events", "--field-selector", f"involvedObject.name={self.name}"
+        )["items"]
+        messages = []
+        for event in found:
+            stamp = event.get("lastTimestamp") or event.get("eventTime") or ""
+            at = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp else 0.0
+            if event.get("reason") == "Rebalancing" and since - 1 <= at <= until + 1:
+                messages.append(str(event.get("message", "")))
+        return messages
+
     def fewest_ready(self, since: float, until: float) -> int | None:
         """The fewest of the pool's pods Ready at once between `since` and `until`, from the watch."""
         ready: dict[str, bool] = {}
@@ -353,9 +385,13 @@ def figures(
     def rounded(value: float | None) -> float | None:
         return None if value is None else round(value, 3)
 
+    rebalances = pool.rebalances(changed, ended)
     return {
         "seconds": round(ended - changed, 1),
         "eventsReplayed": replayed_after - replayed_before,
+        "rebalances": len(rebalances),
+        "forcedMoves": sum(int(found) for m in rebalances for found in FORCED.findall(m)),
+        "containerRestarts": pool.restarts(changed, ended),
         "unownedPartitionSeconds": round(unowned, 2),
         "fewestConsumersReading": min(readers) if readers else None,  # a handoff's instant included
         "fewestReadyPods": pool.fewest_ready(changed, ended),
@@ -447,6 +483,23 @@ def drain(cluster: ScenarioCluster, pools: Sequence[Pool]) -> threading.Thread:
     return thread
 
 
+def keep_diagnostics(deployment: Deployment, pools: Sequence[Pool]) -> None:
+    """The pools' range logs and Events and the operator's log, in the test's folder (what a failed figure
+    is read from)."""
+    folder = deployment.workdir / "rollouts"
+    folder.mkdir(exist_ok=True)
+    try:
+        for pool in pools:
+            (folder / f"{pool.name}.jsonl").write_text("\n".join(json.dumps(x) for x in pool.range_lines()))
+        events = deployment.cluster.get("-n", pools[0].namespace, "events")
+        (folder / "events.json").write_text(json.dumps(events))
+        for pod in deployment.operator_pods():
+            (folder / f"{pod['metadata']['name']}.log").write_text(deployment.operator_log(pod))
+        print(f"rollouts: diagnostics in {folder}")
+    except Exception as error:  # a diagnostic, never the test's outcome
+        print(f"rollouts: diagnostics not kept: {error}")
+
+
 def measure_rollouts(deployment: Deployment, namespace: str, secrets: tuple[str, str]) -> JSON:
     """Both pools up, a new image for each in turn, then both drained: the figures (also written to
     bench/results/<cluster>_rollout.json)."""
@@ -467,8 +520,14 @@ def measure_rollouts(deployment: Deployment, namespace: str, secrets: tuple[str,
                 lambda p=pool: p.settled(), START_SECONDS, f"{pool.name} balanced over {POOL_SIZE} pods"
             )
         image = cluster.tag_image(f"{cluster.image.tag}-rollout")
+        load_started = time.time()
         load = Load(fleet_sender(deployment.eventhubs), LOAD_PER_SECOND, seed=23, homes=400).start()
         try:
+            deployment.wait(
+                lambda: all(any(float(line["at"]) > load_started for line in p.range_lines()) for p in pools),
+                START_SECONDS,
+                "both pools reading the load",
+            )
             rollouts: dict[str, JSON] = {}
             for pool in pools:
                 before = pool.revision()
@@ -511,6 +570,7 @@ def measure_rollouts(deployment: Deployment, namespace: str, secrets: tuple[str,
         result["rollout"] = rollouts
         result["drain"] = drained
     finally:
+        keep_diagnostics(deployment, pools)
         for pool in pools:
             pool.delete()
     result["wallSeconds"] = round(time.monotonic() - started, 1)
