@@ -195,8 +195,10 @@ class ScenarioCluster(ABC):
 
     # -- the servers the pods talk to
 
-    def start_emulator(self, hubs: Sequence[str]) -> RunningEmulator:
-        return start_emulator(hubs, host=self.server_host, wrapper=self.server_wrapper)
+    def start_emulator(self, hubs: Sequence[str], consumer_groups: Sequence[str] = ()) -> RunningEmulator:
+        return start_emulator(
+            hubs, consumer_groups=consumer_groups, host=self.server_host, wrapper=self.server_wrapper
+        )
 
     def start_azurite(self, data_dir: Path) -> Azurite:
         return start_azurite(data_dir, host=self.server_host, wrapper=self.server_wrapper)

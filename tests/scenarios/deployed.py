@@ -67,7 +67,14 @@ from tests.scenarios.cluster import (
     sampling,
     termination,
 )
-from tests.scenarios.rollouts import FLEET_HUB, FLEET_PARTITIONS, POOL_SIZE, Load, measure_rollouts
+from tests.scenarios.rollouts import (
+    FLEET_CONSUMER_GROUPS,
+    FLEET_HUB,
+    FLEET_PARTITIONS,
+    POOL_SIZE,
+    Load,
+    measure_rollouts,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "hubshift"
@@ -239,7 +246,8 @@ class Deployment:
 
     def start_servers(self) -> None:
         emulator = self.cluster.start_emulator(
-            [f"{HUB}:{PARTITIONS}", *extending.ROUTE_HUBS, f"{FLEET_HUB}:{FLEET_PARTITIONS}"]
+            [f"{HUB}:{PARTITIONS}", *extending.ROUTE_HUBS, f"{FLEET_HUB}:{FLEET_PARTITIONS}"],
+            consumer_groups=FLEET_CONSUMER_GROUPS,
         )
         self.stopping.append(emulator.stop)
         self.emulator = emulator

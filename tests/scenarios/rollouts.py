@@ -58,6 +58,9 @@ CHANGE_SECONDS = 420.0  # a bound on one rollout or drain (pods start in seconds
 START_SECONDS = 360.0
 CATCH_UP_SECONDS = 120.0
 SIDES = (("fleet-rolling", "RollingUpdate"), ("fleet-operator", "Operator"))
+# Each pool reads the hub in its own consumer group, named after it: in one group their epoch receivers
+# would take partitions from each other (Event Hubs' owner-level rule), a replay at every such theft.
+FLEET_CONSUMER_GROUPS = tuple(name for name, _ in SIDES)
 FORCED = re.compile(r"\((\d+) forced\)")  # in the operator's Rebalancing Events
 
 
@@ -71,6 +74,7 @@ def pool_manifest(name: str, strategy: str, image: str, secrets: tuple[str, str]
         "spec": {
             "eventHubs": {
                 "hub": FLEET_HUB,
+                "consumerGroup": name,
                 "connectionStringSecretRef": {"name": eventhubs, "key": "connectionString"},
             },
             "checkpointStore": {
