@@ -71,6 +71,7 @@ from tests.scenarios.rollouts import (
     FLEET_CONSUMER_GROUPS,
     FLEET_HUB,
     FLEET_PARTITIONS,
+    MAX_HANDOFF_SECONDS,
     POOL_SIZE,
     Load,
     measure_rollouts,
@@ -757,18 +758,31 @@ class DeployedScenarios:
         for change in ("rollout", "drain"):
             for side, figures in result[change].items():
                 deployment.figure(f"{side}_{change}_seconds", figures["seconds"])
+                print(
+                    f"{change} {side}: {figures['seconds']} s, {figures['eventsReplayed']} replayed, "
+                    f"{figures['unownedPartitionSeconds']} unowned partition-s, handoffs p50/p99 "
+                    f"{figures['handoffSecondsP50']}/{figures['handoffSecondsP99']} s, worst lag "
+                    f"{figures['worstLagSecondsDuring']} s against {figures['worstLagSecondsBefore']} s "
+                    "steady, "
+                    f"fewest ready pods {figures['fewestReadyPods']}, targets {figures['targetsMet']}"
+                )
+        for change in ("rollout", "drain"):
+            for side, figures in result[change].items():
+                # Planned and graceful: nothing read twice, nothing forced, no handoff near its bound.
                 assert figures["eventsReplayed"] == 0, (change, side, figures)
+                assert figures["forcedMoves"] == 0 and figures["containerRestarts"] == 0, (
+                    change,
+                    side,
+                    figures,
+                )
+                assert figures["handoffSecondsMax"] is not None, (change, side, figures)
+                assert figures["handoffSecondsMax"] < MAX_HANDOFF_SECONDS, (change, side, figures)
         for side, totals in result["totals"].items():
             assert totals["handled"] == totals["sent"] and totals["replayed"] == 0, (side, totals)
         ours = result["rollout"]["fleet-operator"]
-        # As many pods ready as before, throughout (the surge pod); every handoff planned and graceful.
+        # As many pods ready as before, throughout (the surge pod), and each handoff within Solace's 3 s.
         assert ours["fewestReadyPods"] >= POOL_SIZE, ours
-        assert ours["handoffSecondsP99"] is not None and ours["handoffSecondsP99"] <= 3.0, ours
-        for side, figures in result["drain"].items():
-            assert figures["handoffSecondsP99"] is not None and figures["handoffSecondsP99"] <= 3.0, (
-                side,
-                figures,
-            )
+        assert ours["targetsMet"]["handoffP99"], ours
 
     # 6 -------------------------------------------------------------------------------------------------
 

@@ -57,6 +57,8 @@ SAMPLE_SECONDS = 0.25
 CHANGE_SECONDS = 420.0  # a bound on one rollout or drain (pods start in seconds; a loaded machine is slower)
 START_SECONDS = 360.0
 CATCH_UP_SECONDS = 120.0
+MAX_HANDOFF_SECONDS = 15  # rebalance.maxHandoffSeconds: a handoff longer than this would be forced
+HANDOFF_TARGET_SECONDS = 3.0  # Solace's bound for a partition's handoff (the issue's target)
 SIDES = (("fleet-rolling", "RollingUpdate"), ("fleet-operator", "Operator"))
 # Each pool reads the hub in its own consumer group, named after it: in one group their epoch receivers
 # would take partitions from each other (Event Hubs' owner-level rule), a replay at every such theft.
@@ -96,7 +98,11 @@ def pool_manifest(name: str, strategy: str, image: str, secrets: tuple[str, str]
                 "pollingIntervalSeconds": 2,
                 "target": {"unprocessedEventsPerReplica": 1_000_000},  # the pool's size stays put
             },
-            "rebalance": {"delaySeconds": 5, "maxHandoffSeconds": 15, "rollout": {"strategy": strategy}},
+            "rebalance": {
+                "delaySeconds": 5,
+                "maxHandoffSeconds": MAX_HANDOFF_SECONDS,
+                "rollout": {"strategy": strategy},
+            },
         },
     }
 
@@ -407,6 +413,30 @@ def figures(
         "worstLagSecondsDuring": rounded(worst_wait(lines, changed, ended)),
         "statusLagSecondsBefore": worst([s.lag_seconds for s in before]),
         "statusLagSecondsDuring": worst([s.lag_seconds for s in during]),
+    } | {"targetsMet": targets_met(gaps, lines, samples, changed, ended)}
+
+
+def targets_met(
+    gaps: Sequence[float],
+    lines: Sequence[dict[str, Any]],
+    samples: Sequence[Sample],
+    changed: float,
+    ended: float,
+) -> JSON:
+    """The issue's targets for one change: p99 handoff at most HANDOFF_TARGET_SECONDS; the worst lag during
+    it at most twice the steady window's, by the range logs and by the operator's status."""
+    p99 = percentile(gaps, 0.99)
+    before, during = worst_wait(lines, changed - STEADY_SECONDS, changed), worst_wait(lines, changed, ended)
+    status_before = [s.lag_seconds for s in samples if changed - STEADY_SECONDS <= s.at < changed]
+    status_during = [s.lag_seconds for s in samples if changed <= s.at <= ended]
+    known_before = [v for v in status_before if v is not None]
+    known_during = [v for v in status_during if v is not None]
+    return {
+        "handoffP99": p99 is not None and p99 <= HANDOFF_TARGET_SECONDS,
+        "lagAtMostTwiceSteady": None if before is None or during is None else during <= 2 * before,
+        "statusLagAtMostTwiceSteady": (
+            None if not known_before or not known_during else max(known_during) <= 2 * max(known_before)
+        ),
     }
 
 
