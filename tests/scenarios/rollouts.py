@@ -1,13 +1,13 @@
 """Deploys and node drains on real pods, side by side in one run, on the deployed scenarios' cluster, operator
 and servers (tests/scenarios/deployed.py runs `measure_rollouts` between its scenarios).
 
-Two pools of four SDK-engine pods (`consumer.engine: sdk`: real consumers without the JVM, so pod start-up
-is seconds) read a hub of eight partitions, each in its own consumer group, under one steady load:
+Two pools of four SDK-engine pods (`consumer.engine: sdk`: real consumers without the JVM, so pod start-up is
+seconds) read a hub of eight partitions, each in its own consumer group, under one steady load:
 `fleet-rolling` with the StatefulSet's own RollingUpdate (`rebalance.rollout.strategy: RollingUpdate`),
-`fleet-operator` with the rollout the operator drives (the default). Each gets a new image (the same image under a new tag: a new revision of
-its StatefulSet, as a new build would be), one after the other; then `kubectl drain` evicts the pods of
-both through the Eviction API, with the node uncordoned at once so that replacements come back (a one-node
-cluster has nowhere else to put them).
+`fleet-operator` with the rollout the operator drives (the default). Each gets a new image (the same image
+under a new tag: a new revision of its StatefulSet, as a new build would be), one after the other; then
+`kubectl drain` evicts the pods of both through the Eviction API, with the node uncordoned at once so that
+replacements come back (a one-node cluster has nowhere else to put them).
 
 Per side and per change, every time from the change itself (the `kubectl patch`, the drain) to the pool
 balanced again on new pods: the time; the events read twice (the consumers' range logs, on a hostPath
