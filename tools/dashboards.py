@@ -237,7 +237,8 @@ def drilldown() -> dict[str, Any]:
               "from the hub, summed by its lease owner): what loadAware assignment evens out.",
               [("sum by (owner) (max by (partition) "
                 f"(hubshift_partition_load_events_per_second{{{OP}}}) * on (partition) group_left (owner) "
-                f"topk by (partition) (1, max by (partition, owner) (hubshift_partition_owner{{{OP}}}) == 1))",
+                "topk by (partition) (1, max by (partition, owner) "
+                f"(hubshift_partition_owner{{{OP}}}) == 1))",
                 "{{owner}}")],
               unit="ops"),
         Panel("Owner over time",
