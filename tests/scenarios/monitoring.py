@@ -213,11 +213,11 @@ def assert_dashboards_draw(prometheus: ClusterPrometheus, namespace: str, name: 
     assert api.label_values("namespace", "hubshift_partitions") == [namespace]
     assert not api.query('{__name__=~"hubshift_.+", exported_namespace!=""}'), "a namespace label was renamed"
     empty = []
-    for name, dashboard in dashboards().items():
+    for board, dashboard in dashboards().items():
         chosen = resolve_variables(dashboard, api, {"consumer": name}, rate_interval="1m")
         for title, expression in panel_queries(dashboard, chosen):
             if not has_value(api.query_range(expression, since, time.time(), SCRAPE_SECONDS)):
-                empty.append(f"{name}: {title}: {expression}")
+                empty.append(f"{board}: {title}: {expression}")
     assert not empty, "panels that draw nothing:\n" + "\n".join(empty)
 
 
