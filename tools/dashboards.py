@@ -232,6 +232,15 @@ def drilldown() -> dict[str, Any]:
               unit="s"),
         Panel("Lag in events per partition", "Unprocessed events of each partition.",
               [(f"max by (partition) (hubshift_partition_backlog_events{{{OP}}})", "{{partition}}")]),
+        Panel("Incoming load per consumer",
+              "Events enqueued per second on the partitions each consumer holds (each partition's rate "
+              "from the hub, summed by its lease owner): what loadAware assignment evens out.",
+              [("sum by (owner) (max by (partition) "
+                f"(hubshift_partition_load_events_per_second{{{OP}}}) * on (partition) group_left (owner) "
+                "topk by (partition) (1, max by (partition, owner) "
+                f"(hubshift_partition_owner{{{OP}}}) == 1))",
+                "{{owner}}")],
+              unit="ops"),
         Panel("Owner over time",
               "Which consumer held each partition's lease; gaps are partitions nobody held.",
               [(f"max by (partition, owner) (hubshift_partition_owner{{{OP}}}) == 1",

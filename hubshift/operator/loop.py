@@ -503,7 +503,9 @@ class ControlLoop:
                 load=self._load(now),
                 capacity=memory.capacity,
             )
-            step = rebalance.step(memory.rebalance, observation, now, self.config)
+            # The clock read again: a slow cycle (a busy hub or store) must not eat into the handoff time
+            # the record gives from its publication (`maxHandoffSeconds` from `updatedAt`).
+            step = rebalance.step(memory.rebalance, observation, self.clock(), self.config)
             written = replace(step.state.to_record(self.config), driver=self.driver)
             if not record_changed(written, record):
                 memory.rebalance = step.state

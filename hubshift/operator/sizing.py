@@ -5,10 +5,10 @@ A partition's demand is its incoming rate plus its backlog over the target (what
 its oldest event to be read within the target). The pool needs the fewest consumers whose busiest one,
 with partitions assigned as the strategy would, carries at most `SCALE_OUT_UTILISATION` of a consumer's
 capacity; it shrinks only to a count whose busiest consumer carries at most `SCALE_IN_UTILISATION` (the
-headroom that keeps a scale-in from being undone by the next small rise); a partition whose demand alone
-is more than that limit is one consumer's whatever the count, and raises the limit to its demand (more
-consumers cannot help it; `over_capacity` names those whose rate exceeds a consumer's capacity, for a
-condition). `loadAware` packs the demands
+headroom that keeps a scale-in from being undone by the next small rise). A partition whose demand alone
+is more than that limit is one consumer's whatever the count: that consumer may carry its demand (more
+consumers cannot help it), every other consumer still the limit (`over_capacity` names the partitions
+whose rate exceeds a consumer's capacity, for a condition). `loadAware` packs the demands
 (`ownership.packing`); `balanced` cannot choose which partitions share a consumer, so it is sized for the
 worst grouping: the heaviest `ceil(P / n)` partitions together.
 """
@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hubshift.ownership.packing import PackingRules, pack_assignment
+from hubshift.ownership.packing import SLACK, PackingRules, pack_assignment
 from hubshift.spec import RebalanceStrategy
 
 SCALE_OUT_UTILISATION = 0.8
@@ -61,33 +61,39 @@ def size_for_lag(figures: LoadFigures, target_seconds: float, current: int, low:
     partitions = sorted(set(figures.rates) | set(figures.backlog))
     demand = {p: figures.rates.get(p, 0.0) + figures.backlog.get(p, 0) / target_seconds for p in partitions}
 
-    heaviest = max(demand.values(), default=0.0)
-
     def fits(count: int, utilisation: float) -> bool:
-        # A partition heavier than the limit is one consumer's whatever the count: more cannot help it.
-        return _busiest(demand, count, figures.strategy)[0] <= max(capacity * utilisation, heaviest)
+        # A partition heavier than the limit is one consumer's whatever the count: more cannot help that
+        # consumer, the others must still keep up.
+        limit = capacity * utilisation
+        return all(
+            sum(d for _, d in held) <= max(limit, held[0][1]) * (1 + SLACK)
+            for held in _consumers(demand, count, figures.strategy)
+            if held
+        )
 
     up = next((n for n in range(max(low, 1), high + 1) if fits(n, SCALE_OUT_UTILISATION)), high)
     replicas = up
     if up < current:  # fewer would do: only as few as keep the headroom
         replicas = next((n for n in range(up, current) if fits(n, SCALE_IN_UTILISATION)), current)
     replicas = min(max(replicas, low), high)
-    _, busiest = _busiest(demand, max(replicas, 1), figures.strategy)
+    held = _consumers(demand, max(replicas, 1), figures.strategy)
+    busiest = max(held, key=lambda share: sum(d for _, d in share), default=())
     over = tuple((p, r) for p, r in sorted(figures.rates.items()) if r > capacity)
     return LagSizing(replicas, sum(demand.values()), capacity, busiest, over)
 
 
-def _busiest(
-    demand: Mapping[str, float], count: int, strategy: RebalanceStrategy
-) -> tuple[float, tuple[tuple[str, float], ...]]:
-    """The busiest consumer's demand over `count` consumers, and its partitions (heaviest first)."""
+Share = tuple[tuple[str, float], ...]
+
+
+def _consumers(demand: Mapping[str, float], count: int, strategy: RebalanceStrategy) -> list[Share]:
+    """What consumers carry over `count` of them, each its partitions with their demand, heaviest first:
+    the packing's consumers (`loadAware`), or the worst grouping (`balanced`: the heaviest `ceil(P / n)`)."""
     heaviest = sorted(demand.items(), key=lambda item: (-item[1], item[0]))
     if strategy == "balanced" or not demand:
-        share = heaviest[: math.ceil(len(demand) / max(count, 1))]
-        return sum(d for _, d in share), tuple(share)
+        return [tuple(heaviest[: math.ceil(len(demand) / max(count, 1))])]
     names = [f"consumer-{i}" for i in range(count)]
     plan = pack_assignment(demand, names, {}, demand, PackingRules())
-    loads = {c: sum(demand[p] for p in plan.partitions_of(c)) for c in names}
-    busiest = max(names, key=lambda c: (loads[c], c))
-    held = sorted(((p, demand[p]) for p in plan.partitions_of(busiest)), key=lambda item: (-item[1], item[0]))
-    return loads[busiest], tuple(held)
+    order = {p: i for i, (p, _) in enumerate(heaviest)}
+    return [
+        tuple((p, demand[p]) for p in sorted(plan.partitions_of(c), key=order.__getitem__)) for c in names
+    ]

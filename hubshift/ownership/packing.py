@@ -16,8 +16,9 @@ per second; None: not measured) and the rules. docs/decisions.md ("Load-aware pa
 - Required moves (never capped): a partition whose assignee is not one of the consumers goes, heaviest
   first, to the least loaded consumer.
 - Voluntary moves (at most `max_moves`): each over consumer, busiest first, sheds the fewest partitions
-  that bring it to its target and all fit elsewhere under the settle level (best fit: each, heaviest
-  first, to the fullest consumer with room), lightest set first; else the same with one more partition,
+  that bring it to its target and all fit elsewhere under the settle level (each, heaviest first, to the
+  least loaded consumer; if that leaves one without room, best fit: to the fullest with room), lightest
+  set first; else the same with one more partition,
   and so on. When nothing fits (partitions too coarse for the settle level), each of the fewest that
   leaves both consumers lighter than the shedding one was moves to the least loaded consumer. A partition
   heavier than the settle level moves only that way. Repeated until nobody over can shed.
@@ -219,16 +220,27 @@ class _Packing:
         return moves
 
     def _placed(self, consumer: str, partitions: list[str], settle: float) -> list[tuple[str, str]] | None:
-        """Each of `partitions` (heaviest first) to the fullest other consumer where it fits under the
-        settle level (best fit: the room left stays in one piece for the next); one heavier than that to the
-        least loaded, if it ends lighter than `consumer` is now. None if one does not fit."""
+        """Each of `partitions` (heaviest first) to another consumer where it fits under the settle level:
+        the least loaded (a moved partition arrives with a backlog: the most room drains it soonest), else,
+        when that does not place them all, the fullest (best fit: the room left stays in one piece); one
+        heavier than the settle level to the least loaded, if it ends lighter than `consumer` is now. None
+        if one does not fit either way."""
+        return self._placed_by(consumer, partitions, settle, spread=True) or self._placed_by(
+            consumer, partitions, settle, spread=False
+        )
+
+    def _placed_by(
+        self, consumer: str, partitions: list[str], settle: float, *, spread: bool
+    ) -> list[tuple[str, str]] | None:
         extra: dict[str, float] = {}
         moves = []
         for partition in partitions:
             weight = self.weights[partition]
             loads = {c: self.load[c] + extra.get(c, 0.0) for c in self.members if c != consumer}
             fitting = [c for c in loads if loads[c] + weight <= settle * (1 + SLACK)]
-            if fitting:
+            if fitting and spread:
+                receiver = min(fitting, key=lambda c: (loads[c], len(self.held[c]), self.order[c]))
+            elif fitting:
                 receiver = max(fitting, key=lambda c: (loads[c], -len(self.held[c]), -self.order[c]))
             else:
                 receiver = self.lightest(extra, but=consumer)

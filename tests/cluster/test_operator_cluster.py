@@ -519,6 +519,9 @@ def test_the_server_fills_the_models_defaults(
         "delaySeconds": 10,
         "maxHandoffSeconds": 15,
         "leaseDurationSeconds": 30,
+        "strategy": "balanced",
+        "loadAware": {"maxMoves": 4, "tolerance": 0.2, "windowSeconds": 60},
+        "rollout": {"maxSurge": 1, "strategy": "Operator"},
     }
     assert stored["spec"]["consumer"]["resources"]["requests"] == {"cpu": "1", "memory": "2Gi"}
     assert stored["spec"]["scaling"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 300
@@ -772,8 +775,10 @@ def test_two_operators_with_peering_one_works_the_other_stands_by(
     create(control_plane, ns, example_manifest(ns))
     statefulset = f"/apis/apps/v1/namespaces/{ns}/statefulsets/homes"
     eventually(lambda: control_plane.request("GET", statefulset), what="the children, from the primary")
-    assert "created the consumer StatefulSet" in primary.log()
-    assert "created the consumer StatefulSet" not in standby.log()
+    # Logged once its Events are posted, a moment after the StatefulSet exists.
+    created = "created the consumer StatefulSet"
+    eventually(lambda: created in primary.log(), what=f"the log line\n{primary.log()}")
+    assert created not in standby.log()
     assert "Resuming operations" not in standby.log()
 
     # The primary goes; the standby takes over and acts on the next change.

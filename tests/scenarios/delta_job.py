@@ -89,7 +89,15 @@ class DeltaJobScenario:
                     stop()
                 except Exception as error:  # the rest still stops
                     print(f"stopping {stop}: {error}")
+            # The resource first, while its operator still runs (it holds kopf's finalizer); then the
+            # release, then the CRD the release keeps: the next release installs its own.
+            scenario_cluster.kubectl(
+                "-n", NAMESPACE, "delete", "partitionedconsumers", "--all", "--wait", timeout=180, check=False
+            )
             scenario_cluster.helm("uninstall", RELEASE, "-n", SYSTEM_NAMESPACE, "--wait", check=False)
+            scenario_cluster.kubectl(
+                "delete", "crd", "partitionedconsumers.hubshift.dev", "--wait", timeout=120, check=False
+            )
             for namespace in (NAMESPACE, SYSTEM_NAMESPACE):
                 scenario_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 

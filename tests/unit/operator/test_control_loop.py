@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -455,6 +456,32 @@ def test_a_lost_compare_and_swap_reads_again_and_still_publishes(harness: Harnes
     assert stored is not None and stored.assignment.generation == 2
 
 
+def test_the_handoff_time_runs_from_the_publication_not_from_the_start_of_a_slow_cycle(
+    harness: Harness,
+) -> None:
+    """A cycle that waited 12 s for the hub (a busy machine) publishes a plan whose handoff deadline is
+    `maxHandoffSeconds` (10) from the write: the new owners must not break a lease the old owner is still
+    draining (a replay) because the cycle began long before."""
+    harness.settle()
+    harness.loop.apply(manifest(minReplicas=3, maxReplicas=3))
+    harness.clock.now += 1
+    assert harness.cycle().state.planned  # a share planned for homes-2, not ready yet
+    slow = harness.probe.partitions
+
+    async def partitions() -> dict[str, PartitionInfo]:
+        harness.clock.now += 12
+        return await slow()
+
+    harness.probe.partitions = partitions  # type: ignore[method-assign]
+    harness.runtime.ready(0, 1, 2)
+    harness.clock.now += 5
+    report = harness.cycle()  # homes-2 ready: its share is handed over
+    assert report.state.phase is Phase.REBALANCING and not report.state.planned
+    record = read_assignment(harness.store, SCOPE)
+    assert record is not None and record.assignment.generation == report.state.generation
+    assert record.assignment.updated_at.timestamp() == harness.clock.now  # after the hub answered
+
+
 def test_an_operator_restart_keeps_the_holddown_and_publishes_once(harness: Harness) -> None:
     harness.settle()
     settled = read_assignment(harness.store, SCOPE)
@@ -578,3 +605,58 @@ def test_load_aware_moves_a_hot_partition_off_the_busy_consumer_and_reports_load
     homes_0 = {"consumer": "homes-0", "partitions": [second, *rest], "eventsPerSecond": 110.0}
     assert isinstance(body["assignment"], list) and homes_0 in body["assignment"]
     assert any("load: homes-0 carries" in message for _, message in runtime.events)
+
+
+def test_the_lag_target_gives_a_hot_partition_a_consumer_and_keeps_the_others_under_the_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Partition 0 alone receives more than a consumer processes: it gets a consumer of its own, and the
+    others are sized to keep up (a partition over capacity does not lift the limit for the rest). The Event
+    and the status name it."""
+    store = SqliteLeaseStore(tmp_path / "store.db")
+    runtime, probe, clock = FakeRuntime(), FakeProbe(8), Clock()
+    started = clock.now
+
+    async def work(address: str) -> tuple[float, float]:
+        busy = (clock.now - started) / 2  # every consumer busy half the time, at 100 events a busy second
+        return 100.0 * busy, busy
+
+    monkeypatch.setattr("hubshift.operator.loop.consumer_work", work)
+    harness = make_harness(store, runtime, probe, clock)
+    target = {"unprocessedEventsPerReplica": 1_000_000, "lagSeconds": 5}
+    harness.loop.apply(manifest_with({"strategy": "loadAware"}, minReplicas=2, maxReplicas=8, target=target))
+    harness.settle()
+    assert runtime.replica_count == 2
+    rates = {str(p): 150.0 if p == 0 else 30.0 for p in range(8)}  # partition 0 over 100/s, 210/s the rest
+    assignment = dict(harness.cycle().state.assignment)
+    for _poll in range(12):  # scale-up is limited to 4 pods a minute (HPA's default): 0 -> 2 -> 4, then 5
+        probe.last = {p: last + round(rates[p] * 6) for p, last in probe.last.items()}
+        caught_up(store, assignment, probe.last)  # no backlog: the rates alone decide
+        clock.now += 6
+        assignment = dict(harness.cycle().state.assignment)
+    # Partition 0 alone, and 210/s over consumers at most 80 % busy (80/s): two partitions each, 1 + 4.
+    assert runtime.replica_count == 5
+    *_, lag_event = [message for reason, message in runtime.events if reason == "LagTarget"]
+    assert lag_event.startswith("lag target 5s: 360 events/s to process, 100/s per consumer; ")
+    assert "busiest consumer: partitions 0 (150/s) -> 5" in lag_event
+    (over,) = [message for reason, message in runtime.events if reason == "PartitionOverCapacity"]
+    # Named when it starts: at the first probes that measured it.
+    assert re.match(r"partitions 0 \(\d+/s\) each receive more than one consumer processes \(100/s\)", over)
+    body = runtime.status
+    lag_target = body["lagTarget"]
+    assert isinstance(lag_target, dict) and lag_target["replicas"] == 5
+    assert lag_target["busiest"] == [{"partition": "0", "eventsPerSecond": 150.0}]
+    conditions = body["conditions"]
+    assert isinstance(conditions, list)
+    assert any(c["type"] == "PartitionOverCapacity" and c["status"] == "True" for c in conditions)
+
+
+def caught_up(store: SqliteLeaseStore, assignment: dict[str, str | None], last: Mapping[str, int]) -> None:
+    """Each assignee holds its partitions, checkpointed at the last event: no backlog."""
+    from hubshift.ownership.checkpoints import write_checkpoint
+
+    for partition, consumer in assignment.items():
+        if consumer is not None and last[partition] >= 0:
+            join(store, SCOPE, consumer, clock=lambda: 0.0)
+            lease = claim_partition(store, SCOPE, partition, consumer, force=True)
+            write_checkpoint(store, lease, Checkpoint(str(last[partition] * 10), last[partition]))

@@ -3,13 +3,21 @@ as keep 60 % on the way down; the partition that no assignment can help."""
 
 from __future__ import annotations
 
+import math
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from hubshift.operator.autoscaler import ScalingObservation, ScalingState, decide_replicas
 from hubshift.operator.sizing import (
     SCALE_IN_UTILISATION,
+    SCALE_OUT_UTILISATION,
     LoadFigures,
     size_for_lag,
 )
-from hubshift.spec import ScalingGoalSpec, ScalingSpec
+from hubshift.ownership.packing import SLACK, PackingRules, pack_assignment
+from hubshift.spec import RebalanceStrategy, ScalingGoalSpec, ScalingSpec
 
 
 def zipf(partitions: int = 32, total: float = 1000.0) -> dict[str, float]:
@@ -64,3 +72,85 @@ def test_the_autoscaler_uses_the_lag_target_once_capacity_is_measured() -> None:
     decision = decide_replicas(config, ScalingState(replicas=2), measured, now=100.0)
     assert decision.sizing is not None and decision.replicas == 4
     assert decision.reason.startswith("lag target 5s: 640 events/s to process, 200/s per consumer")
+
+
+def test_a_partition_over_capacity_gets_a_consumer_and_the_others_still_keep_up() -> None:
+    rates = {str(p): 150.0 if p == 0 else 30.0 for p in range(8)}  # partition 0 alone is 1.5 consumers
+    sizing = size_for_lag(LoadFigures(rates, {}, 100.0, "loadAware"), 5.0, 2, 1, 8)
+    # Partition 0 on one consumer; 210/s on the rest at most 80/s each: two partitions a consumer, 1 + 4
+    # (not 1 + 2, as if the others could carry 150/s too).
+    assert sizing.replicas == 5
+    assert sizing.busiest == (("0", 150.0),) and sizing.over_capacity == (("0", 150.0),)
+
+
+# --- properties ------------------------------------------------------------------------------------------
+
+
+def shares(demand: dict[str, float], count: int, strategy: RebalanceStrategy) -> list[list[float]]:
+    """What each consumer carries over `count`: the packing's consumers, or count-balanced's worst grouping
+    (any ceil(P / n) partitions may share a consumer: the heaviest together)."""
+    if strategy == "balanced":
+        return [sorted(demand.values(), reverse=True)[: math.ceil(len(demand) / count)]]
+    names = [f"c{i}" for i in range(count)]
+    plan = pack_assignment(demand, names, {}, demand, PackingRules())
+    return [[demand[p] for p in plan.partitions_of(c)] for c in names]
+
+
+def keeps_up(demand: dict[str, float], count: int, strategy: RebalanceStrategy, limit: float) -> bool:
+    """Every consumer carries at most `limit`, or a partition heavier than that alone plus nothing more."""
+    return all(
+        sum(held) <= max(limit, max(held, default=0.0)) * (1 + SLACK)
+        for held in shares(demand, count, strategy)
+    )
+
+
+@st.composite
+def figures(draw: st.DrawFn) -> tuple[LoadFigures, float, int, int, int]:
+    """Skewed rates and backlogs over up to 16 partitions, a capacity, a target, current and bounds."""
+    partitions = draw(st.integers(1, 16))
+    rates = {str(p): float(draw(st.integers(0, 400))) for p in range(partitions)}
+    backlog = {str(p): draw(st.integers(0, 2000)) for p in range(partitions) if draw(st.booleans())}
+    capacity = float(draw(st.integers(20, 500)))
+    strategy: RebalanceStrategy = draw(st.sampled_from(["balanced", "loadAware"]))
+    low = draw(st.integers(0, partitions))
+    high = draw(st.integers(max(low, 1), partitions))
+    current = draw(st.integers(0, partitions))
+    target = draw(st.sampled_from([1.0, 5.0, 30.0]))
+    return LoadFigures(rates, backlog, capacity, strategy), target, current, low, high
+
+
+@settings(max_examples=300, deadline=None)
+@given(figures())
+def test_the_count_is_the_fewest_that_keep_up_and_shrinks_only_with_headroom(
+    case: tuple[LoadFigures, float, int, int, int],
+) -> None:
+    load, target, current, low, high = case
+    sizing = size_for_lag(load, target, current, low, high)
+    n = sizing.replicas
+    assert max(low, 1) <= n <= high
+    demand = {p: load.rates.get(p, 0.0) + load.backlog.get(p, 0) / target for p in load.rates}
+    capacity = load.capacity or 0.0
+    out, within = capacity * SCALE_OUT_UTILISATION, capacity * SCALE_IN_UTILISATION
+    if n > max(current, max(low, 1)):  # a scale-out: to the fewest that keep up (or as many as allowed)
+        assert n == high or keeps_up(demand, n, load.strategy, out)
+        assert not keeps_up(demand, n - 1, load.strategy, out)
+    if n < min(current, high):  # a scale-in (not max's): to the fewest that keep the headroom
+        assert keeps_up(demand, n, load.strategy, within)
+        assert not any(keeps_up(demand, m, load.strategy, within) for m in range(max(low, 1), n))
+    assert sizing.over_capacity == tuple((p, r) for p, r in sorted(load.rates.items()) if r > capacity)
+
+
+@settings(max_examples=200, deadline=None)
+@given(figures(), st.randoms(use_true_random=False))
+def test_the_same_figures_in_any_order_give_the_same_count(
+    case: tuple[LoadFigures, float, int, int, int], rng: random.Random
+) -> None:
+    load, target, current, low, high = case
+    shuffled = LoadFigures(
+        dict(rng.sample(sorted(load.rates.items()), len(load.rates))),
+        dict(rng.sample(sorted(load.backlog.items()), len(load.backlog))),
+        load.capacity,
+        load.strategy,
+    )
+    sizing = size_for_lag(load, target, current, low, high)
+    assert size_for_lag(shuffled, target, current, low, high) == sizing

@@ -109,6 +109,15 @@ def test_idle_partitions_spread_instead_of_piling_up() -> None:
     assert counts == [1, 5, 6]
 
 
+def test_a_shed_partition_goes_to_the_consumer_with_the_most_room() -> None:
+    # homes-0 carries 45 of 70 events/s: partition 1 leaves. Both others have room for it; it goes to the
+    # least loaded (5/s), not the fullest (20/s): it arrives with a backlog, and the most room drains it.
+    load = {"0": 40.0, "1": 5.0, "2": 20.0, "3": 5.0}
+    current = {"0": "homes-0", "1": "homes-0", "2": "homes-1", "3": "homes-2"}
+    plan = pack_assignment(ids(4), pods(3), current, load, RULES)
+    assert [(m.partition, m.assignee) for m in plan.moves] == [("1", "homes-2")]
+
+
 def test_the_cap_bounds_voluntary_moves_but_never_required_ones() -> None:
     parts = ids(16)
     load = {p: float(10 * (int(p) + 1)) for p in parts}
