@@ -31,7 +31,7 @@ from rich.table import Table
 
 from hubshift.apps.group import GroupArgs, group_options
 from hubshift.errors import UserError
-from hubshift.eventhubs.management import EventHubsProbe, ProbeError
+from hubshift.eventhubs.management import EventHubsProbe, read_partitions
 from hubshift.eventhubs.model import PartitionInfo
 from hubshift.eventhubs.target import EventHubsTarget
 from hubshift.ownership.model import EARLIEST, Checkpoint, OwnershipSnapshot, partition_sort_key
@@ -140,7 +140,7 @@ def show(output: str, **options: Any) -> None:
     args = GroupArgs.from_options(options)
     snapshot = _snapshot(args)
     target = args.target()
-    infos = asyncio.run(_partitions(target)) if target is not None else None
+    infos = asyncio.run(read_partitions(target)) if target is not None else None
     rows = [_row(snapshot, p, infos) for p in _known(snapshot, infos)]
     if output == "json":
         click.echo(json.dumps({"scope": str(args.scope), "partitions": rows}, indent=2))
@@ -183,7 +183,7 @@ def reset(
     target = args.target()
     if target is None and to.kind != "start":
         raise UserError(f"moving to {to.describe()} reads the hub: pass --eventhubs or --credential")
-    infos = asyncio.run(_partitions(target)) if target is not None else None
+    infos = asyncio.run(read_partitions(target)) if target is not None else None
     chosen = _chosen(partitions, _known(snapshot, infos))
     held = live_owners(snapshot, chosen)
     if held:
@@ -231,7 +231,7 @@ def release(partitions: str | None, **options: Any) -> None:
                 "the SDK would read as the beginning: pass --eventhubs or --credential to write where they "
                 "start"
             )
-        infos = asyncio.run(_partitions(target))
+        infos = asyncio.run(read_partitions(target))
         starts = {rows[p].checkpoint.start for p in waiting}
         for start in starts:
             assert start is not None
@@ -265,16 +265,6 @@ def _snapshot(args: GroupArgs) -> OwnershipSnapshot:
         raise UserError(f"cannot read the ownership records of {args.scope}: {exc}") from None
     finally:
         store.close()
-
-
-async def _partitions(target: EventHubsTarget) -> dict[str, PartitionInfo]:
-    probe = EventHubsProbe(target)
-    try:
-        return await probe.partitions()
-    except ProbeError as exc:
-        raise UserError(str(exc)) from None
-    finally:
-        await probe.close()
 
 
 async def _plan(

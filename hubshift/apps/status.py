@@ -16,9 +16,8 @@ from rich.table import Table
 
 from hubshift.apps.group import GroupArgs, group_options
 from hubshift.errors import UserError
-from hubshift.eventhubs.management import EventHubsProbe, ProbeError
+from hubshift.eventhubs.management import read_partitions
 from hubshift.eventhubs.model import PartitionInfo
-from hubshift.eventhubs.target import EventHubsTarget
 from hubshift.operator.observe import PartitionLag, backlog_per_partition, lag_per_partition, worst_lag
 from hubshift.ownership.model import OwnershipSnapshot
 from hubshift.ownership.snapshot import take_snapshot
@@ -53,7 +52,7 @@ def status(start: str, output: str, **options: Any) -> None:
     if target is not None:
         lag = hub_lag(
             snapshot,
-            asyncio.run(_read_hub(target)),
+            asyncio.run(read_partitions(target)),
             StartPositionSpec(type="latest" if start == "latest" else "earliest"),
             time.time(),
         )
@@ -64,16 +63,6 @@ def status(start: str, output: str, **options: Any) -> None:
 
 
 Lag = tuple[dict[str, int], dict[str, PartitionLag]]
-
-
-async def _read_hub(target: EventHubsTarget) -> dict[str, PartitionInfo]:
-    probe = EventHubsProbe(target)
-    try:
-        return await probe.partitions()
-    except ProbeError as exc:
-        raise UserError(str(exc)) from None
-    finally:
-        await probe.close()
 
 
 def hub_lag(

@@ -231,3 +231,15 @@ class EventHubsManagement:
                 self._client.close()
             finally:
                 self._client = None
+
+
+async def read_partitions(target: EventHubsTarget) -> dict[str, PartitionInfo]:
+    """The hub's partitions, read once with a probe of their own (the commands' one read); a refusal is
+    one line for the person who ran the command."""
+    probe = EventHubsProbe(target)
+    try:
+        return await probe.partitions()
+    except ProbeError as exc:
+        raise UserError(str(exc)) from None
+    finally:
+        await probe.close()
