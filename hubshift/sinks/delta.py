@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from hubshift.errors import UserError, one_line
-from hubshift.sinks.base import Location, SinkKind, Transform, WriterBatch, WriterContext
+from hubshift.sinks.base import SinkKind, Transform, WriterBatch, WriterContext
 from hubshift.sinks.commits import WrittenFile
 from hubshift.sinks.spark_writer import (
     SparkPathSpec,
@@ -41,7 +41,6 @@ from hubshift.sinks.spark_writer import (
     to_write,
     write_dead_letters,
 )
-from hubshift.spec import NamedConnection
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -191,14 +190,6 @@ class _Table:
         return int(transaction.commit(self.converters.asScala(actions).toList(), operation))
 
 
-def _connections(block: DeltaSinkSpec, location: Location) -> list[NamedConnection]:
-    return path_connections(block, location)
-
-
-def _writer(block: DeltaSinkSpec, context: WriterContext) -> DeltaSink:
-    return DeltaSink(block, context)
-
-
 KIND = SinkKind[DeltaSinkSpec](
     name="delta",
     annotation=DeltaSinkSpec | None,
@@ -207,6 +198,6 @@ KIND = SinkKind[DeltaSinkSpec](
     ),
     required="delta (the table's path)",
     stores=None,
-    connections=_connections,
-    writer=_writer,
+    connections=path_connections,
+    writer=DeltaSink,
 )

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from hubshift.sinks.base import Location, SinkKind, Transform, WriterBatch, WriterContext
+from hubshift.sinks.base import SinkKind, Transform, WriterBatch, WriterContext
 from hubshift.sinks.commits import WrittenFile
 from hubshift.sinks.spark_writer import (
     SparkPathSpec,
@@ -41,7 +41,6 @@ from hubshift.sinks.spark_writer import (
     to_write,
     write_dead_letters,
 )
-from hubshift.spec import NamedConnection
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -208,10 +207,6 @@ class HadoopFolder:
         self.fs.delete(self._path(relative), recursive)
 
 
-def _connections(block: FilesSinkSpec, location: Location) -> list[NamedConnection]:
-    return path_connections(block, location)
-
-
 def _parquet(block: FilesSinkSpec, context: WriterContext) -> FilesSink:
     return FilesSink("parquet", block, context)
 
@@ -226,7 +221,7 @@ PARQUET = SinkKind[FilesSinkSpec](
     field=Field(default=None, description="Parquet files in a folder (type parquet); no row twice."),
     required="parquet (the folder's path)",
     stores=None,
-    connections=_connections,
+    connections=path_connections,
     writer=_parquet,
 )
 JSON = SinkKind[FilesSinkSpec](
@@ -236,6 +231,6 @@ JSON = SinkKind[FilesSinkSpec](
     required="json (the folder's path)",
     stores=None,
     attribute="json_",
-    connections=_connections,
+    connections=path_connections,
     writer=_json,
 )

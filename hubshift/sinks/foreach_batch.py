@@ -109,15 +109,11 @@ def checked(function: Callable[..., Any], reference: str) -> Callable[..., Any]:
     return function
 
 
-def _writer(block: ForeachBatchSinkSpec, context: WriterContext) -> ForeachBatchSink:
-    return ForeachBatchSink(block, context)
-
-
 KIND = SinkKind[ForeachBatchSinkSpec](
     name="foreachBatch",
     annotation=ForeachBatchSinkSpec | None,
     field=Field(default=None, description="Your module:function(DataFrame, batch) (type foreachBatch)."),
     required="foreachBatch (the function)",
     stores=None,
-    writer=_writer,
+    writer=ForeachBatchSink,
 )
