@@ -189,6 +189,41 @@ def checkpoints_at(snapshot: OwnershipSnapshot, sequence_number: int) -> bool:
     return all(p in rows and rows[p].checkpoint.sequence_number == sequence_number for p in PARTITIONS)
 
 
+def consumer_processes(
+    plane: ControlPlane, world: World, hub: Any, azurite: Any, tmp_path: Path, *options: str
+) -> tuple[PodProcessRunner, Path]:
+    """A runner (not started) of one SDK-engine `hubshift consume` per consumer pod, reading the manifest
+    the operator wrote to the pool's ConfigMap with the Secrets' values as its environment (`options`
+    added to each command), and the folder of their range logs."""
+    config_map = eventually(
+        lambda: plane.request("GET", f"/api/v1/namespaces/{world.namespace}/configmaps/{NAME}-manifest"),
+        timeout=60,
+        what=world.describe("the manifest ConfigMap"),
+    )
+    manifest_file = tmp_path / "manifest.yaml"
+    manifest_file.write_text(config_map["data"]["manifest.yaml"])
+    ranges = tmp_path / "ranges"
+    ranges.mkdir()
+    command = [
+        sys.executable,
+        "-m",
+        "hubshift.cli",
+        "consume",
+        *("-f", str(manifest_file), "--id", "{pod}", "--engine", "sdk", "--http-port", "0"),
+        *("--scratch", str(tmp_path / "scratch" / "{pod}"), "--list-interval", str(LIST_SECONDS)),
+        *("--ranges", str(ranges / "{pod}.jsonl"), "--grace-seconds", "10", *options),
+    ]
+    selector = ",".join(f"{k}={v}" for k, v in consumer_pod_labels(NAME).items())
+    environment = {
+        DEFAULT_EVENTHUBS_ENV: hub.connection_string,
+        DEFAULT_STORAGE_ENV: azurite.connection_string,
+    }
+    runner = PodProcessRunner(
+        plane, world.namespace, selector, command, env=environment, log_dir=tmp_path / "pods"
+    )
+    return runner, ranges
+
+
 def test_the_operator_drives_real_consumer_processes_through_scale_out(
     control_plane: ControlPlane,
     kube_namespace: str,
@@ -227,32 +262,8 @@ def test_the_operator_drives_real_consumer_processes_through_scale_out(
 
     try:
         # The manifest the pods mount, as the operator wrote it; the Secrets as the pods' environment.
-        config_map = eventually(
-            lambda: control_plane.request("GET", f"/api/v1/namespaces/{ns}/configmaps/{NAME}-manifest"),
-            timeout=60,
-            what=world.describe("the manifest ConfigMap"),
-        )
-        manifest_file = tmp_path / "manifest.yaml"
-        manifest_file.write_text(config_map["data"]["manifest.yaml"])
-        ranges = tmp_path / "ranges"
-        ranges.mkdir()
-        command = [
-            sys.executable,
-            "-m",
-            "hubshift.cli",
-            "consume",
-            *("-f", str(manifest_file), "--id", "{pod}", "--engine", "sdk", "--http-port", "0"),
-            *("--scratch", str(tmp_path / "scratch" / "{pod}"), "--list-interval", str(LIST_SECONDS)),
-            *("--ranges", str(ranges / "{pod}.jsonl"), "--grace-seconds", "10"),
-        ]
-        selector = ",".join(f"{k}={v}" for k, v in consumer_pod_labels(NAME).items())
-        environment = {
-            DEFAULT_EVENTHUBS_ENV: hub.connection_string,
-            DEFAULT_STORAGE_ENV: azurite.connection_string,
-        }
-        with PodProcessRunner(
-            control_plane, ns, selector, command, env=environment, log_dir=tmp_path / "pods"
-        ) as runner:
+        runner, ranges = consumer_processes(control_plane, world, hub, azurite, tmp_path)
+        with runner:
             world.runner = runner
             first = {f"{NAME}-0", f"{NAME}-1"}
             runner.wait_for_pods(first, timeout=60)
@@ -415,36 +426,14 @@ def test_the_operator_replaces_real_consumer_processes_one_at_a_time_for_a_new_i
     document["spec"]["scaling"].update(minReplicas=3, maxReplicas=4)
     control_plane.request("POST", CRS.format(ns=ns), document)
     store = open_store(azurite.connection_string, blob_container)
-    fqns = hub.connection_string.split(";")[0].split("://", 1)[1].rstrip("/").lower()
+    fqns = parse_connection_string(hub.connection_string).fully_qualified_namespace.lower()
     world = World(control_plane, ns, store, Scope(fqns, HUB, "$Default"), operator)
     try:
-        config_map = eventually(
-            lambda: control_plane.request("GET", f"/api/v1/namespaces/{ns}/configmaps/{NAME}-manifest"),
-            timeout=60,
-            what=world.describe("the manifest ConfigMap"),
+        runner, ranges = consumer_processes(
+            control_plane, world, hub, azurite, tmp_path, "--stop-follow-seconds", "3"
         )
-        manifest_file = tmp_path / "manifest.yaml"
-        manifest_file.write_text(config_map["data"]["manifest.yaml"])
-        ranges = tmp_path / "ranges"
-        ranges.mkdir()
-        command = [
-            sys.executable,
-            "-m",
-            "hubshift.cli",
-            "consume",
-            *("-f", str(manifest_file), "--id", "{pod}", "--engine", "sdk", "--http-port", "0"),
-            *("--scratch", str(tmp_path / "scratch" / "{pod}"), "--list-interval", str(LIST_SECONDS)),
-            *("--ranges", str(ranges / "{pod}.jsonl"), "--grace-seconds", "10", "--stop-follow-seconds", "3"),
-        ]
-        selector = ",".join(f"{k}={v}" for k, v in consumer_pod_labels(NAME).items())
-        environment = {
-            DEFAULT_EVENTHUBS_ENV: hub.connection_string,
-            DEFAULT_STORAGE_ENV: azurite.connection_string,
-        }
         three = {f"{NAME}-{i}" for i in range(3)}
-        with PodProcessRunner(
-            control_plane, ns, selector, command, env=environment, log_dir=tmp_path / "pods"
-        ) as runner:
+        with runner:
             world.runner = runner
             runner.wait_for_pods(three, timeout=60)
             eventually(lambda: world.balanced(three), timeout=60, what=world.describe("three balanced"))
