@@ -303,12 +303,27 @@ def test_a_producers_delivery_annotations_are_stored_and_merged_with_the_runtime
     assert not stamp_event(plain, 0, 0, 1).startswith(DELIVERY_ANNOTATIONS_PREFIX, len(plain.header))
 
 
+def fill_and_check(count: int) -> float:
+    """Seconds to put a grant per partition link for `count` links, then check each (best of three)."""
+    links = [parse_entity(f"amqps://ns/hub/ConsumerGroups/$Default/Partitions/{n}") for n in range(count)]
+    best = float("inf")
+    for _ in range(3):
+        grants = Grants(limit=count)
+        started = time.perf_counter()
+        for link in links:
+            grants.put(link, 10_000, frozenset({LISTEN}), now_ms=1)
+        assert all(grants.allows(link, LISTEN, 2) for link in links)
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
 def test_a_connection_holding_thousands_of_grants_checks_each_link_at_once() -> None:
     """As the .NET and Java SDKs do over one connection: a token per partition link (here 4,096); every put
-    and every check scanned all the grants held (16 million scope comparisons, seconds of a blocked loop)."""
+    and every check scanned all the grants held (16 million scope comparisons, seconds of a blocked loop).
+    Timed as a ratio in one run (the machine is shared): four times the links may cost about four times as
+    long, not the sixteen times of a scan per grant."""
     grants = Grants(limit=4096)
     links = [parse_entity(f"amqps://ns/hub/ConsumerGroups/$Default/Partitions/{n}") for n in range(4096)]
-    started = time.perf_counter()
     for link in links:
         grants.put(link, 10_000, frozenset({LISTEN}), now_ms=1)
     assert all(grants.allows(link, LISTEN, 2) for link in links)
@@ -317,4 +332,4 @@ def test_a_connection_holding_thousands_of_grants_checks_each_link_at_once() -> 
     assert not grants.allows(beyond, LISTEN, 2)
     bare = parse_entity("hub/ConsumerGroups/$Default/Partitions/7")  # an address without a host
     assert grants.allows(bare, LISTEN, 2)
-    assert time.perf_counter() - started < 0.5
+    assert fill_and_check(4096) < 8 * fill_and_check(1024)
