@@ -64,6 +64,7 @@ from hubshift.operator.observe import (
     phase_bound,
     present_consumers,
     record_changed,
+    remember_probes,
     unowned,
     worst_lag,
 )
@@ -170,6 +171,8 @@ class _Memory:
     lag_read: dict[str, tuple[int, float]] = field(default_factory=dict)
     lag_tried: dict[str, tuple[int, float]] = field(default_factory=dict)
     lag_reading: asyncio.Task[None] | None = None
+    # the probes that bound a lag from below, partition -> ((last enqueued sequence number, when), ...)
+    lag_probes: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
     phase_since: tuple[str, float] | None = None  # (phase, when it began) for the metrics
     rollout: RolloutState | None = None  # the rollout as the last cycle left it (also in the status)
     # load and capacity (operator/load.py): the hub's positions at each probe, the consumers' work at each
@@ -392,7 +395,13 @@ class ControlLoop:
         memory = self.memory
         if backlog is None or memory.partitions is None or memory.snapshot is None:
             return None
-        lag = lag_per_partition(memory.partitions, memory.snapshot, backlog, memory.lag_read, now)
+        if memory.probed_at is not None:
+            memory.lag_probes = remember_probes(
+                memory.lag_probes, memory.partitions, backlog, memory.probed_at
+            )
+        lag = lag_per_partition(
+            memory.partitions, memory.snapshot, backlog, memory.lag_read, now, memory.lag_probes
+        )
         if memory.lag_reading is None or memory.lag_reading.done():
             reads = lag_reads(lag, backlog, owners, memory.snapshot.live_members, memory.lag_tried, now)
             if reads and hasattr(self.probe, "enqueued_time"):

@@ -3,7 +3,7 @@ hub's partitions and the consumers the runtime reports (no I/O, no clock of thei
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hubshift.eventhubs.model import PartitionInfo
@@ -21,6 +21,10 @@ BUSY_CYCLE_SECONDS = 1.0
 # number) tried again at most this often.
 LAG_READS_PER_CYCLE = 4
 LAG_READ_RETRY_SECONDS = 60.0
+# Lag in seconds, as a lower bound: per partition, at most this many probes remembered (position, when).
+LAG_PROBES_KEPT = 32
+# The sources whose time is not the event's own: the loop still reads such an event when it may.
+UNSURE_SOURCES = frozenset({"unknown", "probe"})
 
 
 def lease_owners(snapshot: OwnershipSnapshot, partitions: Iterable[str]) -> dict[str, str | None]:
@@ -109,8 +113,39 @@ class PartitionLag:
 
     partition: str
     seconds: float | None
-    source: str  # "caught-up", "checkpoint" (the owner wrote it), "last-enqueued", "read", "unknown"
+    # "caught-up", "checkpoint" (the owner wrote it), "last-enqueued", "read", "probe" (a lower bound: the
+    # first probe that saw the event enqueued), "unknown"
+    source: str
     first_unprocessed: int | None = None
+
+
+Probes = Mapping[str, Sequence[tuple[int, float]]]
+
+
+def remember_probes(
+    probes: Probes,
+    partitions: Mapping[str, PartitionInfo],
+    backlog: Mapping[str, int],
+    now: float,
+    keep: int = LAG_PROBES_KEPT,
+) -> dict[str, tuple[tuple[int, float], ...]]:
+    """Per partition, the probes that can still bound its lag, oldest first, as (last enqueued sequence
+    number, when the probe answered): those that saw the oldest unprocessed event enqueued already. A
+    caught-up partition keeps none (its next event is not enqueued yet); a new position is added; over
+    `keep`, the second oldest goes (the oldest bounds the longest stall; a dropped probe only weakens a
+    bound, it never makes one wrong)."""
+    kept: dict[str, tuple[tuple[int, float], ...]] = {}
+    for partition, info in partitions.items():
+        first = first_unprocessed(info, backlog.get(partition, 0))
+        if first is None:
+            continue
+        seen = [probe for probe in probes.get(partition, ()) if probe[0] >= first]
+        if not seen or info.last_enqueued > seen[-1][0]:
+            seen.append((info.last_enqueued, now))
+        while len(seen) > keep:
+            del seen[1]
+        kept[partition] = tuple(seen)
+    return kept
 
 
 def first_unprocessed(info: PartitionInfo, backlog: int) -> int | None:
@@ -126,11 +161,14 @@ def lag_per_partition(
     backlog: Mapping[str, int],
     read: Mapping[str, tuple[int, float]],
     now: float,
+    probes: Probes | None = None,
 ) -> dict[str, PartitionLag]:
     """Now minus the enqueued time of each partition's oldest unprocessed event, 0 when caught up, from
     what is known without reading events: the time the owner wrote beside its checkpoint (the event after
     it), the probe's last enqueued time (when only that one event is unprocessed), or an event the control
-    loop read itself (`read`: partition -> (sequence number, enqueued time))."""
+    loop read itself (`read`: partition -> (sequence number, enqueued time)); failing those, a lower bound
+    from the earliest remembered probe that saw the event enqueued (`probes`, `remember_probes`): a
+    consumer stalled with its leases held still shows its lag growing."""
     rows = {row.partition: row for row in snapshot.partitions}
     lags: dict[str, PartitionLag] = {}
     for partition, info in partitions.items():
@@ -152,6 +190,8 @@ def lag_per_partition(
             enqueued, source = info.last_enqueued_time, "last-enqueued"
         elif partition in read and read[partition][0] == first:
             enqueued, source = read[partition][1], "read"
+        elif seen := [when for position, when in (probes or {}).get(partition, ()) if position >= first]:
+            enqueued, source = seen[0], "probe"
         seconds = None if enqueued is None else max(0.0, now - enqueued)
         lags[partition] = PartitionLag(partition, seconds, source, first)
     return lags
@@ -170,13 +210,13 @@ def lag_reads(
 ) -> list[tuple[str, int]]:
     """The events the control loop reads itself this cycle, as (partition, sequence number): only where
     nobody reads the partition (no live owner: a live owner would write the time soon, and Event Hubs refuses
-    a second receiver beside the owner's epoch receiver), the time is unknown, and this event was not tried
-    within `retry_seconds` (`tried`: partition -> (sequence number, when)); the largest backlog first, at
-    most `limit`."""
+    a second receiver beside the owner's epoch receiver), the time is unknown or only bounded, and this
+    event was not tried within `retry_seconds` (`tried`: partition -> (sequence number, when)); the largest
+    backlog first, at most `limit`."""
     live = set(alive)
     wanted = []
     for partition, lag in lags.items():
-        if lag.seconds is not None or lag.first_unprocessed is None:
+        if lag.source not in UNSURE_SOURCES or lag.first_unprocessed is None:
             continue
         owner = owners.get(partition)
         if owner is not None and owner in live:

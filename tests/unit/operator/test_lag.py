@@ -18,6 +18,7 @@ from hubshift.operator.observe import (
     first_unprocessed,
     lag_per_partition,
     lag_reads,
+    remember_probes,
     worst_lag,
 )
 from hubshift.ownership.checkpoints import write_checkpoint
@@ -103,6 +104,43 @@ def test_lag_comes_from_what_is_known_without_reading_events(tmp_path: Path) -> 
     assert again["4"].seconds is None
     assert worst_lag(again) == again["0"]
     assert worst_lag({"9": PartitionLag("9", None, "unknown", 3)}) is None
+
+
+def test_a_stalled_owner_shows_a_lag_bounded_by_the_first_probe_that_saw_the_event(tmp_path: Path) -> None:
+    # The owner checkpointed caught up at 39 (no neighbour's time), then stalled with its leases held:
+    # nobody writes the time and the loop may not read the event, but the probes saw 40 enqueued.
+    snap = snapshot(tmp_path, {"0": (39, None)})
+    probes: dict[str, tuple[tuple[int, float], ...]] = {}
+    history = [(39, NOW - 40), (41, NOW - 30), (44, NOW - 20), (44, NOW - 10)]
+    for last, when in history:
+        info = {"0": PartitionInfo("0", 0, last, False)}
+        probes = remember_probes(probes, info, {"0": last - 39}, when)
+    # caught up at the first probe: nothing kept; the same position twice: the earliest kept
+    assert probes == {"0": ((41, NOW - 30), (44, NOW - 20))}
+    infos = {"0": PartitionInfo("0", 0, 44, False)}
+    lags = lag_per_partition(infos, snap, {"0": 5}, {}, NOW, probes)
+    assert lags["0"] == PartitionLag("0", 30.0, "probe", 40)
+    # a lower bound only: the loop still reads the event when nobody owns the partition
+    assert lag_reads(lags, {"0": 5}, {"0": None}, [], {}, NOW) == [("0", 40)]
+    # the time the owner writes wins; a probe older than the first unprocessed event bounds nothing
+    (tmp_path / "written").mkdir()
+    written = snapshot(tmp_path / "written", {"0": (39, at(33))})
+    assert lag_per_partition(infos, written, {"0": 5}, {}, NOW, probes)["0"] == PartitionLag(
+        "0", 33.0, "checkpoint", 40
+    )
+    moved = remember_probes(probes, infos, {"0": 1}, NOW)
+    assert moved == {"0": ((44, NOW - 20),)}
+    # caught up again: nothing kept
+    assert remember_probes(moved, infos, {"0": 0}, NOW) == {}
+
+
+def test_remembered_probes_are_capped_keeping_the_oldest() -> None:
+    probes: dict[str, tuple[tuple[int, float], ...]] = {}
+    for last in range(1, 11):
+        probes = remember_probes(
+            probes, {"0": PartitionInfo("0", 0, last, False)}, {"0": last}, float(last), keep=3
+        )
+    assert probes == {"0": ((1, 1.0), (9, 9.0), (10, 10.0))}
 
 
 def test_a_clock_behind_the_service_never_makes_lag_negative(tmp_path: Path) -> None:
