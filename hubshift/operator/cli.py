@@ -16,6 +16,7 @@ from hubshift.errors import UserError
 from hubshift.identity import CREDENTIAL_TYPES, parse_identity
 from hubshift.log import quiet_libraries
 from hubshift.operator.access import AccessPolicy, policy_from
+from hubshift.operator.claims import ScopeClaims
 from hubshift.operator.kubernetes import handlers, reconcile
 from hubshift.operator.kubernetes.render import DEFAULT_IMAGE
 from hubshift.operator.kubernetes.settings import OperatorConfig
@@ -131,7 +132,10 @@ def operator(
     identity = parse_identity(credential, client_id)
     access = load_access(access_file)
     if control_loop is None:
-        open_loop = functools.partial(reconcile.open_cluster_loop, identity=identity, access=access)
+        # One registry of hubs and consumer groups per operator process: a second resource on one is refused.
+        open_loop = functools.partial(
+            reconcile.open_cluster_loop, identity=identity, access=access, claims=ScopeClaims()
+        )
     else:
         open_loop = _load(control_loop)
     registry = kopf.OperatorRegistry()

@@ -42,6 +42,7 @@ from hubshift.eventhubs.model import PartitionInfo
 from hubshift.manifest import PartitionedConsumer
 from hubshift.operator import autoscaler, rebalance, rollout
 from hubshift.operator.autoscaler import Pause, ScalingDecision, ScalingObservation, ScalingState
+from hubshift.operator.claims import Claim, ScopeClaims
 from hubshift.operator.consumer_http import Nudger, consumer_work, nudge_consumer
 from hubshift.operator.load import (
     HubSample,
@@ -199,9 +200,16 @@ class ControlLoop:
         nudge: Nudger = nudge_consumer,
         clock: Callable[[], float] = time.time,
         driver: Driver | None = None,
+        claims: ScopeClaims | None = None,
+        created: str = "",
     ) -> None:
         self.consumer = consumer
         self.driver = driver  # written into the records it publishes; None: no check (tests, benchmarks)
+        # the operator's claims on hubs and consumer groups (operator/claims.py), this resource's among them
+        self.claims = claims
+        self.claim = None if driver is None or claims is None else Claim(driver, created)
+        if claims is not None and self.claim is not None:
+            claims.add(scope, self.claim)
         self.scope = scope
         self.store = CountingStore(store)
         self.probe = probe
@@ -245,6 +253,8 @@ class ControlLoop:
             log.warning("%s: could not release the assignment record: %s", self.scope, exc)
 
     async def close(self) -> None:
+        if self.claims is not None and self.claim is not None:
+            self.claims.drop(self.scope, self.claim)
         reading = self.memory.lag_reading
         if reading is not None and not reading.done():
             reading.cancel()
@@ -253,8 +263,22 @@ class ControlLoop:
 
     # --- one cycle ---------------------------------------------------------------------------------
 
+    async def _refuse_if_claimed(self) -> None:
+        """An older resource of this operator consumes the same hub and consumer group: this one's pods are
+        stopped (with their own checkpoint store they would balance among themselves and steal the hub's
+        partitions from the older pool) and the cycle fails with why (the status says it)."""
+        if self.claims is None or self.claim is None:
+            return
+        refusal = self.claims.refusal(self.scope, self.claim)
+        if refusal is None:
+            return
+        if await self.runtime.replicas() != 0:
+            await self.runtime.set_replicas(0)
+        raise UserError(refusal)
+
     async def cycle(self, inputs: CycleInputs | None = None) -> CycleReport:
         inputs = inputs or CycleInputs()
+        await self._refuse_if_claimed()
         started = time.perf_counter()
         requests_before = self.store.total
         now = self.clock()
@@ -728,6 +752,8 @@ async def open_control_loop(
     check_hub: bool = False,
     identity: TokenCredentialSpec | None = None,
     driver: Driver | None = None,
+    claims: ScopeClaims | None = None,
+    created: str = "",
 ) -> ControlLoop:
     """A control loop with its clients for this spec: the hub (one probe, kept open) and the store, their
     connection strings from `environ`, their token credentials the spec's (or `identity`, the operator's
@@ -746,5 +772,13 @@ async def open_control_loop(
             store.close()
             raise UserError(str(exc)) from None
     return ControlLoop(
-        consumer, ownership_scope(target), store, probe, runtime, metrics=metrics, driver=driver
+        consumer,
+        ownership_scope(target),
+        store,
+        probe,
+        runtime,
+        metrics=metrics,
+        driver=driver,
+        claims=claims,
+        created=created,
     )

@@ -75,7 +75,7 @@ def driving_refusal(current: Driver | None, me: Driver, scope: str) -> str | Non
         return None
     return (
         f"the assignment of {scope} is published by {current.resource}: two resources must not drive one hub "
-        "and consumer group; give this one another consumer group or checkpoint store, or delete "
+        "and consumer group; give this one its own consumer group, or delete "
         f"{current.resource} (its record is released when it is deleted)"
     )
 

@@ -21,6 +21,7 @@ import kopf
 from hubshift.errors import UserError
 from hubshift.manifest import PartitionedConsumer, connections_of
 from hubshift.operator.access import AccessPolicy, Service
+from hubshift.operator.claims import ScopeClaims
 from hubshift.operator.driver import MIN_CYCLE_SECONDS, CycleRunner, Desired, LoopDriver
 from hubshift.operator.kubernetes.api import KubeAdapter, consumer_instance
 from hubshift.operator.kubernetes.render import (
@@ -275,11 +276,13 @@ async def open_cluster_loop(
     *,
     identity: TokenCredentialSpec = OPERATOR_IDENTITY,
     access: AccessPolicy | None = None,
+    claims: ScopeClaims | None = None,
 ) -> CycleRunner:
     """The control loop of a PartitionedConsumer in the cluster: connection strings from its Secrets; where
     the spec names a token credential, the operator's own `identity` instead (never the spec's: a resource
     must not make the operator act as an identity it chose), and only for what `access` allows the
-    resource's namespace (`UserError` naming the block otherwise, before anything is opened)."""
+    resource's namespace (`UserError` naming the block otherwise, before anything is opened). With the
+    operator's `claims`, a resource younger than another on the same hub and consumer group is refused."""
     refusals = (access or AccessPolicy()).refusals(consumer.metadata.namespace, identity_reads(consumer))
     if refusals:
         more = f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""
@@ -288,7 +291,14 @@ async def open_cluster_loop(
     owner = runtime.owner
     driver = Driver(uid=owner.uid, resource=f"PartitionedConsumer {owner.namespace}/{owner.name}")
     return await open_control_loop(
-        consumer, environment, runtime, metrics=metrics, identity=identity, driver=driver
+        consumer,
+        environment,
+        runtime,
+        metrics=metrics,
+        identity=identity,
+        driver=driver,
+        claims=claims,
+        created=owner.created,
     )
 
 

@@ -70,12 +70,16 @@ class Owner:
     name: str
     namespace: str
     uid: str
+    created: str = ""  # metadata.creationTimestamp (RFC 3339), when known
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> Owner:
         metadata = body["metadata"]
         return cls(
-            name=metadata["name"], namespace=metadata.get("namespace") or "default", uid=metadata["uid"]
+            name=metadata["name"],
+            namespace=metadata.get("namespace") or "default",
+            uid=metadata["uid"],
+            created=str(metadata.get("creationTimestamp") or ""),
         )
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.manifest import PartitionedConsumer, parse_manifest
+from hubshift.operator.claims import ScopeClaims
 from hubshift.operator.driver import CycleRunner, Desired, LoopDriver
 from hubshift.operator.kubernetes.reconcile import open_cluster_loop
 from hubshift.operator.kubernetes.render import Owner
@@ -160,6 +161,56 @@ async def test_a_second_resource_on_the_same_hub_and_consumer_group_is_refused_u
         await first.release()  # the first resource is deleted
         await second.cycle(Desired(parse_manifest(intruder), CycleInputs.from_body(intruder)))
         assert second.errors == 1 and second_runtime.status["phase"] == "Ready"
+    finally:
+        await first.close()
+        await second.close()
+
+
+@pytest.mark.timeout(60)
+async def test_a_second_resource_with_its_own_checkpoint_store_is_refused_on_the_same_consumer_group(
+    tmp_path: Path, emulator_factory: Any
+) -> None:
+    """Another checkpoint store holds no record naming the first resource, yet the two pools would still
+    steal the hub's partitions from each other: the operator's claims refuse the younger resource on the
+    same hub and consumer group, whichever store it names, until the older one is gone."""
+    emulator: RunningEmulator = emulator_factory(["hub:4"])
+    claims = ScopeClaims()
+    first_runtime = PodRuntime(
+        emulator.connection_string, owner=Owner("homes", "default", "u", "2026-01-01T00:00:00Z")
+    )
+    second_runtime = PodRuntime(
+        emulator.connection_string, owner=Owner("steal", "other", "u2", "2026-02-01T00:00:00Z")
+    )
+    body = resource(tmp_path / "store.db")
+    intruder = resource(tmp_path / "elsewhere.db")
+    intruder["metadata"] = {"name": "steal", "namespace": "other", "generation": 1, "uid": "u2"}
+
+    def driver_for(runtime: PodRuntime) -> LoopDriver:
+        async def open_loop(consumer: PartitionedConsumer) -> CycleRunner:
+            return await open_cluster_loop(consumer, runtime, OperatorMetrics(), claims=claims)  # type: ignore[arg-type]
+
+        async def report_failure(message: str) -> None:
+            runtime.status = failed_cycle_status(None, None, message, 0.0).to_body()
+
+        return LoopDriver(open_loop, labels=("x", "y"), on_failure=report_failure)
+
+    # the younger resource's loop starts first (an operator resuming both after a restart): it runs until
+    # the older one's loop opens, then it is refused and its pods are stopped
+    second, first = driver_for(second_runtime), driver_for(first_runtime)
+    try:
+        await second.cycle(Desired(parse_manifest(intruder), CycleInputs.from_body(intruder)))
+        assert second.errors == 0 and second_runtime.replica_count == 2
+        await first.cycle(Desired(parse_manifest(body), CycleInputs.from_body(body)))
+        await second.cycle(Desired(parse_manifest(intruder), CycleInputs.from_body(intruder)))
+        assert first.errors == 0 and second.errors == 1
+        ready = second_runtime.status["conditions"][0]  # type: ignore[index]
+        assert ready["status"] == "False"
+        assert "PartitionedConsumer default/homes already consumes hub 'hub'" in ready["message"]
+        assert second_runtime.replica_count == 0 and first_runtime.replica_count == 2
+        await first.release()  # the first resource is deleted: its claim goes with its loop
+        await second.cycle(Desired(parse_manifest(intruder), CycleInputs.from_body(intruder)))
+        assert second.errors == 1 and second_runtime.status["phase"] == "Ready"
+        assert second_runtime.replica_count == 2
     finally:
         await first.close()
         await second.close()
