@@ -60,3 +60,9 @@ class ScopeClaims:
             "from each other (even with different checkpoint stores); give this one its own consumer group, "
             f"or delete {older.driver.resource}"
         )
+
+    def outranks(self, scope: Scope, claim: Claim, driver: Driver) -> bool:
+        """Whether `claim`'s resource may take `scope`'s record over from `driver`: a younger resource of
+        this operator on the same scope (refused here, so it publishes no more)."""
+        other = self._claims.get(scope, {}).get(driver.uid)
+        return other is not None and other.driver.uid != claim.driver.uid and other.order > claim.order

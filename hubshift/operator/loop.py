@@ -276,6 +276,13 @@ class ControlLoop:
             await self.runtime.set_replicas(0)
         raise UserError(refusal)
 
+    def _outranks(self, driver: Driver | None) -> bool:
+        """The record's driver is a younger resource of this operator on the same scope (refused by the
+        claims): this one takes the record over rather than both standing refused."""
+        if self.claims is None or self.claim is None or driver is None:
+            return False
+        return self.claims.outranks(self.scope, self.claim, driver)
+
     async def cycle(self, inputs: CycleInputs | None = None) -> CycleReport:
         inputs = inputs or CycleInputs()
         await self._refuse_if_claimed()
@@ -513,7 +520,7 @@ class ControlLoop:
             record = snapshot.assignment
             if self.driver is not None and record is not None:
                 refusal = driving_refusal(record.driver, self.driver, str(self.scope))
-                if refusal is not None:
+                if refusal is not None and not self._outranks(record.driver):
                     raise UserError(refusal)
             partitions = memory.partition_ids or (record.partition_ids if record else ())
             owners = lease_owners(snapshot, partitions)

@@ -167,12 +167,14 @@ async def test_a_second_resource_on_the_same_hub_and_consumer_group_is_refused_u
 
 
 @pytest.mark.timeout(60)
-async def test_a_second_resource_with_its_own_checkpoint_store_is_refused_on_the_same_consumer_group(
-    tmp_path: Path, emulator_factory: Any
+@pytest.mark.parametrize("second_store", ["elsewhere.db", "store.db"])
+async def test_the_younger_of_two_resources_on_one_consumer_group_is_refused_whichever_store_it_names(
+    tmp_path: Path, emulator_factory: Any, second_store: str
 ) -> None:
     """Another checkpoint store holds no record naming the first resource, yet the two pools would still
     steal the hub's partitions from each other: the operator's claims refuse the younger resource on the
-    same hub and consumer group, whichever store it names, until the older one is gone."""
+    same hub and consumer group, whichever store it names, until the older one is gone. With one store,
+    the older takes the record over from the younger that published first (neither stands refused)."""
     emulator: RunningEmulator = emulator_factory(["hub:4"])
     claims = ScopeClaims()
     first_runtime = PodRuntime(
@@ -182,7 +184,7 @@ async def test_a_second_resource_with_its_own_checkpoint_store_is_refused_on_the
         emulator.connection_string, owner=Owner("steal", "other", "u2", "2026-02-01T00:00:00Z")
     )
     body = resource(tmp_path / "store.db")
-    intruder = resource(tmp_path / "elsewhere.db")
+    intruder = resource(tmp_path / second_store)
     intruder["metadata"] = {"name": "steal", "namespace": "other", "generation": 1, "uid": "u2"}
 
     def driver_for(runtime: PodRuntime) -> LoopDriver:

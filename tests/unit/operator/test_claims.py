@@ -45,3 +45,16 @@ def test_a_tie_goes_by_name_a_reopened_loop_keeps_its_claim_and_a_stale_drop_cha
     again = Claim(Driver(uid="uid-a2", resource=a.driver.resource), "2026-03-01T00:00:00Z")
     claims.add(SCOPE, again)
     assert claims.refusal(SCOPE, again) is not None and claims.refusal(SCOPE, b) is None
+
+
+def test_the_older_resource_takes_the_record_over_from_a_younger_one_of_this_operator() -> None:
+    claims = ScopeClaims()
+    old, young = claim("old", "2026-01-01T00:00:00Z"), claim("young", "2026-02-01T00:00:00Z")
+    stranger = Driver(uid="uid-elsewhere", resource="PartitionedConsumer other/elsewhere")
+    claims.add(SCOPE, old)
+    assert not claims.outranks(SCOPE, old, young.driver)  # not a claim here (yet)
+    claims.add(SCOPE, young)
+    assert claims.outranks(SCOPE, old, young.driver)  # the younger published first: the older takes over
+    assert not claims.outranks(SCOPE, young, old.driver)
+    assert not claims.outranks(SCOPE, old, old.driver)
+    assert not claims.outranks(SCOPE, old, stranger)  # a resource this operator does not know keeps it
