@@ -21,7 +21,7 @@ import yaml
 from hubshift.apps.produce import LoadSpec
 from hubshift.manifest import ConsumerSpec
 from hubshift.operator.kubernetes.render import CONSUMER_LABEL
-from tests.scenarios.cluster import FIGURES, JSON, ScenarioCluster, pod_ready
+from tests.scenarios.cluster import JSON, ScenarioCluster, pod_ready
 from tests.scenarios.deployed import CHART, RESTRICTED, Deployment
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -79,16 +79,11 @@ class DeltaJobScenario:
     def deployment(
         self, scenario_cluster: ScenarioCluster, tmp_path_factory: pytest.TempPathFactory, request: Any
     ) -> Iterator[Deployment]:
-        figures = request.config.stash.setdefault(FIGURES, {}).setdefault(scenario_cluster.name, {})
-        deployment = Deployment(scenario_cluster, tmp_path_factory.mktemp("delta"), figures)
+        deployment = Deployment.begin(scenario_cluster, tmp_path_factory, request, "delta")
         try:
             yield deployment
         finally:
-            for stop in reversed(deployment.stopping):
-                try:
-                    stop()
-                except Exception as error:  # the rest still stops
-                    print(f"stopping {stop}: {error}")
+            deployment.stop()
             # The resource first, while its operator still runs (it holds kopf's finalizer); then the
             # release, then the CRD the release keeps: the next release installs its own.
             scenario_cluster.kubectl(

@@ -241,6 +241,22 @@ class Deployment:
         if missing:
             pytest.skip(f"needs the scenario(s) {', '.join(missing)}, which did not pass")
 
+    @classmethod
+    def begin(
+        cls, cluster: ScenarioCluster, tmp_path_factory: pytest.TempPathFactory, request: Any, folder: str
+    ) -> Deployment:
+        """A scenario class's deployment, its figures kept under the cluster's name for the tier's JSON."""
+        figures = request.config.stash.setdefault(FIGURES, {}).setdefault(cluster.name, {})
+        return cls(cluster, tmp_path_factory.mktemp(folder), figures)
+
+    def stop(self) -> None:
+        """Stop what the scenarios started, last first; one that fails does not keep the rest running."""
+        for stop in reversed(self.stopping):
+            try:
+                stop()
+            except Exception as error:
+                print(f"stopping {stop}: {error}")
+
     def figure(self, name: str, seconds: float) -> None:
         self.figures[name] = round(seconds, 1)
         print(f"{self.cluster.name}: {name} = {seconds:.1f} s")
@@ -396,16 +412,11 @@ class DeployedScenarios:
     def deployment(
         self, scenario_cluster: ScenarioCluster, tmp_path_factory: pytest.TempPathFactory, request: Any
     ) -> Iterator[Deployment]:
-        figures = request.config.stash.setdefault(FIGURES, {}).setdefault(scenario_cluster.name, {})
-        deployment = Deployment(scenario_cluster, tmp_path_factory.mktemp("deployed"), figures)
+        deployment = Deployment.begin(scenario_cluster, tmp_path_factory, request, "deployed")
         try:
             yield deployment
         finally:
-            for stop in reversed(deployment.stopping):
-                try:
-                    stop()
-                except Exception as error:  # the rest still stops
-                    print(f"stopping {stop}: {error}")
+            deployment.stop()
             for namespace in (NAMESPACE, SYSTEM_NAMESPACE, monitoring.NAMESPACE):
                 scenario_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
