@@ -6,8 +6,6 @@ skipped, saying why; tools/run-tests runs `tools/node build` first."""
 from __future__ import annotations
 
 import os
-import re
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from tests.harness.node import REPO_ROOT, NodeCluster, image_ref, node_unavailable, start_node_cluster
+from tests.harness.node import NodeCluster, image_ref, node_unavailable, start_node_cluster
+from tests.scenarios import monitoring
 from tests.scenarios.cluster import Image, ScenarioCluster, ScenarioError
 from tests.scenarios.deployed import summarize_figures
-from tests.scenarios.monitoring import MonitoringStack
 
 
 @pytest.fixture(scope="session")
@@ -44,19 +42,6 @@ def node_namespace(node_cluster: NodeCluster) -> Iterator[str]:
         node_cluster.delete_namespace(name)
 
 
-def monitoring_stack() -> MonitoringStack | None:
-    """The Prometheus Operator's image (imported by tools/node up) and manifests, when tools/monitoring built
-    them (tools/node build does)."""
-    built = subprocess.run(
-        [str(REPO_ROOT / "tools" / "monitoring"), "--cached"], capture_output=True, text=True, check=False
-    )
-    if built.returncode != 0:
-        return None
-    pins = (REPO_ROOT / "tools" / "kube" / "versions-monitoring").read_text()
-    (version,) = re.findall(r"^PROMETHEUS_VERSION=(\S+)$", pins, re.MULTILINE)
-    return MonitoringStack(image_ref("monitoring"), Path(built.stdout.strip()).parent, version)
-
-
 class NodeScenarioCluster(ScenarioCluster):
     """The node tier's cluster for the deployed scenarios: the image tools/image built (imported into
     containerd, so `IfNotPresent`, the chart's default, never pulls), the servers inside the node's network
@@ -73,7 +58,7 @@ class NodeScenarioCluster(ScenarioCluster):
             image=Image("hubshift", tag, "IfNotPresent"),
             server_host=node.node_ip,
             server_wrapper=("ip", "netns", "exec", node.state["netns"]),
-            monitoring=monitoring_stack(),
+            monitoring=monitoring.built_stack(image_ref("monitoring")),
         )
         self.node = node
 

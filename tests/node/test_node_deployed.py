@@ -3,7 +3,17 @@
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
 from tests.scenarios.deployed import DeployedScenarios
+
+# tools/run-tests runs the same scenarios on the kind tier when kind works here: once is enough.
+pytestmark = pytest.mark.skipif(
+    os.environ.get("HUBSHIFT_DEPLOYED_ON_KIND") == "1",
+    reason="the deployed scenarios run on the kind tier in this run (tools/run-tests)",
+)
 
 
 class TestDeployedOnTheNode(DeployedScenarios):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
 import urllib.parse
 from collections.abc import Mapping
@@ -24,6 +25,8 @@ import yaml
 
 from tests.harness.dashboards import PrometheusApi, dashboards, has_value, panel_queries, resolve_variables
 from tests.scenarios.cluster import JSON, ScenarioCluster, ScenarioError
+
+TOOLS = Path(__file__).resolve().parents[2] / "tools"
 
 RULES = Path(__file__).resolve().parents[2] / "charts" / "hubshift" / "rules" / "hubshift.rules.yaml"
 NAMESPACE = "monitoring"
@@ -43,6 +46,20 @@ class MonitoringStack:
     image: str
     manifests: Path
     prometheus_version: str
+
+
+def built_stack(image: str) -> MonitoringStack | None:
+    """The Prometheus Operator's stack when tools/monitoring built it (tools/node build does): `image`, the
+    reference of tools/image's `monitoring` image as the cluster holds it, its manifests, and the
+    Prometheus version pinned beside them; None when it is not built."""
+    built = subprocess.run(
+        [str(TOOLS / "monitoring"), "--cached"], capture_output=True, text=True, check=False
+    )
+    if built.returncode != 0:
+        return None
+    pins = (TOOLS / "kube" / "versions-monitoring").read_text()
+    (version,) = re.findall(r"^PROMETHEUS_VERSION=(\S+)$", pins, re.MULTILINE)
+    return MonitoringStack(image, Path(built.stdout.strip()).parent, version)
 
 
 def chart_values(lag_alert_seconds: int, lag_alert_for: str) -> list[str]:
