@@ -74,6 +74,23 @@ def resource(store: Path, generation: int = 2, max_replicas: int = 2) -> dict[st
     }
 
 
+def desired(body: dict[str, Any]) -> Desired:
+    return Desired(parse_manifest(body), CycleInputs.from_body(body))
+
+
+def reporting_driver(runtime: PodRuntime, claims: ScopeClaims | None = None) -> LoopDriver:
+    """The driver as the operator runs it for one resource: `open_cluster_loop` (with the operator's
+    `claims`), a failed cycle reported in the resource's status."""
+
+    async def open_loop(consumer: PartitionedConsumer) -> CycleRunner:
+        return await open_cluster_loop(consumer, runtime, OperatorMetrics(), claims=claims)  # type: ignore[arg-type]
+
+    async def report_failure(message: str) -> None:
+        runtime.status = failed_cycle_status(None, None, message, 0.0).to_body()
+
+    return LoopDriver(open_loop, labels=("x", "y"), on_failure=report_failure)
+
+
 @pytest.mark.timeout(60)
 async def test_the_operators_loop_reads_secrets_keeps_its_clients_applies_edits_and_reports(
     tmp_path: Path, emulator_factory: Any
@@ -87,9 +104,6 @@ async def test_the_operators_loop_reads_secrets_keeps_its_clients_applies_edits_
         loop = await open_cluster_loop(consumer, runtime, metrics)  # type: ignore[arg-type]
         opened.append(loop)
         return loop
-
-    def desired(body: dict[str, Any]) -> Desired:
-        return Desired(parse_manifest(body), CycleInputs.from_body(body))
 
     driver = LoopDriver(open_loop, labels=("default", "homes"), metrics=metrics)
     body = resource(tmp_path / "store.db")
@@ -137,20 +151,11 @@ async def test_a_second_resource_on_the_same_hub_and_consumer_group_is_refused_u
     body = resource(tmp_path / "store.db")
     intruder = dict(body, metadata={"name": "steal", "namespace": "other", "generation": 1, "uid": "u2"})
 
-    def driver_for(runtime: PodRuntime) -> LoopDriver:
-        async def open_loop(consumer: PartitionedConsumer) -> CycleRunner:
-            return await open_cluster_loop(consumer, runtime, OperatorMetrics())  # type: ignore[arg-type]
-
-        async def report_failure(message: str) -> None:
-            runtime.status = failed_cycle_status(None, None, message, 0.0).to_body()
-
-        return LoopDriver(open_loop, labels=("x", "y"), on_failure=report_failure)
-
-    first, second = driver_for(first_runtime), driver_for(second_runtime)
+    first, second = reporting_driver(first_runtime), reporting_driver(second_runtime)
     try:
-        await first.cycle(Desired(parse_manifest(body), CycleInputs.from_body(body)))
+        await first.cycle(desired(body))
         assert first.errors == 0
-        await second.cycle(Desired(parse_manifest(intruder), CycleInputs.from_body(intruder)))
+        await second.cycle(desired(intruder))
         assert second.errors == 1
         ready = second_runtime.status["conditions"][0]  # type: ignore[index]
         assert (
@@ -159,7 +164,7 @@ async def test_a_second_resource_on_the_same_hub_and_consumer_group_is_refused_u
         )
         assert second_runtime.replica_count == 0  # it scaled nothing
         await first.release()  # the first resource is deleted
-        await second.cycle(Desired(parse_manifest(intruder), CycleInputs.from_body(intruder)))
+        await second.cycle(desired(intruder))
         assert second.errors == 1 and second_runtime.status["phase"] == "Ready"
     finally:
         await first.close()
@@ -187,30 +192,21 @@ async def test_the_younger_of_two_resources_on_one_consumer_group_is_refused_whi
     intruder = resource(tmp_path / second_store)
     intruder["metadata"] = {"name": "steal", "namespace": "other", "generation": 1, "uid": "u2"}
 
-    def driver_for(runtime: PodRuntime) -> LoopDriver:
-        async def open_loop(consumer: PartitionedConsumer) -> CycleRunner:
-            return await open_cluster_loop(consumer, runtime, OperatorMetrics(), claims=claims)  # type: ignore[arg-type]
-
-        async def report_failure(message: str) -> None:
-            runtime.status = failed_cycle_status(None, None, message, 0.0).to_body()
-
-        return LoopDriver(open_loop, labels=("x", "y"), on_failure=report_failure)
-
     # the younger resource's loop starts first (an operator resuming both after a restart): it runs until
     # the older one's loop opens, then it is refused and its pods are stopped
-    second, first = driver_for(second_runtime), driver_for(first_runtime)
+    second, first = reporting_driver(second_runtime, claims), reporting_driver(first_runtime, claims)
     try:
-        await second.cycle(Desired(parse_manifest(intruder), CycleInputs.from_body(intruder)))
+        await second.cycle(desired(intruder))
         assert second.errors == 0 and second_runtime.replica_count == 2
-        await first.cycle(Desired(parse_manifest(body), CycleInputs.from_body(body)))
-        await second.cycle(Desired(parse_manifest(intruder), CycleInputs.from_body(intruder)))
+        await first.cycle(desired(body))
+        await second.cycle(desired(intruder))
         assert first.errors == 0 and second.errors == 1
         ready = second_runtime.status["conditions"][0]  # type: ignore[index]
         assert ready["status"] == "False"
         assert "PartitionedConsumer default/homes already consumes hub 'hub'" in ready["message"]
         assert second_runtime.replica_count == 0 and first_runtime.replica_count == 2
         await first.release()  # the first resource is deleted: its claim goes with its loop
-        await second.cycle(Desired(parse_manifest(intruder), CycleInputs.from_body(intruder)))
+        await second.cycle(desired(intruder))
         assert second.errors == 1 and second_runtime.status["phase"] == "Ready"
         assert second_runtime.replica_count == 2
     finally:
