@@ -426,10 +426,8 @@ class ControlLoop:
         memory = self.memory
         if backlog is None or memory.partitions is None or memory.snapshot is None:
             return None
-        if memory.probed_at is not None:
-            memory.lag_probes = remember_probes(
-                memory.lag_probes, memory.partitions, backlog, memory.probed_at
-            )
+        if memory.probed_at == now:  # a fresh probe: its position joins the bounds (operator/observe.py)
+            memory.lag_probes = remember_probes(memory.lag_probes, memory.partitions, backlog, now)
         lag = lag_per_partition(
             memory.partitions, memory.snapshot, backlog, memory.lag_read, now, memory.lag_probes
         )

@@ -148,6 +148,12 @@ def remember_probes(
     return kept
 
 
+def _first_probe_at(probes: Probes | None, partition: str, first: int) -> float | None:
+    """When the earliest remembered probe that had `first` enqueued answered; None when none had. Probes
+    from before it are skipped here (they are pruned only at the next probe)."""
+    return next((when for position, when in (probes or {}).get(partition, ()) if position >= first), None)
+
+
 def first_unprocessed(info: PartitionInfo, backlog: int) -> int | None:
     """The sequence number of the oldest event not yet processed; None when there is none."""
     if backlog <= 0 or info.last_enqueued < 0:
@@ -190,8 +196,8 @@ def lag_per_partition(
             enqueued, source = info.last_enqueued_time, "last-enqueued"
         elif partition in read and read[partition][0] == first:
             enqueued, source = read[partition][1], "read"
-        elif seen := [when for position, when in (probes or {}).get(partition, ()) if position >= first]:
-            enqueued, source = seen[0], "probe"
+        elif (seen := _first_probe_at(probes, partition, first)) is not None:
+            enqueued, source = seen, "probe"
         seconds = None if enqueued is None else max(0.0, now - enqueued)
         lags[partition] = PartitionLag(partition, seconds, source, first)
     return lags

@@ -122,11 +122,15 @@ def test_a_stalled_owner_shows_a_lag_bounded_by_the_first_probe_that_saw_the_eve
     assert lags["0"] == PartitionLag("0", 30.0, "probe", 40)
     # a lower bound only: the loop still reads the event when nobody owns the partition
     assert lag_reads(lags, {"0": 5}, {"0": None}, [], {}, NOW) == [("0", 40)]
-    # the time the owner writes wins; a probe older than the first unprocessed event bounds nothing
+    # the time the owner writes wins over the bound
     (tmp_path / "written").mkdir()
     written = snapshot(tmp_path / "written", {"0": (39, at(33))})
     assert lag_per_partition(infos, written, {"0": 5}, {}, NOW, probes)["0"] == PartitionLag(
         "0", 33.0, "checkpoint", 40
+    )
+    # the owner read on (42 is first now): the probe that saw only 41 bounds nothing, even before pruning
+    assert lag_per_partition(infos, snap, {"0": 3}, {}, NOW, probes)["0"] == PartitionLag(
+        "0", 20.0, "probe", 42
     )
     moved = remember_probes(probes, infos, {"0": 1}, NOW)
     assert moved == {"0": ((44, NOW - 20),)}
