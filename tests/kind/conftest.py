@@ -2,13 +2,13 @@
 $HUBSHIFT_KIND_CLUSTER (default "hubshift").
 
 Two ways to a cluster, the same tests:
-- **podman** (this project's machines; `KIND_EXPERIMENTAL_PROVIDER=podman`): `tools/run-tests` brings the
-  cluster up with `tools/kind up` (kind on podman, a node image built here), loads the images tools/image
+- **podman** (the default; this project's machines, the GitHub Actions workflow): `tools/run-tests` brings
+  the cluster up with `tools/kind up` (kind on podman, a node image built here), loads the images tools/image
   built (`hubshift`, `monitoring`) and brings it down after. The emulator and Azurite run inside the node
   container's network namespace on its address (as on the node tier: pods reach them locally, the test
   through kind's internal bridge); nothing listens on this machine's own addresses.
-- **docker** (GitHub Actions' hosted runners, `.github/workflows/kind.yml`): a cluster the workflow created,
-  the image `docker build` made; the servers listen at the kind network's gateway.
+- **docker** (`HUBSHIFT_KIND_PROVIDER=docker`): a kind cluster you made on Docker, with the image `docker
+  build` made loaded (`HUBSHIFT_KIND_IMAGE`); the servers listen at the kind network's gateway.
 
 Every test is skipped, saying why, when neither is there."""
 
@@ -22,14 +22,13 @@ from typing import Any
 
 import pytest
 
-from tests.harness.node import image_ref
+from tests.harness.node import REPO_ROOT, image_ref
 from tests.scenarios import monitoring
 from tests.scenarios.cluster import Image, ScenarioCluster, ScenarioError
 from tests.scenarios.deployed import summarize_figures
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = os.environ.get("HUBSHIFT_KIND_CLUSTER", "hubshift")
-PODMAN = os.environ.get("KIND_EXPERIMENTAL_PROVIDER") == "podman"
+PODMAN = os.environ.get("HUBSHIFT_KIND_PROVIDER", "podman") != "docker"  # as tools/run-tests reads it
 TOOLS_KIND = REPO_ROOT / "tools" / "kind"
 # docker: what the workflow built and loaded (`docker build -t hubshift:<version> .`, the chart's default).
 IMAGE = os.environ.get("HUBSHIFT_KIND_IMAGE", "hubshift:0.1.0")
@@ -137,9 +136,14 @@ class KindScenarioCluster(ScenarioCluster):
 
     def tag_image(self, tag: str) -> Image:
         """The image under another tag on the node (a `helm upgrade` to a new image)."""
-        source = image_ref("hubshift") if PODMAN else f"docker.io/library/{self.image.reference}"
-        target = f"{source.rsplit(':', 1)[0]}:{tag}"
-        _engine("exec", NODE, "ctr", "-n", "k8s.io", "images", "tag", "--force", source, target)
+        if PODMAN:  # tools/image's archive, loaded under its full reference
+            source = image_ref("hubshift")
+            target = f"{source.rsplit(':', 1)[0]}:{tag}"
+            _engine("exec", NODE, "ctr", "-n", "k8s.io", "images", "tag", "--force", source, target)
+        else:
+            target = f"{self.image.repository}:{tag}"
+            _engine("tag", self.image.reference, target)
+            _run(["kind", "load", "docker-image", target, "--name", CLUSTER], f"kind load {target}", 600)
         return Image(self.image.repository, tag, self.image.pull_policy)
 
 
