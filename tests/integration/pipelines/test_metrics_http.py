@@ -122,9 +122,23 @@ def raw_exchange(
             except OSError:
                 pass  # the server stopped reading and closed: what it should do
         answer = b""
-        while chunk := sock.recv(4096):
-            answer += chunk
+        try:
+            while chunk := sock.recv(4096):
+                answer += chunk
+        except ConnectionResetError:
+            # The server closed with the client's bytes unread (what it should do with a hostile body), so
+            # the kernel answered them with a reset, which may overtake the status line on a busy machine.
+            if not answer:
+                return RESET, time.monotonic() - started
     return answer.split(b"\r\n", 1)[0].decode(), time.monotonic() - started
+
+
+RESET = "connection reset before the answer was read"
+
+
+def refused(status: str, expected: str) -> bool:
+    """The server answered `expected`, or closed without reading the body (a reset overtook the answer)."""
+    return status.endswith(expected) or status == RESET
 
 
 def test_hostile_bodies_are_refused_without_being_read() -> None:
@@ -133,9 +147,9 @@ def test_hostile_bodies_are_refused_without_being_read() -> None:
         head = b"POST /assignment HTTP/1.1\r\nHost: x\r\n"
         # Content-Length -1 once made the server read until the client closed (10 MiB answered 202).
         status, took = raw_exchange(server.port, head + b"Content-Length: -1\r\n\r\n", b"x" * (10 << 20))
-        assert status.endswith("400 Bad Request") and took < 3
-        status, _ = raw_exchange(server.port, head + b"Content-Length: 10485760\r\n\r\n", b"x" * 65536)
-        assert status.endswith("413 Request Entity Too Large")
+        assert refused(status, "400 Bad Request") and took < 3
+        status, took = raw_exchange(server.port, head + b"Content-Length: 10485760\r\n\r\n", b"x" * 65536)
+        assert refused(status, "413 Request Entity Too Large") and took < 3
         chunked = head + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
         assert raw_exchange(server.port, chunked)[0].endswith("411 Length Required")
         assert raw_exchange(server.port, head + b"Content-Length: 12abc\r\n\r\n")[0].endswith(
