@@ -5,8 +5,9 @@
    an assignment gives the partitions to nobody, the consumer hands them off); N events are loaded into the
    hub; a plain `EventHubConsumerClient.receive_batch` loop reads exactly those N events (its own consumer
    group); then the partitions are given back to the consumer, which reads the same N events from its
-   checkpoints through Spark and the `aggregate` pipeline into a folder sink. Rate = N / (time from the
-   assignment to the commit record that completes the N events in the sink).
+   checkpoints through Spark and the `aggregate` pipeline into a folder sink (`--pipeline events`: the
+   `events` pipeline, a DataFrame job's path, whose rows Spark reads and writes as JSON lines). Rate = N /
+   (time from the assignment to the commit record that completes the N events in the sink).
 2. Latency: a steady `--rate-per-partition` events/s to each partition for `--latency-seconds`; each
    event's enqueue-to-sink latency is the sink commit record's write time minus its enqueued time (per
    batch and partition the records give the first and last enqueued time and the count: events in between
@@ -16,7 +17,7 @@ Targets (issue 4): consumer rate at least 0.7 of the raw loop's; p99 latency at 
 intervals + 1 s.
 
     .venv/bin/python bench/throughput.py [--events 400000] [--latency-seconds 30] [--rate-per-partition 1000]
-                                         [--trigger-seconds 1] [--keep]
+                                         [--trigger-seconds 1] [--pipeline aggregate|events] [--keep]
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results" / "throughput.json"
+RESULTS = (
+    Path(__file__).resolve().parent / "results" / "throughput.json"
+)  # --pipeline events: throughput-events.json
 HUB = "bench"
 PARTITIONS = ["0", "1", "2", "3"]
 CONSUMER = "bench-0"
@@ -395,15 +398,27 @@ def main() -> None:
     parser.add_argument("--warmup-seconds", type=float, default=20.0)
     parser.add_argument("--trigger-seconds", type=float, default=1.0, help="the consumer's trigger interval")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, sink)")
+    parser.add_argument(
+        "--pipeline",
+        choices=["aggregate", "events"],
+        default="aggregate",
+        help="the consumer's pipeline: the aggregate (a task pipeline: its task reads the spool) or events "
+        "(a DataFrame job's path: Spark reads the events and writes them as JSON lines)",
+    )
     args = parser.parse_args()
 
     from hubshift.emulator.launch import running_emulator
 
     workdir = Path(tempfile.mkdtemp(prefix="hubshift-bench-throughput-"))
-    results: dict[str, Any] = {"events": args.events, "triggerIntervalSeconds": args.trigger_seconds}
+    results: dict[str, Any] = {
+        "events": args.events,
+        "triggerIntervalSeconds": args.trigger_seconds,
+        "pipeline": args.pipeline,
+    }
     with running_emulator([f"{HUB}:4"], consumer_groups=["raw"]) as emulator:
         cs = emulator.connection_string
-        consumer = Consumer(workdir, cs, args.trigger_seconds)
+        pipeline = None if args.pipeline == "aggregate" else {"type": args.pipeline}
+        consumer = Consumer(workdir, cs, args.trigger_seconds, pipeline=pipeline)
         parking = Parking(consumer, cs)
         assign, owners = parking.assign, parking.owners
         try:
@@ -497,7 +512,8 @@ def main() -> None:
         finally:
             results["consumerExit"] = consumer.stop()
             parking.close()
-    finish(RESULTS, results, print_table, workdir, keep=args.keep)
+    path = RESULTS.with_name("throughput.json" if args.pipeline == "aggregate" else "throughput-events.json")
+    finish(path, results, print_table, workdir, keep=args.keep)
 
 
 def finish(
@@ -542,7 +558,10 @@ def print_table(results: dict[str, Any]) -> None:
             f"p99 {lat['p99']:.2f} s, max {lat['max']:.2f} s "
             f"(target p99 <= {lat['target_p99']:.0f} s: {verdict})"
         )
-    print(f"\nwritten to {RESULTS}")
+    name = (
+        "throughput.json" if results.get("pipeline", "aggregate") == "aggregate" else "throughput-events.json"
+    )
+    print(f"\nwritten to {RESULTS.with_name(name)}")
 
 
 if __name__ == "__main__":

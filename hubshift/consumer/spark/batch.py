@@ -6,11 +6,15 @@
 
 A `TaskPipeline` (the aggregate) costs one Spark job that reads each event once: its task reads the
 batch's events, parses and counts them and writes its files (Arrow, in the task's Python worker) and
-reports the partitions' sequence ranges. A `FramePipeline` (a user's function) caches the batch, reads
-the ranges (one small job), then the sink writes the function's result (a second job). The commit record
-goes last, from the driver. When `process_batch` returns, everything it reports is durable in the sink, so the
-consumer may checkpoint exactly `summary.partitions`; if it raises, nothing of the batch counts (files
-without a commit record are ignored) and the batch can run again.
+reports the partitions' sequence ranges. When the driver knows the batch's reads (`SpoolRead`: from Spark's
+offset log) and the pipeline takes the events as they are, the task reads them from the spool itself:
+the same segments the source's `read()` would have given Spark, without their trip through the JVM
+(Arrow to rows and back: about 40% of the consumer's CPU per event, bench/throughput.py).
+A `FramePipeline` (a user's function) caches the batch, reads the ranges (one small job), then the sink
+writes the function's result (a second job). The commit record goes last, from the driver. When
+`process_batch` returns, everything it reports is durable in the sink, so the consumer may checkpoint
+exactly `summary.partitions`; if it raises, nothing of the batch counts (files without a commit record are
+ignored) and the batch can run again.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from hubshift.consumer.spark import spool
+from hubshift.consumer.spark.offsets import ReadRange
 from hubshift.consumer.spark.poison import Key, evaluate, find_poison_events, keys_where
 from hubshift.pipelines.base import (
     DEAD_LETTER_REASON,
@@ -61,11 +67,13 @@ def process_batch(
     sink: Sink | BatchWriter,
     *,
     handled: Mapping[str, int] | None = None,
+    reads: SpoolRead | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     clock: Callable[[], float] = time.monotonic,
 ) -> BatchSummary:
     """`handled`: after a failover, per partition the old hub's checkpoint; events replicated from at or
-    before it are skipped by the pipeline and still count as processed (`pipelines/failover.py`)."""
+    before it are skipped by the pipeline and still count as processed (`pipelines/failover.py`).
+    `reads`: the batch's reads of the spool, when known; a task pipeline then reads them itself."""
     started = clock()
     moment = now()
     handled = dict(handled or {})
@@ -83,7 +91,7 @@ def process_batch(
     if isinstance(pipeline, EditingPipeline):
         ranges, files = _run_edited(pipeline, events, sink.task_writer(stem, moment), handled)
     elif isinstance(pipeline, TaskPipeline):
-        ranges, files = _run_in_tasks(pipeline, events, sink.task_writer(stem, moment), handled)
+        ranges, files = _run_in_tasks(pipeline, events, sink.task_writer(stem, moment), handled, reads)
     elif isinstance(pipeline, FramePipeline):
         ranges, files = _run_on_frames(pipeline, events, sink, stem, moment, handled)
     else:
@@ -137,14 +145,40 @@ TASK_RESULT_SCHEMA = (
 )
 
 
+@dataclass(frozen=True)
+class SpoolRead:
+    """What one micro-batch reads: `ranges` of the spool under `root`, as the source's `partitions()`
+    plans them from the batch's start and end offsets."""
+
+    root: str
+    ranges: tuple[ReadRange, ...]
+
+
+_RANGES_DDL = "partition string, owner_level int, start long, end long"
+
+
 def _run_in_tasks(
-    pipeline: TaskPipeline, events: DataFrame, writer: TaskWriter, handled: Mapping[str, int]
+    pipeline: TaskPipeline,
+    events: DataFrame,
+    writer: TaskWriter,
+    handled: Mapping[str, int],
+    reads: SpoolRead | None = None,
 ) -> tuple[dict[str, PartitionRange], list[WrittenFile]]:
-    return _task_job(pipeline, pipeline.prepare(events), BatchTask(pipeline, writer, handled))
+    task = BatchTask(pipeline, writer, handled)
+    prepared = pipeline.prepare(events)
+    if reads is None or prepared is not events:
+        return _task_job(prepared, task)
+    if not reads.ranges:
+        return {}, []  # a batch that only moves ownership (a handoff's): no job at all
+    session = events.sparkSession
+    wanted = session.createDataFrame(
+        [(r.partition, r.owner_level, r.start, r.end) for r in reads.ranges], _RANGES_DDL
+    )
+    return _task_job(wanted, SpoolTask(reads.root, task))
 
 
 def _task_job(
-    pipeline: TaskPipeline, prepared: DataFrame, task: BatchTask
+    prepared: DataFrame, task: BatchTask | SpoolTask
 ) -> tuple[dict[str, PartitionRange], list[WrittenFile]]:
     # One task counts the whole batch: the source still reads each partition on its own (one input
     # partition each), but every further task is one more round trip to a Python worker and its fixed
@@ -207,6 +241,26 @@ class BatchTask:
         for file in written_batch(files).to_pylist():
             _append(columns, kind="file", **file)
         yield pa.RecordBatch.from_pydict(columns, schema=_task_schema())
+
+
+class SpoolTask:
+    """A `BatchTask` over the batch's reads of the spool (rows of `_RANGES_DDL`): the events come from the
+    segments, as the source's `read()` gives them (a segment gone with its epoch is skipped alike)."""
+
+    def __init__(self, root: str, task: BatchTask) -> None:
+        self.root = root
+        self.task = task
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        wanted = [row for batch in batches for row in batch.to_pylist()]
+        events = (
+            segment
+            for row in wanted
+            for segment in spool.read_range(
+                self.root, row["partition"], row["owner_level"], row["start"], row["end"]
+            )
+        )
+        yield from self.task(events)
 
 
 _TASK_COLUMNS = [part.split(" ")[0] for part in TASK_RESULT_SCHEMA.split(", ")]
@@ -385,7 +439,7 @@ def _run_edited(
         where = keys_where(sorted(poison))
         edited = pipeline.edit(live.where(~where))
         dead = poison_letters(live, where, poison)
-        return _task_job(pipeline, edited.unionByName(dead, allowMissingColumns=True), task)[1]
+        return _task_job(edited.unionByName(dead, allowMissingColumns=True), task)[1]
 
     task = BatchTask(pipeline, writer, ranges=False)
     with _cached(events) as prepared:
@@ -395,7 +449,7 @@ def _run_edited(
         live = _not_handled(prepared, handled)
         files = _isolating_poison(
             pipeline.name,
-            lambda: _task_job(pipeline, pipeline.edit(live), task)[1],
+            lambda: _task_job(pipeline.edit(live), task)[1],
             lambda frame: evaluate_frame(pipeline.edit(frame, trial=True)),
             live,
             lambda poison: poison_free(live, poison),

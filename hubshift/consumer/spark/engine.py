@@ -36,8 +36,8 @@ import pyarrow as pa
 from hubshift.consumer.engine import Committed, Drained, EngineFailed, Notify, Stolen, not_started
 from hubshift.consumer.lag import ReadProgress
 from hubshift.consumer.spark import spool
-from hubshift.consumer.spark.batch import process_batch
-from hubshift.consumer.spark.offsets import OwnedPartition, SourceOffset
+from hubshift.consumer.spark.batch import SpoolRead, process_batch
+from hubshift.consumer.spark.offsets import OwnedPartition, SourceOffset, plan_ranges
 from hubshift.consumer.spark.ownership_file import OwnershipView, write_ownership
 from hubshift.consumer.spark.source import (
     FORMAT,
@@ -46,7 +46,7 @@ from hubshift.consumer.spark.source import (
     OPTION_SPOOL,
     EventHubsDataSource,
 )
-from hubshift.consumer.spark.telemetry import progress_listener, read_jvm
+from hubshift.consumer.spark.telemetry import ProgressListener, add_listener, read_jvm
 from hubshift.errors import UserError
 from hubshift.eventhubs.receiver import PartitionReceiver, ReceiverPool, StartAt
 from hubshift.eventhubs.target import EventHubsTarget
@@ -149,6 +149,8 @@ class SparkEngine:
         self._closing = threading.Event()
         self._restarts = 0
         self._scratch_full_reported = False
+        # Events of the last few batches by id, for their progress (a task may read the spool itself).
+        self._rows_by_batch: dict[int, int] = {}
         # Receivers stay at most this far ahead of what was committed (per partition).
         self.max_ahead = max(2 * spec.spark.max_events_per_trigger, 20_000)
 
@@ -165,7 +167,7 @@ class SparkEngine:
         self._spark = self._session_builder() if self._session_builder else self._build_session()
         if self.metrics is not None:
             self.metrics.enable_spark()
-            self._spark.streams.addListener(progress_listener(self.metrics))
+            add_listener(self._spark, ProgressListener(self.metrics, self._rows_by_batch.get))
 
         self._spark.dataSource.register(EventHubsDataSource)
         if isinstance(self.sink, BatchWriter):
@@ -441,6 +443,18 @@ class SparkEngine:
 
     # --- batches (py4j callback thread) -----------------------------------------------------------
 
+    def _reads(self, batch_id: int, end: SourceOffset | None) -> SpoolRead | None:
+        """The batch's reads of the spool, as the source plans them: from the previous batch's end offset
+        (the first batch of a query starts where each epoch began, as its initial offset does) to `end`.
+        None when Spark's offset log does not tell them."""
+        assert self._checkpoint_dir is not None
+        if end is None:
+            return None
+        start = offset_of_batch(self._checkpoint_dir, batch_id - 1) if batch_id > 0 else None
+        if batch_id > 0 and start is None:
+            return None
+        return SpoolRead(str(self.spool_root), tuple(plan_ranges(start, end)))
+
     def _on_batch(self, events: DataFrame, batch_id: int) -> None:
 
         assert self.pipeline is not None and self.sink is not None and self._checkpoint_dir is not None
@@ -448,7 +462,13 @@ class SparkEngine:
         started = time.monotonic()
         try:
             summary = process_batch(
-                events, batch_id, self.consumer_id, self.pipeline, self.sink, handled=self.handled
+                events,
+                batch_id,
+                self.consumer_id,
+                self.pipeline,
+                self.sink,
+                handled=self.handled,
+                reads=self._reads(batch_id, end),
             )
         except Exception:
             if self.metrics is not None:
@@ -456,6 +476,9 @@ class SparkEngine:
             raise
         if self.metrics is not None:
             self.metrics.batch_processed(summary)
+        self._rows_by_batch[batch_id] = sum(done.events for done in summary.partitions.values())
+        for old in [b for b in self._rows_by_batch if b < batch_id - 8]:
+            del self._rows_by_batch[old]
         if end is None:
             log.warning("batch %d: no offset log entry; its progress is not checkpointed", batch_id)
             return

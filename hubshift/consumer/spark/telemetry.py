@@ -1,13 +1,16 @@
 """The Spark engine's own figures for the consumer's metrics (`ConsumerMetrics.enable_spark`): the driver
 JVM's memory and garbage collections, read through the py4j gateway from java.lang.management (no agent,
-no exporter jar), and each micro-batch's progress as Spark reports it to a StreamingQueryListener.
+no exporter jar), and each micro-batch's progress as Spark reports it to a streaming query listener.
 
-PySpark is imported only inside `progress_listener`, which a running Spark engine calls.
+PySpark is imported only inside `add_listener`, which a running Spark engine calls.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from hubshift.consumer.metrics import JvmFigures
@@ -47,26 +50,78 @@ def _rate(value: Any) -> float:
     return rate if math.isfinite(rate) else 0.0
 
 
-def progress_listener(metrics: ConsumerMetrics) -> Any:
-    """A StreamingQueryListener that gives each micro-batch's progress to `metrics`."""
-    from pyspark.sql.streaming.listener import StreamingQueryListener
+class ProgressListener:
+    """Each micro-batch's progress into `metrics`, as a py4j callback implementing Spark's Python listener
+    interface. PySpark's own `StreamingQueryListener` turns every progress into Python objects field by
+    field, one py4j round trip each (about a tenth of the consumer's main-process CPU and as much again in
+    the JVM at a batch a second, bench/throughput.py); this one reads the progress as one JSON string.
 
-    class Progress(StreamingQueryListener):
-        def onQueryStarted(self, event: Any) -> None:
-            pass
+    `rows_of(batch_id)`: the events the consumer's own batch counted, for a batch whose events a task read
+    from the spool (Spark then saw no input rows, `consumer/spark/batch.py`)."""
 
-        def onQueryProgress(self, event: Any) -> None:
-            progress = event.progress
-            metrics.spark_batch(
-                progress.batchDuration / 1000,
-                _rate(progress.inputRowsPerSecond),
-                _rate(progress.processedRowsPerSecond),
+    def __init__(self, metrics: ConsumerMetrics, rows_of: Callable[[int], int | None] | None = None) -> None:
+        self.metrics = metrics
+        self.rows_of = rows_of or (lambda batch_id: None)
+        self._previous_trigger: float | None = None
+        self._java: Any = None
+
+    def onQueryStarted(self, event: Any) -> None:
+        self._previous_trigger = None
+
+    def onQueryProgress(self, event: Any) -> None:
+        self.progress(json.loads(event.progress().json()))
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+    def progress(self, document: dict[str, Any]) -> None:
+        """One progress, as `StreamingQueryProgress.json()` writes it."""
+        seconds = max(0.0, float(document.get("batchDuration") or 0) / 1000)
+        input_rate = _rate(document.get("inputRowsPerSecond"))
+        processed_rate = _rate(document.get("processedRowsPerSecond"))
+        trigger = _timestamp(document.get("timestamp"))
+        rows = self.rows_of(int(document.get("batchId", -1)))
+        if not int(document.get("numInputRows") or 0) and rows:
+            since = (
+                None
+                if trigger is None or self._previous_trigger is None
+                else trigger - self._previous_trigger
             )
+            processed_rate = rows / seconds if seconds > 0 else 0.0
+            input_rate = rows / since if since else processed_rate
+        if trigger is not None:
+            self._previous_trigger = trigger
+        self.metrics.spark_batch(seconds, input_rate, processed_rate)
 
-        def onQueryIdle(self, event: Any) -> None:
-            pass
+    class Java:
+        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
 
-        def onQueryTerminated(self, event: Any) -> None:
-            pass
 
-    return Progress()
+def add_listener(spark: SparkSession, listener: ProgressListener) -> None:
+    """Register `listener` with the session's streaming queries (what PySpark's `addListener` does, with
+    our listener in place of its converting one)."""
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    context: Any = spark.sparkContext
+    ensure_callback_server_started(context._gateway)  # type: ignore[no-untyped-call]
+    listener._java = context._jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper(listener)
+    spark._jsparkSession.streams().addListener(listener._java)
+
+
+def remove_listener(spark: SparkSession, listener: ProgressListener) -> None:
+    if listener._java is not None:
+        spark._jsparkSession.streams().removeListener(listener._java)
+        listener._java = None
+
+
+def _timestamp(value: Any) -> float | None:
+    """Seconds since the epoch of Spark's ISO 8601 trigger time (`2026-11-27T09:10:00.084Z`)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hubshift.consumer.metrics import ConsumerMetrics
-from hubshift.consumer.spark.telemetry import progress_listener, read_jvm
+from hubshift.consumer.spark.telemetry import ProgressListener, add_listener, read_jvm, remove_listener
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -52,8 +52,8 @@ def test_the_driver_jvm_tells_its_memory_and_collectors(spark: SparkSession) -> 
 def test_each_micro_batch_reaches_the_histogram_and_the_rates(spark: SparkSession, tmp_path: Any) -> None:
     metrics = ConsumerMetrics("homes-0", process_metrics=False)
     metrics.enable_spark()
-    listener = progress_listener(metrics)
-    spark.streams.addListener(listener)
+    listener = ProgressListener(metrics)
+    add_listener(spark, listener)
     counted: list[int] = []
     query = (
         spark.readStream.format("rate")
@@ -72,7 +72,7 @@ def test_each_micro_batch_reaches_the_histogram_and_the_rates(spark: SparkSessio
             time.sleep(0.5)
     finally:
         query.stop()
-        spark.streams.removeListener(listener)
+        remove_listener(spark, listener)
     got = samples(metrics, "hubshift_consumer_spark_")
     assert got[("hubshift_consumer_spark_batch_duration_seconds_sum", ())] > 0
     assert got[("hubshift_consumer_spark_input_rows_per_second", ())] >= 0
