@@ -40,8 +40,11 @@ PREFETCH = 1000
 RETRY_SECONDS = 1.0
 # How long one turn may wait on an idle partition's socket (the SDK's default is 0.2 s).
 SOCKET_TIMEOUT_SECONDS = 0.05
-# A partition that had nothing is asked again after this long.
+# A partition that had nothing is asked again after this long; one whose link is opening, at once (with
+# this pause between rounds), until its first events or for OPENING_WINDOW_SECONDS after it was opened.
 IDLE_SECONDS = 0.1
+OPENING_SECONDS = 0.005
+OPENING_WINDOW_SECONDS = 1.0
 # Per partition: the first sequence number and enqueued time of this many recent batches are kept.
 BATCH_STARTS_KEPT = 256
 
@@ -105,6 +108,7 @@ class PartitionReceiver:
         self.client: Any = None
         self.consumer: Any = None
         self.not_before = 0.0
+        self.opened_at: float | None = None
         # first sequence number of a delivered batch -> that event's enqueued time (the consumer's lag in
         # seconds: the checkpoint's neighbour is usually the first event of a batch already received)
         self._batch_starts: OrderedDict[int, dt.datetime] = OrderedDict()
@@ -121,6 +125,14 @@ class PartitionReceiver:
         self.pool.wake()
         if wait:
             self.stopped.wait(wait)
+
+    def opening(self) -> bool:
+        """Opened lately and nothing received yet (a handshake in progress, or nothing to read)."""
+        return (
+            self.received == 0
+            and self.opened_at is not None
+            and time.monotonic() - self.opened_at < OPENING_WINDOW_SECONDS
+        )
 
     def position(self) -> tuple[str | int | dt.datetime, bool]:
         if self.last_sequence is not None:
@@ -227,7 +239,12 @@ class ReceiverPool:
                     # costly batches a pass over them all can take longer than a handoff may).
                     self._retire(receiver)
             if not worked:
-                self._wake.wait(IDLE_SECONDS / 2)
+                # A new link needs about ten turns of handshake and credit before its first events: while one
+                # opens, the next turn comes within milliseconds, not after the idle pause (which made every
+                # claim wait about a second for its first events). Otherwise the pause lets the links' buffers
+                # fill: fewer, larger deliveries cost less per event.
+                opening = any(r.opening() for r in receivers if not r.closing.is_set())
+                self._wake.wait(OPENING_SECONDS if opening else IDLE_SECONDS / 2)
                 self._wake.clear()
 
     def _turn(self, receiver: PartitionReceiver) -> bool:
@@ -236,6 +253,7 @@ class ReceiverPool:
         try:
             if receiver.consumer is None:
                 self._open(receiver)
+                receiver.opened_at = time.monotonic()
             receiver.consumer.receive(True, MAX_BATCH, None)
         except Exception as exc:
             if is_stolen(exc):
@@ -254,7 +272,7 @@ class ReceiverPool:
             return False
         self._failure = None
         if receiver.received == before:
-            receiver.not_before = time.monotonic() + IDLE_SECONDS
+            receiver.not_before = time.monotonic() + (0.0 if receiver.opening() else IDLE_SECONDS)
             return False
         return True
 

@@ -169,3 +169,51 @@ def test_a_drain_waits_for_the_batch_in_hand_not_for_the_other_partitions_turns(
         assert receivers[0].stopped.is_set()
     finally:
         pool.close(wait=10)
+
+
+class HandshakePool(ReceiverPool):
+    """A pool whose links each need `turns` rounds of handshake before their first event (no link: `_open`
+    gives each receiver a stand-in consumer)."""
+
+    def __init__(self, turns: int) -> None:
+        super().__init__(EventHubsTarget(None, "ns.example.net", "hub", "$Default"))
+        self.turns = turns
+
+    def _open(self, receiver: PartitionReceiver) -> None:
+        turns = self.turns
+
+        class Consumer:
+            asked = 0
+
+            def receive(self, *_: object) -> None:
+                self.asked += 1
+                if self.asked > turns:
+                    receiver.on_events([received(self.asked, b"x")])
+
+            def close(self) -> None:
+                pass
+
+        receiver.consumer = Consumer()
+
+    def _release(self, receiver: PartitionReceiver) -> None:
+        receiver.consumer = receiver.client = None
+
+
+def test_a_claimed_partition_s_first_events_do_not_wait_out_the_idle_pauses_of_its_handshake() -> None:
+    pool = HandshakePool(turns=10)
+    first: dict[str, float] = {}
+    began = time.monotonic()
+
+    def deliver_for(partition: str) -> Any:
+        return lambda _batch: first.setdefault(partition, time.monotonic() - began)
+
+    receivers = [pool.open(str(p), 1, StartAt(), deliver_for(str(p)), lambda *_: None) for p in range(4)]
+    try:
+        deadline = time.monotonic() + 5
+        while len(first) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # Each empty turn used to pause the partition 0.1 s: ten turns of handshake, a second per claim.
+        assert len(first) == 4 and max(first.values()) < 0.5, first
+        assert not any(r.opening() for r in receivers)  # events came: back to the idle pace
+    finally:
+        pool.close(wait=10)
