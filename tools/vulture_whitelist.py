@@ -6,10 +6,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import kopf
 from azure.eventhub._consumer import EventHubConsumer
-from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from bench.rebalance import Outcome
 from hubshift.apps.produce import send_load
+from hubshift.consumer.spark.telemetry import ProgressListener
 from hubshift.emulator.connection import AmqpConnection
 from hubshift.emulator.messages import MessageProperties
 from hubshift.emulator.performatives import (
@@ -166,11 +166,14 @@ Target.capabilities
 Outcome.processed
 Outcome.planned_moves
 
-# Spark calls its StreamingQueryListener's methods (consumer/spark/telemetry.py's Progress).
-StreamingQueryListener.onQueryStarted
-StreamingQueryListener.onQueryProgress
-StreamingQueryListener.onQueryIdle
-StreamingQueryListener.onQueryTerminated
+# Spark calls its Python listener interface's methods through py4j, which reads the interface it
+# implements from `Java.implements` (consumer/spark/telemetry.py's ProgressListener).
+ProgressListener.onQueryStarted
+ProgressListener.onQueryProgress
+ProgressListener.onQueryIdle
+ProgressListener.onQueryTerminated
+ProgressListener.Java
+ProgressListener.Java.implements
 
 # Status fields, read from the resource's status by people and dashboards.
 RolloutStatus.updated_replicas

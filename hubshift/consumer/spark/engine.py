@@ -46,7 +46,7 @@ from hubshift.consumer.spark.source import (
     OPTION_SPOOL,
     EventHubsDataSource,
 )
-from hubshift.consumer.spark.telemetry import ProgressListener, add_listener, read_jvm
+from hubshift.consumer.spark.telemetry import ProgressListener, add_listener, read_jvm, remove_listener
 from hubshift.errors import UserError
 from hubshift.eventhubs.receiver import PartitionReceiver, ReceiverPool, StartAt
 from hubshift.eventhubs.target import EventHubsTarget
@@ -151,6 +151,7 @@ class SparkEngine:
         self._scratch_full_reported = False
         # Events of the last few batches by id, for their progress (a task may read the spool itself).
         self._rows_by_batch: dict[int, int] = {}
+        self._listener: ProgressListener | None = None
         # Receivers stay at most this far ahead of what was committed (per partition).
         self.max_ahead = max(2 * spec.spark.max_events_per_trigger, 20_000)
 
@@ -167,7 +168,8 @@ class SparkEngine:
         self._spark = self._session_builder() if self._session_builder else self._build_session()
         if self.metrics is not None:
             self.metrics.enable_spark()
-            add_listener(self._spark, ProgressListener(self.metrics, self._rows_by_batch.get))
+            self._listener = ProgressListener(self.metrics, self._rows_by_batch.get)
+            add_listener(self._spark, self._listener)
 
         self._spark.dataSource.register(EventHubsDataSource)
         if isinstance(self.sink, BatchWriter):
@@ -300,6 +302,11 @@ class SparkEngine:
                 self._query.stop()
             except Exception as exc:
                 log.debug("stopping the query: %r", exc)
+        if self._listener is not None and self._spark is not None:
+            try:  # a session shared with others (a session builder's) keeps no listener of ours
+                remove_listener(self._spark, self._listener)
+            except Exception as exc:
+                log.debug("removing the progress listener: %r", exc)
         if self._spark is not None and self._session_builder is None:
             self._spark.stop()
         if self._monitor is not None:
