@@ -32,7 +32,6 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import Any
 
 from hubshift.connections import event_hubs_target, open_checkpoint_store, ownership_scope
@@ -97,6 +96,7 @@ from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import LeaseStore, StoreError, WriteConflict
 from hubshift.ownership.stores.counting import CountingStore
+from hubshift.ownership.timing import epoch_seconds
 from hubshift.spec import TokenCredentialSpec
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class CycleInputs:
         status = body.get("status") or {}
         return cls(
             annotations=dict(metadata.get("annotations") or {}),
-            created_at=_parse_time(created) if isinstance(created, str) else None,
+            created_at=epoch_seconds(created),
             spec_generation=metadata.get("generation"),
             previous_conditions=list(status.get("conditions") or []),
             conditions=tuple(conditions),
@@ -739,13 +739,6 @@ class _Pods:
     instances: Sequence[ConsumerInstance]
     revision: str | None
     inputs: CycleInputs
-
-
-def _parse_time(text: str) -> float | None:
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 async def open_control_loop(

@@ -31,12 +31,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import Any, Literal
 
 from hubshift.operator.rebalance import RebalanceState, consumer_name
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.ownership.model import Phase
+from hubshift.ownership.timing import epoch_seconds
 from hubshift.spec import ROLLOUT_PAUSED_ANNOTATION, RolloutSpec
 
 __all__ = [
@@ -76,7 +76,7 @@ class RolloutState:
         """The state a previous cycle wrote into the status' `rollout` block; None when there is none."""
         if not block or not isinstance(block.get("revision"), str):
             return None
-        started, finished = _moment(block.get("startedAt")), _moment(block.get("finishedAt"))
+        started, finished = epoch_seconds(block.get("startedAt")), epoch_seconds(block.get("finishedAt"))
         if started is None:
             return None
         return cls(
@@ -86,16 +86,6 @@ class RolloutState:
             paused=bool(block.get("paused")),
             finished_at=finished,
         )
-
-
-def _moment(value: object) -> float | None:
-    """Epoch seconds of an RFC 3339 time as the status stores it; None when it is not one."""
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True)

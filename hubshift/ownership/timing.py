@@ -7,6 +7,7 @@ the crash failover they allow, beside the Azure SDK processor's defaults (30 s c
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from hubshift.ownership.store import MAX_LEASE_SECONDS, MIN_LEASE_SECONDS
 
@@ -43,3 +44,14 @@ class Timing:
 
 
 DEFAULT_TIMING = Timing()
+
+
+def epoch_seconds(value: object) -> float | None:
+    """Epoch seconds of an ISO 8601 / RFC 3339 time as Kubernetes and Spark write it (`...Z` or an offset);
+    None when it is not one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        return None

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from hubshift.consumer.metrics import JvmFigures
+from hubshift.ownership.timing import epoch_seconds
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -82,7 +82,7 @@ class ProgressListener:
         seconds = max(0.0, float(document.get("batchDuration") or 0) / 1000)
         input_rate = _rate(document.get("inputRowsPerSecond"))
         processed_rate = _rate(document.get("processedRowsPerSecond"))
-        trigger = _timestamp(document.get("timestamp"))
+        trigger = epoch_seconds(document.get("timestamp"))
         rows = self.rows_of(int(document.get("batchId", -1)))
         if not int(document.get("numInputRows") or 0) and rows:
             since = (
@@ -115,13 +115,3 @@ def remove_listener(spark: SparkSession, listener: ProgressListener) -> None:
     if listener._java is not None:
         spark._jsparkSession.streams().removeListener(listener._java)
         listener._java = None
-
-
-def _timestamp(value: Any) -> float | None:
-    """Seconds since the epoch of Spark's ISO 8601 trigger time (`2026-11-27T09:10:00.084Z`)."""
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
