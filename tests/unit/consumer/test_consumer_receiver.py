@@ -126,21 +126,24 @@ def test_an_adopted_sdk_consumer_hands_over_raw_messages_and_remembers_the_last_
     assert consumer._last_received_event is last and last.offset == "1200"
 
 
-class SlowPool(ReceiverPool):
-    """A pool whose partitions each deliver one event per turn, the handler working `seconds` on it (no
-    link: `_open` gives each receiver a stand-in consumer)."""
+class StandInPool(ReceiverPool):
+    """A pool without links: `_open` gives each receiver a stand-in consumer that answers `handshake_turns`
+    turns with nothing (a link opening), then delivers one event per turn."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, handshake_turns: int = 0) -> None:
         super().__init__(EventHubsTarget(None, "ns.example.net", "hub", "$Default"))
-        self.seconds = seconds
+        self.handshake_turns = handshake_turns
 
     def _open(self, receiver: PartitionReceiver) -> None:
+        handshake = self.handshake_turns
+
         class Consumer:
-            sequence = 0
+            asked = 0
 
             def receive(self, *_: object) -> None:
-                Consumer.sequence += 1
-                receiver.on_events([received(Consumer.sequence, b"x")])
+                self.asked += 1
+                if self.asked > handshake:
+                    receiver.on_events([received(self.asked, b"x")])
 
             def close(self) -> None:
                 pass
@@ -152,12 +155,12 @@ class SlowPool(ReceiverPool):
 
 
 def test_a_drain_waits_for_the_batch_in_hand_not_for_the_other_partitions_turns() -> None:
-    pool = SlowPool(0.5)
+    pool = StandInPool()
     started = threading.Event()
 
-    def deliver(_batch: object) -> None:
+    def deliver(_batch: object) -> None:  # the handler works 0.5 s on each event
         started.set()
-        time.sleep(pool.seconds)
+        time.sleep(0.5)
 
     receivers = [pool.open(str(p), 1, StartAt(), deliver, lambda *_: None) for p in range(4)]
     try:
@@ -171,36 +174,8 @@ def test_a_drain_waits_for_the_batch_in_hand_not_for_the_other_partitions_turns(
         pool.close(wait=10)
 
 
-class HandshakePool(ReceiverPool):
-    """A pool whose links each need `turns` rounds of handshake before their first event (no link: `_open`
-    gives each receiver a stand-in consumer)."""
-
-    def __init__(self, turns: int) -> None:
-        super().__init__(EventHubsTarget(None, "ns.example.net", "hub", "$Default"))
-        self.turns = turns
-
-    def _open(self, receiver: PartitionReceiver) -> None:
-        turns = self.turns
-
-        class Consumer:
-            asked = 0
-
-            def receive(self, *_: object) -> None:
-                self.asked += 1
-                if self.asked > turns:
-                    receiver.on_events([received(self.asked, b"x")])
-
-            def close(self) -> None:
-                pass
-
-        receiver.consumer = Consumer()
-
-    def _release(self, receiver: PartitionReceiver) -> None:
-        receiver.consumer = receiver.client = None
-
-
 def test_a_claimed_partition_s_first_events_do_not_wait_out_the_idle_pauses_of_its_handshake() -> None:
-    pool = HandshakePool(turns=10)
+    pool = StandInPool(handshake_turns=10)
     first: dict[str, float] = {}
     began = time.monotonic()
 
