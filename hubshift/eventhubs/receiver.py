@@ -29,7 +29,7 @@ from azure.eventhub import EventHubConsumerClient
 from azure.eventhub._utils import get_last_enqueued_event_properties
 
 from hubshift.eventhubs.rows import events_to_batch
-from hubshift.eventhubs.sdk_internals import create_partition_consumer, track_last
+from hubshift.eventhubs.sdk_internals import buffer_socket_reads, create_partition_consumer, track_last
 from hubshift.eventhubs.target import EventHubsTarget, describe_error, sdk_client
 
 log = logging.getLogger(__name__)
@@ -255,6 +255,7 @@ class ReceiverPool:
                 self._open(receiver)
                 receiver.opened_at = time.monotonic()
             receiver.consumer.receive(True, MAX_BATCH, None)
+            buffer_socket_reads(receiver.consumer)
         except Exception as exc:
             if is_stolen(exc):
                 receiver.stolen = True

@@ -1,0 +1,123 @@
+"""The chunked socket read under pyamqp's own frame reader (a real `SASLTransport` on a socket pair): the
+same frames as pyamqp's read gives, far fewer system calls, and a frame cut by a read timeout is read whole
+on the next call."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from azure.eventhub._pyamqp.sasl import SASLTransport
+
+from hubshift.eventhubs.sdk_internals import READ_CHUNK, buffer_socket_reads
+
+
+def frame(channel: int, payload: bytes) -> bytes:
+    """An AMQP frame: size, data offset 2 (8-byte header), type 0, channel, body."""
+    return struct.pack(">IBBH", 8 + len(payload), 2, 0, channel) + payload
+
+
+class CountingSocket:
+    """A socket whose reads are counted (a socket's own methods cannot be wrapped)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.reads = 0
+
+    def recv(self, n: int) -> bytes:
+        self.reads += 1
+        return self.sock.recv(n)
+
+    def recv_into(self, view: Any) -> int:
+        self.reads += 1
+        return self.sock.recv_into(view)
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[SASLTransport, CountingSocket, socket.socket]]:
+    ours, theirs = socket.socketpair()
+    ours.settimeout(1.0)
+    transport = SASLTransport("127.0.0.1", credential=None, port=5672, use_tls=False)
+    counting = CountingSocket(ours)
+    transport.sock = counting
+    transport.connected = True
+    yield transport, counting, theirs
+    ours.close()
+    theirs.close()
+
+
+def chunked(transport: SASLTransport) -> None:
+    buffer_socket_reads(
+        SimpleNamespace(_handler=SimpleNamespace(_connection=SimpleNamespace(_transport=transport)))
+    )
+
+
+def read_all(transport: SASLTransport, count: int) -> list[tuple[int, bytes]]:
+    frames = []
+    for _ in range(count):
+        _header, channel, payload = transport.read()
+        frames.append((channel, bytes(payload)))
+    return frames
+
+
+def test_frames_read_in_chunks_are_the_frames_pyamqp_reads(pair: Any) -> None:
+    transport, counting, theirs = pair
+    sent = [(i % 3, bytes([i % 251]) * (50 + 37 * i)) for i in range(300)]
+    wire = b"".join(frame(c, p) for c, p in sent)
+    assert len(wire) > 2 * READ_CHUNK  # frames cross chunk boundaries
+
+    writer = threading.Thread(target=theirs.sendall, args=(wire,))
+    writer.start()
+    plain = read_all(transport, 150)  # pyamqp's own read: two reads a frame
+    plain_reads = counting.reads
+    chunked(transport)
+    chunked(transport)  # idempotent
+    counting.reads = 0
+    ours = read_all(transport, 150)
+    writer.join()
+
+    assert plain + ours == sent
+    assert plain_reads >= 300
+    assert counting.reads < 150 / 4, counting.reads
+
+
+def test_a_frame_cut_by_a_timeout_is_read_whole_next_time(pair: Any) -> None:
+    transport, _counting, theirs = pair
+    transport.sock.sock.settimeout(0.05)
+    chunked(transport)
+    first, second = frame(1, b"a" * 500), frame(2, b"b" * 700)
+    theirs.sendall(first + second[:3])  # the second frame's header is cut
+    assert read_all(transport, 1) == [(1, b"a" * 500)]
+    with pytest.raises(socket.timeout):
+        transport.read()
+    theirs.sendall(second[3:20])  # now its body is cut
+    with pytest.raises(socket.timeout):
+        transport.read()
+    theirs.sendall(second[20:] + frame(0, b"c"))
+    assert read_all(transport, 2) == [(2, b"b" * 700), (0, b"c")]
+
+
+def test_a_closed_peer_is_an_error_not_a_wait(pair: Any) -> None:
+    transport, _counting, theirs = pair
+    chunked(transport)
+    theirs.sendall(frame(1, b"x" * 10)[:9])
+    theirs.close()
+    started = time.monotonic()
+    with pytest.raises(OSError, match="closed"):
+        transport.read()
+    assert time.monotonic() - started < 1.0
+
+
+def test_other_transports_are_left_alone() -> None:
+    plain = SimpleNamespace(_read_buffer=None, _read=None)
+    buffer_socket_reads(
+        SimpleNamespace(_handler=SimpleNamespace(_connection=SimpleNamespace(_transport=plain)))
+    )
+    assert plain._read is None
+    buffer_socket_reads(SimpleNamespace(_handler=None))  # not yet open: nothing to do
