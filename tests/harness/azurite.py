@@ -6,7 +6,9 @@ audience and lifetime checked, not the signature)."""
 from __future__ import annotations
 
 import fcntl
+import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -15,6 +17,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from tests.harness.ports import free_port, wait_for_port
@@ -74,6 +77,7 @@ class Azurite:
     data_dir: Path
     scheme: str = "http"
     host: str = "127.0.0.1"
+    access_log: Path | None = None  # one line per request (`requests_in` counts them)
 
     @property
     def connection_string(self) -> str:
@@ -113,11 +117,13 @@ def start_azurite(
     *,
     tls: tuple[Path, Path] | None = None,
     oauth: bool = False,
+    access_log: Path | None = None,
 ) -> Azurite:
     """Azurite on a free port (or `port`: a restart where clients expect it), its data in `data_dir`. It
     listens on `host` (the address its connection string names), under `wrapper` (a command that execs
     it, e.g. `ip netns exec NS` to serve inside a network namespace). `tls`: (certificate, key) PEM files
-    to serve HTTPS with; `oauth`: accept bearer tokens (needs `tls`)."""
+    to serve HTTPS with; `oauth`: accept bearer tokens (needs `tls`); `access_log`: the file Azurite's
+    access log goes to (a line per request, appended), else none is written."""
     binary = azurite_binary()
     secure: list[str] = []
     if tls is not None:
@@ -130,6 +136,7 @@ def start_azurite(
         if port is not None and attempt:
             time.sleep(1)  # the old process's port may take a moment to come free
         port_now = free_port() if port is None else port
+        output = access_log.open("ab") if access_log is not None else subprocess.DEVNULL
         process = subprocess.Popen(
             [
                 *wrapper,
@@ -140,22 +147,43 @@ def start_azurite(
                 str(port_now),
                 "--location",
                 str(data),
-                "--silent",
+                *(["--silent"] if access_log is None else []),
                 "--skipApiVersionCheck",
                 "--loose",
                 "--disableProductStyleUrl",
                 *secure,
             ],
-            stdout=subprocess.DEVNULL,
+            stdout=output,
             stderr=subprocess.PIPE,
         )
+        if not isinstance(output, int):
+            output.close()  # the process has its own
         if wait_for_port(port_now, timeout=30, host=host):
             scheme = "https" if tls else "http"
-            return Azurite(port=port_now, process=process, data_dir=data, scheme=scheme, host=host)
+            return Azurite(port_now, process, data, scheme, host, access_log)
         process.kill()
         _, err = process.communicate(timeout=10)
         last_error = err.decode(errors="replace")[-500:]
     raise RuntimeError(f"Azurite did not start: {last_error}")
+
+
+# 127.0.0.1 - - [27/Nov/2026:12:25:36 +0000] "PUT /devstoreaccount1/box/ns/hub/cg/ownership/0 HTTP/1.1" 201 -
+_ACCESS_LINE = re.compile(r'\[([^\]]+)\] "[A-Z]+ /[^/ ?]+/([^/ ?]+)[/ ?]')
+
+
+def requests_in(access_log: Path, container: str, since: float, until: float) -> int:
+    """The requests to `container` in Azurite's access log between `since` and `until` (epoch seconds; the
+    log's times are whole seconds, so the seconds `since` and `until` fall in count whole)."""
+    first, last = math.floor(since), math.floor(until)
+    count = 0
+    with access_log.open(errors="replace") as lines:
+        for line in lines:
+            found = _ACCESS_LINE.search(line)
+            if found is None or found.group(2) != container:
+                continue
+            at = datetime.strptime(found.group(1), "%d/%b/%Y:%H:%M:%S %z").timestamp()
+            count += first <= at <= last
+    return count
 
 
 @contextmanager

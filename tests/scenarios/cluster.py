@@ -200,8 +200,10 @@ class ScenarioCluster(ABC):
             hubs, consumer_groups=consumer_groups, host=self.server_host, wrapper=self.server_wrapper
         )
 
-    def start_azurite(self, data_dir: Path) -> Azurite:
-        return start_azurite(data_dir, host=self.server_host, wrapper=self.server_wrapper)
+    def start_azurite(self, data_dir: Path, access_log: Path | None = None) -> Azurite:
+        return start_azurite(
+            data_dir, host=self.server_host, wrapper=self.server_wrapper, access_log=access_log
+        )
 
 
 # --- audit -----------------------------------------------------------------------------------------------

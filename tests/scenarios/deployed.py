@@ -55,6 +55,7 @@ from hubshift.pipelines.sensor_events import parse_event
 from hubshift.sinks import build_store
 from tests.fixtures.cluster import eventually
 from tests.fixtures.hubs import read_hub, send_events
+from tests.harness.azurite import Azurite
 from tests.scenarios import extending, monitoring
 from tests.scenarios.cluster import (
     FIGURES,
@@ -229,6 +230,7 @@ class Deployment:
     eventhubs: str = ""
     storage: str = ""
     emulator: RunningEmulator | None = None
+    azurite: Azurite | None = None
     chart: Path = CHART  # the umbrella chart the release was installed from (extending.umbrella_chart)
     watch: PodWatch | None = None
     operator_logs: list[str] = field(default_factory=list)  # of operator pods already replaced
@@ -270,8 +272,10 @@ class Deployment:
         )
         self.stopping.append(emulator.stop)
         self.emulator = emulator
-        azurite = self.cluster.start_azurite(self.workdir / "azurite")
+        # its access log counts each side's storage requests (tests/scenarios/rollouts.py)
+        azurite = self.cluster.start_azurite(self.workdir / "azurite", self.workdir / "azurite-access.log")
         self.stopping.append(azurite.stop)
+        self.azurite = azurite
         self.eventhubs, self.storage = emulator.connection_string, azurite.connection_string
 
     def send(self, spec: LoadSpec, stop: threading.Event | None = None) -> int:

@@ -16,7 +16,9 @@ volume that outlives the pods); the partition-seconds without a live owner (the 
 its old owner to its first under the new one: p50, p99, max); the worst partition's lag in seconds during
 the change against the steady window before it, as the range logs show it (a batch's handling minus its
 first event's enqueued time) and as the operator's status reports it (`lagSeconds`); the operator's
-rebalances and forced moves (its Events), container restarts; which of the issue's targets were met (p99
+rebalances and forced moves (its Events), container restarts; the storage requests the side made in
+that window (its consumers' and the operator's, to its own checkpoint container, counted from Azurite's
+access log to the whole second); which of the issue's targets were met (p99
 handoff within 3 s, the worst lag at most twice the steady one). Written to
 bench/results/<cluster>_rollout.json; the range logs, Events and the operator's log stay in the test's
 folder.
@@ -45,6 +47,7 @@ from hubshift.ownership.model import Phase
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import LeaseStore
 from hubshift.spec import API_VERSION, KIND
+from tests.harness.azurite import requests_in
 from tests.harness.ranges import count_replays, handoffs, percentile, worst_wait
 from tests.scenarios.cluster import JSON, PodWatch, ScenarioCluster, pod_ready, sampling
 
@@ -162,6 +165,7 @@ class Pool:
     consumer: PartitionedConsumer
     environ: dict[str, str]
     watch: PodWatch
+    storage_log: Path | None  # Azurite's access log (the pool's requests are those to its container)
     store: LeaseStore | None = None
 
     @classmethod
@@ -179,7 +183,9 @@ class Pool:
             spec.checkpoint_store.blob.connection_string_variable: deployment.storage,
         }
         assert deployment.watch is not None
-        return cls(cluster, namespace, name, strategy, folder, document, consumer, environ, deployment.watch)
+        log = deployment.azurite.access_log if deployment.azurite is not None else None
+        watch = deployment.watch
+        return cls(cluster, namespace, name, strategy, folder, document, consumer, environ, watch, log)
 
     def apply(self) -> None:
         self.cluster.apply(*ranges_volume(self.namespace, self.name, self.folder))
@@ -302,6 +308,14 @@ class Pool:
                 fewest = count if fewest is None else min(fewest, count)
         return fewest
 
+    def storage_requests(self, since: float, until: float) -> int | None:
+        """The requests the pool (its consumers and the operator for it) made to its checkpoint container
+        between `since` and `until`, as Azurite logged them."""
+        if self.storage_log is None:
+            return None
+        container = self.document["spec"]["checkpointStore"]["blob"]["container"]
+        return requests_in(self.storage_log, container, since, until)
+
     def lag_seconds(self) -> float | None:
         status = self.cluster.get("-n", self.namespace, "pcon", self.name).get("status") or {}
         lag = status.get("lagSeconds")
@@ -401,6 +415,7 @@ def figures(
     rebalances = pool.rebalances(changed, ended)
     return {
         "seconds": round(ended - changed, 1),
+        "storageRequests": pool.storage_requests(changed, ended),
         "eventsReplayed": replayed_after - replayed_before,
         "rebalances": len(rebalances),
         "forcedMoves": sum(int(found) for m in rebalances for found in FORCED.findall(m)),
