@@ -4,8 +4,11 @@ the samples and `now` (docs/decisions.md, "Load and capacity").
 - Load: at each probe the loop keeps every partition's last enqueued sequence number and offset (the
   hub's own figures, `HubSample`). A partition's rate is the **median** of its rates between consecutive
   samples of the window, so a burst covering fewer than half of those intervals does not change it (the
-  hysteresis against a brief spike). Bytes per second come the same way from the offsets while they are
-  byte positions (numbers; a geo-replicated hub's string offsets give none).
+  hysteresis against a brief spike) -- unless the last two intervals agree that the rate moved: when both
+  are above the median (or both below), the rate is the nearer of the two (`settled_rate`). A hot spot
+  that lands on a partition is seen after two probes, not after half the window; one interval alone
+  still moves nothing. Bytes per second come the same way from the offsets while they are byte positions
+  (numbers; a geo-replicated hub's string offsets give none).
 - Weight: what the packing and the autoscaler weigh, in events per second: the larger of a partition's
   events per second and its bytes per second divided by the hub's mean event size, so a partition of
   large events weighs more than its count.
@@ -82,9 +85,21 @@ def partition_loads(samples: Sequence[HubSample], now: float, window: float) -> 
             if offset is not None and before[1] is not None and offset >= before[1]:
                 sizes.setdefault(partition, []).append((offset - before[1]) / seconds)
     return {
-        p: PartitionLoad(p, median(rates), median(sizes[p]) if len(sizes.get(p, ())) == len(rates) else None)
+        p: PartitionLoad(
+            p, settled_rate(rates), settled_rate(sizes[p]) if len(sizes.get(p, ())) == len(rates) else None
+        )
         for p, rates in events.items()
     }
+
+
+def settled_rate(rates: Sequence[float]) -> float:
+    """The median of `rates` (oldest first), moved to the nearer of the last two when both lie on the same
+    side of it: a change two probes have confirmed counts at once, a single interval never does."""
+    middle = median(rates)
+    if len(rates) < 2:
+        return middle
+    low, high = sorted(rates[-2:])
+    return min(max(middle, low), high)
 
 
 def load_weights(loads: Mapping[str, PartitionLoad]) -> dict[str, float]:

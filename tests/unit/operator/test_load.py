@@ -3,7 +3,7 @@ events per second, and the consumers' measured capacity."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from hubshift.consumer.metrics import ConsumerMetrics
@@ -62,15 +62,26 @@ def test_a_hub_created_again_or_a_partition_new_in_a_sample_gives_no_rate_for_th
     st.floats(1, 1000),
     st.data(),
 )
-def test_a_burst_covering_fewer_than_half_of_the_intervals_changes_nothing(
+def test_a_burst_covering_fewer_than_half_of_the_intervals_and_not_the_last_two_changes_nothing(
     intervals: int, rate: float, data: st.DataObject
 ) -> None:
     burst = data.draw(st.lists(st.integers(0, intervals - 1), max_size=(intervals - 1) // 2, unique=True))
+    assume(not {intervals - 2, intervals - 1} <= set(burst))  # the last interval or the one before, not both
     extra = data.draw(st.floats(1, 100_000))
     rates = [rate + (extra if i in burst else 0.0) for i in range(intervals)]
     steady = partition_loads(samples([rate] * intervals), now=intervals * 5, window=intervals * 5)
     spiked = partition_loads(samples(rates), now=intervals * 5, window=intervals * 5)
     assert abs(spiked["0"].events_per_second - steady["0"].events_per_second) <= 0.5 / 5
+
+
+def test_a_change_the_last_two_intervals_agree_on_counts_at_once_at_the_nearer_of_them() -> None:
+    risen = partition_loads(samples([10, 10, 10, 10, 40, 30]), now=30, window=60)
+    assert risen["0"].events_per_second == 30.0  # the median (10) alone would see it after half the window
+    assert risen["0"].bytes_per_second == 3000.0
+    fallen = partition_loads(samples([40, 40, 40, 40, 10, 20]), now=30, window=60)
+    assert fallen["0"].events_per_second == 20.0
+    straddling = partition_loads(samples([10, 10, 10, 10, 40, 5]), now=30, window=60)
+    assert straddling["0"].events_per_second == 10.0  # one interval alone moves nothing
 
 
 def test_large_events_weigh_more_than_their_count() -> None:
