@@ -743,8 +743,9 @@ class LoadAwareSpec(Model):
         default=60.0,
         ge=1,
         le=3600,
-        description="A partition's load is the median of its rates between the probes of this window: a "
-        "burst covering fewer than half of those intervals does not change it.",
+        description="A partition's load is the median of its rates between the probes of this window (a "
+        "burst covering fewer than half of those intervals does not change it), or the nearer of the last "
+        "two probes' rates when both moved the same way.",
     )
     tolerance: float = Field(
         default=0.2,

@@ -120,7 +120,8 @@ class OperatorMetrics:
         """What load-aware assignment and the lag target measure."""
         self.partition_load = Gauge(
             f"{PREFIX}_partition_load_events_per_second",
-            "Events enqueued per second on one partition (the median over the load window).",
+            "Events enqueued per second on one partition (its load: the median over the load window, or the "
+            "last two probes when they agree).",
             [*LABELS, "partition"],
             registry=r,
         )
