@@ -6,6 +6,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import kopf
 from azure.eventhub._consumer import EventHubConsumer
+from azure.eventhub._pyamqp._transport import SSLTransport
 
 from bench.rebalance import Outcome
 from hubshift.apps.produce import send_load
@@ -94,6 +95,8 @@ ThreadingHTTPServer.daemon_threads
 # Set on the Event Hubs SDK's consumer (eventhubs/sdk_internals.py): the SDK resumes from it after a
 # retried link failure.
 EventHubConsumer._last_received_event
+# Set on the SDK connection's transport (eventhubs/sdk_internals.py): pyamqp's frame reader calls it.
+SSLTransport._read
 
 # What the store reports: Azure's lease state while a break runs (parsed by LeaseState(value)), and
 # whether a lease is infinite (both backends fill it in; the store contract tests hold them to it).
