@@ -232,15 +232,15 @@ class ReceiverPool:
             worked = False
             now = time.monotonic()
             for receiver in receivers:
-                if not receiver.closing.is_set() and now >= receiver.not_before and receiver.has_room():
-                    if self._turn(receiver):
-                        worked = True
-                        # A delivery can be slow (the SDK engine's handler runs on this thread), and a new
-                        # link needs about ten turns of handshake and credit: links still opening get a turn
-                        # after every delivery, not one per pass over every partition's handler.
-                        for other in receivers:
-                            if other is not receiver and other.opening() and not other.closing.is_set():
-                                self._turn(other)
+                due = not receiver.closing.is_set() and now >= receiver.not_before and receiver.has_room()
+                if due and self._turn(receiver):
+                    worked = True
+                    # A delivery can be slow (the SDK engine's handler runs on this thread), and a new link
+                    # needs about ten turns of handshake and credit: links still opening get a turn after
+                    # every delivery, not one per pass over every partition's handler.
+                    for other in receivers:
+                        if other is not receiver and other.opening() and not other.closing.is_set():
+                            self._turn(other)
                 if receiver.closing.is_set():
                     # A drain waits for the batch in hand only, not for the other partitions' turns (with
                     # costly batches a pass over them all can take longer than a handoff may).
