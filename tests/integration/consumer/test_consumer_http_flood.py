@@ -128,9 +128,12 @@ def test_trickling_connections_neither_take_threads_nor_block_the_probes_and_are
     assert len(trickle.closed_after) == TRICKLERS
     assert trickle.most_open >= TRICKLERS * 0.9, trickle.most_open  # held at once, not one after another
     assert max(trickle.closed_after) <= deadline + CLOSE_SLACK_SECONDS, max(trickle.closed_after)
-    # The probes and the scrape answered throughout, each within a second.
+    # The probes and the scrape answered throughout, each well within half the request deadline: one queued
+    # behind the trickling connections would wait out their deadline. (A second was the bound until a scrape
+    # took 1.02 s with two test workers sharing the two cores.)
     assert {path for path, _, _ in answers} == {"/readyz", "/metrics"} and len(answers) >= 4
-    slow = [(path, status, round(took, 2)) for path, status, took in answers if status != 200 or took >= 1]
+    half = deadline / 2
+    slow = [(path, status, round(took, 2)) for path, status, took in answers if status != 200 or took >= half]
     assert slow == []
     # One thread for the server, not one per connection (+1 for the test's trickling thread).
     assert most_threads <= threads_before + 2, (threads_before, most_threads)
