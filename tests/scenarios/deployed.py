@@ -227,8 +227,6 @@ class Deployment:
     stopping: list[Any] = field(default_factory=list)  # what to stop at the end, last first
     manifest: JSON | None = None
     consumer: PartitionedConsumer | None = None
-    eventhubs: str = ""
-    storage: str = ""
     emulator: RunningEmulator | None = None
     azurite: Azurite | None = None
     chart: Path = CHART  # the umbrella chart the release was installed from (extending.umbrella_chart)
@@ -276,7 +274,16 @@ class Deployment:
         azurite = self.cluster.start_azurite(self.workdir / "azurite", self.workdir / "azurite-access.log")
         self.stopping.append(azurite.stop)
         self.azurite = azurite
-        self.eventhubs, self.storage = emulator.connection_string, azurite.connection_string
+
+    @property
+    def eventhubs(self) -> str:
+        """The emulator's connection string (the pods' Event Hubs Secret)."""
+        return self.emulator.connection_string if self.emulator is not None else ""
+
+    @property
+    def storage(self) -> str:
+        """Azurite's connection string (the pods' checkpoint store Secret)."""
+        return self.azurite.connection_string if self.azurite is not None else ""
 
     def send(self, spec: LoadSpec, stop: threading.Event | None = None) -> int:
         sender = RecordingSender(HubSender.connect(self.eventhubs, HUB), self.sent, self.sent_lock)
