@@ -126,6 +126,10 @@ class PartitionReceiver:
         if wait:
             self.stopped.wait(wait)
 
+    def due(self, now: float) -> bool:
+        """Whether the receiving thread gives it a turn now: not closing, its pause over, room for more."""
+        return not self.closing.is_set() and now >= self.not_before and self.has_room()
+
     def opening(self) -> bool:
         """Opened lately and nothing received yet (a handshake in progress, or nothing to read)."""
         return (
@@ -232,14 +236,13 @@ class ReceiverPool:
             worked = False
             now = time.monotonic()
             for receiver in receivers:
-                due = not receiver.closing.is_set() and now >= receiver.not_before and receiver.has_room()
-                if due and self._turn(receiver):
+                if receiver.due(now) and self._turn(receiver):
                     worked = True
                     # A delivery can be slow (the SDK engine's handler runs on this thread), and a new link
                     # needs about ten turns of handshake and credit: links still opening get a turn after
                     # every delivery, not one per pass over every partition's handler.
                     for other in receivers:
-                        if other is not receiver and other.opening() and not other.closing.is_set():
+                        if other is not receiver and other.opening() and other.due(time.monotonic()):
                             self._turn(other)
                 if receiver.closing.is_set():
                     # A drain waits for the batch in hand only, not for the other partitions' turns (with
