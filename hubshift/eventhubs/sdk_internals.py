@@ -23,6 +23,7 @@ from io import BytesIO
 from typing import Any
 
 from azure.eventhub import EventData
+from azure.eventhub._pyamqp._transport import SSLTransport
 from azure.eventhub._pyamqp.message import Message as RawMessage
 
 from hubshift.eventhubs.model import numeric_offset
@@ -92,8 +93,6 @@ def buffer_socket_reads(consumer: Any) -> None:
     already consults first and restores after a timeout, so its timeout and error handling stay as they are.
     Idempotent and cheap: called after every turn, it also covers a connection the SDK re-opened. WebSocket
     transports (which already read whole messages) and other SDK versions are left alone."""
-    from azure.eventhub._pyamqp._transport import SSLTransport
-
     handler = getattr(consumer, "_handler", None)
     transport: Any = getattr(getattr(handler, "_connection", None), "_transport", None)
     if not issubclass(type(transport), SSLTransport) or getattr(transport, "_hubshift_chunked", False):
