@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from azure.eventhub._pyamqp._transport import WebSocketTransport
 from azure.eventhub._pyamqp.sasl import SASLTransport
 
 from hubshift.eventhubs.sdk_internals import READ_CHUNK, buffer_socket_reads
@@ -52,7 +53,7 @@ def pair() -> Iterator[tuple[SASLTransport, CountingSocket, socket.socket]]:
     theirs.close()
 
 
-def chunked(transport: SASLTransport) -> None:
+def chunked(transport: Any) -> None:
     buffer_socket_reads(
         SimpleNamespace(_handler=SimpleNamespace(_connection=SimpleNamespace(_transport=transport)))
     )
@@ -114,10 +115,8 @@ def test_a_closed_peer_is_an_error_not_a_wait(pair: Any) -> None:
     assert time.monotonic() - started < 1.0
 
 
-def test_other_transports_are_left_alone() -> None:
-    plain = SimpleNamespace(_read_buffer=None, _read=None)
-    buffer_socket_reads(
-        SimpleNamespace(_handler=SimpleNamespace(_connection=SimpleNamespace(_transport=plain)))
-    )
-    assert plain._read is None
+def test_a_websocket_transport_keeps_its_own_read() -> None:
+    websocket = WebSocketTransport("127.0.0.1", port=5672)  # it already reads whole WebSocket messages
+    chunked(websocket)
+    assert websocket._read.__func__ is WebSocketTransport._read
     buffer_socket_reads(SimpleNamespace(_handler=None))  # not yet open: nothing to do
