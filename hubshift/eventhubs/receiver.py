@@ -45,6 +45,10 @@ SOCKET_TIMEOUT_SECONDS = 0.05
 IDLE_SECONDS = 0.1
 OPENING_SECONDS = 0.005
 OPENING_WINDOW_SECONDS = 1.0
+# A new link's handshake (connection, CBS token, link attach) is driven in one turn for at most this long:
+# each step waits on the socket for the service's answer (the socket timeout), so this is a few round trips,
+# not a busy loop; a handshake that takes longer goes on in later turns.
+HANDSHAKE_SECONDS = 0.5
 # Per partition: the first sequence number and enqueued time of this many recent batches are kept.
 BATCH_STARTS_KEPT = 256
 
@@ -228,9 +232,7 @@ class ReceiverPool:
         while True:
             with self._lock:
                 receivers = list(self._receivers)
-            for receiver in receivers:
-                if receiver.closing.is_set():
-                    self._retire(receiver)
+            self._retire_closed(receivers)
             if self._stopping.is_set():
                 return
             worked = False
@@ -239,20 +241,20 @@ class ReceiverPool:
                 if receiver.due(now) and self._turn(receiver):
                     worked = True
                     # A delivery can be slow (the SDK engine's handler runs on this thread), and a new link
-                    # needs about ten turns of handshake and credit: links still opening get a turn after
+                    # needs a few turns of credit after its handshake: links still opening get a turn after
                     # every delivery, not one per pass over every partition's handler.
                     for other in receivers:
                         if other is not receiver and other.opening() and other.due(time.monotonic()):
                             self._turn(other)
-                if receiver.closing.is_set():
-                    # A drain waits for the batch in hand only, not for the other partitions' turns (with
-                    # costly batches a pass over them all can take longer than a handoff may).
-                    self._retire(receiver)
+                # A drain waits for the batch in hand only, not for the other partitions' turns (with costly
+                # batches a pass over them all can take longer than a handoff may): whichever receivers were
+                # closed meanwhile leave the turns now, wherever they are in the pass.
+                self._retire_closed(receivers)
             if not worked:
-                # A new link needs about ten turns of handshake and credit before its first events: while one
-                # opens, the next turn comes within milliseconds, not after the idle pause (which made every
-                # claim wait about a second for its first events). Otherwise the pause lets the links' buffers
-                # fill: fewer, larger deliveries cost less per event.
+                # A new link needs a few turns of credit after its handshake before its first events: while
+                # one opens, the next turn comes within milliseconds, not after the idle pause (which made
+                # every claim wait about a second for its first events). Otherwise the pause lets the links'
+                # buffers fill: fewer, larger deliveries cost less per event.
                 opening = any(r.opening() for r in receivers if not r.closing.is_set())
                 self._wake.wait(OPENING_SECONDS if opening else IDLE_SECONDS / 2)
                 self._wake.clear()
@@ -264,6 +266,7 @@ class ReceiverPool:
             if receiver.consumer is None:
                 self._open(receiver)
                 receiver.opened_at = time.monotonic()
+                self._handshake(receiver)
             receiver.consumer.receive(True, MAX_BATCH, None)
             buffer_socket_reads(receiver.consumer)
         except Exception as exc:
@@ -286,6 +289,16 @@ class ReceiverPool:
             receiver.not_before = time.monotonic() + (0.0 if receiver.opening() else IDLE_SECONDS)
             return False
         return True
+
+    def _handshake(self, receiver: PartitionReceiver) -> None:
+        """Drive a new link's handshake to its end (at most `HANDSHAKE_SECONDS`) in this turn: one step per
+        turn gave a claim's handshake one step per delivery of every other partition (seconds with the SDK
+        engine's slow handlers, on the handoff's critical path). The SDK's consumer says when it is done
+        (`handler_ready`); one that does not say is taken as ready."""
+        deadline = time.monotonic() + HANDSHAKE_SECONDS
+        consumer = receiver.consumer
+        while not getattr(consumer, "handler_ready", True) and time.monotonic() < deadline:
+            consumer.receive(True, MAX_BATCH, None)
 
     def _report_failure(self, receiver: PartitionReceiver, error: BaseException) -> None:
         """One warning per kind of failure while it lasts (a refused credential fails every partition on
@@ -336,6 +349,11 @@ class ReceiverPool:
                 self._receivers.remove(receiver)
         receiver.stopped.set()
         receiver.closed.set()
+
+    def _retire_closed(self, receivers: list[PartitionReceiver]) -> None:
+        for receiver in receivers:
+            if receiver.closing.is_set() and not receiver.stopped.is_set():
+                self._retire(receiver)
 
     def _retire(self, receiver: PartitionReceiver) -> None:
         """Take a closing receiver out of the turns: this thread is the only one that delivers, so nothing

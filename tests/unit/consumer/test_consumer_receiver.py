@@ -12,7 +12,7 @@ import pytest
 from azure.eventhub import EventData
 from azure.eventhub._pyamqp import message as amqp
 
-from hubshift.eventhubs.receiver import PartitionReceiver, ReceiverPool, StartAt, is_stolen
+from hubshift.eventhubs.receiver import HANDSHAKE_SECONDS, PartitionReceiver, ReceiverPool, StartAt, is_stolen
 from hubshift.eventhubs.rows import EVENT_ARROW_SCHEMA, events_to_batch
 from hubshift.eventhubs.sdk_internals import adopt_raw_messages, track_last
 from hubshift.eventhubs.target import EventHubsTarget
@@ -128,21 +128,29 @@ def test_an_adopted_sdk_consumer_hands_over_raw_messages_and_remembers_the_last_
 
 class StandInPool(ReceiverPool):
     """A pool without links: `_open` gives each receiver a stand-in consumer that answers `handshake_turns`
-    turns with nothing (a link opening), then delivers one event per turn."""
+    calls with nothing, saying it is not ready (`handler_ready`, as the SDK's consumer does while its link
+    opens), then `credit_turns` more with nothing (ready, no events yet), then one event per call.
+    `handshake_step` is how long each handshake call waits on the socket."""
 
-    def __init__(self, handshake_turns: int = 0) -> None:
+    def __init__(self, handshake_turns: int = 0, credit_turns: int = 0, handshake_step: float = 0.0) -> None:
         super().__init__(EventHubsTarget(None, "ns.example.net", "hub", "$Default"))
         self.handshake_turns = handshake_turns
+        self.credit_turns = credit_turns
+        self.handshake_step = handshake_step
 
     def _open(self, receiver: PartitionReceiver) -> None:
-        handshake = self.handshake_turns
+        handshake, credit, step = self.handshake_turns, self.credit_turns, self.handshake_step
 
         class Consumer:
             asked = 0
+            handler_ready = handshake == 0
 
             def receive(self, *_: object) -> None:
                 self.asked += 1
-                if self.asked > handshake:
+                if self.asked <= handshake:
+                    time.sleep(step)
+                    self.handler_ready = self.asked == handshake
+                elif self.asked > handshake + credit:
                     receiver.on_events([received(self.asked, b"x")])
 
             def close(self) -> None:
@@ -154,22 +162,32 @@ class StandInPool(ReceiverPool):
         receiver.consumer = receiver.client = None
 
 
-def test_a_drain_waits_for_the_batch_in_hand_not_for_the_other_partitions_turns() -> None:
+@pytest.mark.parametrize("closed", ["0", "3"])
+def test_a_drain_waits_for_the_batch_in_hand_not_for_the_other_partitions_turns(closed: str) -> None:
     pool = StandInPool()
-    started = threading.Event()
+    delivered: set[str] = set()
+    in_hand = threading.Event()
 
-    def deliver(_batch: object) -> None:  # the handler works 0.5 s on each event
-        started.set()
-        time.sleep(0.5)
+    def deliver_for(partition: str) -> Any:
+        def deliver(_batch: object) -> None:  # the handler works 0.5 s on each event
+            delivered.add(partition)
+            if partition == "0" and len(delivered) == 4:
+                in_hand.set()
+            time.sleep(0.5)
 
-    receivers = [pool.open(str(p), 1, StartAt(), deliver, lambda *_: None) for p in range(4)]
+        return deliver
+
+    receivers = {
+        str(p): pool.open(str(p), 1, StartAt(), deliver_for(str(p)), lambda *_: None) for p in range(4)
+    }
     try:
-        assert started.wait(5)
+        assert in_hand.wait(10)  # partition 0's batch is in hand, every partition has had a turn
         asked = time.monotonic()
-        receivers[0].close(wait=10)
-        # Before: partition 0 left the turns only after every other partition's turn (1.5 s more here).
-        assert time.monotonic() - asked < 1.2
-        assert receivers[0].stopped.is_set()
+        receivers[closed].close(wait=10)
+        # Before: a closed partition left the turns only at its own place in the pass (partition 3: after
+        # partitions 1 and 2 had their turns, 1.0 s more here).
+        assert time.monotonic() - asked < 0.9
+        assert receivers[closed].stopped.is_set()
     finally:
         pool.close(wait=10)
 
@@ -194,7 +212,7 @@ def test_a_claimed_partition_s_first_events_do_not_wait_out_the_idle_pauses_of_i
         pool.close(wait=10)
 
 
-def test_a_link_opening_beside_slow_deliveries_gets_its_handshake_turns_between_them() -> None:
+def test_a_link_opening_beside_slow_deliveries_gets_its_handshake_and_credit_turns_between_them() -> None:
     pool = StandInPool()
     delivering: set[str] = set()
     first: list[float] = []
@@ -211,7 +229,8 @@ def test_a_link_opening_beside_slow_deliveries_gets_its_handshake_turns_between_
         deadline = time.monotonic() + 5
         while len(delivering) < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
-        pool.handshake_turns = 10  # the next link needs ten turns before its first event
+        # The next link needs ten handshake steps (10 ms each on the socket), then two turns for credit.
+        pool.handshake_turns, pool.credit_turns, pool.handshake_step = 10, 2, 0.01
         began = time.monotonic()
         receivers.append(
             pool.open("3", 1, StartAt(), lambda _b: first.append(time.monotonic() - began), lambda *_: None)
@@ -219,8 +238,32 @@ def test_a_link_opening_beside_slow_deliveries_gets_its_handshake_turns_between_
         deadline = time.monotonic() + 10
         while not first and time.monotonic() < deadline:
             time.sleep(0.01)
-        # Before: one handshake turn per pass over the three slow handlers (0.3 s): 5.2 s here; now a turn
-        # after each delivery while the link opens: 1.6 s.
-        assert first and first[0] < 3.0, first
+        # One handshake step per pass over the three slow handlers (0.3 s): 5.2 s; one per delivery: 1.6 s;
+        # now the handshake in the turn that opens the link, then a turn after each delivery: about 0.5 s.
+        assert first and first[0] < 0.9, first
+    finally:
+        pool.close(wait=10)
+
+
+def test_a_handshake_that_does_not_finish_holds_the_other_partitions_for_one_bounded_turn() -> None:
+    pool = StandInPool()
+    delivered: list[float] = []
+
+    receivers = [
+        pool.open(str(p), 1, StartAt(), lambda _b: delivered.append(time.monotonic()), lambda *_: None)
+        for p in range(2)
+    ]
+    try:
+        deadline = time.monotonic() + 5
+        while len(delivered) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        pool.handshake_turns, pool.handshake_step = 10_000, 0.01  # a link that never opens
+        opened = time.monotonic()
+        receivers.append(pool.open("2", 1, StartAt(), lambda _b: None, lambda *_: None))
+        time.sleep(2.0)
+        after = [at for at in delivered if at > opened]
+        gaps = [b - a for a, b in zip([opened, *after], after, strict=False)]
+        # Its handshake holds the thread once for at most HANDSHAKE_SECONDS; the others go on reading.
+        assert len(after) > 20 and max(gaps) < HANDSHAKE_SECONDS + 0.3, max(gaps, default=None)
     finally:
         pool.close(wait=10)
