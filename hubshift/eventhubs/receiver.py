@@ -186,6 +186,9 @@ class ReceiverPool:
     """The consumer's receivers, on one thread (started with the first partition)."""
 
     def __init__(self, target: EventHubsTarget) -> None:
+        # The process's first Arrow array imports pandas (pyarrow looks for pandas objects): about 0.25 s
+        # here, paid now rather than by the first batch of the first partition claimed (a handoff's).
+        events_to_batch("", [])
         self._target = target
         self._consumer_group = target.consumer_group
         self._failure: str | None = None  # the last failure reported, until a receive succeeds
