@@ -29,7 +29,12 @@ from azure.eventhub import EventHubConsumerClient
 from azure.eventhub._utils import get_last_enqueued_event_properties
 
 from hubshift.eventhubs.rows import events_to_batch
-from hubshift.eventhubs.sdk_internals import buffer_socket_reads, create_partition_consumer, track_last
+from hubshift.eventhubs.sdk_internals import (
+    buffer_socket_reads,
+    create_partition_consumer,
+    link_opened,
+    track_last,
+)
 from hubshift.eventhubs.target import EventHubsTarget, describe_error, sdk_client
 
 log = logging.getLogger(__name__)
@@ -296,11 +301,10 @@ class ReceiverPool:
     def _handshake(self, receiver: PartitionReceiver) -> None:
         """Drive a new link's handshake to its end (at most `HANDSHAKE_SECONDS`) in this turn: one step per
         turn gave a claim's handshake one step per delivery of every other partition (seconds with the SDK
-        engine's slow handlers, on the handoff's critical path). The SDK's consumer says when it is done
-        (`handler_ready`); one that does not say is taken as ready."""
+        engine's slow handlers, on the handoff's critical path)."""
         deadline = time.monotonic() + HANDSHAKE_SECONDS
         consumer = receiver.consumer
-        while not getattr(consumer, "handler_ready", True) and time.monotonic() < deadline:
+        while not link_opened(consumer) and time.monotonic() < deadline:
             consumer.receive(True, MAX_BATCH, None)
 
     def _report_failure(self, receiver: PartitionReceiver, error: BaseException) -> None:

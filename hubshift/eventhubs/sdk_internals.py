@@ -67,6 +67,13 @@ def create_partition_consumer(
     return consumer
 
 
+def link_opened(consumer: Any) -> bool:
+    """Whether an SDK partition consumer's link has finished opening (connection, CBS token, attach): its
+    `handler_ready`, which the SDK sets once `client_ready()` says so. A consumer without it (another SDK
+    version) counts as opened, so its handshake goes on a step per receive, as the SDK drives it."""
+    return bool(getattr(consumer, "handler_ready", True))
+
+
 def adopt_raw_messages(consumer: Any) -> None:
     """Make an SDK partition consumer deliver its raw AMQP messages instead of wrapping each in an
     `EventData` (its message, properties and annotation views: about a third of the receiving thread's
