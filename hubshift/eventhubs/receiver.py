@@ -131,7 +131,7 @@ class PartitionReceiver:
         """Stop delivering at once (`wait`: until the pool's thread has delivered its last batch, so the
         last position is final); the link is closed right after, off that thread."""
         self.closing.set()
-        self.pool.wake()
+        self.pool.closed_one()
         if wait:
             self.stopped.wait(wait)
 
@@ -200,6 +200,7 @@ class ReceiverPool:
         self._lock = threading.Lock()
         self._receivers: list[PartitionReceiver] = []
         self._wake = threading.Event()
+        self._closed = threading.Event()  # some receiver was closed since the thread last looked
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -224,13 +225,18 @@ class ReceiverPool:
     def wake(self) -> None:
         self._wake.set()
 
+    def closed_one(self) -> None:
+        """A receiver was closed: the thread takes it out of the turns after the batch in hand."""
+        self._closed.set()
+        self.wake()
+
     def close(self, wait: float = 10.0) -> None:
         with self._lock:
             receivers = list(self._receivers)
         for receiver in receivers:
             receiver.closing.set()
         self._stopping.set()
-        self.wake()
+        self.closed_one()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(wait)
 
@@ -240,7 +246,7 @@ class ReceiverPool:
         while True:
             with self._lock:
                 receivers = list(self._receivers)
-            self._retire_closed(receivers)
+            self._retire_closed()
             if self._stopping.is_set():
                 return
             worked = False
@@ -257,7 +263,7 @@ class ReceiverPool:
                 # A drain waits for the batch in hand only, not for the other partitions' turns (with costly
                 # batches a pass over them all can take longer than a handoff may): whichever receivers were
                 # closed meanwhile leave the turns now, wherever they are in the pass.
-                self._retire_closed(receivers)
+                self._retire_closed()
             if not worked:
                 # A new link needs a few turns of credit after its handshake before its first events: while
                 # one opens, the next turn comes within milliseconds, not after the idle pause (which made
@@ -357,10 +363,15 @@ class ReceiverPool:
         receiver.stopped.set()
         receiver.closed.set()
 
-    def _retire_closed(self, receivers: list[PartitionReceiver]) -> None:
-        for receiver in receivers:
-            if receiver.closing.is_set() and not receiver.stopped.is_set():
-                self._retire(receiver)
+    def _retire_closed(self) -> None:
+        """Retire every receiver closed since the last look (one flag read per turn when none was)."""
+        if not self._closed.is_set():
+            return
+        self._closed.clear()  # before the look: a close after it sets the flag again
+        with self._lock:
+            closed = [r for r in self._receivers if r.closing.is_set()]
+        for receiver in closed:
+            self._retire(receiver)
 
     def _retire(self, receiver: PartitionReceiver) -> None:
         """Take a closing receiver out of the turns: this thread is the only one that delivers, so nothing
