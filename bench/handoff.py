@@ -20,7 +20,7 @@ There is no peer here: this takes hubshift's own path apart (bench/rebalance.py 
 the Azure SDK's processor, the node and kind tiers' rollout scenarios with the StatefulSet's rolling update).
 Log times are the consumers' (milliseconds), range-log times the same clock: one machine.
 
-    .venv/bin/python bench/handoff.py [--partitions 8] [--rate 160] [--sizes 2,3,4,3,2]
+    .venv/bin/python bench/handoff.py [--partitions 8] [--rate 160] [--sizes 2,3,4,3,2] [--keep]
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -106,8 +107,6 @@ def take_apart(marks: list[Mark], lines: list[dict[str, Any]], since: float) -> 
     batches: dict[str, list[tuple[float, str]]] = {}
     for line in lines:
         batches.setdefault(str(line["partition"]), []).append((float(line["at"]), str(line["consumer"])))
-    for found in batches.values():
-        found.sort()
     rows = []
     for claim in (m for m in marks if m.what == "claimed" and m.at >= since):
         before = [
@@ -149,22 +148,34 @@ def summary(values: list[float]) -> dict[str, float | None]:
 
 
 async def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
+    sizes = [int(size) for size in args.sizes.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="hubshift-bench-handoff-"))
+    try:
+        changes = await drive(args, console, sizes, work)
+        return figures(args, sizes, changes, work)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+async def drive(
+    args: argparse.Namespace, console: Console, sizes: list[int], work: Path
+) -> list[tuple[float, int]]:
+    """The pool under load through `sizes`, one change after another: when each change was applied."""
     from azure.storage.blob import BlobServiceClient
 
-    from hubshift.apps.produce import HubSender, LoadSpec, produce_load
+    from hubshift.apps.produce import LoadSpec, send_load
     from hubshift.emulator.launch import start_emulator
     from hubshift.manifest import parse_manifest
     from hubshift.operator.local.runner import LocalOperator
     from hubshift.spec import DEFAULT_EVENTHUBS_ENV, DEFAULT_STORAGE_ENV
 
-    sizes = [int(size) for size in args.sizes.split(",")]
-    work = Path(tempfile.mkdtemp(prefix="hubshift-bench-handoff-"))
     emulator = start_emulator([f"{HUB}:{args.partitions}"])
-    azurite = start_azurite(work / "azurite")
+    azurite = None
     stop_load = threading.Event()
-    load: threading.Thread | None = None
     operator: LocalOperator | None = None
     try:
+        azurite = start_azurite(work / "azurite")
         with BlobServiceClient.from_connection_string(azurite.connection_string) as service:
             service.create_container(CONTAINER)
         environ = dict(
@@ -183,15 +194,14 @@ async def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         stop = asyncio.Event()
         task = asyncio.get_running_loop().create_task(operator.run(stop))
 
-        def send() -> None:
-            sender = HubSender.connect(emulator.connection_string, HUB)
-            try:
-                spec = LoadSpec(homes=300, rate=args.rate, seed=1, interval=0.2)
-                produce_load(spec, sender, hub=HUB, stop=stop_load)
-            finally:
-                sender.close()
-
-        load = threading.Thread(target=send, name="load", daemon=True)
+        spec = LoadSpec(homes=300, rate=args.rate, seed=1, interval=0.2)
+        load = threading.Thread(
+            target=send_load,
+            args=(emulator.connection_string, HUB, spec),
+            kwargs={"stop": stop_load},
+            name="load",
+            daemon=True,
+        )
         load.start()
         console.print(f"{sizes[0]} consumers, {args.rate:g} events/s over {args.partitions} partitions")
         await asyncio.sleep(args.steady + 10)  # joined, claimed, steady
@@ -211,8 +221,16 @@ async def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         if operator is not None:
             await operator.shutdown(grace=20)
         emulator.stop()
-        azurite.stop()
-    lines = read_range_logs(output / "ranges")
+        if azurite is not None:
+            azurite.stop()
+    return changes
+
+
+def figures(
+    args: argparse.Namespace, sizes: list[int], changes: list[tuple[float, int]], work: Path
+) -> dict[str, Any]:
+    """The run's figures from its consumers' logs and range logs (module docstring)."""
+    lines = read_range_logs(work / "out" / "ranges")
     first_change = changes[0][0]
     rows = take_apart(read_marks(work / "run" / "logs"), lines, first_change)
     steady = worst_wait(lines, first_change - args.steady, first_change)
@@ -237,7 +255,6 @@ async def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "events": distinct,
         "replayed": replayed,
         "rows": rows,
-        "workdir": str(work),
     }
 
 
@@ -271,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steady", type=float, default=10.0, help="seconds of steady state measured first")
     parser.add_argument("--settle", type=float, default=15.0, help="seconds after each change")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the work folder (consumer logs, range logs)"
+    )
     args = parser.parse_args(argv)
     console = Console()
     started = time.monotonic()
