@@ -72,8 +72,12 @@ class AgentSettings:
     # SIGTERM: drain and release within this long, then stop whatever is left.
     grace_seconds: float
     # How often a partition waiting for its old owner's release is tried again (one listing each, only
-    # while a handoff runs: a graceful drain takes a batch, so a short cadence costs a few requests).
+    # while a handoff runs: a graceful drain takes a batch, so a short cadence costs a few requests): every
+    # `first_claim_retry_seconds` for the first half second of a wait (an SDK engine's drain and release
+    # take tenths of a second, and the retry's overshoot is the handoff's own time), then every
+    # `claim_retry_seconds` (a Spark batch's drain takes seconds).
     claim_retry_seconds: float = 0.2
+    first_claim_retry_seconds: float = 0.05
     # How often the hub's partition ids are read again (a partition count change).
     partition_refresh_seconds: float = 300.0
     # SIGTERM: follow the operator's assignment this long at most before draining what is left.
@@ -110,6 +114,7 @@ class AgentSettings:
         return AgentSchedule(
             list_interval=self.timing.list_interval_seconds,
             claim_retry=self.claim_retry_seconds,
+            first_claim_retry=self.first_claim_retry_seconds,
             partition_refresh=self.partition_refresh_seconds,
         )
 

@@ -2,8 +2,9 @@
 agent's monotonic clock, seconds) passed in.
 
 - the listing of the scope (re-reading the assignment): every `list_interval`, at once when nudged but at
-  most once per `NUDGE_FLOOR_SECONDS`, every `claim_retry` while a partition assigned here waits for its
-  release, soon after this consumer released one, `RETRY_SECONDS` after a failed listing;
+  most once per `NUDGE_FLOOR_SECONDS`, while a partition assigned here waits for its release every
+  `first_claim_retry` for the first `FIRST_RETRIES_SECONDS` of the wait and every `claim_retry` after it,
+  soon after this consumer released one, `RETRY_SECONDS` after a failed listing;
 - the hub's partition ids: every `partition_refresh`, and whenever none are known;
 - the membership renewal: when the membership says it is due, and `RETRY_SECONDS` after a failure;
 - SIGTERM: a grace period to drain in, and whether the stop is done, going on, or out of time; first, for
@@ -25,6 +26,10 @@ RETRY_SECONDS = 1.0
 # After a release the consumer lists again this soon: whoever waits for the partition claims it at its next
 # attempt, and a partition planned here may have been freed at the same time.
 AFTER_RELEASE_SECONDS = 0.5
+# A wait for a release is retried at `first_claim_retry` this long, then at `claim_retry`: a graceful drain
+# on the SDK engine ends within a few tenths of a second (the handoff's own time is the retry's overshoot),
+# a Spark batch's takes seconds (where a short cadence would only add listings).
+FIRST_RETRIES_SECONDS = 0.5
 # The loop turns at least this often (engine reports are also taken when they come).
 IDLE_SECONDS = 1.0
 
@@ -44,9 +49,11 @@ class AgentSchedule:
     list_interval: float
     claim_retry: float
     partition_refresh: float
+    first_claim_retry: float | None = None  # None: `claim_retry` from the start
     next_list: float = 0.0
     last_listing: float = -math.inf
     next_claim_retry: float = 0.0
+    waiting_since: float | None = None  # when the listings began to find a claim waiting (None: none waits)
     next_partition_refresh: float = 0.0
     renew_retry_at: float = 0.0
     stop_deadline: float | None = None
@@ -74,9 +81,19 @@ class AgentSchedule:
         """A listing was acted on; `waiting`: a partition assigned here is still held by its old owner, so
         list again at the claim retry (a released partition shows as free in the listing)."""
         self.next_list = now + self.list_interval
-        if waiting:
-            self.next_claim_retry = now + self.claim_retry
-            self.next_list = min(self.next_list, self.next_claim_retry)
+        if not waiting:
+            self.waiting_since = None
+            return
+        if self.waiting_since is None:
+            self.waiting_since = now
+        self.next_claim_retry = now + self.retry_interval(now)
+        self.next_list = min(self.next_list, self.next_claim_retry)
+
+    def retry_interval(self, now: float) -> float:
+        """The claim retry at `now`: the first one's for the first `FIRST_RETRIES_SECONDS` of a wait."""
+        first = self.first_claim_retry
+        early = self.waiting_since is not None and now - self.waiting_since < FIRST_RETRIES_SECONDS
+        return first if first is not None and early else self.claim_retry
 
     def released(self, now: float) -> None:
         self.next_list = min(self.next_list, now + AFTER_RELEASE_SECONDS)

@@ -6,11 +6,13 @@ from __future__ import annotations
 import itertools
 import math
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from hubshift.consumer.schedule import (
     AFTER_RELEASE_SECONDS,
+    FIRST_RETRIES_SECONDS,
     IDLE_SECONDS,
     NUDGE_FLOOR_SECONDS,
     RETRY_SECONDS,
@@ -68,6 +70,29 @@ def test_waiting_for_a_release_lists_at_the_claim_retry() -> None:
     timers.listing_started(5.2)
     timers.listed(5.2, waiting=False)  # claimed: back to the interval
     assert timers.next_list == 25.2
+
+
+def test_a_wait_is_retried_quickly_at_first_then_at_the_claim_retry() -> None:
+    timers = AgentSchedule(
+        list_interval=20.0, claim_retry=0.2, partition_refresh=300.0, first_claim_retry=0.05
+    )
+    now, listings = 10.0, [10.0]
+    timers.listed(now, waiting=True)
+    while now < 11.5:
+        now = timers.next_list
+        assert timers.listing_due(now, nudged=False, waiting=True)
+        timers.listing_started(now)
+        timers.listed(now, waiting=True)
+        listings.append(now)
+    gaps = [round(b - a, 6) for a, b in itertools.pairwise(listings)]
+    early = [g for a, g in zip(listings, gaps, strict=False) if a - 10.0 < FIRST_RETRIES_SECONDS]
+    assert early and set(early) == {0.05}
+    assert set(gaps[len(early) :]) == {0.2}
+    # Claimed: back to the interval; the next wait starts quick again.
+    timers.listed(now, waiting=False)
+    assert timers.next_list == now + 20.0
+    timers.listed(now + 30.0, waiting=True)
+    assert timers.next_list == pytest.approx(now + 30.05)
 
 
 def test_a_release_or_a_failed_listing_lists_again_soon() -> None:
