@@ -5,9 +5,10 @@ leaving consumer's share handed to the others), and every handoff taken apart fr
 lines and range logs.
 
 Per handoff of partition p from consumer A to consumer B:
-- `lastBatchToDrain`: A's last batch of p (its range log) to A starting the drain (`handing off`);
-- `drain`: to A's release (`handed off at`: the batch in hand finished, the final checkpoint written, the
-  lease released);
+- `lastBatchToDrain`: A's last batch of p (its range log) to A starting the drain (`handing off`) —
+  negative when that batch is the drain's own last read (the events that came since the batch before);
+- `drain`: to A's release (`handed off at`: the batch in hand finished, the link's last read delivered, the
+  final checkpoint written, the lease released);
 - `releaseToClaim`: to B's claim (`claimed`: B saw the release in a listing and took the lease);
 - `claimToFirstBatch`: to B's first batch of p (B's receiver opened and the events delivered and handled);
 - `gap`: from A's last batch to B's first (`tests/harness/ranges.handoffs`: the figure the rollout scenarios
@@ -119,7 +120,7 @@ def take_apart(marks: list[Mark], lines: list[dict[str, Any]], since: float) -> 
         if drain is None or released is None or released.at < drain.at or drain.at < since:
             continue  # a first claim, or one the log does not explain (a forced or lost partition)
         own = batches.get(claim.partition, [])
-        last = max((at for at, who in own if at <= drain.at and who == drain.consumer), default=None)
+        last = max((at for at, who in own if at <= released.at and who == drain.consumer), default=None)
         first = min((at for at, who in own if at >= claim.at and who == claim.consumer), default=None)
         if last is None or first is None:
             continue

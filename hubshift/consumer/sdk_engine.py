@@ -97,7 +97,7 @@ class SdkEngine:
             return
 
         def finish() -> None:
-            reading.receiver.close(wait=30)
+            reading.receiver.close(wait=30, final_read=True)
             with self._lock:
                 if self._reading.get(partition) is reading:
                     del self._reading[partition]

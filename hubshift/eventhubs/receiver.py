@@ -54,6 +54,10 @@ OPENING_WINDOW_SECONDS = 1.0
 # each step waits on the socket for the service's answer (the socket timeout), so this is a few round trips,
 # not a busy loop; a handshake that takes longer goes on in later turns.
 HANDSHAKE_SECONDS = 0.5
+# The drains' last reads (`PartitionReceiver.close(final_read=True)`) stop for this long at most a round:
+# each can wait a socket timeout, and a consumer shedding 28 partitions at once must not hold the others'
+# turns for 28 of them (the rest leave without one; their events wait for the next owner, as before).
+FINAL_READS_SECONDS = 0.25
 # Per partition: the first sequence number and enqueued time of this many recent batches are kept.
 BATCH_STARTS_KEPT = 256
 
@@ -112,6 +116,8 @@ class PartitionReceiver:
         self.received = 0
         self.last_sequence: int | None = None
         self.closing = threading.Event()
+        self.final_read = False  # a drain: deliver what the link holds once more before it leaves the turns
+        self._finishing = False  # that last turn is running
         self.stopped = threading.Event()  # out of the pool's turns: no delivery follows
         self.closed = threading.Event()  # and its link is closed
         self.client: Any = None
@@ -127,9 +133,12 @@ class PartitionReceiver:
     def running(self) -> bool:
         return not self.closed.is_set()
 
-    def close(self, wait: float | None = 10.0) -> None:
+    def close(self, wait: float | None = 10.0, *, final_read: bool = False) -> None:
         """Stop delivering at once (`wait`: until the pool's thread has delivered its last batch, so the
-        last position is final); the link is closed right after, off that thread."""
+        last position is final); the link is closed right after, off that thread. `final_read` (a graceful
+        drain): the thread first gives the link one more turn and delivers what it holds, the events that
+        came since its last batch, which would otherwise wait for the next owner's first batch."""
+        self.final_read = final_read
         self.closing.set()
         self.pool.closed_one()
         if wait:
@@ -140,12 +149,23 @@ class PartitionReceiver:
         return not self.closing.is_set() and now >= self.not_before and self.has_room()
 
     def opening(self) -> bool:
-        """Opened lately and nothing received yet (a handshake in progress, or nothing to read)."""
-        return (
-            self.received == 0
-            and self.opened_at is not None
-            and time.monotonic() - self.opened_at < OPENING_WINDOW_SECONDS
+        """Nothing received yet and its link not opened yet, or opened lately (a handshake in progress, or
+        nothing to read yet)."""
+        return self.received == 0 and (
+            self.opened_at is None or time.monotonic() - self.opened_at < OPENING_WINDOW_SECONDS
         )
+
+    def final_turn(self) -> None:
+        """A drained link's last round of AMQP work (on the receiving thread), its events delivered: at most
+        one socket wait (nothing to read) or one batch. A failure ends the drain where the last delivery
+        left it."""
+        self._finishing = True
+        try:
+            self.consumer.receive(True, MAX_BATCH, None)
+        except Exception as exc:  # the link is closed next either way; the position stands
+            log.debug("partition %s: the drain's last read failed: %r", self.partition, exc)
+        finally:
+            self._finishing = False
 
     def position(self) -> tuple[str | int | dt.datetime, bool]:
         if self.last_sequence is not None:
@@ -153,7 +173,7 @@ class PartitionReceiver:
         return self.start.sdk_position()
 
     def on_events(self, events: list[Any]) -> None:
-        if not events or self.closing.is_set():
+        if not events or (self.closing.is_set() and not self._finishing):
             return
         batch = events_to_batch(self.partition, events)
         self._remember_start(batch)
@@ -256,8 +276,12 @@ class ReceiverPool:
                     worked = True
                     # A delivery can be slow (the SDK engine's handler runs on this thread), and a new link
                     # needs a few turns of credit after its handshake: links still opening get a turn after
-                    # every delivery, not one per pass over every partition's handler.
-                    for other in receivers:
+                    # every delivery, not one per pass over every partition's handler. That includes links
+                    # opened since the pass began (a claim's), which would otherwise wait for the pass's end
+                    # for their handshake.
+                    with self._lock:
+                        current = list(self._receivers)
+                    for other in current:
                         if other is not receiver and other.opening() and other.due(time.monotonic()):
                             self._turn(other)
                 # A drain waits for the batch in hand only, not for the other partitions' turns (with costly
@@ -269,7 +293,8 @@ class ReceiverPool:
                 # one opens, the next turn comes within milliseconds, not after the idle pause (which made
                 # every claim wait about a second for its first events). Otherwise the pause lets the links'
                 # buffers fill: fewer, larger deliveries cost less per event.
-                opening = any(r.opening() for r in receivers if not r.closing.is_set())
+                # (Only links due now: one waiting out a failure's retry pause is not worth turning for.)
+                opening = any(r.opening() and r.due(time.monotonic()) for r in receivers)
                 self._wake.wait(OPENING_SECONDS if opening else IDLE_SECONDS / 2)
                 self._wake.clear()
 
@@ -370,14 +395,18 @@ class ReceiverPool:
         self._closed.clear()  # before the look: a close after it sets the flag again
         with self._lock:
             closed = [r for r in self._receivers if r.closing.is_set()]
+        reads_until = time.monotonic() + FINAL_READS_SECONDS
         for receiver in closed:
-            self._retire(receiver)
+            self._retire(receiver, final_read=time.monotonic() < reads_until)
 
-    def _retire(self, receiver: PartitionReceiver) -> None:
-        """Take a closing receiver out of the turns: this thread is the only one that delivers, so nothing
-        follows and whoever waits for it may go on (a drain's final checkpoint). Its link is closed on a
-        thread of its own: a consumer handing 28 partitions off at once waits for one close, not for 28 in
-        a row (about 0.2 s each)."""
+    def _retire(self, receiver: PartitionReceiver, *, final_read: bool) -> None:
+        """Take a closing receiver out of the turns (after its last read, if it asked for one and
+        `final_read` allows): this thread is the only one that delivers, so nothing follows and whoever
+        waits for it may go on (a drain's final checkpoint). Its link is closed on a thread of its own: a
+        consumer handing 28 partitions off at once waits for one close, not for 28 in a row (about 0.2 s
+        each)."""
+        if final_read and receiver.final_read and receiver.consumer is not None and not receiver.stolen:
+            receiver.final_turn()
         with self._lock:
             if receiver in self._receivers:
                 self._receivers.remove(receiver)

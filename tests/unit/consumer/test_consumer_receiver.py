@@ -12,7 +12,14 @@ import pytest
 from azure.eventhub import EventData
 from azure.eventhub._pyamqp import message as amqp
 
-from hubshift.eventhubs.receiver import HANDSHAKE_SECONDS, PartitionReceiver, ReceiverPool, StartAt, is_stolen
+from hubshift.eventhubs.receiver import (
+    FINAL_READS_SECONDS,
+    HANDSHAKE_SECONDS,
+    PartitionReceiver,
+    ReceiverPool,
+    StartAt,
+    is_stolen,
+)
 from hubshift.eventhubs.rows import EVENT_ARROW_SCHEMA, events_to_batch
 from hubshift.eventhubs.sdk_internals import adopt_raw_messages, track_last
 from hubshift.eventhubs.target import EventHubsTarget
@@ -265,5 +272,98 @@ def test_a_handshake_that_does_not_finish_holds_the_other_partitions_for_one_bou
         gaps = [b - a for a, b in zip([opened, *after], after, strict=False)]
         # Its handshake holds the thread once for at most HANDSHAKE_SECONDS; the others go on reading.
         assert len(after) > 20 and max(gaps) < HANDSHAKE_SECONDS + 0.3, max(gaps, default=None)
+    finally:
+        pool.close(wait=10)
+
+
+def test_a_link_opened_during_a_pass_gets_its_first_turn_after_the_delivery_in_hand() -> None:
+    pool = StandInPool()
+    in_hand = threading.Event()
+    first: list[float] = []
+
+    delivered: list[str] = []
+
+    def slow(partition: str) -> Any:  # three busy partitions: a pass takes 0.9 s
+        def deliver(_batch: object) -> None:
+            delivered.append(partition)
+            if partition == "0" and len(delivered) > 3:  # every link opened, a pass begun
+                in_hand.set()
+            time.sleep(0.3)
+
+        return deliver
+
+    receivers = [pool.open(str(p), 1, StartAt(), slow(str(p)), lambda *_: None) for p in range(3)]
+    try:
+        assert in_hand.wait(10)  # partition 0's batch is in hand: the pass has two more to go
+        began = time.monotonic()
+        receivers.append(
+            pool.open("3", 1, StartAt(), lambda _b: first.append(time.monotonic() - began), lambda *_: None)
+        )
+        deadline = time.monotonic() + 10
+        while not first and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # A claim's link used to wait for the pass to end and then for its place at the end of the next one
+        # (1.5 s here); now it opens after the delivery in hand.
+        assert first and first[0] < 0.5, first
+    finally:
+        pool.close(wait=10)
+
+
+@pytest.mark.parametrize("final_read", [True, False])
+def test_a_drain_delivers_what_the_link_holds_once_more_when_asked(final_read: bool) -> None:
+    pool = StandInPool()
+    after_close: list[int] = []
+    delivered = threading.Event()
+    receiver: PartitionReceiver | None = None
+
+    def deliver(batch: Any) -> None:
+        assert receiver is not None
+        if receiver.closing.is_set():
+            after_close.append(batch.num_rows)
+        delivered.set()
+        time.sleep(0.05)
+
+    receiver = pool.open("0", 1, StartAt(), deliver, lambda *_: None)
+    try:
+        assert delivered.wait(10)
+        receiver.close(wait=10, final_read=final_read)
+        assert receiver.stopped.is_set()
+        # A graceful drain hands over the events that came since the last batch (one more batch here); any
+        # other close delivers nothing more.
+        assert after_close == ([1] if final_read else [])
+    finally:
+        pool.close(wait=10)
+
+
+def test_a_consumer_shedding_many_partitions_at_once_gives_last_reads_a_bounded_time() -> None:
+    pool = StandInPool()
+    late: list[str] = []
+    seen: set[str] = set()
+    everyone = threading.Event()
+    receivers: dict[str, PartitionReceiver] = {}
+
+    def deliver_for(partition: str) -> Any:
+        def deliver(_batch: object) -> None:
+            if receivers[partition].closing.is_set():
+                late.append(partition)
+            seen.add(partition)
+            if len(seen) == 12:
+                everyone.set()
+            time.sleep(0.1)
+
+        return deliver
+
+    for p in range(12):
+        receivers[str(p)] = pool.open(str(p), 1, StartAt(), deliver_for(str(p)), lambda *_: None)
+    try:
+        assert everyone.wait(10)
+        asked = time.monotonic()
+        for receiver in receivers.values():
+            receiver.close(wait=None, final_read=True)
+        for receiver in receivers.values():
+            assert receiver.stopped.wait(10)
+        # Twelve last reads of 0.1 s each would hold the thread 1.2 s: they stop at FINAL_READS_SECONDS.
+        assert 1 <= len(late) <= FINAL_READS_SECONDS / 0.1 + 1, late
+        assert time.monotonic() - asked < FINAL_READS_SECONDS + 0.1 + 0.3
     finally:
         pool.close(wait=10)
