@@ -32,6 +32,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -171,6 +172,10 @@ async def drive(
     from hubshift.operator.local.runner import LocalOperator
     from hubshift.spec import DEFAULT_EVENTHUBS_ENV, DEFAULT_STORAGE_ENV
 
+    # A SIGTERM (a run stopped early) cancels the run, so everything it started is stopped below.
+    main_task = asyncio.current_task()
+    if main_task is not None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)
     emulator = start_emulator([f"{HUB}:{args.partitions}"])
     azurite = None
     stop_load = threading.Event()
@@ -295,7 +300,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     console = Console()
     started = time.monotonic()
-    result = asyncio.run(run(args, console))
+    try:
+        result = asyncio.run(run(args, console))
+    except asyncio.CancelledError:
+        console.print("stopped (SIGTERM): nothing written")
+        return 143
     result["seconds"] = round(time.monotonic() - started)
     report(result, console)
     args.output.parent.mkdir(parents=True, exist_ok=True)
