@@ -277,7 +277,10 @@ class OwnershipAgent:
     def _wait(self, now: float) -> None:
         membership = self._membership
         wake = self._schedule.wake_at(
-            now, renew_due=None if membership is None else membership.renew_due, waiting=self._waiting()
+            now,
+            renew_due=None if membership is None else membership.renew_due,
+            waiting=self._waiting(),
+            nudged=self._nudged.is_set(),
         )
         self._wake.wait(max(0.0, wake - self.clock()))
         self._wake.clear()
@@ -382,8 +385,8 @@ class OwnershipAgent:
         return membership is not None and membership.is_safe(now)
 
     def _list_and_follow(self, now: float, *, claim: bool = True) -> None:
+        self._schedule.listing_started(now, nudged=self._nudged.is_set(), waiting=self._waiting())
         self._nudged.clear()
-        self._schedule.listing_started(now)
         snapshot = self._list(now)
         if snapshot is None:
             return

@@ -51,7 +51,7 @@ class AgentSchedule:
     partition_refresh: float
     first_claim_retry: float | None = None  # None: `claim_retry` from the start
     next_list: float = 0.0
-    last_listing: float = -math.inf
+    last_nudged_listing: float = -math.inf  # the last listing a nudge made (nothing else was due)
     next_claim_retry: float = 0.0
     waiting_since: float | None = None  # when the listings began to find a claim waiting (None: none waits)
     next_partition_refresh: float = 0.0
@@ -62,17 +62,24 @@ class AgentSchedule:
     # --- listing --------------------------------------------------------------------------------------------
 
     def nudge_taken(self, now: float, nudged: bool) -> bool:
-        """A nudge lists at once, but at most once per NUDGE_FLOOR_SECONDS: whoever can reach the HTTP port
-        may only make the consumer read the store, never more often than that."""
-        return nudged and now >= self.last_listing + NUDGE_FLOOR_SECONDS
+        """A nudge lists at once, but nudges make at most one listing per NUDGE_FLOOR_SECONDS: whoever can
+        reach the HTTP port may only make the consumer read the store that much more often. (The floor
+        counts from the last listing a nudge made, not from the last listing: a consumer listing at the
+        claim retry, waiting or following a stop, takes the operator's nudge at once too.)"""
+        return nudged and now >= self.last_nudged_listing + NUDGE_FLOOR_SECONDS
+
+    def scheduled(self, now: float, *, waiting: bool) -> bool:
+        """A listing is due without a nudge: the interval passed, or a release waited for may have come."""
+        return now >= self.next_list or (waiting and now >= self.next_claim_retry)
 
     def listing_due(self, now: float, *, nudged: bool, waiting: bool) -> bool:
-        """List the scope now: nudged, the interval passed, or a release waited for may have come."""
-        retry = waiting and now >= self.next_claim_retry
-        return self.nudge_taken(now, nudged) or now >= self.next_list or retry
+        """List the scope now: nudged, or `scheduled`."""
+        return self.nudge_taken(now, nudged) or self.scheduled(now, waiting=waiting)
 
-    def listing_started(self, now: float) -> None:
-        self.last_listing = now
+    def listing_started(self, now: float, *, nudged: bool = False, waiting: bool = False) -> None:
+        """A listing begins (`nudged`, `waiting`: as `listing_due` was asked)."""
+        if nudged and not self.scheduled(now, waiting=waiting):
+            self.last_nudged_listing = now
 
     def listing_failed(self, now: float) -> None:
         self.next_list = now + RETRY_SECONDS
@@ -138,9 +145,12 @@ class AgentSchedule:
 
     # --- waking ---------------------------------------------------------------------------------------------
 
-    def wake_at(self, now: float, *, renew_due: float | None, waiting: bool) -> float:
-        """When the loop's next turn is due at the latest (an engine report or a nudge wakes it sooner)."""
+    def wake_at(self, now: float, *, renew_due: float | None, waiting: bool, nudged: bool = False) -> float:
+        """When the loop's next turn is due at the latest (an engine report or a nudge wakes it sooner; a
+        nudge held back by the floor, when the floor ends)."""
         deadlines = [now + IDLE_SECONDS, self.next_list]
+        if nudged:
+            deadlines.append(self.last_nudged_listing + NUDGE_FLOOR_SECONDS)
         if renew_due is not None:
             deadlines.append(max(renew_due, self.renew_retry_at))
         if waiting:

@@ -36,28 +36,54 @@ def test_the_first_turn_lists_then_every_interval() -> None:
 
 def test_a_nudge_lists_at_once_but_at_most_once_per_floor() -> None:
     timers = schedule()
-    timers.listing_started(10.0)
+    timers.listed(9.0, waiting=False)
+    timers.listing_started(10.0, nudged=True)  # nothing else was due: the nudge made it
     timers.listed(10.0, waiting=False)
     assert not timers.listing_due(10.0 + NUDGE_FLOOR_SECONDS - 0.01, nudged=True, waiting=False)
     assert timers.listing_due(10.0 + NUDGE_FLOOR_SECONDS, nudged=True, waiting=False)
     assert not timers.listing_due(10.0 + NUDGE_FLOOR_SECONDS, nudged=False, waiting=False)
 
 
-@given(st.lists(st.floats(0.0, 2.0), min_size=1, max_size=60))
-def test_nudges_never_list_more_often_than_the_floor(gaps: list[float]) -> None:
-    """Whoever reaches the HTTP port can only make the consumer read the store so often."""
+@given(
+    st.lists(st.tuples(st.floats(0.0, 2.0), st.booleans(), st.booleans()), min_size=1, max_size=60),
+)
+def test_nudges_never_list_more_often_than_the_floor(turns: list[tuple[float, bool, bool]]) -> None:
+    """Whoever reaches the HTTP port can only make the consumer read the store so often: the listings
+    nothing but a nudge made are at least the floor apart, whatever the other listings do."""
     timers = schedule()
     timers.listing_started(0.0)
     timers.listed(0.0, waiting=False)
-    now, listings = 0.0, [0.0]
-    for gap in gaps:
+    now, by_nudges = 0.0, []
+    for gap, nudged, waiting in turns:
         now += gap
-        if timers.listing_due(now, nudged=True, waiting=False):
-            timers.listing_started(now)
-            timers.listed(now, waiting=False)
-            listings.append(now)
+        if timers.listing_due(now, nudged=nudged, waiting=waiting):
+            if not timers.scheduled(now, waiting=waiting):
+                by_nudges.append(now)
+            timers.listing_started(now, nudged=nudged, waiting=waiting)
+            timers.listed(now, waiting=waiting)
     # As the schedule compares (b >= a + floor): `b - a` may round a hair below the floor.
-    assert all(b >= a + NUDGE_FLOOR_SECONDS for a, b in itertools.pairwise(listings))
+    assert all(b >= a + NUDGE_FLOOR_SECONDS for a, b in itertools.pairwise(by_nudges))
+
+
+def test_a_consumer_listing_at_the_claim_retry_takes_a_nudge_at_once() -> None:
+    """A consumer waiting for a release (or following the operator through a stop) lists every 0.2 s; the
+    operator's nudge for a new generation used to wait for the next of those (the floor counted from any
+    listing), now it lists at once, and a held-back nudge wakes the loop when the floor ends."""
+    timers = schedule()
+    for now in (5.0, 5.2):  # the claim retry's listings
+        assert timers.listing_due(now, nudged=False, waiting=True)
+        timers.listing_started(now, waiting=True)
+        timers.listed(now, waiting=True)
+    assert not timers.listing_due(5.25, nudged=False, waiting=True)
+    assert timers.listing_due(5.25, nudged=True, waiting=True)  # before: not until 5.7
+    timers.listing_started(5.25, nudged=True, waiting=True)
+    timers.listed(5.25, waiting=True)
+    # Another nudge within the floor of the one that listed waits; the loop wakes at the claim retry.
+    assert not timers.listing_due(5.3, nudged=True, waiting=True)
+    assert timers.wake_at(5.3, renew_due=None, waiting=True, nudged=True) == pytest.approx(5.45)
+    # Not waiting: a held-back nudge wakes the loop when the floor ends.
+    timers.listed(5.3, waiting=False)
+    assert timers.wake_at(5.3, renew_due=None, waiting=False, nudged=True) == pytest.approx(5.75)
 
 
 def test_waiting_for_a_release_lists_at_the_claim_retry() -> None:
