@@ -58,6 +58,10 @@ HANDSHAKE_SECONDS = 0.5
 # each can wait a socket timeout, and a consumer shedding 28 partitions at once must not hold the others'
 # turns for 28 of them (the rest leave without one; their events wait for the next owner, as before).
 FINAL_READS_SECONDS = 0.25
+# A drain's last read is for a partition that is caught up (at most this many events behind at its last
+# delivery) and delivers at most this many: the SDK engine's handler runs on the receiving thread, and a
+# consumer behind on the partition (one shedding load) should hand it over, not read a prefetch's worth more.
+FINAL_READ_EVENTS = 100
 # Per partition: the first sequence number and enqueued time of this many recent batches are kept.
 BATCH_STARTS_KEPT = 256
 
@@ -155,13 +159,18 @@ class PartitionReceiver:
             self.opened_at is None or time.monotonic() - self.opened_at < OPENING_WINDOW_SECONDS
         )
 
+    def caught_up(self) -> bool:
+        """At its last delivery, at most `FINAL_READ_EVENTS` behind the partition's last enqueued event."""
+        last, newest = self.last_sequence, self.last_enqueued_sequence
+        return last is not None and newest is not None and newest - last <= FINAL_READ_EVENTS
+
     def final_turn(self) -> None:
         """A drained link's last round of AMQP work (on the receiving thread), its events delivered: at most
-        one socket wait (nothing to read) or one batch. A failure ends the drain where the last delivery
-        left it."""
+        one socket wait (nothing to read) or one batch of at most `FINAL_READ_EVENTS`. A failure ends the
+        drain where the last delivery left it."""
         self._finishing = True
         try:
-            self.consumer.receive(True, MAX_BATCH, None)
+            self.consumer.receive(True, FINAL_READ_EVENTS, None)
         except Exception as exc:  # the link is closed next either way; the position stands
             log.debug("partition %s: the drain's last read failed: %r", self.partition, exc)
         finally:
@@ -400,12 +409,13 @@ class ReceiverPool:
             self._retire(receiver, final_read=time.monotonic() < reads_until)
 
     def _retire(self, receiver: PartitionReceiver, *, final_read: bool) -> None:
-        """Take a closing receiver out of the turns (after its last read, if it asked for one and
-        `final_read` allows): this thread is the only one that delivers, so nothing follows and whoever
-        waits for it may go on (a drain's final checkpoint). Its link is closed on a thread of its own: a
-        consumer handing 28 partitions off at once waits for one close, not for 28 in a row (about 0.2 s
-        each)."""
-        if final_read and receiver.final_read and receiver.consumer is not None and not receiver.stolen:
+        """Take a closing receiver out of the turns (after its last read, if it asked for one, is caught
+        up, and `final_read` allows): this thread is the only one that delivers, so nothing follows and
+        whoever waits for it may go on (a drain's final checkpoint). Its link is closed on a thread of its
+        own: a consumer handing 28 partitions off at once waits for one close, not for 28 in a row (about
+        0.2 s each)."""
+        asked = final_read and receiver.final_read and not receiver.stolen
+        if asked and receiver.consumer is not None and receiver.caught_up():
             receiver.final_turn()
         with self._lock:
             if receiver in self._receivers:

@@ -137,16 +137,19 @@ class StandInPool(ReceiverPool):
     """A pool without links: `_open` gives each receiver a stand-in consumer that answers `handshake_turns`
     calls with nothing, saying it is not ready (`handler_ready`, as the SDK's consumer does while its link
     opens), then `credit_turns` more with nothing (ready, no events yet), then one event per call.
-    `handshake_step` is how long each handshake call waits on the socket."""
+    `handshake_step` is how long each handshake call waits on the socket; each delivery leaves the partition
+    `behind` events behind its last enqueued one (as the SDK's last-enqueued properties say)."""
 
     def __init__(self, handshake_turns: int = 0, credit_turns: int = 0, handshake_step: float = 0.0) -> None:
         super().__init__(EventHubsTarget(None, "ns.example.net", "hub", "$Default"))
         self.handshake_turns = handshake_turns
         self.credit_turns = credit_turns
         self.handshake_step = handshake_step
+        self.behind = 0
 
     def _open(self, receiver: PartitionReceiver) -> None:
         handshake, credit, step = self.handshake_turns, self.credit_turns, self.handshake_step
+        pool = self
 
         class Consumer:
             asked = 0
@@ -159,6 +162,7 @@ class StandInPool(ReceiverPool):
                     self.handler_ready = self.asked == handshake
                 elif self.asked > handshake + credit:
                     receiver.on_events([received(self.asked, b"x")])
+                    receiver.last_enqueued_sequence = self.asked + pool.behind
 
             def close(self) -> None:
                 pass
@@ -309,9 +313,10 @@ def test_a_link_opened_during_a_pass_gets_its_first_turn_after_the_delivery_in_h
         pool.close(wait=10)
 
 
-@pytest.mark.parametrize("final_read", [True, False])
-def test_a_drain_delivers_what_the_link_holds_once_more_when_asked(final_read: bool) -> None:
+@pytest.mark.parametrize(("final_read", "behind"), [(True, 0), (False, 0), (True, 500)])
+def test_a_drain_delivers_what_the_link_holds_once_more_when_asked(final_read: bool, behind: int) -> None:
     pool = StandInPool()
+    pool.behind = behind
     after_close: list[int] = []
     delivered = threading.Event()
     receiver: PartitionReceiver | None = None
@@ -328,9 +333,9 @@ def test_a_drain_delivers_what_the_link_holds_once_more_when_asked(final_read: b
         assert delivered.wait(10)
         receiver.close(wait=10, final_read=final_read)
         assert receiver.stopped.is_set()
-        # A graceful drain hands over the events that came since the last batch (one more batch here); any
-        # other close delivers nothing more.
-        assert after_close == ([1] if final_read else [])
+        # A graceful drain of a caught-up partition hands over the events that came since the last batch (one
+        # more batch here); any other close, or a drain 500 events behind, delivers nothing more.
+        assert after_close == ([1] if final_read and not behind else [])
     finally:
         pool.close(wait=10)
 
