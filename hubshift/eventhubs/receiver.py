@@ -120,8 +120,9 @@ class PartitionReceiver:
         self.received = 0
         self.last_sequence: int | None = None
         self.closing = threading.Event()
-        self.final_read = False  # a drain: deliver what the link holds once more before it leaves the turns
-        self._finishing = False  # that last turn is running
+        # A drain: deliver what the link holds once more before it leaves the turns (and never drop a batch
+        # taken from the link after the close: the last read would deliver past it, a hole in the stream).
+        self.final_read = False
         self.stopped = threading.Event()  # out of the pool's turns: no delivery follows
         self.closed = threading.Event()  # and its link is closed
         self.client: Any = None
@@ -168,13 +169,10 @@ class PartitionReceiver:
         """A drained link's last round of AMQP work (on the receiving thread), its events delivered: at most
         one socket wait (nothing to read) or one batch of at most `FINAL_READ_EVENTS`. A failure ends the
         drain where the last delivery left it."""
-        self._finishing = True
         try:
             self.consumer.receive(True, FINAL_READ_EVENTS, None)
         except Exception as exc:  # the link is closed next either way; the position stands
             log.debug("partition %s: the drain's last read failed: %r", self.partition, exc)
-        finally:
-            self._finishing = False
 
     def position(self) -> tuple[str | int | dt.datetime, bool]:
         if self.last_sequence is not None:
@@ -182,7 +180,10 @@ class PartitionReceiver:
         return self.start.sdk_position()
 
     def on_events(self, events: list[Any]) -> None:
-        if not events or (self.closing.is_set() and not self._finishing):
+        # A close stops deliveries at once, even of a batch already taken from the link (nothing after it is
+        # delivered, so the next owner reads it again) -- except a drain's, whose last read follows: its
+        # batches are all delivered, in order.
+        if not events or (self.closing.is_set() and not self.final_read):
             return
         batch = events_to_batch(self.partition, events)
         self._remember_start(batch)

@@ -146,6 +146,8 @@ class StandInPool(ReceiverPool):
         self.credit_turns = credit_turns
         self.handshake_step = handshake_step
         self.behind = 0
+        # Called with the receiver after a call took its event from the link, before it is delivered.
+        self.taken: Any = None
 
     def _open(self, receiver: PartitionReceiver) -> None:
         handshake, credit, step = self.handshake_turns, self.credit_turns, self.handshake_step
@@ -161,6 +163,8 @@ class StandInPool(ReceiverPool):
                     time.sleep(step)
                     self.handler_ready = self.asked == handshake
                 elif self.asked > handshake + credit:
+                    if pool.taken is not None:
+                        pool.taken(receiver)
                     receiver.on_events([received(self.asked, b"x")])
                     receiver.last_enqueued_sequence = self.asked + pool.behind
 
@@ -370,5 +374,38 @@ def test_a_consumer_shedding_many_partitions_at_once_gives_last_reads_a_bounded_
         # Twelve last reads of 0.1 s each would hold the thread 1.2 s: they stop at FINAL_READS_SECONDS.
         assert 1 <= len(late) <= FINAL_READS_SECONDS / 0.1 + 1, late
         assert time.monotonic() - asked < FINAL_READS_SECONDS + 0.1 + 0.3
+    finally:
+        pool.close(wait=10)
+
+
+@pytest.mark.parametrize("final_read", [True, False])
+def test_a_batch_taken_from_the_link_as_the_drain_begins_leaves_no_hole_before_the_last_read(
+    final_read: bool,
+) -> None:
+    """The close can come between the SDK taking a batch from its buffer and the delivery: that batch used
+    to be dropped, and the drain's last read then delivered the next one, so the checkpoint went past events
+    nobody handled (the kind tier's exact totals caught it: 2-6 events a handoff)."""
+    pool = StandInPool()
+    sequences: list[int] = []
+    closing = threading.Event()
+    receiver: PartitionReceiver | None = None
+
+    def close_in_between(taken: PartitionReceiver) -> None:
+        if len(sequences) >= 3 and not closing.is_set():
+            closing.set()
+            taken.close(wait=None, final_read=final_read)
+
+    def deliver(batch: Any) -> None:
+        sequences.extend(batch.column("sequence_number").to_pylist())
+
+    pool.taken = close_in_between
+    receiver = pool.open("0", 1, StartAt(), deliver, lambda *_: None)
+    try:
+        assert closing.wait(10)
+        assert receiver.stopped.wait(10)
+        # Every delivery in order, without a hole: a drain delivers the batch in hand and then its last read;
+        # any other close drops the batch in hand and delivers nothing after it.
+        assert sequences == list(range(sequences[0], sequences[0] + len(sequences))), sequences
+        assert len(sequences) == (5 if final_read else 3), sequences
     finally:
         pool.close(wait=10)
