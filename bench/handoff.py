@@ -15,7 +15,8 @@ Per handoff of partition p from consumer A to consumer B:
   report), and `drainToFirstBatch`, the handoff proper.
 Per change: the worst wait of any event handled in the `--settle` seconds after it (a batch's handling time
 minus its first event's enqueued time), against the steady worst wait over the `--steady` seconds before the
-first change; events replayed over the run.
+first change; over the run, the events sent, handled (every one, or the run exits 1 naming how many are
+missing: a handoff lost them) and replayed.
 
 There is no peer here: this takes hubshift's own path apart (bench/rebalance.py compares planned changes with
 the Azure SDK's processor, the node and kind tiers' rollout scenarios with the StatefulSet's rolling update).
@@ -52,6 +53,8 @@ from tests.harness.ranges import count_replays, handoffs, percentile, read_range
 
 RESULTS = Path(__file__).resolve().parent / "results" / "handoff.json"
 HUB = "handoff"
+# After the load stops, the consumers have this long to handle every event sent.
+CATCH_UP_SECONDS = 60.0
 CONTAINER = "handoff"
 # A consumer's log line: its time, then hubshift's message about one partition.
 LINE = re.compile(
@@ -153,8 +156,8 @@ async def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     sizes = [int(size) for size in args.sizes.split(",")]
     work = Path(tempfile.mkdtemp(prefix="hubshift-bench-handoff-"))
     try:
-        changes = await drive(args, console, sizes, work)
-        return figures(args, sizes, changes, work)
+        changes, sent = await drive(args, console, sizes, work)
+        return figures(args, sizes, changes, work, sent)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -162,11 +165,12 @@ async def run(args: argparse.Namespace, console: Console) -> dict[str, Any]:
 
 async def drive(
     args: argparse.Namespace, console: Console, sizes: list[int], work: Path
-) -> list[tuple[float, int]]:
-    """The pool under load through `sizes`, one change after another: when each change was applied."""
+) -> tuple[list[tuple[float, int]], int]:
+    """The pool under load through `sizes`, one change after another: when each change was applied, and
+    how many events were sent."""
     from azure.storage.blob import BlobServiceClient
 
-    from hubshift.apps.produce import LoadSpec, send_load
+    from hubshift.apps.produce import LoadSpec, ProduceSummary, send_load
     from hubshift.emulator.launch import start_emulator
     from hubshift.manifest import parse_manifest
     from hubshift.operator.local.runner import LocalOperator
@@ -201,10 +205,11 @@ async def drive(
         task = asyncio.get_running_loop().create_task(operator.run(stop))
 
         spec = LoadSpec(homes=300, rate=args.rate, seed=1, interval=0.2)
+        rounds: list[ProduceSummary] = []  # the sender's running summary (its last round's is the total)
         load = threading.Thread(
             target=send_load,
             args=(emulator.connection_string, HUB, spec),
-            kwargs={"stop": stop_load},
+            kwargs={"stop": stop_load, "on_round": rounds.append},
             name="load",
             daemon=True,
         )
@@ -219,7 +224,12 @@ async def drive(
             await asyncio.sleep(args.settle)
         stop_load.set()
         load.join(timeout=30)
-        await asyncio.sleep(3)  # the last events handled
+        sent = rounds[-1].events if rounds else 0
+        deadline = time.monotonic() + CATCH_UP_SECONDS
+        while time.monotonic() < deadline:  # every event sent handled (or the figures say what is missing)
+            if count_replays(read_range_logs(output / "ranges"))[0] >= sent:
+                break
+            await asyncio.sleep(0.5)
         stop.set()
         await asyncio.wait_for(task, 30)
     finally:
@@ -229,11 +239,11 @@ async def drive(
         emulator.stop()
         if azurite is not None:
             azurite.stop()
-    return changes
+    return changes, sent
 
 
 def figures(
-    args: argparse.Namespace, sizes: list[int], changes: list[tuple[float, int]], work: Path
+    args: argparse.Namespace, sizes: list[int], changes: list[tuple[float, int]], work: Path, sent: int
 ) -> dict[str, Any]:
     """The run's figures from its consumers' logs and range logs (module docstring)."""
     lines = read_range_logs(work / "out" / "ranges")
@@ -258,7 +268,9 @@ def figures(
             c["worstWaitDuring"] is not None and steady is not None and c["worstWaitDuring"] <= 2 * steady
             for c in per_change
         ),
+        "sent": sent,
         "events": distinct,
+        "missing": sent - distinct,
         "replayed": replayed,
         "rows": rows,
     }
@@ -280,7 +292,7 @@ def report(result: dict[str, Any], console: Console) -> None:
     )
     console.print(
         f"worst wait during each change: {waits} s; steady {result['steadyWorstWait']:.2f} s; "
-        f"{result['events']} events, {result['replayed']} replayed"
+        f"{result['events']} of {result['sent']} events handled, {result['replayed']} replayed"
     )
 
 
@@ -310,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=1))
     console.print(f"wrote {args.output} ({result['seconds']} s)")
+    if result["missing"]:
+        console.print(f"[red]{result['missing']} events sent were never handled: a handoff lost them[/]")
+        return 1
     return 0
 
 
