@@ -4,8 +4,8 @@ all driven by one thread, delivering Arrow batches in the event row schema.
 One thread takes the partitions in turn, as the SDK's own EventProcessor does (`EventHubConsumer.receive`,
 one round of AMQP work per partition and turn); one thread per partition costs about twice the CPU per
 event for the GIL's sake (measured: docs/consumer.md). Each partition has its own client and connection,
-so closing one never disturbs the others. A short socket timeout keeps an idle partition from holding the
-turn long, and a partition that had nothing is asked again only a little later.
+so closing one never disturbs the others. A turn takes only the frames a link has ready (it does not wait
+on a quiet socket), and a partition that had nothing is asked again only a little later.
 
 - A link detached for a higher owner level (`amqp:link:stolen`) raises `ConnectionLostError` from the
   SDK at once: the partition is reported *stolen* and never retried.
@@ -43,8 +43,12 @@ log = logging.getLogger(__name__)
 MAX_BATCH = 1000
 PREFETCH = 1000
 RETRY_SECONDS = 1.0
-# How long one turn may wait on an idle partition's socket (the SDK's default is 0.2 s).
+# How long a read may wait on a partition's socket (the SDK's default is 0.2 s): a handshake's steps, and the
+# rest of a frame whose first bytes came. Once its link is open, a turn takes its first frame only if it is
+# there already and each further one if it comes within FOLLOW_SECONDS (`buffer_socket_reads`): the thread's
+# idle wait paces the loop, not one quiet socket while the other partitions' events wait.
 SOCKET_TIMEOUT_SECONDS = 0.05
+FOLLOW_SECONDS = 0.005
 # A partition that had nothing is asked again after this long; one whose link is opening, at once (with
 # this pause between rounds), until its first events or for OPENING_WINDOW_SECONDS after it was opened.
 IDLE_SECONDS = 0.1
@@ -55,8 +59,9 @@ OPENING_WINDOW_SECONDS = 1.0
 # not a busy loop; a handshake that takes longer goes on in later turns.
 HANDSHAKE_SECONDS = 0.5
 # The drains' last reads (`PartitionReceiver.close(final_read=True)`) stop for this long at most a round:
-# each can wait a socket timeout, and a consumer shedding 28 partitions at once must not hold the others'
-# turns for 28 of them (the rest leave without one; their events wait for the next owner, as before).
+# each can take a while (a link not read since its handshake waits a socket timeout), and a consumer
+# shedding 28 partitions at once must not hold the others' turns for 28 of them (the rest leave without
+# one; their events wait for the next owner, as before).
 FINAL_READS_SECONDS = 0.25
 # A drain's last read is for a partition that is caught up (at most this many events behind at its last
 # delivery) and delivers at most this many: the SDK engine's handler runs on the receiving thread, and a
@@ -317,7 +322,7 @@ class ReceiverPool:
                 receiver.opened_at = time.monotonic()
                 self._handshake(receiver)
             receiver.consumer.receive(True, MAX_BATCH, None)
-            buffer_socket_reads(receiver.consumer)
+            buffer_socket_reads(receiver.consumer, FOLLOW_SECONDS)
         except Exception as exc:
             if is_stolen(exc):
                 receiver.stolen = True

@@ -4,8 +4,8 @@ pyproject.toml; re-run bench/throughput.py and bench/control_loop.py after any u
 - Partition consumers are created the way the SDK's own EventProcessor does (`_create_consumer`), so one
   thread can take the partitions in turn (docs/consumer.md).
 - Received messages stay raw AMQP messages instead of an `EventData` each (`adopt_raw_messages`).
-- A connection's socket is read in chunks of up to 64 KiB instead of two reads per frame
-  (`buffer_socket_reads`).
+- A connection's socket is read in chunks of up to 64 KiB instead of two reads per frame, and a turn does
+  not wait out the socket timeout on a quiet link (`buffer_socket_reads`).
 - Management requests go over one long-lived link of the client's connection instead of a new link per
   request (`open_management_link`, `read_partition_properties`).
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import select
 import ssl
 import types
 from collections.abc import Callable, Sequence
@@ -89,8 +90,9 @@ def adopt_raw_messages(consumer: Any) -> None:
 READ_CHUNK = 64 * 1024  # below glibc's mmap threshold: a chunk is a plain allocation, not an mmap
 
 
-def buffer_socket_reads(consumer: Any) -> None:
-    """Make the socket of `consumer`'s connection (once it has one) read in chunks.
+def buffer_socket_reads(consumer: Any, follow: float | None = None) -> None:
+    """Make the socket of `consumer`'s connection (once it has one) read in chunks, and (`follow` given)
+    start a new turn of reads.
 
     pyamqp reads every frame with two `recv_into` calls, its 8-byte header and then its body, each a system
     call (two with the socket's timeout) and a trip through the interpreter: about a fifth of the receiving
@@ -99,15 +101,37 @@ def buffer_socket_reads(consumer: Any) -> None:
     and leaves what it read past a frame in the transport's own read buffer, which pyamqp's frame reader
     already consults first and restores after a timeout, so its timeout and error handling stay as they are.
     Idempotent and cheap: called after every turn, it also covers a connection the SDK re-opened. WebSocket
-    transports (which already read whole messages) and other SDK versions are left alone."""
+    transports (which already read whole messages) and other SDK versions are left alone.
+
+    `follow`: pyamqp reads up to a prefetch's worth of frames a turn and returns only when a read times out,
+    so every turn that read anything ended with a whole socket timeout of waiting on a link with nothing more
+    to give, and a turn on a quiet link waited one out too (a pass over 8 partitions: 8 of them, while the
+    others' events waited). With `follow`, the next turn's first frame is taken only if it is there already,
+    and each further one only if it comes within `follow` seconds (a burst's frames come back to back); the
+    socket timeout still bounds the rest of a frame whose first bytes came. The read ends as pyamqp's own
+    timeout ends it, nothing read and nothing lost."""
     handler = getattr(consumer, "_handler", None)
     transport: Any = getattr(getattr(handler, "_connection", None), "_transport", None)
-    if not issubclass(type(transport), SSLTransport) or getattr(transport, "_hubshift_chunked", False):
+    if not issubclass(type(transport), SSLTransport):
         return
-    if not isinstance(getattr(transport, "_read_buffer", None), BytesIO):
-        return
-    transport._read = types.MethodType(_chunked_read, transport)
-    transport._hubshift_chunked = True
+    if not getattr(transport, "_hubshift_chunked", False):
+        if not isinstance(getattr(transport, "_read_buffer", None), BytesIO):
+            return
+        transport._read = types.MethodType(_chunked_read, transport)
+        transport._hubshift_chunked = True
+    transport._hubshift_follow = follow
+    transport._hubshift_frames = 0
+
+
+def _frame_arrives(sock: Any, wait: float) -> bool:
+    """Whether the next frame's first bytes are readable within `wait` seconds (a TLS socket may hold them
+    decrypted already, where polling the socket cannot see them)."""
+    pending = getattr(sock, "pending", None)
+    if callable(pending) and pending() > 0:
+        return True
+    poller = select.poll()
+    poller.register(sock, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(wait * 1000))
 
 
 def _chunked_read(
@@ -121,7 +145,13 @@ def _chunked_read(
     `READ_CHUNK` bytes where it can; the bytes past `n` stay in `transport._read_buffer`."""
     view = buffer if buffer is not None else memoryview(bytearray(n))
     length = transport._read_buffer.readinto(view)  # what an earlier chunk left
+    follow: float | None = getattr(transport, "_hubshift_follow", None)
     try:
+        if initial and follow is not None:  # a frame's header: the turn's first frame, or a further one
+            frames: int = transport._hubshift_frames
+            transport._hubshift_frames = frames + 1
+            if length == 0 and not _frame_arrives(transport.sock, follow if frames else 0.0):
+                raise TimeoutError()  # a quiet link: the turn ends here, as on pyamqp's socket timeout
         while length < n:
             try:
                 data = transport.sock.recv(READ_CHUNK)

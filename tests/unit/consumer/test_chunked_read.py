@@ -39,6 +39,9 @@ class CountingSocket:
         self.reads += 1
         return self.sock.recv_into(view)
 
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
 
 @pytest.fixture
 def pair() -> Iterator[tuple[SASLTransport, CountingSocket, socket.socket]]:
@@ -53,9 +56,9 @@ def pair() -> Iterator[tuple[SASLTransport, CountingSocket, socket.socket]]:
     theirs.close()
 
 
-def chunked(transport: Any) -> None:
+def chunked(transport: Any, follow: float | None = None) -> None:
     buffer_socket_reads(
-        SimpleNamespace(_handler=SimpleNamespace(_connection=SimpleNamespace(_transport=transport)))
+        SimpleNamespace(_handler=SimpleNamespace(_connection=SimpleNamespace(_transport=transport))), follow
     )
 
 
@@ -120,3 +123,48 @@ def test_a_websocket_transport_keeps_its_own_read() -> None:
     chunked(websocket)
     assert websocket._read.__func__ is WebSocketTransport._read
     buffer_socket_reads(SimpleNamespace(_handler=None))  # not yet open: nothing to do
+
+
+def timed_read(transport: SASLTransport) -> tuple[float, tuple[int, bytes] | None]:
+    """(seconds taken, the frame) of one read; None when it timed out, as pyamqp's frame reader sees it."""
+    started = time.monotonic()
+    try:
+        _header, channel, payload = transport.read()
+    except TimeoutError:
+        return time.monotonic() - started, None
+    return time.monotonic() - started, (channel, bytes(payload))
+
+
+def test_a_turn_takes_the_frames_that_are_there_and_does_not_wait_on_a_quiet_link(pair: Any) -> None:
+    transport, _counting, theirs = pair  # the socket's own timeout: 1 s
+    chunked(transport, follow=0.02)
+    took, got = timed_read(transport)
+    assert got is None and took < 0.01  # the turn's first frame is not there: no wait at all
+
+    chunked(transport, follow=0.02)  # the next turn
+    theirs.sendall(frame(1, b"a" * 100) + frame(2, b"b" * 70000))  # the second crosses a chunk
+    assert timed_read(transport)[1] == (1, b"a" * 100)
+    assert timed_read(transport)[1] == (2, b"b" * 70000)
+    late = threading.Timer(0.005, theirs.sendall, args=(frame(3, b"c"),))
+    late.start()  # comes within the follow time: the same turn takes it
+    took, got = timed_read(transport)
+    late.join()
+    assert got == (3, b"c")
+    took, got = timed_read(transport)
+    assert got is None and 0.015 <= took < 0.5  # nothing more: the follow time, not the socket timeout
+
+    theirs.sendall(frame(4, b"d"))  # the turn ended; the frame waits for the next one
+    chunked(transport, follow=0.02)
+    assert timed_read(transport)[1] == (4, b"d")
+
+
+def test_a_frame_cut_after_its_first_bytes_still_waits_for_its_rest(pair: Any) -> None:
+    transport, _counting, theirs = pair
+    chunked(transport, follow=0.001)
+    whole = frame(5, b"e" * 300)
+    theirs.sendall(whole[:5])  # the header's first bytes: the read goes on with the socket's timeout
+    rest = threading.Timer(0.05, theirs.sendall, args=(whole[5:],))
+    rest.start()
+    took, got = timed_read(transport)
+    rest.join()
+    assert got == (5, b"e" * 300) and took >= 0.04
