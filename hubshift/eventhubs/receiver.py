@@ -43,10 +43,13 @@ log = logging.getLogger(__name__)
 MAX_BATCH = 1000
 PREFETCH = 1000
 RETRY_SECONDS = 1.0
-# How long a read may wait on a partition's socket (the SDK's default is 0.2 s): a handshake's steps, and the
-# rest of a frame whose first bytes came. Once its link is open, a turn takes its first frame only if it is
-# there already and each further one if it comes within FOLLOW_SECONDS (`buffer_socket_reads`): the thread's
-# idle wait paces the loop, not one quiet socket while the other partitions' events wait.
+# How long a read may wait on a partition's socket (the SDK's default is 0.2 s): a handshake's steps, the
+# rest of a frame whose first bytes came, and every read of a partition behind (its backlog comes as fast
+# as credit goes back: a pause on its socket is a round trip, and a turn that gave up on it would pause the
+# partition for IDLE_SECONDS). A partition caught up is a quiet link once its burst is read: a turn takes
+# its first frame only if it is there already and each further one if it comes within FOLLOW_SECONDS
+# (`buffer_socket_reads`), so the thread's idle wait paces the loop, not one quiet socket while the other
+# partitions' events wait.
 SOCKET_TIMEOUT_SECONDS = 0.05
 FOLLOW_SECONDS = 0.005
 # A partition that had nothing is asked again after this long; one whose link is opening, at once (with
@@ -169,6 +172,11 @@ class PartitionReceiver:
         """At its last delivery, at most `FINAL_READ_EVENTS` behind the partition's last enqueued event."""
         last, newest = self.last_sequence, self.last_enqueued_sequence
         return last is not None and newest is not None and newest - last <= FINAL_READ_EVENTS
+
+    def behind(self) -> bool:
+        """At its last delivery, more than `FINAL_READ_EVENTS` behind: the service has a backlog to send."""
+        last, newest = self.last_sequence, self.last_enqueued_sequence
+        return last is not None and newest is not None and newest - last > FINAL_READ_EVENTS
 
     def final_turn(self) -> None:
         """A drained link's last round of AMQP work (on the receiving thread), its events delivered: at most
@@ -322,7 +330,7 @@ class ReceiverPool:
                 receiver.opened_at = time.monotonic()
                 self._handshake(receiver)
             receiver.consumer.receive(True, MAX_BATCH, None)
-            buffer_socket_reads(receiver.consumer, FOLLOW_SECONDS)
+            buffer_socket_reads(receiver.consumer, None if receiver.behind() else FOLLOW_SECONDS)
         except Exception as exc:
             if is_stolen(exc):
                 receiver.stolen = True

@@ -6,14 +6,17 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from azure.eventhub import EventData
 from azure.eventhub._pyamqp import message as amqp
+from azure.eventhub._pyamqp.sasl import SASLTransport
 
 from hubshift.eventhubs.receiver import (
     FINAL_READS_SECONDS,
+    FOLLOW_SECONDS,
     HANDSHAKE_SECONDS,
     PartitionReceiver,
     ReceiverPool,
@@ -408,3 +411,18 @@ def test_a_batch_taken_from_the_link_as_the_drain_begins_leaves_no_hole_before_t
         assert len(sequences) == (5 if final_read else 3), sequences
     finally:
         pool.close(wait=10)
+
+
+@pytest.mark.parametrize(("behind", "follow"), [(0, FOLLOW_SECONDS), (500, None)])
+def test_a_partition_behind_is_read_patiently_and_one_caught_up_only_while_its_burst_lasts(
+    behind: int, follow: float | None
+) -> None:
+    pool = StandInPool()
+    pool.behind = behind
+    receiver = PartitionReceiver(pool, "0", 1, StartAt(), lambda _: None, lambda *_: None, lambda: True)
+    pool._open(receiver)
+    transport = SASLTransport("127.0.0.1", credential=None, port=5672, use_tls=False)  # never connected
+    receiver.consumer._handler = SimpleNamespace(_connection=SimpleNamespace(_transport=transport))
+    assert pool._turn(receiver)
+    # the next turn's reads: a backlog's pauses are credit round trips, a caught-up link's are quiet
+    assert transport._hubshift_follow == follow
