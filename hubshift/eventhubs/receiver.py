@@ -30,6 +30,7 @@ from azure.eventhub._utils import get_last_enqueued_event_properties
 
 from hubshift.eventhubs.rows import events_to_batch
 from hubshift.eventhubs.sdk_internals import (
+    TurnReads,
     buffer_socket_reads,
     create_partition_consumer,
     link_opened,
@@ -46,12 +47,12 @@ RETRY_SECONDS = 1.0
 # How long a read may wait on a partition's socket (the SDK's default is 0.2 s): a handshake's steps, the
 # rest of a frame whose first bytes came, and every read of a partition behind (its backlog comes as fast
 # as credit goes back: a pause on its socket is a round trip, and a turn that gave up on it would pause the
-# partition for IDLE_SECONDS). A partition caught up is a quiet link once its burst is read: a turn takes
-# its first frame only if it is there already and each further one if it comes within FOLLOW_SECONDS
-# (`buffer_socket_reads`), so the thread's idle wait paces the loop, not one quiet socket while the other
-# partitions' events wait.
+# partition for IDLE_SECONDS). A partition caught up is read a burst a turn (`CAUGHT_UP_TURN`,
+# `buffer_socket_reads`): its first frame only if it is there already, each further one if it comes within
+# 5 ms, and for at most 50 ms; the thread's idle wait paces the loop, not one quiet socket (nor one link
+# whose events come more often than the socket timeout) while the other partitions' events wait.
 SOCKET_TIMEOUT_SECONDS = 0.05
-FOLLOW_SECONDS = 0.005
+CAUGHT_UP_TURN = TurnReads(follow=0.005, budget=0.05)
 # A partition that had nothing is asked again after this long; one whose link is opening, at once (with
 # this pause between rounds), until its first events or for OPENING_WINDOW_SECONDS after it was opened.
 IDLE_SECONDS = 0.1
@@ -330,7 +331,7 @@ class ReceiverPool:
                 receiver.opened_at = time.monotonic()
                 self._handshake(receiver)
             receiver.consumer.receive(True, MAX_BATCH, None)
-            buffer_socket_reads(receiver.consumer, None if receiver.behind() else FOLLOW_SECONDS)
+            buffer_socket_reads(receiver.consumer, None if receiver.behind() else CAUGHT_UP_TURN)
         except Exception as exc:
             if is_stolen(exc):
                 receiver.stolen = True

@@ -18,8 +18,10 @@ import asyncio
 import errno
 import select
 import ssl
+import time
 import types
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from io import BytesIO
 from typing import Any
 
@@ -32,6 +34,7 @@ from hubshift.eventhubs.model import numeric_offset
 __all__ = [
     "EventData",
     "RawMessage",
+    "TurnReads",
     "adopt_raw_messages",
     "buffer_socket_reads",
     "create_partition_consumer",
@@ -90,9 +93,19 @@ def adopt_raw_messages(consumer: Any) -> None:
 READ_CHUNK = 64 * 1024  # below glibc's mmap threshold: a chunk is a plain allocation, not an mmap
 
 
-def buffer_socket_reads(consumer: Any, follow: float | None = None) -> None:
-    """Make the socket of `consumer`'s connection (once it has one) read in chunks, and (`follow` given)
-    start a new turn of reads.
+@dataclass(frozen=True)
+class TurnReads:
+    """How one turn reads a link's frames (`buffer_socket_reads`): its first frame only if it is there
+    already, each further one if it comes within `follow` seconds, and none started after `budget` seconds
+    (from the first) while the read buffer is empty."""
+
+    follow: float
+    budget: float
+
+
+def buffer_socket_reads(consumer: Any, turn: TurnReads | None = None) -> None:
+    """Make the socket of `consumer`'s connection (once it has one) read in chunks, and start a new turn of
+    reads (`turn`: how it ends; None: as pyamqp's, on a socket timeout).
 
     pyamqp reads every frame with two `recv_into` calls, its 8-byte header and then its body, each a system
     call (two with the socket's timeout) and a trip through the interpreter: about a fifth of the receiving
@@ -103,13 +116,13 @@ def buffer_socket_reads(consumer: Any, follow: float | None = None) -> None:
     Idempotent and cheap: called after every turn, it also covers a connection the SDK re-opened. WebSocket
     transports (which already read whole messages) and other SDK versions are left alone.
 
-    `follow`: pyamqp reads up to a prefetch's worth of frames a turn and returns only when a read times out,
-    so every turn that read anything ended with a whole socket timeout of waiting on a link with nothing more
-    to give, and a turn on a quiet link waited one out too (a pass over 8 partitions: 8 of them, while the
-    others' events waited). With `follow`, the next turn's first frame is taken only if it is there already,
-    and each further one only if it comes within `follow` seconds (a burst's frames come back to back); the
-    socket timeout still bounds the rest of a frame whose first bytes came. The read ends as pyamqp's own
-    timeout ends it, nothing read and nothing lost."""
+    `turn`: pyamqp reads up to a prefetch's worth of frames a turn and returns only when a read times out. So
+    every turn that read anything ended with a whole socket timeout of waiting on a link with nothing more to
+    give, a turn on a quiet link waited one out too, and a link whose events come more often than the socket
+    timeout (30 a second against 50 ms) held the turn until it had read a prefetch's worth, every other
+    partition's events waiting (and its own, undelivered until then). With `turn`, a turn ends at the first
+    quiet moment or at its budget; the read ends as pyamqp's own timeout ends it, nothing read and nothing
+    lost (the socket timeout still bounds the rest of a frame whose first bytes came)."""
     handler = getattr(consumer, "_handler", None)
     transport: Any = getattr(getattr(handler, "_connection", None), "_transport", None)
     if not issubclass(type(transport), SSLTransport):
@@ -119,8 +132,8 @@ def buffer_socket_reads(consumer: Any, follow: float | None = None) -> None:
             return
         transport._read = types.MethodType(_chunked_read, transport)
         transport._hubshift_chunked = True
-    transport._hubshift_follow = follow
-    transport._hubshift_frames = 0
+    transport._hubshift_turn = turn
+    transport._hubshift_turn_began = None
 
 
 def _frame_arrives(sock: Any, wait: float) -> bool:
@@ -145,13 +158,18 @@ def _chunked_read(
     `READ_CHUNK` bytes where it can; the bytes past `n` stay in `transport._read_buffer`."""
     view = buffer if buffer is not None else memoryview(bytearray(n))
     length = transport._read_buffer.readinto(view)  # what an earlier chunk left
-    follow: float | None = getattr(transport, "_hubshift_follow", None)
+    turn: TurnReads | None = getattr(transport, "_hubshift_turn", None)
     try:
-        if initial and follow is not None:  # a frame's header: the turn's first frame, or a further one
-            frames: int = transport._hubshift_frames
-            transport._hubshift_frames = frames + 1
-            if length == 0 and not _frame_arrives(transport.sock, follow if frames else 0.0):
-                raise TimeoutError()  # a quiet link: the turn ends here, as on pyamqp's socket timeout
+        if initial and length == 0 and turn is not None:  # a frame's header, nothing buffered
+            began: float | None = transport._hubshift_turn_began
+            now = time.monotonic()
+            if began is None:  # the turn's first frame: only if it is there
+                ends = not _frame_arrives(transport.sock, 0.0)
+                transport._hubshift_turn_began = now
+            else:
+                ends = now - began > turn.budget or not _frame_arrives(transport.sock, turn.follow)
+            if ends:
+                raise TimeoutError()  # the turn ends here, as on pyamqp's socket timeout
         while length < n:
             try:
                 data = transport.sock.recv(READ_CHUNK)

@@ -16,7 +16,7 @@ import pytest
 from azure.eventhub._pyamqp._transport import WebSocketTransport
 from azure.eventhub._pyamqp.sasl import SASLTransport
 
-from hubshift.eventhubs.sdk_internals import READ_CHUNK, buffer_socket_reads
+from hubshift.eventhubs.sdk_internals import READ_CHUNK, TurnReads, buffer_socket_reads
 
 
 def frame(channel: int, payload: bytes) -> bytes:
@@ -56,9 +56,9 @@ def pair() -> Iterator[tuple[SASLTransport, CountingSocket, socket.socket]]:
     theirs.close()
 
 
-def chunked(transport: Any, follow: float | None = None) -> None:
+def chunked(transport: Any, turn: TurnReads | None = None) -> None:
     buffer_socket_reads(
-        SimpleNamespace(_handler=SimpleNamespace(_connection=SimpleNamespace(_transport=transport))), follow
+        SimpleNamespace(_handler=SimpleNamespace(_connection=SimpleNamespace(_transport=transport))), turn
     )
 
 
@@ -137,11 +137,11 @@ def timed_read(transport: SASLTransport) -> tuple[float, tuple[int, bytes] | Non
 
 def test_a_turn_takes_the_frames_that_are_there_and_does_not_wait_on_a_quiet_link(pair: Any) -> None:
     transport, _counting, theirs = pair  # the socket's own timeout: 1 s
-    chunked(transport, follow=0.02)
+    chunked(transport, TurnReads(follow=0.02, budget=5.0))
     took, got = timed_read(transport)
     assert got is None and took < 0.01  # the turn's first frame is not there: no wait at all
 
-    chunked(transport, follow=0.02)  # the next turn
+    chunked(transport, TurnReads(follow=0.02, budget=5.0))  # the next turn
     theirs.sendall(frame(1, b"a" * 100) + frame(2, b"b" * 70000))  # the second crosses a chunk
     assert timed_read(transport)[1] == (1, b"a" * 100)
     assert timed_read(transport)[1] == (2, b"b" * 70000)
@@ -154,13 +154,13 @@ def test_a_turn_takes_the_frames_that_are_there_and_does_not_wait_on_a_quiet_lin
     assert got is None and 0.015 <= took < 0.5  # nothing more: the follow time, not the socket timeout
 
     theirs.sendall(frame(4, b"d"))  # the turn ended; the frame waits for the next one
-    chunked(transport, follow=0.02)
+    chunked(transport, TurnReads(follow=0.02, budget=5.0))
     assert timed_read(transport)[1] == (4, b"d")
 
 
 def test_a_frame_cut_after_its_first_bytes_still_waits_for_its_rest(pair: Any) -> None:
     transport, _counting, theirs = pair
-    chunked(transport, follow=0.001)
+    chunked(transport, TurnReads(follow=0.001, budget=5.0))
     whole = frame(5, b"e" * 300)
     theirs.sendall(whole[:5])  # the header's first bytes: the read goes on with the socket's timeout
     rest = threading.Timer(0.05, theirs.sendall, args=(whole[5:],))
@@ -168,3 +168,28 @@ def test_a_frame_cut_after_its_first_bytes_still_waits_for_its_rest(pair: Any) -
     took, got = timed_read(transport)
     rest.join()
     assert got == (5, b"e" * 300) and took >= 0.04
+
+
+def test_a_link_whose_frames_never_pause_holds_the_turn_for_its_budget_only(pair: Any) -> None:
+    transport, _counting, theirs = pair
+    stop = threading.Event()
+
+    def trickle() -> None:  # a frame every 2 ms: never quiet for the follow time
+        while not stop.is_set():
+            theirs.sendall(frame(1, b"t" * 40))
+            time.sleep(0.002)
+
+    writer = threading.Thread(target=trickle)
+    writer.start()
+    try:
+        time.sleep(0.01)
+        chunked(transport, TurnReads(follow=0.02, budget=0.1))
+        started, frames = time.monotonic(), 0
+        while timed_read(transport)[1] is not None:
+            frames += 1
+            assert time.monotonic() - started < 1.0, "the turn did not end"
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        writer.join()
+    assert frames >= 5 and 0.1 <= took < 0.3, (frames, took)

@@ -15,8 +15,8 @@ from azure.eventhub._pyamqp import message as amqp
 from azure.eventhub._pyamqp.sasl import SASLTransport
 
 from hubshift.eventhubs.receiver import (
+    CAUGHT_UP_TURN,
     FINAL_READS_SECONDS,
-    FOLLOW_SECONDS,
     HANDSHAKE_SECONDS,
     PartitionReceiver,
     ReceiverPool,
@@ -24,7 +24,7 @@ from hubshift.eventhubs.receiver import (
     is_stolen,
 )
 from hubshift.eventhubs.rows import EVENT_ARROW_SCHEMA, events_to_batch
-from hubshift.eventhubs.sdk_internals import adopt_raw_messages, track_last
+from hubshift.eventhubs.sdk_internals import TurnReads, adopt_raw_messages, track_last
 from hubshift.eventhubs.target import EventHubsTarget
 
 ENQUEUED_MS = 1_795_000_000_123
@@ -413,9 +413,9 @@ def test_a_batch_taken_from_the_link_as_the_drain_begins_leaves_no_hole_before_t
         pool.close(wait=10)
 
 
-@pytest.mark.parametrize(("behind", "follow"), [(0, FOLLOW_SECONDS), (500, None)])
+@pytest.mark.parametrize(("behind", "turn"), [(0, CAUGHT_UP_TURN), (500, None)])
 def test_a_partition_behind_is_read_patiently_and_one_caught_up_only_while_its_burst_lasts(
-    behind: int, follow: float | None
+    behind: int, turn: TurnReads | None
 ) -> None:
     pool = StandInPool()
     pool.behind = behind
@@ -425,4 +425,4 @@ def test_a_partition_behind_is_read_patiently_and_one_caught_up_only_while_its_b
     receiver.consumer._handler = SimpleNamespace(_connection=SimpleNamespace(_transport=transport))
     assert pool._turn(receiver)
     # the next turn's reads: a backlog's pauses are credit round trips, a caught-up link's are quiet
-    assert transport._hubshift_follow == follow
+    assert transport._hubshift_turn == turn
