@@ -3,7 +3,8 @@ handed to a handler on the receiver's thread (`hubshift consume --engine sdk`).
 
 It exists for the rebalance benchmark, which compares ownership protocols and must not measure JVM
 start-up, and for consumers that need no Spark. A batch counts as processed once the handler returned; a
-drained partition's final position is the last batch its handler finished.
+drained partition's final position is the last batch its handler finished. A batch is about a second of the
+handler's work (`HandlerPace`), so a drain waits for about that much.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pyarrow as pa
 from hubshift.consumer.engine import Committed, Drained, Notify, Stolen, not_started
 from hubshift.consumer.lag import ReadProgress
 from hubshift.consumer.ranges import BatchHandler
-from hubshift.eventhubs.receiver import PartitionReceiver, ReceiverPool, StartAt
+from hubshift.eventhubs.receiver import MAX_BATCH, PartitionReceiver, ReceiverPool, StartAt
 from hubshift.eventhubs.target import EventHubsTarget
 from hubshift.ownership.model import Checkpoint
 
@@ -28,6 +29,39 @@ if TYPE_CHECKING:
     from hubshift.consumer.metrics import ConsumerMetrics
 
 log = logging.getLogger(__name__)
+
+
+# A delivery is one call of the handler, on the receiving thread: every other partition's reads and every
+# drain wait for it. Once the handler's time per event is known, a delivery holds about this much of it (a
+# 20 ms-an-event handler took 1,000 events, 20 s, at a time: a drain past the handoff time, its new owner
+# breaking the lease and reading the batch again); before, FIRST_DELIVERY_EVENTS.
+DELIVERY_SECONDS = 1.0
+FIRST_DELIVERY_EVENTS = 100
+# Each delivery's time per event moves the estimate this share of the way (a slower handler counts soon).
+PACE_WEIGHT = 0.3
+
+
+class HandlerPace:
+    """The handler's time per event, smoothed, and the events per delivery that keep one near
+    `DELIVERY_SECONDS` (at least 1, at most the receivers' `MAX_BATCH`)."""
+
+    def __init__(self) -> None:
+        self.seconds_per_event: float | None = None
+
+    def record(self, events: int, seconds: float) -> None:
+        if events <= 0 or seconds < 0:
+            return
+        sample = seconds / events
+        known = self.seconds_per_event
+        self.seconds_per_event = sample if known is None else known + PACE_WEIGHT * (sample - known)
+
+    def batch_limit(self) -> int:
+        per_event = self.seconds_per_event
+        if per_event is None:
+            return FIRST_DELIVERY_EVENTS
+        if per_event <= 0:
+            return MAX_BATCH
+        return max(1, min(MAX_BATCH, int(DELIVERY_SECONDS / per_event)))
 
 
 @dataclass
@@ -53,6 +87,7 @@ class SdkEngine:
         self.notify: Notify = not_started
         self.handler = handler
         self._pool = pool or ReceiverPool(target)
+        self.pace = HandlerPace()
         self._lock = threading.Lock()
         self._reading: dict[str, _Reading] = {}
 
@@ -65,9 +100,11 @@ class SdkEngine:
         def deliver(batch: pa.RecordBatch) -> None:
             started = time.monotonic()
             self.handler(partition, owner_level, batch)
+            took = time.monotonic() - started
+            self.pace.record(batch.num_rows, took)
             if self.metrics is not None:
                 first = batch.column("enqueued_time")[0].as_py()
-                self.metrics.handled(partition, batch.num_rows, time.monotonic() - started, first)
+                self.metrics.handled(partition, batch.num_rows, took, first)
             last = batch.num_rows - 1
             position = Checkpoint(
                 offset=str(batch.column("offset")[last].as_py()),
@@ -86,7 +123,9 @@ class SdkEngine:
             previous = self._reading.pop(partition, None)
         if previous is not None:
             previous.receiver.close(wait=None)
-        receiver = self._pool.open(partition, owner_level, start, deliver, stolen)
+        receiver = self._pool.open(
+            partition, owner_level, start, deliver, stolen, batch_limit=self.pace.batch_limit
+        )
         with self._lock:
             self._reading[partition] = _Reading(receiver, owner_level)
 

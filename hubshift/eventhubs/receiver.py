@@ -115,6 +115,7 @@ class PartitionReceiver:
         deliver: Callable[[pa.RecordBatch], None],
         on_stolen: Callable[[str, int], None],
         has_room: Callable[[], bool],
+        batch_limit: Callable[[], int] = lambda: MAX_BATCH,
     ) -> None:
         self.pool = pool
         self.partition = partition
@@ -123,6 +124,7 @@ class PartitionReceiver:
         self.deliver = deliver
         self.on_stolen = on_stolen
         self.has_room = has_room
+        self.batch_limit = batch_limit  # events per delivery, at most MAX_BATCH
         self.stolen = False
         self.last_enqueued_sequence: int | None = None
         self.last_enqueued_time: dt.datetime | None = None  # of that event, when Event Hubs says
@@ -184,7 +186,7 @@ class PartitionReceiver:
         one socket wait (nothing to read) or one batch of at most `FINAL_READ_EVENTS`. A failure ends the
         drain where the last delivery left it."""
         try:
-            self.consumer.receive(True, FINAL_READ_EVENTS, None)
+            self.consumer.receive(True, min(FINAL_READ_EVENTS, self.batch_limit()), None)
         except Exception as exc:  # the link is closed next either way; the position stands
             log.debug("partition %s: the drain's last read failed: %r", self.partition, exc)
 
@@ -256,8 +258,11 @@ class ReceiverPool:
         deliver: Callable[[pa.RecordBatch], None],
         on_stolen: Callable[[str, int], None],
         has_room: Callable[[], bool] = lambda: True,
+        batch_limit: Callable[[], int] = lambda: MAX_BATCH,
     ) -> PartitionReceiver:
-        receiver = PartitionReceiver(self, partition, owner_level, start, deliver, on_stolen, has_room)
+        receiver = PartitionReceiver(
+            self, partition, owner_level, start, deliver, on_stolen, has_room, batch_limit
+        )
         with self._lock:
             self._receivers.append(receiver)
             if self._thread is None:
@@ -330,7 +335,7 @@ class ReceiverPool:
                 self._open(receiver)
                 receiver.opened_at = time.monotonic()
                 self._handshake(receiver)
-            receiver.consumer.receive(True, MAX_BATCH, None)
+            receiver.consumer.receive(True, max(1, min(MAX_BATCH, receiver.batch_limit())), None)
             buffer_socket_reads(receiver.consumer, None if receiver.behind() else CAUGHT_UP_TURN)
         except Exception as exc:
             if is_stolen(exc):
