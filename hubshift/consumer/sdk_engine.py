@@ -10,6 +10,7 @@ handler's work (`HandlerPace`), so a drain waits for about that much.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -59,9 +60,8 @@ class HandlerPace:
         per_event = self.seconds_per_event
         if per_event is None:
             return FIRST_DELIVERY_EVENTS
-        if per_event <= 0:
-            return MAX_BATCH
-        return max(1, min(MAX_BATCH, int(DELIVERY_SECONDS / per_event)))
+        events = DELIVERY_SECONDS / per_event if per_event > 0 else math.inf
+        return MAX_BATCH if events >= MAX_BATCH else max(1, int(events))
 
 
 @dataclass

@@ -186,7 +186,7 @@ class PartitionReceiver:
         one socket wait (nothing to read) or one batch of at most `FINAL_READ_EVENTS`. A failure ends the
         drain where the last delivery left it."""
         try:
-            self.consumer.receive(True, min(FINAL_READ_EVENTS, self.batch_limit()), None)
+            self.consumer.receive(True, max(1, min(FINAL_READ_EVENTS, self.batch_limit())), None)
         except Exception as exc:  # the link is closed next either way; the position stands
             log.debug("partition %s: the drain's last read failed: %r", self.partition, exc)
 

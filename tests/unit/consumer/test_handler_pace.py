@@ -29,6 +29,9 @@ def test_a_batch_is_about_a_second_of_the_handler_s_work() -> None:
     empty = HandlerPace()
     empty.record(0, 1.0)
     assert empty.batch_limit() == FIRST_DELIVERY_EVENTS
+    instant = HandlerPace()
+    instant.record(4, 2.2250738585072014e-308)  # a second over it is past any integer
+    assert instant.batch_limit() == MAX_BATCH
 
 
 def test_a_handler_that_slows_down_gets_smaller_batches_within_a_few_deliveries() -> None:
