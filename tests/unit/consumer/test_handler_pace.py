@@ -92,4 +92,4 @@ def test_the_sdk_engine_sizes_its_receivers_batches_by_its_own_handler() -> None
         {"offset": [str(i) for i in range(10)], "sequence_number": list(range(10))}
     )
     opened["deliver"](rows)
-    assert 50 <= opened["limit"]() <= 100
+    assert 20 <= opened["limit"]() <= 100  # about a second of 10 ms events (a busy machine sleeps longer)
