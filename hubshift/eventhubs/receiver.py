@@ -171,22 +171,32 @@ class PartitionReceiver:
             self.opened_at is None or time.monotonic() - self.opened_at < OPENING_WINDOW_SECONDS
         )
 
+    def events_behind(self) -> int | None:
+        """At its last delivery, how many events it was behind the partition's last enqueued one (None:
+        nothing delivered yet, or the service did not say)."""
+        last, newest = self.last_sequence, self.last_enqueued_sequence
+        return None if last is None or newest is None else newest - last
+
     def caught_up(self) -> bool:
         """At its last delivery, at most `FINAL_READ_EVENTS` behind the partition's last enqueued event."""
-        last, newest = self.last_sequence, self.last_enqueued_sequence
-        return last is not None and newest is not None and newest - last <= FINAL_READ_EVENTS
+        behind = self.events_behind()
+        return behind is not None and behind <= FINAL_READ_EVENTS
 
     def behind(self) -> bool:
         """At its last delivery, more than `FINAL_READ_EVENTS` behind: the service has a backlog to send."""
-        last, newest = self.last_sequence, self.last_enqueued_sequence
-        return last is not None and newest is not None and newest - last > FINAL_READ_EVENTS
+        behind = self.events_behind()
+        return behind is not None and behind > FINAL_READ_EVENTS
+
+    def batch_size(self) -> int:
+        """Events per delivery: what `batch_limit` says, within 1 and `MAX_BATCH`."""
+        return max(1, min(MAX_BATCH, self.batch_limit()))
 
     def final_turn(self) -> None:
         """A drained link's last round of AMQP work (on the receiving thread), its events delivered: at most
         one socket wait (nothing to read) or one batch of at most `FINAL_READ_EVENTS`. A failure ends the
         drain where the last delivery left it."""
         try:
-            self.consumer.receive(True, max(1, min(FINAL_READ_EVENTS, self.batch_limit())), None)
+            self.consumer.receive(True, min(FINAL_READ_EVENTS, self.batch_size()), None)
         except Exception as exc:  # the link is closed next either way; the position stands
             log.debug("partition %s: the drain's last read failed: %r", self.partition, exc)
 
@@ -335,7 +345,7 @@ class ReceiverPool:
                 self._open(receiver)
                 receiver.opened_at = time.monotonic()
                 self._handshake(receiver)
-            receiver.consumer.receive(True, max(1, min(MAX_BATCH, receiver.batch_limit())), None)
+            receiver.consumer.receive(True, receiver.batch_size(), None)
             buffer_socket_reads(receiver.consumer, None if receiver.behind() else CAUGHT_UP_TURN)
         except Exception as exc:
             if is_stolen(exc):
