@@ -29,6 +29,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tests.harness.ranges import percentile
+
 RESULTS = Path(__file__).resolve().parent / "results" / "receive_latency.json"
 PARTITIONS = 32
 OPEN_SECONDS = 8.0  # every link opened and its first credit given before anything is measured
@@ -142,10 +144,6 @@ def produce(connection_string: str, hub: str, busy: int, rate: float, seconds: f
     return sent
 
 
-def percentile(ordered: list[float], q: float) -> float:
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
 def run_side(side: str, connection_string: str, hub: str, args: argparse.Namespace) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", side, connection_string, hub]
     command += ["--idle-seconds", str(args.idle_seconds)]
@@ -162,12 +160,13 @@ def run_side(side: str, connection_string: str, hub: str, args: argparse.Namespa
         process.stdin.close()
         process.wait(30)
     ordered = report.pop("latencies")
+    p50, p99 = (None if (v := percentile(ordered, q)) is None else round(v, 3) for q in (0.5, 0.99))
     return {
         "side": side,
         "sent": sent,
         "delivered": len(ordered),
-        "p50": round(percentile(ordered, 0.5), 3),
-        "p99": round(percentile(ordered, 0.99), 3),
+        "p50": p50,
+        "p99": p99,
         "max": round(ordered[-1], 3) if ordered else None,
         "idleCpuPercent": round(report["idleCpu"] * 100, 1),
         "busyCpuPercent": round(report["busyCpu"] * 100, 1),
