@@ -11,6 +11,13 @@ on a quiet socket), and a partition that had nothing is asked again only a littl
   SDK at once: the partition is reported *stolen* and never retried.
 - Any other failure after the SDK's own retries: the client is closed and a new one opened right after
   the last delivered event (the SDK's processor would restart from its original position instead).
+
+Sequence numbers are contiguous within a partition, so what a receiver delivers is checked to be: each
+batch starts right after the last one delivered and has no hole. The SDK re-opens a failed link by itself
+from the last event it handed over, and keeps the events its old link had buffered, so repeats come
+in front of or amid the new link's events: repeats are dropped. A hole is never delivered: the link is
+opened again right after the last event delivered. A new link that starts later than asked is the hub's
+retention at work (those events expired): reported with `on_expired`, then delivered from there.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from azure.eventhub import EventHubConsumerClient
 from azure.eventhub._utils import get_last_enqueued_event_properties
@@ -92,6 +100,41 @@ class StartAt:
         return "-1", False
 
 
+class ReceiveGap(RuntimeError):
+    """A link delivered events with a hole that no expiry explains: it is opened again after the last event
+    delivered."""
+
+
+def in_order(sequence: Any, expected: int | None, *, fresh: bool) -> tuple[int, int, int | None, bool]:
+    """Which rows of a received batch to deliver, from its sequence numbers (a numpy array): `(begin, end,
+    expired_from, hole)`. Rows `[begin, end)` follow `expected` without a hole (repeats of events before
+    `expected` are dropped when they lead the batch); `expired_from`: on a `fresh` link (nothing delivered
+    since it opened), the first sequence number the hub no longer had when the link started later than
+    `expected` (events `[expired_from, sequence[begin])` expired), else None; `hole`: events after `end`
+    were dropped because a sequence number was missing (or repeated amid the batch)."""
+    count = len(sequence)
+    if count == 0:
+        return 0, 0, None, False
+    begin = 0
+    if expected is not None and sequence[0] < expected:
+        # repeats of what was delivered, in front of the batch (the SDK's buffer after its own re-open)
+        ahead = np.nonzero(sequence >= expected)[0]
+        if len(ahead) == 0:
+            return 0, 0, None, False
+        begin = int(ahead[0])
+    expired_from = None
+    first = int(sequence[begin])
+    if expected is not None and first > expected:
+        if not fresh:
+            return begin, begin, None, True
+        expired_from = expected
+    steps = np.diff(sequence[begin:])
+    breaks = np.nonzero(steps != 1)[0]
+    if len(breaks) == 0:
+        return begin, count, expired_from, False
+    return begin, begin + int(breaks[0]) + 1, expired_from, True
+
+
 def is_stolen(error: BaseException) -> bool:
     """A receiver disconnected because another one opened with a higher (or equal) owner level."""
     condition = getattr(error, "error", None)
@@ -104,6 +147,8 @@ class PartitionReceiver:
     `deliver(batch)` runs on the pool's thread and must not block: `has_room()` False pauses the partition
     instead (back-pressure: its AMQP credit runs out and the service holds the events). `on_stolen` runs
     once if a higher owner level took the partition; then the receiver has stopped for good.
+    `on_expired(first, last)` runs (on the pool's thread, before the delivery that follows them) when
+    events the receiver asked for had expired from the hub: it goes on after them.
     """
 
     def __init__(
@@ -116,6 +161,7 @@ class PartitionReceiver:
         on_stolen: Callable[[str, int], None],
         has_room: Callable[[], bool],
         batch_limit: Callable[[], int] = lambda: MAX_BATCH,
+        on_expired: Callable[[int, int], None] = lambda first, last: None,
     ) -> None:
         self.pool = pool
         self.partition = partition
@@ -125,11 +171,14 @@ class PartitionReceiver:
         self.on_stolen = on_stolen
         self.has_room = has_room
         self.batch_limit = batch_limit  # events per delivery, at most MAX_BATCH
+        self.on_expired = on_expired
         self.stolen = False
         self.last_enqueued_sequence: int | None = None
         self.last_enqueued_time: dt.datetime | None = None  # of that event, when Event Hubs says
         self.received = 0
         self.last_sequence: int | None = None
+        # Nothing delivered since the pool opened the current link: a later start than asked is an expiry.
+        self.link_fresh = True
         self.closing = threading.Event()
         # A drain: deliver what the link holds once more before it leaves the turns (and never drop a batch
         # taken from the link after the close: the last read would deliver past it, a hole in the stream).
@@ -205,6 +254,13 @@ class PartitionReceiver:
             return self.last_sequence, False
         return self.start.sdk_position()
 
+    def expected(self) -> int | None:
+        """The sequence number the next delivery starts with (None: whatever the hub has first)."""
+        if self.last_sequence is not None:
+            return self.last_sequence + 1
+        asked = self.start.sequence_number
+        return asked + 1 if asked is not None and asked >= 0 else None
+
     def on_events(self, events: list[Any]) -> None:
         # A close stops deliveries at once, even of a batch already taken from the link (nothing after it is
         # delivered, so the next owner reads it again) -- except a drain's, whose last read follows: its
@@ -212,10 +268,29 @@ class PartitionReceiver:
         if not events or (self.closing.is_set() and not self.final_read):
             return
         batch = events_to_batch(self.partition, events)
-        self._remember_start(batch)
-        self.deliver(batch)
-        self.last_sequence = int(batch.column("sequence_number")[-1].as_py())
-        self.received += batch.num_rows
+        expected = self.expected()
+        begin, end, expired_from, hole = in_order(
+            batch.column("sequence_number").to_numpy(), expected, fresh=self.link_fresh
+        )
+        if end > begin:
+            if begin or end < batch.num_rows:
+                batch = batch.slice(begin, end - begin)
+            first = int(batch.column("sequence_number")[0].as_py())
+            if expired_from is not None:
+                self.on_expired(expired_from, first - 1)
+            self._remember_start(batch)
+            self.deliver(batch)
+            self.last_sequence = first + batch.num_rows - 1
+            self.received += batch.num_rows
+            self.link_fresh = False
+        if hole:
+            after = self.last_sequence if self.last_sequence is not None else expected
+            raise ReceiveGap(
+                f"partition {self.partition}: events came with a hole after sequence number {after}; "
+                "reading again from there"
+            )
+        if end == begin:
+            return
         last_event = track_last(self.consumer, events)
         try:
             properties = get_last_enqueued_event_properties(last_event) or {}
@@ -269,9 +344,10 @@ class ReceiverPool:
         on_stolen: Callable[[str, int], None],
         has_room: Callable[[], bool] = lambda: True,
         batch_limit: Callable[[], int] = lambda: MAX_BATCH,
+        on_expired: Callable[[int, int], None] = lambda first, last: None,
     ) -> PartitionReceiver:
         receiver = PartitionReceiver(
-            self, partition, owner_level, start, deliver, on_stolen, has_room, batch_limit
+            self, partition, owner_level, start, deliver, on_stolen, has_room, batch_limit, on_expired
         )
         with self._lock:
             self._receivers.append(receiver)
@@ -397,6 +473,7 @@ class ReceiverPool:
             socket_timeout=SOCKET_TIMEOUT_SECONDS,
         )
         position, inclusive = receiver.position()
+        receiver.link_fresh = True
         receiver.client = client
         receiver.consumer = create_partition_consumer(
             client,

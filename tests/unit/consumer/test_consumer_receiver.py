@@ -13,14 +13,18 @@ import pytest
 from azure.eventhub import EventData
 from azure.eventhub._pyamqp import message as amqp
 from azure.eventhub._pyamqp.sasl import SASLTransport
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hubshift.eventhubs.receiver import (
     CAUGHT_UP_TURN,
     FINAL_READS_SECONDS,
     HANDSHAKE_SECONDS,
     PartitionReceiver,
+    ReceiveGap,
     ReceiverPool,
     StartAt,
+    in_order,
     is_stolen,
 )
 from hubshift.eventhubs.rows import EVENT_ARROW_SCHEMA, events_to_batch
@@ -426,3 +430,56 @@ def test_a_partition_behind_is_read_patiently_and_one_caught_up_only_while_its_b
     assert pool._turn(receiver)
     # the next turn's reads: a backlog's pauses are credit round trips, a caught-up link's are quiet
     assert transport._hubshift_turn == turn
+
+
+# --- what a receiver delivers is contiguous ---------------------------------------------------------------
+
+
+def test_repeats_in_front_of_a_batch_are_dropped_and_a_hole_ends_the_delivery() -> None:
+    import numpy as np
+
+    def order(seq: list[int], expected: int | None, fresh: bool = False) -> tuple[int, int, int | None, bool]:
+        return in_order(np.array(seq, dtype=np.int64), expected, fresh=fresh)
+
+    assert order([5, 6, 7], 5) == (0, 3, None, False)
+    assert order([5, 6, 7], None) == (0, 3, None, False)
+    # the SDK's buffer after its own re-open: the old link's events, then the new link's from the same place
+    assert order([3, 4, 5, 6, 3, 4, 5, 6, 7], 5) == (2, 4, None, True)
+    assert order([3, 4], 5) == (0, 0, None, False)  # nothing new
+    assert order([5, 6, 9, 10], 5) == (0, 2, None, True)  # a hole amid the batch
+    assert order([8, 9], 5) == (0, 0, None, True)  # a hole in front, on a link that delivered already
+    assert order([8, 9], 5, fresh=True) == (0, 2, 5, False)  # a new link started later: 5-7 expired
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 40), st.integers(1, 8)), min_size=1, max_size=20),
+    st.integers(1, 30),
+)
+def test_whatever_the_links_hand_over_a_receiver_delivers_a_contiguous_stream(
+    chunks: list[tuple[int, int]], start: int
+) -> None:
+    """Any sequence of batches (repeats, overlaps, holes, as re-opened links and the SDK's buffer give them)
+    comes out as one contiguous stream from the start position, every hole ending a delivery; a hole is
+    passed over only on a link opened again, and then reported as expired before the delivery after it."""
+    receiver = PartitionReceiver(
+        StandInPool(),
+        "0",
+        1,
+        StartAt(sequence_number=start - 1),
+        lambda b: None,
+        lambda *_: None,
+        lambda: True,
+        on_expired=lambda first, last: delivered.extend(range(first, last + 1)),
+    )
+    delivered: list[int] = []
+    receiver.deliver = lambda batch: delivered.extend(batch.column("sequence_number").to_pylist())
+    receiver.consumer = SimpleNamespace()
+    for first, count in chunks:
+        try:
+            receiver.on_events([received(n, b"x")._message for n in range(first, first + count)])
+        except ReceiveGap:
+            receiver.link_fresh = True  # the pool opens the link again after the last delivered event
+    if delivered:  # the events and the expired stretches, in the order they were reported
+        assert delivered[0] == start
+        assert delivered == list(range(start, start + len(delivered)))
+        assert receiver.last_sequence == delivered[-1]
