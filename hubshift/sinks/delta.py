@@ -25,6 +25,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from hubshift.errors import UserError, one_line
 from hubshift.sinks.base import SinkKind, Transform, WriterBatch, WriterContext
@@ -58,6 +59,22 @@ SESSION_CONF = {
 }
 # A commit that lost to another one on the same partitions is tried again this many times in all.
 COMMIT_ATTEMPTS = 3
+# Delta's answers to a commit that lost a race, each safe to try again from a fresh snapshot (the high-water
+# marks are read again): another writer of the same partitions (a deposed owner still finishing), and two
+# consumers creating the table at once (the later one's first commit finds the protocol and metadata the
+# other set).
+CONFLICTS = (
+    "ConcurrentTransactionException",
+    "ProtocolChangedException",
+    "MetadataChangedException",
+    "ConcurrentAppendException",
+)
+
+
+def lost_a_race(error: BaseException) -> bool:
+    """Whether a commit failed because another commit came first (Delta's conflict checks)."""
+    text = str(error)
+    return any(name in text for name in CONFLICTS)
 
 
 class DeltaSinkSpec(SparkPathSpec):
@@ -90,14 +107,16 @@ class DeltaSink:
         return f"hubshift/{self.scope}/{partition}"
 
     def write_batch(self, events: DataFrame, transform: Transform, batch: WriterBatch) -> list[WrittenFile]:
-        for attempt in range(1, COMMIT_ATTEMPTS + 1):
-            try:
-                return self._commit(events, transform, batch)
-            except Exception as error:
-                if "ConcurrentTransactionException" not in str(error) or attempt == COMMIT_ATTEMPTS:
-                    raise
-                log.warning("%s: another commit changed these partitions; trying again", self.describe())
-        raise AssertionError("unreachable")
+        def again(state: RetryCallState) -> None:
+            log.info("%s: another commit came first; trying again from the table's new version", self.path)
+
+        retrying = Retrying(
+            stop=stop_after_attempt(COMMIT_ATTEMPTS),
+            retry=retry_if_exception(lost_a_race),
+            before_sleep=again,
+            reraise=True,
+        )
+        return retrying(self._commit, events, transform, batch)
 
     def _commit(
         self, events: DataFrame, transform: Transform, batch: WriterBatch, *, again: bool = False

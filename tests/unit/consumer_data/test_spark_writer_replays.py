@@ -174,3 +174,13 @@ def test_a_java_failure_reads_as_its_exception_and_message() -> None:
     )
     assert java_reason(OSError("disk full")) == "disk full"  # not Java's: as it is
     assert len(java_reason(RuntimeError("x " * 500))) <= 300
+
+
+def test_a_delta_commit_that_lost_a_race_is_tried_again_and_nothing_else_is() -> None:
+    from hubshift.sinks.delta import lost_a_race
+
+    relayed = "An error occurred while calling o410.commit.\n: io.delta.exceptions.{}: ... concurrent update"
+    for name in ("ConcurrentTransactionException", "ProtocolChangedException", "MetadataChangedException"):
+        assert lost_a_race(RuntimeError(relayed.format(name)))  # two consumers creating the table at once
+    assert not lost_a_race(RuntimeError(relayed.format("DeltaAnalysisException")))
+    assert not lost_a_race(PermissionError("denied"))
