@@ -160,6 +160,12 @@ class ConsumerMetrics:
         self.dead_letters = Counter(
             f"{PREFIX}_dead_letters", "Events sent to the dead-letter location.", registry=r
         )
+        self.expired = Counter(
+            f"{PREFIX}_events_expired",
+            "Events that expired from the hub before they were read (its retention passed the checkpoint).",
+            PARTITION_LABELS,
+            registry=r,
+        )
         self.batches = Counter(
             f"{PREFIX}_batches", "Batches, by result (ok, failed).", ["result"], registry=r
         )
@@ -325,6 +331,9 @@ class ConsumerMetrics:
         self.events.labels(*self._hub, partition).inc(events)
         if first_enqueued is not None:
             self.enqueue_to_sink.observe(max(0.0, now - first_enqueued.timestamp()))
+
+    def events_expired(self, partition: str, events: int) -> None:
+        self.expired.labels(*self._hub, partition).inc(events)
 
     def set_spool(self, events: int) -> None:
         self.spool.set(max(0, events))

@@ -15,6 +15,11 @@ writes the function's result (a second job). The commit record goes last, from t
 `process_batch` returns, everything it reports is durable in the sink, so the consumer may checkpoint
 exactly `summary.partitions`; if it raises, nothing of the batch counts (files without a commit record are
 ignored) and the batch can run again.
+
+With the batch's plan (`SpoolRead`: the ranges Spark's offset log says it read), every path checks that the
+batch holds every event of those ranges before anything is committed (`offsets.incomplete`): a batch with
+a hole raises `IncompleteBatch` and is read again, so no sink's high-water mark or commit record ever
+passes an event it did not write.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from hubshift.consumer.spark import spool
-from hubshift.consumer.spark.offsets import ReadRange
+from hubshift.consumer.spark.offsets import Found, ReadRange, incomplete
 from hubshift.consumer.spark.poison import Key, evaluate, find_poison_events, keys_where
 from hubshift.pipelines.base import (
     DEAD_LETTER_REASON,
@@ -58,6 +63,32 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame
 
+Verify = Callable[[Mapping[str, PartitionRange]], None]
+
+
+class IncompleteBatch(RuntimeError):
+    """A micro-batch that does not hold every event its plan read: nothing of it is committed."""
+
+
+def verifier(batch_id: int, reads: SpoolRead | None) -> Verify:
+    """The check of a batch's ranges against its plan (nothing to check without one)."""
+
+    def verify(ranges: Mapping[str, PartitionRange]) -> None:
+        if reads is None:
+            return
+        found = {
+            p: Found(r.first_sequence_number, r.last_sequence_number, r.events) for p, r in ranges.items()
+        }
+
+        def expired(r: ReadRange) -> int:
+            return spool.expired_within(reads.root, r.partition, r.owner_level, r.start, r.end)
+
+        reason = incomplete(reads.ranges, found, expired)
+        if reason is not None:
+            raise IncompleteBatch(f"batch {batch_id} is not written: {reason}; it is read again")
+
+    return verify
+
 
 def process_batch(
     events: DataFrame,
@@ -77,6 +108,7 @@ def process_batch(
     started = clock()
     moment = now()
     handled = dict(handled or {})
+    verify = verifier(batch_id, reads)
     if isinstance(sink, BatchWriter):
         stem = batch_stem(consumer_id, RUN, batch_id)
         if not isinstance(pipeline, FramePipeline):
@@ -84,16 +116,17 @@ def process_batch(
                 f"sink {sink.name} takes a DataFrame pipeline's rows; {pipeline.name} writes lines"
             )
         ranges, files = _run_with_writer(
-            pipeline, events, sink, WriterStart(batch_id, consumer_id, stem, moment), handled
+            pipeline, events, sink, WriterStart(batch_id, consumer_id, stem, moment), handled, verify
         )
         return _summary(consumer_id, batch_id, ranges, files, stem, clock() - started)
     stem = batch_stem(consumer_id, sink.run, batch_id)
     if isinstance(pipeline, EditingPipeline):
-        ranges, files = _run_edited(pipeline, events, sink.task_writer(stem, moment), handled)
+        ranges, files = _run_edited(pipeline, events, sink.task_writer(stem, moment), handled, verify)
     elif isinstance(pipeline, TaskPipeline):
         ranges, files = _run_in_tasks(pipeline, events, sink.task_writer(stem, moment), handled, reads)
+        verify(ranges)  # the tasks' files are not committed yet: the commit record below does that
     elif isinstance(pipeline, FramePipeline):
-        ranges, files = _run_on_frames(pipeline, events, sink, stem, moment, handled)
+        ranges, files = _run_on_frames(pipeline, events, sink, stem, moment, handled, verify)
     else:
         raise TypeError(f"{type(pipeline).__name__} has neither process_task nor transform")
     if not ranges:
@@ -370,12 +403,14 @@ def _run_on_frames(
     stem: str,
     moment: datetime,
     handled: Mapping[str, int],
+    verify: Verify,
 ) -> tuple[dict[str, PartitionRange], list[WrittenFile]]:
     def poison_free(live: DataFrame, poison: dict[Key, str]) -> PipelineResult:
         return _without_poison(pipeline, live, poison)
 
     with _cached(pipeline.prepare(events)) as prepared:
         ranges = partition_ranges(prepared)
+        verify(ranges)
         if not ranges:
             return {}, []
         live = _not_handled(prepared, handled)
@@ -409,12 +444,14 @@ def _run_with_writer(
     writer: BatchWriter,
     start: WriterStart,
     handled: Mapping[str, int],
+    verify: Verify,
 ) -> tuple[dict[str, PartitionRange], list[WrittenFile]]:
     def poison_free(poison: dict[Key, str]) -> Transform:
         return lambda frame: _without_poison(pipeline, frame, poison)
 
     with _cached(pipeline.prepare(events)) as prepared:
         ranges = partition_ranges(prepared)
+        verify(ranges)
         if not ranges:
             return {}, []
         batch = WriterBatch(start.batch_id, start.consumer_id, start.stem, start.when, ranges)
@@ -433,7 +470,11 @@ def _run_with_writer(
 
 
 def _run_edited(
-    pipeline: EditingPipeline, events: DataFrame, writer: TaskWriter, handled: Mapping[str, int]
+    pipeline: EditingPipeline,
+    events: DataFrame,
+    writer: TaskWriter,
+    handled: Mapping[str, int],
+    verify: Verify,
 ) -> tuple[dict[str, PartitionRange], list[WrittenFile]]:
     def poison_free(live: DataFrame, poison: dict[Key, str]) -> list[WrittenFile]:
         where = keys_where(sorted(poison))
@@ -444,6 +485,7 @@ def _run_edited(
     task = BatchTask(pipeline, writer, ranges=False)
     with _cached(events) as prepared:
         ranges = partition_ranges(prepared)
+        verify(ranges)
         if not ranges:
             return {}, []
         live = _not_handled(prepared, handled)

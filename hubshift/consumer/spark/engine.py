@@ -13,6 +13,13 @@ says under which owner level each partition was read and which version of the ow
 and a partition drained at version G is `Drained` after the first batch planned at G or later (no later
 batch reads it). Spark's checkpoint folder is scratch, new for every query start; if the query fails it is
 started again from what was committed.
+
+A batch is committed only whole: `process_batch` checks that it holds every event of the ranges the offset
+log planned (`offsets.incomplete`), and the spool's read fails rather than hand on a range with a hole. So
+an epoch's spool folder is removed only once no batch can read it any more: a drained or stopped
+partition's when the first batch planned after the change is done (or the query starts again), never under
+a batch in flight (a stop removing it at once once let a batch commit a partition's range with the
+segments a concurrent removal had taken already missing, and the sink's high-water mark moved past them).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -55,6 +62,7 @@ from hubshift.ownership.model import Checkpoint
 from hubshift.pipelines import build_pipeline
 from hubshift.sinks import build_sink, build_store
 from hubshift.sinks.base import BatchWriter
+from hubshift.sinks.commits import BatchSummary
 from hubshift.spec import SparkSpec
 
 if TYPE_CHECKING:
@@ -98,6 +106,15 @@ def offset_of_batch(checkpoint_dir: Path, batch_id: int) -> SourceOffset | None:
     return SourceOffset.from_json(json.loads(lines[2]))
 
 
+@dataclass(frozen=True)
+class _Retired:
+    """An epoch no longer read whose spool folder waits for the batches planned before `version` to end."""
+
+    partition: str
+    owner_level: int
+    version: int
+
+
 @dataclass
 class _Partition:
     owner_level: int
@@ -107,6 +124,7 @@ class _Partition:
     committed: Checkpoint | None = None
     committed_next: int | None = None  # first sequence number not yet committed (spool trimming)
     spooled_next: int | None = None  # one past the last sequence number spooled
+    start: StartAt = field(default_factory=StartAt)  # where the epoch's receiving began
 
 
 class SparkEngine:
@@ -151,6 +169,7 @@ class SparkEngine:
         self._scratch_full_reported = False
         # Events of the last few batches by id, for their progress (a task may read the spool itself).
         self._rows_by_batch: dict[int, int] = {}
+        self._retired: list[_Retired] = []
         self._listener: ProgressListener | None = None
         # Receivers stay at most this far ahead of what was committed (per partition).
         self.max_ahead = max(2 * spec.spark.max_events_per_trigger, 20_000)
@@ -273,7 +292,8 @@ class SparkEngine:
             log.debug("reading the JVM's figures: %r", exc)
 
     def _restart_from_committed(self) -> None:
-        """A new query reads each partition from its first uncommitted event; drains are complete."""
+        """A new query reads each partition from its first uncommitted event; drains are complete. An
+        epoch whose spool can no longer give that whole (the batch failed on a hole) is received again."""
         drained = []
         with self._lock:
             for partition, state in list(self._partitions.items()):
@@ -282,11 +302,16 @@ class SparkEngine:
                     del self._partitions[partition]
                 elif state.committed_next is not None:
                     state.next_sequence = state.committed_next
+            broken = [(p, s) for p, s in self._partitions.items() if not self._spool_whole(p, s)]
+        for partition, state in broken:
+            self._respool(partition, state)
+        with self._lock:
             self._ownership_version += 1
             self._write_ownership()
         for partition, state in drained:
             spool.remove_epoch(self.spool_root, partition, state.owner_level)
             self.notify(Drained(partition, state.owner_level, state.committed))
+        self._remove_retired(None)  # the query is gone: no batch reads them
         if self._checkpoint_dir is not None:
             shutil.rmtree(self._checkpoint_dir, ignore_errors=True)
 
@@ -317,13 +342,35 @@ class SparkEngine:
     def start_partition(
         self, partition: str, owner_level: int, start: StartAt, next_sequence: int | None
     ) -> None:
+        with self._lock:
+            previous = self._partitions.get(partition)
+            self._partitions[partition] = _Partition(owner_level, next_sequence, None, start=start)
+            # No new version for a claim: the partition changes the offsets once its first events are
+            # spooled. One for an epoch it replaces, whose folder then waits for the batches before it.
+            if previous is not None:
+                self._ownership_version += 1
+            self._write_ownership()
+        if previous is not None:
+            self._forget(partition, previous)
+        self._receive(partition, owner_level, start)
+
+    def _receive(self, partition: str, owner_level: int, start: StartAt) -> None:
+        """Open the epoch's receiver, spooling what it delivers; it stays with the epoch's state."""
+
         def deliver(batch: pa.RecordBatch) -> None:
             with self._lock:
                 state = self._partitions.get(partition)
                 if state is None or state.owner_level != owner_level or state.draining_since is not None:
                     return
+                after = state.spooled_next
+            first = int(batch.column("sequence_number")[0].as_py())
+            if after is not None and first < after:
+                # delivered again after a failure that came once it was spooled: only what is new
+                batch = batch.slice(min(batch.num_rows, after - first))
+                if batch.num_rows == 0:
+                    return
             try:
-                spool.write_segment(self.spool_root, partition, owner_level, batch)
+                spool.write_segment(self.spool_root, partition, owner_level, batch, after=after)
             except OSError as exc:
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                     self._scratch_full(exc)
@@ -332,25 +379,72 @@ class SparkEngine:
                 state.spooled_next = int(batch.column("sequence_number")[-1].as_py()) + 1
             self._report_spool()
 
+        def expired(first: int, last: int) -> None:
+            with self._lock:
+                state = self._partitions.get(partition)
+                if state is None or state.owner_level != owner_level:
+                    return
+                after = state.spooled_next if state.spooled_next is not None else state.next_sequence
+                if after is not None and last < after:
+                    return  # recorded already (the delivery after it failed and came again)
+            spool.write_expired(self.spool_root, partition, owner_level, first, last)
+            with self._lock:
+                state.spooled_next = last + 1
+            log.warning(
+                "partition %s: %d events (sequence numbers %d-%d) expired from the hub before they were "
+                "read: its retention passed the checkpoint",
+                partition,
+                last - first + 1,
+                first,
+                last,
+            )
+            if self.metrics is not None:
+                self.metrics.events_expired(partition, last - first + 1)
+
         def stolen(partition_id: str, level: int) -> None:
             self.notify(Stolen(partition_id, level))
 
-        with self._lock:
-            previous = self._partitions.get(partition)
-            self._partitions[partition] = _Partition(owner_level, next_sequence, None)
-            # No new version: the partition changes the offsets once its first events are spooled.
-            self._write_ownership()
-        if previous is not None:
-            self._forget(partition, previous)
         receiver = self._pool.open(
-            partition, owner_level, start, deliver, stolen, lambda: self._has_room(partition, owner_level)
+            partition,
+            owner_level,
+            start,
+            deliver,
+            stolen,
+            lambda: self._has_room(partition, owner_level),
+            on_expired=expired,
         )
         with self._lock:
             state = self._partitions.get(partition)
-            if state is not None and state.owner_level == owner_level:
+            if state is not None and state.owner_level == owner_level and state.draining_since is None:
                 state.receiver = receiver
                 return
         receiver.close(wait=None)  # stopped or drained meanwhile
+
+    def _respool(self, partition: str, state: _Partition) -> None:
+        """Receive an epoch again from its first uncommitted event into an empty spool folder: what it had
+        spooled cannot give its ranges whole (a segment lost). Its old link is closed first, so the new one
+        at the same owner level is not taken for another owner's."""
+        receiver, state.receiver = state.receiver, None
+        if receiver is not None:
+            receiver.close(wait=10)
+            receiver.closed.wait(10)
+        spool.remove_epoch(self.spool_root, partition, state.owner_level)
+        with self._lock:
+            state.spooled_next = None
+            begin = state.committed_next if state.committed_next is not None else state.next_sequence
+            state.next_sequence = begin
+        start = state.start if begin is None else StartAt(sequence_number=begin - 1)
+        log.warning("partition %s: its spool lost events; receiving it again from %s", partition, begin)
+        self._receive(partition, state.owner_level, start)
+
+    def _spool_whole(self, partition: str, state: _Partition) -> bool:
+        """Whether the epoch's spool holds, without a hole, everything from its first uncommitted event to
+        the last one spooled."""
+        if state.spooled_next is None:
+            return True
+        held = spool.extent(self.spool_root, partition, state.owner_level)
+        begin = state.committed_next if state.committed_next is not None else state.next_sequence
+        return held is not None and held.next == state.spooled_next and (begin is None or held.first <= begin)
 
     def drain_partition(self, partition: str) -> None:
         with self._lock:
@@ -390,10 +484,23 @@ class SparkEngine:
         self._forget(partition, state)
 
     def _forget(self, partition: str, state: _Partition) -> None:
+        """Stop receiving an epoch at once; its spool folder stays until no batch can read it (a batch
+        planned before the ownership file's current version may be reading it now)."""
         if state.receiver is not None:
             state.receiver.close(wait=None)
-        # A batch reading it now finds fewer segments: read() skips what is gone.
-        spool.remove_epoch(self.spool_root, partition, state.owner_level)
+        with self._lock:
+            self._retired.append(_Retired(partition, state.owner_level, self._ownership_version))
+
+    def _remove_retired(self, planned_at: int | None) -> None:
+        """Remove the retired epochs that no batch reads any more: those retired at or before the version
+        `planned_at` a finished batch was planned with (None: every one, no query runs)."""
+        with self._lock:
+            done = [r for r in self._retired if planned_at is None or r.version <= planned_at]
+            self._retired = [r for r in self._retired if r not in done]
+            current = {(p, s.owner_level) for p, s in self._partitions.items()}
+        for retired in done:
+            if (retired.partition, retired.owner_level) not in current:
+                spool.remove_epoch(self.spool_root, retired.partition, retired.owner_level)
 
     def progress(self) -> dict[str, ReadProgress]:
         with self._lock:
@@ -468,6 +575,10 @@ class SparkEngine:
         end = offset_of_batch(self._checkpoint_dir, batch_id)
         started = time.monotonic()
         try:
+            reads = self._reads(batch_id, end)
+            if end is None or reads is None:
+                # Without its plan a batch cannot be checked whole: it is not written, and is read again.
+                raise RuntimeError(f"batch {batch_id}: Spark's offset log does not say what it read")
             summary = process_batch(
                 events,
                 batch_id,
@@ -475,7 +586,7 @@ class SparkEngine:
                 self.pipeline,
                 self.sink,
                 handled=self.handled,
-                reads=self._reads(batch_id, end),
+                reads=reads,
             )
         except Exception:
             if self.metrics is not None:
@@ -486,10 +597,12 @@ class SparkEngine:
         self._rows_by_batch[batch_id] = sum(done.events for done in summary.partitions.values())
         for old in [b for b in self._rows_by_batch if b < batch_id - 8]:
             del self._rows_by_batch[old]
-        if end is None:
-            log.warning("batch %d: no offset log entry; its progress is not checkpointed", batch_id)
-            return
         self._restarts = 0
+        self._batch_done(end, summary)
+
+    def _batch_done(self, end: SourceOffset, summary: BatchSummary) -> None:
+        """A batch is in the sink: its partitions' positions are committed (and reported), drains planned
+        before it are done, the spool is trimmed, and epochs no batch reads any more are removed."""
         committed = []
         drained = []
         with self._lock:
@@ -516,6 +629,7 @@ class SparkEngine:
         for partition, state in drained:
             spool.remove_epoch(self.spool_root, partition, state.owner_level)
             self.notify(Drained(partition, state.owner_level, state.committed))
+        self._remove_retired(end.ownership_version)
 
 
 def session_conf(spark: SparkSpec, sink: object, environ: Mapping[str, str]) -> dict[str, str]:

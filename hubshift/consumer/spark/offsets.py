@@ -17,7 +17,7 @@ An offset is `{"g": ownership version, "p": {partition: {"e": level, "f": first,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -198,3 +198,42 @@ def plan_ranges(start: SourceOffset | None, end: SourceOffset) -> list[ReadRange
 
 def total(ranges: Iterable[ReadRange]) -> int:
     return sum(r.count for r in ranges)
+
+
+@dataclass(frozen=True)
+class Found:
+    """What a batch holds of one partition: its first and last sequence numbers and how many events."""
+
+    first: int
+    last: int
+    events: int
+
+
+def incomplete(
+    planned: Iterable[ReadRange], found: Mapping[str, Found], expired: Callable[[ReadRange], int]
+) -> str | None:
+    """Why a batch does not hold exactly the events its plan read, or None when it does.
+
+    Sequence numbers are contiguous within a partition, so a range `[start, end)` holds `end - start`
+    events, less those that expired from the hub before they were read (`expired(range)`, asked only when
+    the count falls short). A batch with events of a partition its plan did not read is refused too."""
+    ranges = {r.partition: r for r in planned}
+    for partition in sorted(found):
+        if partition not in ranges:
+            return f"partition {partition}: {found[partition].events} events its plan did not read"
+    for partition in sorted(ranges):
+        r = ranges[partition]
+        got = found.get(partition)
+        events = 0 if got is None else got.events
+        inside = got is None or (got.first >= r.start and got.last < r.end)
+        if inside and events == r.count:
+            continue
+        wanted = r.count - (expired(r) if inside and events < r.count else 0)
+        if inside and events == wanted:
+            continue
+        held = "none" if got is None else f"{events}, from {got.first} to {got.last}"
+        return (
+            f"partition {partition}: the plan read {wanted} events, sequence numbers {r.start} to "
+            f"{r.end - 1}; the batch holds {held}"
+        )
+    return None

@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from hubshift.consumer.spark.spool import SpoolGap
 from hubshift.pipelines.base import PipelineResult
 
 if TYPE_CHECKING:
@@ -42,6 +43,12 @@ def failure_reason(error: BaseException, limit: int = 300) -> str:
         first = " ".join(text.split())
         line = f"{type(error).__name__}: {first}" if first else type(error).__name__
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def not_an_event(error: BaseException) -> bool:
+    """A failure that is the consumer's, whatever the events (the spool could not give a range whole):
+    never an event's, so never a dead letter."""
+    return SpoolGap.__name__ in str(error) or isinstance(error, SpoolGap)
 
 
 def evaluate(result: PipelineResult) -> None:
@@ -84,6 +91,8 @@ def find_poison_events(name: str, trial: Callable[[DataFrame], None], prepared: 
         try:
             trial(prepared.where(keys_where(subset)))
         except Exception as exc:  # the user's code, as Spark relays it: any error counts
+            if not_an_event(exc):
+                raise
             return failure_reason(exc)
         return None
 

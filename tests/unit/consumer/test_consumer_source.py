@@ -9,6 +9,7 @@ import pickle
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from hubshift.consumer.spark import spool
@@ -63,8 +64,9 @@ def test_the_source_reads_what_it_owns_within_the_limit(tmp_path: Path) -> None:
     assert reader.partitions(everything, everything) == []
 
 
-def test_a_read_of_a_stopped_partition_yields_what_is_left(tmp_path: Path) -> None:
+def test_a_read_of_a_range_the_spool_no_longer_holds_fails(tmp_path: Path) -> None:
     fill(tmp_path, "3", 1, 0, 10)
     reader = EventHubsStreamReader({"scratch": str(tmp_path)})
     spool.remove_epoch(tmp_path / "spool", "3", 1)
-    assert list(reader.read(EventRange(str(tmp_path / "spool"), "3", 1, 0, 10))) == []
+    with pytest.raises(spool.SpoolGap, match="0 to 9"):
+        list(reader.read(EventRange(str(tmp_path / "spool"), "3", 1, 0, 10)))

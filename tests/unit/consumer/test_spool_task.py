@@ -1,5 +1,5 @@
 """A task pipeline's batch read from the spool by its own task (`SpoolTask`) is the batch the source's
-`read()` gives Spark: the same rows, ranges and lines, segments gone with their epoch skipped alike."""
+`read()` gives Spark: the same rows, ranges and lines; a range with a segment gone fails alike."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from hubshift.consumer.spark import spool
 from hubshift.consumer.spark.batch import BatchTask, SpoolTask
@@ -62,12 +63,10 @@ def source_read(root: Path, ranges: list[ReadRange]) -> Iterator[pa.RecordBatch]
 
 
 def test_the_spool_task_sees_what_the_source_would_have_given_spark(tmp_path: Path) -> None:
-    for first in (0, 100, 250):
-        spool.write_segment(tmp_path, "0", 3, events("0", first, 100 if first < 250 else 50))
+    for first in (0, 100, 200):
+        spool.write_segment(tmp_path, "0", 3, events("0", first, 100 if first < 200 else 60))
     spool.write_segment(tmp_path, "5", 1, events("5", 40, 60))
-    spool.write_segment(tmp_path, "7", 2, events("7", 0, 10))
-    spool.remove_epoch(tmp_path, "7", 2)  # stopped under the batch: read() skips what is gone
-    ranges = [ReadRange("0", 3, 50, 260), ReadRange("5", 1, 40, 90), ReadRange("7", 2, 0, 10)]
+    ranges = [ReadRange("0", 3, 50, 260), ReadRange("5", 1, 40, 90)]
 
     through_spark, ours = Keeping(), Keeping()
     expected = list(BatchTask(Counting(), through_spark)(source_read(tmp_path, ranges)))
@@ -75,18 +74,29 @@ def test_the_spool_task_sees_what_the_source_would_have_given_spark(tmp_path: Pa
 
     assert got == expected
     assert ours.lines == through_spark.lines
-    assert ours.lines[0] == "0:50" and ours.lines[-1] == "5:89" and len(ours.lines) == 160 + 50
+    assert ours.lines[0] == "0:50" and ours.lines[-1] == "5:89" and len(ours.lines) == 210 + 50
     reported = {row["partition"]: row for row in got[0].to_pylist() if row["kind"] == "range"}
     assert {p: (r["first_sequence"], r["last_sequence"], r["events"]) for p, r in reported.items()} == {
-        "0": (50, 259, 160),  # 50-199 and 250-259: 200-249 was never received
+        "0": (50, 259, 210),
         "5": (40, 89, 50),
     }
 
 
-def test_a_batch_of_nothing_but_gone_segments_reports_nothing(tmp_path: Path) -> None:
-    got = list(
-        SpoolTask(str(tmp_path), BatchTask(Counting(), Keeping()))(
-            iter([ranges_batch([ReadRange("1", 1, 0, 5)])])
+def test_a_batch_whose_segments_are_gone_fails_in_its_task(tmp_path: Path) -> None:
+    for first in (0, 10, 20):
+        spool.write_segment(tmp_path, "1", 1, events("1", first, 10))
+    next(p for p in (tmp_path / "1" / "1").iterdir() if p.name.startswith("00000000000000000010")).unlink()
+    ours = Keeping()
+    with pytest.raises(spool.SpoolGap, match="10 to 29"):
+        list(
+            SpoolTask(str(tmp_path), BatchTask(Counting(), ours))(
+                iter([ranges_batch([ReadRange("1", 1, 0, 30)])])
+            )
         )
-    )
-    assert got == []
+    with pytest.raises(spool.SpoolGap):
+        list(
+            SpoolTask(str(tmp_path), BatchTask(Counting(), Keeping()))(
+                iter([ranges_batch([ReadRange("2", 1, 0, 5)])])
+            )
+        )
+    assert ours.lines == []  # nothing of the batch was written
