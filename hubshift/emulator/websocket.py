@@ -96,7 +96,11 @@ class HttpServer:
 
         if request.path != WEBSOCKET_PATH:
             return web.Response(status=404, text=f"AMQP over WebSockets is served at {WEBSOCKET_PATH}\n")
-        socket = web.WebSocketResponse(protocols=(SUBPROTOCOL,), max_msg_size=MAX_MESSAGE_BYTES)
+        # compress=False: permessage-deflate is never agreed, and a compressed frame fails the WebSocket
+        # (inflating a few kB into megabytes of frames would cost the loop seconds)
+        socket = web.WebSocketResponse(
+            protocols=(SUBPROTOCOL,), max_msg_size=MAX_MESSAGE_BYTES, compress=False
+        )
         if socket.can_prepare(request).protocol != SUBPROTOCOL:
             refusal = f"a WebSocket for AMQP needs the subprotocol {SUBPROTOCOL}\n"
             return web.Response(status=400, text=refusal)
