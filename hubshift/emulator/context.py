@@ -47,8 +47,11 @@ class Limits:
     grants_per_connection: int = 4096
     # before open (the spec's minimum maximum is 512 bytes; the SDK's open takes about 340)
     handshake_frame_size: int = 4096
-    # until the peer's open
+    # from a socket's accept until the peer's open, whatever comes first (SASL, an HTTP upgrade)
     handshake_timeout: float = 30.0
+    # bytes a peer may send before its open, an HTTP upgrade request and WebSocket framing included (the
+    # SDK sends at most about 1 KiB, over WebSockets; 660 bytes over plain AMQP)
+    handshake_bytes: int = 64 << 10
     # with keys: until a token put on $cbs is accepted
     authentication_timeout: float = 60.0
     advertised_idle_timeout_ms: int | None = 240_000

@@ -91,6 +91,7 @@ class EmulatorServer:
                     settings.host,
                     settings.tls_port,
                     ssl=tls_context,
+                    ssl_handshake_timeout=settings.limits.handshake_timeout,
                     backlog=1024,
                 )
         except OSError as exc:

@@ -5,6 +5,11 @@ One listener serves both transports, as one namespace does: a connection's first
 (`FirstBytes`). An HTTP request (`GET `) goes to aiohttp's server, which upgrades it to a WebSocket whose
 messages feed an `AmqpConnection` through `WebSocketTransport`; anything else is AMQP itself, unchanged
 (bytes that are not AMQP are answered as before). aiohttp is imported only when a WebSocket client comes.
+
+Both paths have the same pre-open bounds, held by `FirstBytes` for the socket rather than by either
+protocol: the handshake deadline from the accept (the HTTP request and the upgrade included) and the bytes
+a peer may send before its AMQP open; inside the WebSocket, frames before open are as small as on plain
+AMQP (the connection checks them) and no message is compressed.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from hubshift.emulator.connection import AmqpConnection
+from hubshift.emulator.connection import AmqpConnection, Handshake
 from hubshift.emulator.context import ServerContext
 
 if TYPE_CHECKING:
@@ -27,52 +32,87 @@ WEBSOCKET_PATH = "/$servicebus/websocket"
 SUBPROTOCOL = "AMQPWSB10"
 # A message carries at most one AMQP frame as the SDK writes them (the frame size it negotiates, 1 MiB);
 # more is refused (aiohttp closes the WebSocket) so one peer cannot make the server buffer without bound.
+# Before the AMQP open the socket's handshake budget (64 KiB) bounds it first.
 MAX_MESSAGE_BYTES = 4 << 20
 _HTTP = b"GET "
 CLOSE_SECONDS = 2.0
 
 
 class FirstBytes(asyncio.Protocol):
-    """A new connection until its first bytes say what it speaks: an HTTP request (a WebSocket upgrade) or
-    AMQP. A peer silent past the handshake deadline is dropped, as an AMQP peer would be."""
+    """Every accepted socket, for its whole life: held to its handshake (`Handshake`: the deadline from the
+    accept to the AMQP open, and the bytes it may send until then) whatever it speaks, and handed by its
+    first bytes to AMQP or to aiohttp's HTTP server (an upgrade to a WebSocket), the protocol that then gets
+    what this one does."""
 
     def __init__(self, context: ServerContext, loop: asyncio.AbstractEventLoop, http: HttpServer) -> None:
         self.context = context
         self.loop = loop
         self.http = http
         self.transport: asyncio.Transport | None = None
+        self.handshake: Handshake | None = None
+        self.peer = "?"
         self._buffer = b""
-        self._timer: asyncio.TimerHandle | None = None
+        self._inner: asyncio.Protocol | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        self._timer = self.loop.call_later(self.context.limits.handshake_timeout, transport.abort)
+        self.peer = str(transport.get_extra_info("peername"))
+        self.handshake = Handshake(self.loop, self.context.limits, self._expired)
 
     def data_received(self, data: bytes) -> None:
+        handshake = self.handshake
+        assert handshake is not None and self.transport is not None
+        if not handshake.received(len(data)):
+            LOG.info(
+                "connection %s: more than %d bytes before its AMQP open, dropped", self.peer, handshake.budget
+            )
+            self.transport.abort()
+            return
+        if self._inner is not None:
+            self._inner.data_received(data)
+            return
         self._buffer += data
         if _HTTP.startswith(self._buffer):
             return  # too few bytes to tell yet
         if self._buffer.startswith(_HTTP):
             self._hand_over(self.http.protocol())
         else:
-            self._hand_over(AmqpConnection(self.context, self.loop))
+            self._hand_over(AmqpConnection(self.context, self.loop, handshake))
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received() if self._inner is not None else None
+
+    def pause_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        if self.handshake is not None:
+            self.handshake.cancel()
+        if self._inner is not None:
+            self._inner.connection_lost(exc)
+
+    def _expired(self) -> None:
+        assert self.handshake is not None and self.transport is not None
+        LOG.info("connection %s: no AMQP open within %ss, dropped", self.peer, self.handshake.timeout)
+        self.transport.abort()
 
     def _hand_over(self, protocol: asyncio.Protocol) -> None:
         assert self.transport is not None
-        if self._timer is not None:
-            self._timer.cancel()
-        self.transport.set_protocol(protocol)
+        self._inner = protocol
+        buffered, self._buffer = self._buffer, b""
         protocol.connection_made(self.transport)
-        protocol.data_received(self._buffer)
+        protocol.data_received(buffered)
 
 
 class HttpServer:
-    """aiohttp's low-level server for the WebSocket upgrades of one emulator, made on first use."""
+    """aiohttp's low-level server for the WebSocket upgrades of one emulator, made on first use; the
+    socket's handshake (`FirstBytes`) bounds its time and bytes until the AMQP open inside the WebSocket."""
 
     def __init__(self, context: ServerContext, loop: asyncio.AbstractEventLoop) -> None:
         self.context = context
@@ -83,7 +123,14 @@ class HttpServer:
         if self._server is None:
             from aiohttp import web  # lazy: aiohttp only once a WebSocket client comes
 
-            self._server = web.Server(self._handle, loop=self.loop, access_log=None)
+            self._server = web.Server(
+                self._handle,
+                loop=self.loop,
+                access_log=None,
+                # aiohttp's timer for a request's line and headers (3,630 s by default) no longer than
+                # the handshake deadline, which, counted from the accept, closes such a socket first
+                keepalive_timeout=self.context.limits.handshake_timeout,
+            )
         protocol: asyncio.Protocol = self._server()
         return protocol
 
@@ -105,7 +152,7 @@ class HttpServer:
             refusal = f"a WebSocket for AMQP needs the subprotocol {SUBPROTOCOL}\n"
             return web.Response(status=400, text=refusal)
         await socket.prepare(request)
-        connection = AmqpConnection(self.context, self.loop)
+        connection = AmqpConnection(self.context, self.loop, _handshake_of(request))
         transport = WebSocketTransport(socket, connection, request.transport, request.remote)
         connection.connection_made(transport)
         try:
@@ -114,6 +161,13 @@ class HttpServer:
             await transport.finish()
             connection.connection_lost(None)
         return socket
+
+
+def _handshake_of(request: web.BaseRequest) -> Handshake | None:
+    """The handshake of the socket under `request` (its deadline and byte budget run on through the
+    WebSocket until the AMQP open)."""
+    owner = request.transport.get_protocol() if request.transport is not None else None
+    return owner.handshake if isinstance(owner, FirstBytes) else None
 
 
 class WebSocketTransport(asyncio.Transport):

@@ -1,5 +1,7 @@
-"""The WebSocket path's bounds, as hostile clients written byte by byte meet them over real sockets: no
-compression. The unmodified SDK sends and receives over WebSockets in test_emulator_websockets.py."""
+"""The WebSocket path's bounds before the AMQP open, as hostile clients written byte by byte meet them over
+real sockets: no compression, a byte budget until the open, one deadline from the accept to the open (the
+HTTP request and the upgrade included). The unmodified SDK sends and receives over WebSockets in
+test_emulator_websockets.py."""
 
 from __future__ import annotations
 
@@ -7,12 +9,17 @@ import socket
 import threading
 import time
 import zlib
+from collections.abc import Iterator
 
 import psutil
 import pytest
-from emulator_clients import RawWebSocket, closed_within, deflated, ws_frame
+from emulator_clients import RawPeer, RawWebSocket, closed_within, deflated, upgrade_request, ws_frame
 
+from hubshift.emulator.broker import HubSpec
+from hubshift.emulator.config import EmulatorSettings
+from hubshift.emulator.context import Limits
 from hubshift.emulator.launch import RunningEmulator
+from hubshift.emulator.server import EmulatorThread
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -102,3 +109,101 @@ def test_compression_is_never_agreed_and_a_compressed_message_closes_the_websock
     assert probe.worst < 0.5, f"another client waited {probe.worst:.2f}s for the AMQP header"
     assert agreed is None, f"the emulator agreed to {agreed}"
     assert closed, "a compressed frame did not fail its WebSocket"
+
+
+# --- bytes before the open --------------------------------------------------------------------------------
+
+
+def test_a_large_message_before_open_is_not_buffered(emulator: RunningEmulator) -> None:
+    """25 WebSockets each sending most of a 4 MiB message before their AMQP open, in one frame or in 4 KiB
+    fragments: aiohttp held them all (+93 MiB). Each socket is now closed past its 64 KiB handshake
+    budget, so the emulator holds next to nothing for them."""
+    process = psutil.Process(emulator.pid)
+    one_frame = ws_frame(bytes(4 * MIB - 200), length=4 * MIB - 100)
+    fragments = b"".join(
+        ws_frame(bytes(4096), opcode=2 if index == 0 else 0, fin=False) for index in range(1000)
+    )
+    time.sleep(0.3)
+    before = process.memory_info().rss
+    sockets = []
+    try:
+        for index in range(25):
+            ws = RawWebSocket(emulator.port)
+            sockets.append(ws)
+            assert ws.upgraded, ws.answer
+            ws.send_quietly(fragments if index % 2 else one_frame)
+        time.sleep(1.0)
+        grown = process.memory_info().rss - before
+        closed = sum(closed_within(ws.sock, 0.2) for ws in sockets)
+    finally:
+        for ws in sockets:
+            ws.sock.close()
+    assert closed == 25, f"{25 - closed} of 25 still open"
+    assert grown < 16 * MIB, f"the emulator grew by {grown / MIB:.0f} MiB"
+
+
+def test_plain_amqp_has_the_same_budget_before_open(emulator: RunningEmulator) -> None:
+    """The budget is the socket's: a plain AMQP peer sending 1 MiB of empty frames before its open is
+    dropped too, while one that opens is served past it."""
+    with socket.create_connection(("127.0.0.1", emulator.port), timeout=10) as sock:
+        try:
+            sock.sendall(AMQP_HEADER + EMPTY_FRAME * (MIB // 8))
+        except OSError:
+            pass  # closed while we were still sending
+        assert closed_within(sock, 5)
+    with RawPeer(emulator.port) as peer:
+        peer.open()
+        peer.sock.sendall(EMPTY_FRAME * 20_000)  # 160 kB after the open: fine
+        assert not closed_within(peer.sock, 0.5)
+
+
+# --- time before the open ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def quick_handshake() -> Iterator[EmulatorThread]:
+    """An emulator in this process whose handshake deadline is 1.5 s."""
+    settings = EmulatorSettings(port=0, hubs=(HubSpec("hub", 2),), limits=Limits(handshake_timeout=1.5))
+    server = EmulatorThread(settings)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_sockets_that_send_only_a_request_line_are_closed_at_the_deadline(
+    quick_handshake: EmulatorThread,
+) -> None:
+    """100 sockets that sent a request line and nothing more: aiohttp's keep-alive (3,630 s) held them
+    all; the handshake deadline closes each 1.5 s after its accept."""
+    started = time.monotonic()
+    sockets = [socket.create_connection(("127.0.0.1", quick_handshake.port), timeout=5) for _ in range(100)]
+    try:
+        for sock in sockets:
+            sock.sendall(b"GET /$servicebus/websocket HTTP/1.1\r\n")
+        closed = [closed_within(sock, max(0.05, started + 3.0 - time.monotonic())) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+    assert all(closed), f"{closed.count(False)} of 100 still open after {time.monotonic() - started:.1f}s"
+
+
+@pytest.mark.parametrize("transport", ["websocket", "amqp"])
+def test_the_handshake_deadline_runs_from_the_accept(quick_handshake: EmulatorThread, transport: str) -> None:
+    """A peer that waits 1 s before its first bytes and never opens is closed 1.5 s after its accept: the
+    deadline is kept when the socket is handed to AMQP or upgraded to a WebSocket (it restarted there,
+    closing it at 2.5 s)."""
+    port = quick_handshake.port
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        time.sleep(1.0)
+        if transport == "websocket":
+            sock.sendall(upgrade_request(port))
+            assert sock.recv(12) == b"HTTP/1.1 101"
+            sock.sendall(ws_frame(SASL_HEADER))
+        else:
+            sock.sendall(SASL_HEADER)
+        assert closed_within(sock, 3.0)
+        took = time.monotonic() - started
+    assert 1.3 < took < 2.1, f"closed {took:.2f}s after the accept"
