@@ -34,6 +34,10 @@ SUBPROTOCOL = "AMQPWSB10"
 # more is refused (aiohttp closes the WebSocket) so one peer cannot make the server buffer without bound.
 # Before the AMQP open the socket's handshake budget (64 KiB) bounds it first.
 MAX_MESSAGE_BYTES = 4 << 20
+# The request line and each header field, and how many fields (aiohttp's defaults: 8 KiB, 128); the SDK
+# sends 7 fields (9 from its asyncio client), none over 100 bytes.
+MAX_LINE_BYTES = 4096
+MAX_HEADERS = 32
 _HTTP = b"GET "
 CLOSE_SECONDS = 2.0
 
@@ -110,9 +114,31 @@ class FirstBytes(asyncio.Protocol):
         protocol.data_received(buffered)
 
 
+class _MalformedAtDebug(logging.Filter):
+    """aiohttp logs a malformed request (past the header limits, say) at ERROR with a traceback: a peer's
+    mistake, so one line at DEBUG instead, without the bytes it sent; our own failures stay ERROR."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from aiohttp.http_exceptions import HttpProcessingError  # lazy: aiohttp is what logs here
+
+        error = record.exc_info[1] if record.exc_info else None
+        if not isinstance(error, HttpProcessingError):
+            return True
+        record.msg, record.args = "refused a malformed HTTP request: %s", (type(error).__name__,)
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        record.exc_info = record.exc_text = None
+        return HTTP_LOG.isEnabledFor(logging.DEBUG)
+
+
+HTTP_LOG = LOG.getChild("http")
+HTTP_LOG.addFilter(_MalformedAtDebug())
+
+
 class HttpServer:
-    """aiohttp's low-level server for the WebSocket upgrades of one emulator, made on first use; the
-    socket's handshake (`FirstBytes`) bounds its time and bytes until the AMQP open inside the WebSocket."""
+    """aiohttp's low-level server for the WebSocket upgrades of one emulator, made on first use. A request
+    is read within the header limits below and answered once: the upgrade, or a refusal and the socket
+    closed (no keep-alive); the socket's handshake (`FirstBytes`) bounds its time and bytes until the AMQP
+    open inside the WebSocket."""
 
     def __init__(self, context: ServerContext, loop: asyncio.AbstractEventLoop) -> None:
         self.context = context
@@ -127,9 +153,14 @@ class HttpServer:
                 self._handle,
                 loop=self.loop,
                 access_log=None,
+                logger=HTTP_LOG,
                 # aiohttp's timer for a request's line and headers (3,630 s by default) no longer than
                 # the handshake deadline, which, counted from the accept, closes such a socket first
                 keepalive_timeout=self.context.limits.handshake_timeout,
+                lingering_time=0,  # a body left unread is not drained: the socket is closed
+                max_line_size=MAX_LINE_BYTES,
+                max_field_size=MAX_LINE_BYTES,
+                max_headers=MAX_HEADERS,
             )
         protocol: asyncio.Protocol = self._server()
         return protocol
@@ -142,7 +173,9 @@ class HttpServer:
         from aiohttp import web  # lazy: see `protocol`
 
         if request.path != WEBSOCKET_PATH:
-            return web.Response(status=404, text=f"AMQP over WebSockets is served at {WEBSOCKET_PATH}\n")
+            return _refusal(
+                web.Response(status=404, text=f"AMQP over WebSockets is served at {WEBSOCKET_PATH}\n")
+            )
         # compress=False: permessage-deflate is never agreed, and a compressed frame fails the WebSocket
         # (inflating a few kB into megabytes of frames would cost the loop seconds)
         socket = web.WebSocketResponse(
@@ -150,7 +183,7 @@ class HttpServer:
         )
         if socket.can_prepare(request).protocol != SUBPROTOCOL:
             refusal = f"a WebSocket for AMQP needs the subprotocol {SUBPROTOCOL}\n"
-            return web.Response(status=400, text=refusal)
+            return _refusal(web.Response(status=400, text=refusal))
         await socket.prepare(request)
         connection = AmqpConnection(self.context, self.loop, _handshake_of(request))
         transport = WebSocketTransport(socket, connection, request.transport, request.remote)
@@ -161,6 +194,11 @@ class HttpServer:
             await transport.finish()
             connection.connection_lost(None)
         return socket
+
+
+def _refusal(response: web.Response) -> web.Response:
+    response.force_close()
+    return response
 
 
 def _handshake_of(request: web.BaseRequest) -> Handshake | None:

@@ -1,7 +1,7 @@
 """The WebSocket path's bounds before the AMQP open, as hostile clients written byte by byte meet them over
 real sockets: no compression, a byte budget until the open, one deadline from the accept to the open (the
-HTTP request and the upgrade included). The unmodified SDK sends and receives over WebSockets in
-test_emulator_websockets.py."""
+HTTP request and the upgrade included), header limits. The unmodified SDK sends and receives over
+WebSockets in test_emulator_websockets.py."""
 
 from __future__ import annotations
 
@@ -207,3 +207,23 @@ def test_the_handshake_deadline_runs_from_the_accept(quick_handshake: EmulatorTh
         assert closed_within(sock, 3.0)
         took = time.monotonic() - started
     assert 1.3 < took < 2.1, f"closed {took:.2f}s after the accept"
+
+
+# --- the HTTP request -------------------------------------------------------------------------------------
+
+
+def test_the_http_request_is_bounded_and_answered_once(emulator: RunningEmulator) -> None:
+    """At most 32 header fields of at most 4 KiB (aiohttp's defaults: 128 of 8 KiB): past them, 400. A
+    request that is not an upgrade is answered and its socket closed (aiohttp kept it alive)."""
+    fields = [f"X-Filler-{index}: {index}" for index in range(40)]
+    with RawWebSocket(emulator.port, *fields) as ws:
+        assert ws.status == 400, ws.answer[:40]
+    with RawWebSocket(emulator.port, "X-Long: " + "x" * 6000) as ws:
+        assert ws.status == 400, ws.answer[:40]
+    with RawWebSocket(emulator.port, *fields[:20], "X-Long: " + "x" * 3000) as ws:
+        assert ws.upgraded, ws.answer[:40]  # within the limits
+    with socket.create_connection(("127.0.0.1", emulator.port), timeout=5) as sock:
+        sock.sendall(b"GET /elsewhere HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert sock.recv(12).endswith(b" 404")
+        assert closed_within(sock, 1.0)
+    assert "Traceback" not in emulator.log()
