@@ -172,6 +172,8 @@ class EmulatorServer:
         if self.context is not None:
             for connection in list(self.context.connections):
                 connection.abort()
+            for accepted in list(self.context.sockets):  # those still in their HTTP request, too
+                accepted.abort()
         if self._http is not None:
             await self._http.shutdown()
         for server in servers:

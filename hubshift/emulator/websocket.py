@@ -7,9 +7,9 @@ messages feed an `AmqpConnection` through `WebSocketTransport`; anything else is
 (bytes that are not AMQP are answered as before). aiohttp is imported only when a WebSocket client comes.
 
 Both paths have the same pre-open bounds, held by `FirstBytes` for the socket rather than by either
-protocol: the handshake deadline from the accept (the HTTP request and the upgrade included) and the bytes
-a peer may send before its AMQP open; inside the WebSocket, frames before open are as small as on plain
-AMQP (the connection checks them) and no message is compressed.
+protocol: the connection cap, the handshake deadline from the accept (the HTTP request and the upgrade
+included) and the bytes a peer may send before its AMQP open; inside the WebSocket, frames before open are
+as small as on plain AMQP (the connection checks them) and no message is compressed.
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ CLOSE_SECONDS = 2.0
 
 
 class FirstBytes(asyncio.Protocol):
-    """Every accepted socket, for its whole life: held to its handshake (`Handshake`: the deadline from the
-    accept to the AMQP open, and the bytes it may send until then) whatever it speaks, and handed by its
-    first bytes to AMQP or to aiohttp's HTTP server (an upgrade to a WebSocket), the protocol that then gets
-    what this one does."""
+    """Every accepted socket, for its whole life: counted against the connection cap (one more is closed
+    before it is read), held to its handshake (`Handshake`: the deadline from the accept to the AMQP open,
+    and the bytes it may send until then) whatever it speaks, and handed by its first bytes to AMQP or to
+    aiohttp's HTTP server (an upgrade to a WebSocket), the protocol that then gets what this one does."""
 
     def __init__(self, context: ServerContext, loop: asyncio.AbstractEventLoop, http: HttpServer) -> None:
         self.context = context
@@ -62,11 +62,21 @@ class FirstBytes(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         self.peer = str(transport.get_extra_info("peername"))
-        self.handshake = Handshake(self.loop, self.context.limits, self._expired)
+        context = self.context
+        cap = context.limits.max_connections
+        if len(context.sockets) >= cap:
+            if not context.refusing:
+                LOG.warning("%d connections open: new ones are closed until one of them closes", cap)
+                context.refusing = True
+            transport.close()
+            return
+        context.sockets.add(self)
+        self.handshake = Handshake(self.loop, context.limits, self._expired)
 
     def data_received(self, data: bytes) -> None:
         handshake = self.handshake
-        assert handshake is not None and self.transport is not None
+        if handshake is None or self.transport is None:
+            return  # refused at the cap
         if not handshake.received(len(data)):
             LOG.info(
                 "connection %s: more than %d bytes before its AMQP open, dropped", self.peer, handshake.budget
@@ -96,15 +106,24 @@ class FirstBytes(asyncio.Protocol):
             self._inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.handshake is not None:
-            self.handshake.cancel()
+        if self.handshake is None:
+            return  # refused at the cap: never counted
+        self.handshake.cancel()
+        context = self.context
+        context.sockets.discard(self)
+        if context.refusing and len(context.sockets) < context.limits.max_connections:
+            context.refusing = False
         if self._inner is not None:
             self._inner.connection_lost(exc)
 
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
     def _expired(self) -> None:
-        assert self.handshake is not None and self.transport is not None
+        assert self.handshake is not None
         LOG.info("connection %s: no AMQP open within %ss, dropped", self.peer, self.handshake.timeout)
-        self.transport.abort()
+        self.abort()
 
     def _hand_over(self, protocol: asyncio.Protocol) -> None:
         assert self.transport is not None

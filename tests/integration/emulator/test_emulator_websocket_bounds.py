@@ -1,7 +1,8 @@
 """The WebSocket path's bounds before the AMQP open, as hostile clients written byte by byte meet them over
 real sockets: no compression, a byte budget until the open, one deadline from the accept to the open (the
-HTTP request and the upgrade included), header limits. The unmodified SDK sends and receives over
-WebSockets in test_emulator_websockets.py."""
+HTTP request and the upgrade included), header limits, a connection cap shared with plain AMQP. The
+unmodified SDK still sends and receives over WebSockets (here through the cap, and in
+test_emulator_websockets.py)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,28 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator
+from typing import Any
 
 import psutil
 import pytest
-from emulator_clients import RawPeer, RawWebSocket, closed_within, deflated, upgrade_request, ws_frame
+from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
+from emulator_clients import (
+    RawPeer,
+    RawWebSocket,
+    closed_within,
+    deflated,
+    upgrade_request,
+    wait_until,
+    ws_frame,
+)
 
 from hubshift.emulator.broker import HubSpec
 from hubshift.emulator.config import EmulatorSettings
 from hubshift.emulator.context import Limits
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.emulator.server import EmulatorThread
+from hubshift.eventhubs.target import EventHubsTarget, Network, sdk_client
+from tests.harness.proxy import running_proxy
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -227,3 +240,75 @@ def test_the_http_request_is_bounded_and_answered_once(emulator: RunningEmulator
         assert sock.recv(12).endswith(b" 404")
         assert closed_within(sock, 1.0)
     assert "Traceback" not in emulator.log()
+
+
+# --- how many sockets -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def capped() -> Iterator[EmulatorThread]:
+    """An emulator in this process that holds at most 24 sockets."""
+    settings = EmulatorSettings(port=0, hubs=(HubSpec("hub", 2),), limits=Limits(max_connections=24))
+    server = EmulatorThread(settings)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_sockets_are_capped_across_amqp_and_websockets(capped: EmulatorThread) -> None:
+    """12 plain sockets and 12 WebSockets fill the cap: one more is closed before it is read (it was
+    served). Once they close, the SDK sends and receives over WebSockets as before."""
+    port = capped.port
+    held: list[socket.socket] = []
+    try:
+        for _ in range(12):
+            held.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            ws = RawWebSocket(port)
+            held.append(ws.sock)
+            assert ws.upgraded, ws.answer
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as extra:
+            try:
+                extra.sendall(AMQP_HEADER)
+                answer = extra.recv(8)
+            except OSError:
+                answer = b""
+        assert answer == b"", f"the 25th socket was served: {answer!r}"
+        held.pop().close()
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as again:
+            time.sleep(0.2)  # the emulator saw the close
+            again.sendall(AMQP_HEADER)
+            assert again.recv(8) == AMQP_HEADER
+    finally:
+        for sock in held:
+            sock.close()
+    with running_proxy(forward_to=("127.0.0.1", port)) as relay:
+        network = Network("amqpWebSockets")
+        hub = EventHubsTarget(
+            capped.connection_string, f"127.0.0.1:{relay.port}", "hub", "$Default", network=network
+        )
+        assert sdk_round_trip(hub) == ["over", "websockets"]
+        assert relay.tunnels and all(
+            t.first_bytes.startswith(b"GET /$servicebus/websocket ") for t in relay.tunnels
+        )
+
+
+def sdk_round_trip(hub: EventHubsTarget) -> list[str]:
+    """Two events sent to partition 0 by the unmodified SDK, then read back by it."""
+    with sdk_client(EventHubProducerClient, hub, retry_total=1) as producer:
+        producer.send_batch([EventData("over"), EventData("websockets")], partition_id="0")
+    received: list[str] = []
+    consumer = sdk_client(EventHubConsumerClient, hub, consumer_group="$Default", retry_total=1)
+
+    def on_event(_: Any, event: Any) -> None:
+        received.append(event.body_as_str())
+
+    reader = threading.Thread(
+        target=lambda: consumer.receive(on_event, partition_id="0", starting_position="-1"), daemon=True
+    )
+    reader.start()
+    wait_until(lambda: len(received) >= 2, 30)
+    consumer.close()
+    reader.join(15)
+    return received
