@@ -34,6 +34,10 @@ SUBPROTOCOL = "AMQPWSB10"
 # more is refused (aiohttp closes the WebSocket) so one peer cannot make the server buffer without bound.
 # Before the AMQP open the socket's handshake budget (64 KiB) bounds it first.
 MAX_MESSAGE_BYTES = 4 << 20
+# A message is handed to the AMQP connection in slices of at most what one read of a socket hands plain
+# AMQP (asyncio's 256 KiB), the loop turning between them: a 4 MiB message of empty frames holds the loop
+# no longer than a read of plain AMQP does.
+READ_BYTES = 256 << 10
 # The request line and each header field, and how many fields (aiohttp's defaults: 8 KiB, 128); the SDK
 # sends 7 fields (9 from its asyncio client), none over 100 bytes.
 MAX_LINE_BYTES = 4096
@@ -305,11 +309,25 @@ class WebSocketTransport(asyncio.Transport):
             await self._reading.wait()
             message = await self._socket.receive()
             if message.type is WSMsgType.BINARY:
-                self._protocol.data_received(message.data)
+                await self._hand_in(message.data)
             elif message.type is WSMsgType.TEXT:
                 self._protocol.fail("amqp:connection:framing-error", "AMQP over WebSockets is binary")
             else:
                 return  # closed, closing or failed
+
+    async def _hand_in(self, data: bytes) -> None:
+        """One message to the connection, `READ_BYTES` at a time, the loop turning (and reading paused, if
+        the connection asks) between them."""
+        if len(data) <= READ_BYTES:
+            self._protocol.data_received(data)
+            return
+        for start in range(0, len(data), READ_BYTES):
+            if start:
+                await asyncio.sleep(0)
+                await self._reading.wait()
+            if self._protocol.closing:
+                return
+            self._protocol.data_received(data[start : start + READ_BYTES])
 
     async def _pump_out(self) -> None:
         socket = self._socket

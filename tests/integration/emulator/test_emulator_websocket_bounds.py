@@ -1,8 +1,8 @@
 """The WebSocket path's bounds before the AMQP open, as hostile clients written byte by byte meet them over
 real sockets: no compression, a byte budget until the open, one deadline from the accept to the open (the
-HTTP request and the upgrade included), header limits, a connection cap shared with plain AMQP. The
-unmodified SDK still sends and receives over WebSockets (here through the cap, and in
-test_emulator_websockets.py)."""
+HTTP request and the upgrade included), header limits, a connection cap shared with plain AMQP, and long
+messages read a socket's read at a time. The unmodified SDK still sends and receives over WebSockets
+(here through the cap, and in test_emulator_websockets.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ from emulator_clients import (
     ws_frame,
 )
 
+from hubshift.emulator import performatives
 from hubshift.emulator.broker import HubSpec
+from hubshift.emulator.codec import Symbol, UInt
 from hubshift.emulator.config import EmulatorSettings
 from hubshift.emulator.context import Limits
 from hubshift.emulator.launch import RunningEmulator
@@ -64,11 +66,11 @@ def settled_cpu(process: psutil.Process, limit: float = 20) -> float:
 
 class HeaderProbe:
     """Another client, meanwhile: a plain AMQP connection every 20 ms asking for the protocol header; the
-    worst wait for the answer is how long the emulator's loop was held."""
+    wait for the answer is how long the emulator's loop was held."""
 
     def __init__(self, port: int) -> None:
         self.port = port
-        self.waits: list[float] = []
+        self.samples: list[tuple[float, float]] = []  # (when it asked, how long it waited)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -82,7 +84,10 @@ class HeaderProbe:
 
     @property
     def worst(self) -> float:
-        return max(self.waits, default=0.0)
+        return max((wait for _, wait in self.samples), default=0.0)
+
+    def waits_within(self, start: float, end: float) -> list[float]:
+        return [wait for asked, wait in self.samples if start <= asked and asked + wait <= end]
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -92,8 +97,23 @@ class HeaderProbe:
                 answer = b""
                 while len(answer) < 8 and (chunk := sock.recv(8)):
                     answer += chunk
-            self.waits.append(time.monotonic() - started)
+            self.samples.append((started, time.monotonic() - started))
             self._stop.wait(0.02)
+
+
+def opened_over_websocket(port: int) -> RawWebSocket:
+    """A WebSocket past its AMQP open (SASL ANONYMOUS, open with no idle timeout), the server's open read."""
+    ws = RawWebSocket(port)
+    assert ws.upgraded, ws.answer
+    sasl = performatives.encode_frame(0, performatives.SaslInit(Symbol("ANONYMOUS"), b"", "127.0.0.1"))
+    opening = performatives.encode_frame(0, performatives.Open("raw", "127.0.0.1", UInt(65536)))
+    ws.sock.sendall(ws_frame(SASL_HEADER + sasl + AMQP_HEADER + opening))
+    received = b""
+    while b"\x00\x53\x10" not in received:  # the server's open (inside its WebSocket frames)
+        chunk = ws.sock.recv(65536)
+        assert chunk, "the server closed the WebSocket"
+        received += chunk
+    return ws
 
 
 # --- compression ------------------------------------------------------------------------------------------
@@ -312,3 +332,36 @@ def sdk_round_trip(hub: EventHubsTarget) -> list[str]:
     consumer.close()
     reader.join(15)
     return received
+
+
+# --- long messages after the open -------------------------------------------------------------------------
+
+
+def test_a_long_message_is_read_a_socket_read_at_a_time(emulator: RunningEmulator) -> None:
+    """After the open, 4 MiB messages of empty frames (half a million frames each): the emulator read each
+    in one go, holding its loop as long; it now reads them 256 KiB at a time, as a socket's reads come on
+    plain AMQP, so another client asking meanwhile waits a fraction of one message's reading (the median
+    wait was one message's or more)."""
+    messages = 8
+    flood = ws_frame(EMPTY_FRAMES)
+    begin = performatives.encode_frame(0, performatives.Begin(None, UInt(0), UInt(5000), UInt(5000)))
+    with opened_over_websocket(emulator.port) as ws, HeaderProbe(emulator.port) as probe:
+        time.sleep(0.3)
+        started = time.monotonic()
+        for _ in range(messages):
+            ws.sock.sendall(flood)
+        ws.sock.sendall(ws_frame(begin))
+        received = b""
+        while b"\x00\x53\x11" not in received:  # the server's begin: every message before it was read
+            chunk = ws.sock.recv(65536)
+            assert chunk, "the server closed the WebSocket"
+            received += chunk
+        took = time.monotonic() - started
+        time.sleep(0.1)
+    per_message = took / messages
+    waits = sorted(probe.waits_within(started, started + took))
+    assert len(waits) >= 3, waits
+    median = waits[len(waits) // 2]
+    assert median < per_message / 2, (
+        f"another client waited {median:.3f}s (median of {len(waits)}); one message took {per_message:.3f}s"
+    )
