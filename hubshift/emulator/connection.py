@@ -15,11 +15,12 @@ import heapq
 import logging
 import socket
 import time
+from collections.abc import Callable
 
 from hubshift.emulator import frames, performatives
 from hubshift.emulator.attach import on_attach
 from hubshift.emulator.codec import Array, Buffer, DecodeError, Symbol, UByte, UInt, UShort
-from hubshift.emulator.context import ProtocolViolation, ServerContext
+from hubshift.emulator.context import Limits, ProtocolViolation, ServerContext
 from hubshift.emulator.performatives import (
     Attach,
     Begin,
@@ -48,12 +49,47 @@ WRITE_BUFFER_HIGH = 4 << 20
 WRITE_BUFFER_LOW = 1 << 20
 
 
+class Handshake:
+    """One socket from its accept to the peer's AMQP open: the deadline for that open, whatever comes before
+    it (protocol headers and SASL, or an HTTP upgrade to a WebSocket first), and the bytes the peer may send
+    until then. Met once, at the open; the socket's owner counts the bytes (`received`)."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, limits: Limits, on_expiry: Callable[[], None]
+    ) -> None:
+        self.timeout = limits.handshake_timeout
+        self.budget = limits.handshake_bytes
+        self.met = False
+        self._sent = 0
+        self._timer: asyncio.TimerHandle | None = loop.call_later(self.timeout, on_expiry)
+
+    def received(self, size: int) -> bool:
+        """Count `size` bytes from the peer: False once the peer sent more than its budget before open."""
+        if self.met:
+            return True
+        self._sent += size
+        return self._sent <= self.budget
+
+    def meet(self) -> None:
+        self.met = True
+        self.cancel()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
 class AmqpConnection(Wire, asyncio.Protocol):
     """One peer's AMQP connection: the Wire its sessions and links write to, and the protocol that reads
-    its bytes into frames and hands them on."""
+    its bytes into frames and hands them on. `handshake` is its socket's (the deadline kept from the accept,
+    across an HTTP upgrade); without one, the deadline runs from `connection_made`."""
 
-    def __init__(self, context: ServerContext, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, context: ServerContext, loop: asyncio.AbstractEventLoop, handshake: Handshake | None = None
+    ) -> None:
         super().__init__(context, loop)
+        self.handshake = handshake
         self._buffer = bytearray()
         self._needed = 0
         self._expect_header = True
@@ -63,7 +99,7 @@ class AmqpConnection(Wire, asyncio.Protocol):
         self._next_channel = 0
         self._expiry: asyncio.TimerHandle | None = None
         self._expiry_due_ms = 0
-        # the handshake deadline until `open`, then the heartbeat (when the peer asked for one)
+        # the heartbeat (when the peer asked for one)
         self._timer: asyncio.TimerHandle | None = None
         # with keys: the deadline for a first accepted token
         self._authentication: asyncio.TimerHandle | None = None
@@ -79,7 +115,8 @@ class AmqpConnection(Wire, asyncio.Protocol):
         if sock is not None:
             _enable_keepalive(sock)
         self.context.connections.add(self)
-        self._timer = self.loop.call_later(self.context.limits.handshake_timeout, self._check_handshake)
+        if self.handshake is None:
+            self.handshake = Handshake(self.loop, self.context.limits, self._check_handshake)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
@@ -87,6 +124,8 @@ class AmqpConnection(Wire, asyncio.Protocol):
         for timer in (self._timer, self._expiry, self._authentication):
             if timer is not None:
                 timer.cancel()
+        if self.handshake is not None:
+            self.handshake.cancel()
         for session in self._sessions.values():
             session.close_links()
         self._sessions.clear()
@@ -271,6 +310,8 @@ class AmqpConnection(Wire, asyncio.Protocol):
         if self._phase == "open":
             raise ProtocolViolation("amqp:illegal-state", "second open on one connection")
         self._phase = "open"
+        if self.handshake is not None:
+            self.handshake.meet()
         if isinstance(open_.hostname, str) and open_.hostname:
             self.hostname = open_.hostname.lower()
         max_frame = open_.max_frame_size
@@ -291,9 +332,6 @@ class AmqpConnection(Wire, asyncio.Protocol):
         peer_idle = open_.idle_time_out
         if isinstance(peer_idle, int) and peer_idle > 0:
             self._schedule_heartbeat(peer_idle / 2000)
-        elif self._timer is not None:
-            self._timer.cancel()  # the handshake deadline: met
-            self._timer = None
         if self.context.authorizer.enforcing:
             self._authentication = self.loop.call_later(
                 limits.authentication_timeout, self._check_authenticated

@@ -28,7 +28,8 @@ class Abortable(Protocol):
 @dataclass(frozen=True)
 class Limits:
     """What one connection may use: what the emulator advertises (frame and message size, channel-max,
-    handle-max) and the bounds it enforces beyond them (bytes held, links, replies, tokens, deadlines)."""
+    handle-max) and the bounds it enforces beyond them (bytes held, links, replies, tokens, deadlines), and
+    how many sockets the server holds."""
 
     max_frame_size: int = 65536
     # Event Hubs Standard's
@@ -47,8 +48,13 @@ class Limits:
     grants_per_connection: int = 4096
     # before open (the spec's minimum maximum is 512 bytes; the SDK's open takes about 340)
     handshake_frame_size: int = 4096
-    # until the peer's open
+    # from a socket's accept until the peer's open, whatever comes first (SASL, an HTTP upgrade)
     handshake_timeout: float = 30.0
+    # bytes a peer may send before its open, an HTTP upgrade request and WebSocket framing included (the
+    # SDK sends at most about 1 KiB, over WebSockets; 660 bytes over plain AMQP)
+    handshake_bytes: int = 64 << 10
+    # sockets open at once, every listener's together (AMQP, TLS, WebSockets); one more is closed unread
+    max_connections: int = 1024
     # with keys: until a token put on $cbs is accepted
     authentication_timeout: float = 60.0
     advertised_idle_timeout_ms: int | None = 240_000
@@ -62,4 +68,9 @@ class ServerContext:
     authorizer: Authorizer
     limits: Limits = field(default_factory=Limits)
     container_id: str = field(default_factory=lambda: f"hubshift-emulator-{uuid.uuid4()}")
+    # AMQP connections (over a socket or a WebSocket)
     connections: set[Abortable] = field(default_factory=set)
+    # every socket accepted and not yet closed, whatever it speaks (bounded by `limits.max_connections`)
+    sockets: set[Abortable] = field(default_factory=set)
+    # at the cap (warned once until a socket closes)
+    refusing: bool = False

@@ -91,6 +91,7 @@ class EmulatorServer:
                     settings.host,
                     settings.tls_port,
                     ssl=tls_context,
+                    ssl_handshake_timeout=settings.limits.handshake_timeout,
                     backlog=1024,
                 )
         except OSError as exc:
@@ -171,6 +172,8 @@ class EmulatorServer:
         if self.context is not None:
             for connection in list(self.context.connections):
                 connection.abort()
+            for accepted in list(self.context.sockets):  # those still in their HTTP request, too
+                accepted.abort()
         if self._http is not None:
             await self._http.shutdown()
         for server in servers:

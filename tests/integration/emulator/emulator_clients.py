@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import os
 import socket
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -278,3 +281,111 @@ class RawPeer:
             return Frame(channel, -1, [])
         code, fields = pyamqp_decode.decode_frame(memoryview(body))
         return Frame(channel, code, fields)
+
+
+# --- a hand-written WebSocket peer ------------------------------------------------------------------------
+
+WEBSOCKET_PATH = "/$servicebus/websocket"
+
+
+def upgrade_request(port: int, *extra_headers: str) -> bytes:
+    """The HTTP request of an AMQP WebSocket upgrade as the SDK sends it, with `extra_headers` added."""
+    key = base64.b64encode(os.urandom(16)).decode()
+    lines = [
+        f"GET {WEBSOCKET_PATH} HTTP/1.1",
+        f"Host: 127.0.0.1:{port}",
+        "Upgrade: websocket",
+        "Connection: Upgrade",
+        f"Sec-WebSocket-Key: {key}",
+        "Sec-WebSocket-Version: 13",
+        "Sec-WebSocket-Protocol: AMQPWSB10",
+        *extra_headers,
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def ws_frame(
+    payload: bytes, *, opcode: int = 2, fin: bool = True, rsv1: bool = False, length: int | None = None
+) -> bytes:
+    """One masked client frame (RFC 6455) carrying `payload`, binary by default; `rsv1` marks it
+    compressed (permessage-deflate); `length` declares another length than the payload's."""
+    size = len(payload) if length is None else length
+    head = bytes([(0x80 if fin else 0) | (0x40 if rsv1 else 0) | opcode])
+    if size < 126:
+        head += bytes([0x80 | size])
+    elif size < 1 << 16:
+        head += bytes([0x80 | 126]) + size.to_bytes(2, "big")
+    else:
+        head += bytes([0x80 | 127]) + size.to_bytes(8, "big")
+    mask = os.urandom(4)
+    keystream = (mask * (len(payload) // 4 + 1))[: len(payload)]
+    masked = (int.from_bytes(payload, "big") ^ int.from_bytes(keystream, "big")).to_bytes(len(payload), "big")
+    return head + mask + masked
+
+
+def deflated(payload: bytes, compressor: Any = None) -> bytes:
+    """`payload` as a permessage-deflate message body (RFC 7692: raw deflate, the flush's tail dropped)."""
+    compressor = compressor or zlib.compressobj(9, zlib.DEFLATED, -15)
+    data = bytes(compressor.compress(payload) + compressor.flush(zlib.Z_SYNC_FLUSH))
+    return data[:-4]
+
+
+class RawWebSocket:
+    """A WebSocket client written byte by byte (what a hostile client can send), over a plain socket."""
+
+    def __init__(self, port: int, *extra_headers: str, timeout: float = 10) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.sock.sendall(upgrade_request(port, *extra_headers))
+        self.answer = b""
+        while b"\r\n\r\n" not in self.answer:
+            chunk = self.sock.recv(4096)
+            if not chunk:
+                break
+            self.answer += chunk
+
+    def __enter__(self) -> RawWebSocket:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+
+    @property
+    def status(self) -> int:
+        """The status of the server's answer (0 without one)."""
+        parts = self.answer.split(b" ", 2)
+        return int(parts[1]) if len(parts) > 1 and parts[0].startswith(b"HTTP/") else 0
+
+    @property
+    def upgraded(self) -> bool:
+        return self.status == 101
+
+    def header(self, name: str) -> str | None:
+        """A header of the server's answer (None without it)."""
+        for line in self.answer.split(b"\r\n\r\n")[0].split(b"\r\n")[1:]:
+            key, _, value = line.decode("latin-1").partition(":")
+            if key.strip().lower() == name.lower():
+                return value.strip()
+        return None
+
+    def send_quietly(self, data: bytes) -> bool:
+        """Send `data`; False if the server closed the socket first."""
+        try:
+            self.sock.sendall(data)
+        except OSError:
+            return False
+        return True
+
+
+def closed_within(sock: socket.socket, timeout: float) -> bool:
+    """Whether the server closes `sock` within `timeout` (what it sends meanwhile is read and dropped)."""
+    deadline = time.monotonic() + timeout
+    while (remaining := deadline - time.monotonic()) > 0:
+        sock.settimeout(remaining)
+        try:
+            if not sock.recv(65536):
+                return True
+        except TimeoutError:
+            return False
+        except OSError:
+            return True
+    return False
