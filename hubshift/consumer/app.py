@@ -29,6 +29,7 @@ from types import FrameType
 from typing import Literal
 
 from hubshift.connections import event_hubs_target, open_checkpoint_store, ownership_scope
+from hubshift.consumer import leftovers
 from hubshift.consumer.agent import AgentSettings, OwnershipAgent
 from hubshift.consumer.engine import Engine
 from hubshift.consumer.http import ConsumerHTTPServer
@@ -290,6 +291,8 @@ class Scratch:
         try:
             path.mkdir(parents=True, exist_ok=True)
             scratch = cls(path, created)
+            if not created:
+                leftovers.end_previous(path)  # a JVM still running on what is about to be emptied
             scratch.empty()
             marker.touch()
         except OSError as exc:

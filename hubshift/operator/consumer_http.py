@@ -11,7 +11,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 NUDGE_TIMEOUT_SECONDS = 1.0
-READY_TIMEOUT_SECONDS = 0.5
+READY_TIMEOUT_SECONDS = 1.0
 WORK_TIMEOUT_SECONDS = 1.0
 # The consumer's counters of events processed and of seconds spent processing them (their names are
 # hubshift/consumer/metrics.py's); every series of each is summed, whatever its labels.
@@ -28,9 +28,11 @@ async def nudge_consumer(address: str, generation: int, timeout: float = NUDGE_T
     )
 
 
-async def consumer_ready(address: str, timeout: float = READY_TIMEOUT_SECONDS) -> bool:
-    """`GET http://<address>/readyz` answered 200."""
-    return await _status("GET", f"http://{address}/readyz", timeout) == 200
+async def consumer_ready(address: str, timeout: float = READY_TIMEOUT_SECONDS) -> bool | None:
+    """`GET http://<address>/readyz`: True when it answered 200, False for another answer (the consumer
+    says it is not ready: starting, stopping), None when it did not answer in time."""
+    status = await _status("GET", f"http://{address}/readyz", timeout)
+    return None if status is None else status == 200
 
 
 async def consumer_work(address: str, timeout: float = WORK_TIMEOUT_SECONDS) -> tuple[float, float] | None:

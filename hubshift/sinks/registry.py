@@ -52,7 +52,8 @@ class SinkSpecBase(Model):
     type: str = DEFAULT
     dead_letter_path: str | None = Field(
         default=None,
-        description="Where unparsable events go, with the reason (default: <sink>/dead-letter).",
+        description="Where events the pipeline refuses go, each with its reason (default: the folder or "
+        "container's dead-letter/ for folder and blob, <path>/_dead_letters for delta, parquet and json).",
     )
 
     CEL = tuple(

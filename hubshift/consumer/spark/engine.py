@@ -36,16 +36,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from hubshift.consumer import leftovers
 from hubshift.consumer.engine import Committed, Drained, EngineFailed, Notify, Stolen, not_started
 from hubshift.consumer.lag import ReadProgress
 from hubshift.consumer.spark import spool
 from hubshift.consumer.spark.batch import SpoolRead, process_batch
 from hubshift.consumer.spark.offsets import OwnedPartition, SourceOffset, plan_ranges
-from hubshift.consumer.spark.ownership_file import OwnershipView, write_ownership
+from hubshift.consumer.spark.ownership_file import OwnershipView, read_planned, write_ownership
 from hubshift.consumer.spark.source import (
     FORMAT,
     OPTION_MAX_EVENTS,
@@ -82,6 +83,8 @@ log = logging.getLogger(__name__)
 
 # A failed query is started again this many times in a row before the consumer gives up.
 MAX_RESTARTS = 5
+# How often the query is watched: its failure, and drains the source's planning has finished.
+WATCH_SECONDS = 0.25
 # How often the driver JVM's memory and collectors are read for the metrics.
 JVM_SAMPLE_SECONDS = 5.0
 LOG4J_PROPERTIES = """\
@@ -170,6 +173,8 @@ class SparkEngine:
         # Events of the last few batches by id, for their progress (a task may read the spool itself).
         self._rows_by_batch: dict[int, int] = {}
         self._retired: list[_Retired] = []
+        # The ownership version the batch running now was planned with (None: no batch runs).
+        self._in_flight: int | None = None
         self._listener: ProgressListener | None = None
         # Receivers stay at most this far ahead of what was committed (per partition).
         self.max_ahead = max(2 * spec.spark.max_events_per_trigger, 20_000)
@@ -230,6 +235,8 @@ class SparkEngine:
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
+        jvm: Any = spark._jvm
+        leftovers.record(self.scratch, int(jvm.java.lang.ProcessHandle.current().pid()))
         return spark
 
     def _start_query(self) -> None:
@@ -260,8 +267,9 @@ class SparkEngine:
             query = self._query
             if query is None:
                 return
+            self._finish_drains()
             try:
-                finished = query.awaitTermination(1)
+                finished = query.awaitTermination(WATCH_SECONDS)  # type: ignore[arg-type]  # seconds, float taken
             except Exception as exc:  # the query failed: its exception surfaces here
                 finished = True
                 reason = _one_line(exc)
@@ -579,6 +587,8 @@ class SparkEngine:
             if end is None or reads is None:
                 # Without its plan a batch cannot be checked whole: it is not written, and is read again.
                 raise RuntimeError(f"batch {batch_id}: Spark's offset log does not say what it read")
+            with self._lock:
+                self._in_flight = end.ownership_version
             summary = process_batch(
                 events,
                 batch_id,
@@ -589,6 +599,8 @@ class SparkEngine:
                 reads=reads,
             )
         except Exception:
+            with self._lock:
+                self._in_flight = None
             if self.metrics is not None:
                 self.metrics.batch_failed(time.monotonic() - started)
             raise
@@ -599,6 +611,31 @@ class SparkEngine:
             del self._rows_by_batch[old]
         self._restarts = 0
         self._batch_done(end, summary)
+        with self._lock:
+            self._in_flight = None
+        self._finish_drains()
+
+    def _finish_drains(self) -> None:
+        """Drains and retired epochs no batch reads any more, known before the next batch runs: once the
+        source has planned with the version that stopped them (a batch planned then or later does not read
+        them) and no batch planned before that runs. A drain then waits for the batch in flight only, not
+        for the next one's work too (a second batch's time that made handoffs under load miss their
+        deadline)."""
+        planned = read_planned(self.scratch)
+        drained = []
+        with self._lock:
+            in_flight = self._in_flight
+            safe = planned if in_flight is None else min(planned, in_flight)
+            for partition, state in list(self._partitions.items()):
+                if state.draining_since is not None and state.draining_since <= safe:
+                    del self._partitions[partition]
+                    drained.append((partition, state))
+        for partition, state in drained:
+            spool.remove_epoch(self.spool_root, partition, state.owner_level)
+            self.notify(Drained(partition, state.owner_level, state.committed))
+        if drained:
+            self._report_spool()
+        self._remove_retired(safe)
 
     def _batch_done(self, end: SourceOffset, summary: BatchSummary) -> None:
         """A batch is in the sink: its partitions' positions are committed (and reported), drains planned
@@ -654,8 +691,34 @@ def session_conf(spark: SparkSpec, sink: object, environ: Mapping[str, str]) -> 
         conf["spark.driver.extraClassPath"] = ":".join(found)
     if isinstance(sink, BatchWriter):
         conf.update(sink.spark_conf())
+        check_jars(sink.describe(), sink.spark_conf(), jars)
     conf.update(spark.conf)
     return conf
+
+
+# What a sink's Spark settings need on the classpath beside PySpark's own jars: (a word in the settings, the
+# jars' file name prefixes, what they are).
+NEEDED_JARS = (
+    ("io.delta.", ("delta-spark_", "delta-storage-"), "Delta Lake's jars"),
+    ("fs.azure.", ("hadoop-azure-",), "hadoop-azure"),
+)
+
+
+def check_jars(sink: str, settings: Mapping[str, str], jars: str | None) -> None:
+    """A sink whose Spark settings need jars PySpark lacks (the image has them beside PySpark's own; on a
+    machine `HUBSHIFT_SPARK_JARS` names a folder of them) is refused at start-up with one line that says
+    where to get them, rather than with a class Spark cannot find at the first batch."""
+    import pyspark
+
+    folders = [Path(pyspark.__file__).parent / "jars", *([Path(jars)] if jars else [])]
+    present = [path.name for folder in folders for path in folder.glob("*.jar")]
+    text = " ".join([*settings, *settings.values()])
+    for word, prefixes, what in NEEDED_JARS:
+        if word in text and not all(any(n.startswith(p) for n in present) for p in prefixes):
+            raise UserError(
+                f"{sink} needs {what} beside PySpark's jars (the hubshift image has them): run "
+                f"tools/spark-jars and set {JARS_ENV} to the folder it prints"
+            )
 
 
 def _one_line(error: BaseException) -> str:

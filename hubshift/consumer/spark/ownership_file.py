@@ -1,8 +1,11 @@
 """The ownership file: how the agent (main process) tells the streaming source (Spark's source runner, a
-different process) which partitions to plan, under which owner level, from where.
+different process) which partitions to plan, under which owner level, from where; and the planned file,
+how the source tells the engine which version of it the last micro-batch was planned with.
 
 One small JSON file in the consumer's scratch folder, replaced atomically (write, fsync, rename), so a
 reader sees either the old or the new content, never half of one. Every write carries a higher version.
+Once the source planned with version G, no batch planned afterwards reads a partition drained at G: a
+drain is done when the batch in flight (planned before G) is, without waiting for the next batch to run.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 from hubshift.consumer.spark.offsets import OwnedPartition
 
 FILE_NAME = "ownership.json"
+PLANNED_NAME = "planned"
 
 
 @dataclass(frozen=True)
@@ -60,19 +64,35 @@ def ownership_path(scratch: str | os.PathLike[str]) -> Path:
     return Path(scratch) / FILE_NAME
 
 
-def write_ownership(scratch: str | os.PathLike[str], view: OwnershipView) -> None:
-    target = ownership_path(scratch)
+def _replace(target: Path, text: str) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=".ownership-", suffix=".tmp", dir=target.parent)
+    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}-", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w") as handle:
-            json.dump(view.to_json(), handle)
+            handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
         Path(temporary).replace(target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def write_ownership(scratch: str | os.PathLike[str], view: OwnershipView) -> None:
+    _replace(ownership_path(scratch), json.dumps(view.to_json()))
+
+
+def write_planned(scratch: str | os.PathLike[str], version: int) -> None:
+    """The source planned a micro-batch with this version of the ownership file (written by the source)."""
+    _replace(Path(scratch) / PLANNED_NAME, str(version))
+
+
+def read_planned(scratch: str | os.PathLike[str]) -> int:
+    """The version of the ownership file the source last planned with (-1: none yet)."""
+    try:
+        return int((Path(scratch) / PLANNED_NAME).read_text())
+    except (FileNotFoundError, ValueError):
+        return -1
 
 
 def read_ownership(scratch: str | os.PathLike[str]) -> OwnershipView:

@@ -23,7 +23,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from hubshift.consumer.spark import spool
 from hubshift.consumer.spark.offsets import ReadRange, SourceOffset, SpoolExtent, plan_latest, plan_ranges
-from hubshift.consumer.spark.ownership_file import read_ownership
+from hubshift.consumer.spark.ownership_file import read_ownership, write_planned
 from hubshift.eventhubs.rows import EVENT_SCHEMA_DDL
 
 FORMAT = "hubshift_eventhubs"
@@ -50,6 +50,7 @@ class EventHubsStreamReader(DataSourceStreamReader):
         self.spool_root = str(options.get(OPTION_SPOOL) or f"{self.scratch}/spool")
         limit = int(options.get(OPTION_MAX_EVENTS) or 0)
         self.max_events = limit if limit > 0 else None
+        self.planned_version: int | None = None  # the source runner's own: what it last told the engine
 
     # --- source runner (driver side) ---------------------------------------------------------------
 
@@ -61,6 +62,9 @@ class EventHubsStreamReader(DataSourceStreamReader):
                 found = spool.extent(self.spool_root, partition, entry.owner_level)
                 if found is not None:
                     spooled[partition] = found
+        if view.ownership_version != self.planned_version:
+            write_planned(self.scratch, view.ownership_version)
+            self.planned_version = view.ownership_version
         return plan_latest(start, view.ownership_version, view.partitions, spooled, max_rows)
 
     def initialOffset(self) -> dict[str, Any]:

@@ -42,9 +42,22 @@ from hubshift.operator.runtime import ConsumerInstance
 log = logging.getLogger(__name__)
 
 READINESS_POLL_SECONDS = 0.25
+# A ready consumer that stops answering its readiness probe (a busy machine: its HTTP thread waits for the
+# interpreter) is taken for not ready only after this long without an answer, as a pod's readiness probe
+# fails only after its failureThreshold: one late answer is no change of the pool. A consumer that answers
+# "not ready" (it is stopping) is taken at its word at once.
+UNANSWERED_SECONDS = 5.0
 RESTART_BACKOFF_SECONDS = (1.0, 2.0, 5.0, 10.0)
 EVENTS_KEPT = 50
 TARGETS_FILE = "prometheus-targets.json"
+
+
+def readiness(ready: bool, answer: bool | None, unanswered_since: float | None, now: float) -> bool:
+    """A consumer's readiness after a probe: its answer, or, when it did not answer, what it was until it
+    has not answered for `UNANSWERED_SECONDS`."""
+    if answer is not None:
+        return answer
+    return ready and (unanswered_since is None or now - unanswered_since < UNANSWERED_SECONDS)
 
 
 @dataclass
@@ -60,6 +73,7 @@ class ConsumerProcess:
     ready: bool = False
     terminating: bool = False
     log_file: IO[bytes] | None = field(default=None, repr=False)
+    unanswered_since: float | None = None  # readiness probes left unanswered since then
 
     @property
     def pid(self) -> int:
@@ -308,7 +322,10 @@ class LocalRuntime:
         running = [p for p in self.processes.values() if not p.terminating]
         results = await asyncio.gather(*(consumer_ready(p.address) for p in running))
         changed = False
-        for process, ready in zip(running, results, strict=True):
+        now = self.clock()
+        for process, answer in zip(running, results, strict=True):
+            ready = readiness(process.ready, answer, process.unanswered_since, now)
+            process.unanswered_since = None if answer is not None else (process.unanswered_since or now)
             if process.ready != ready and not process.terminating:
                 process.ready = ready
                 changed = True

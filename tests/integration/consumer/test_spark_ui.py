@@ -21,7 +21,7 @@ SETTING = "fs.azure.account.key.lake.dfs.core.windows.net"
 # A separate process: the test session's own SparkSession (tests/fixtures/spark.py) runs without a UI.
 SCRIPT = textwrap.dedent(
     """
-    import json, sys, urllib.request
+    import json, os, sys, urllib.request
     from pyspark.sql import SparkSession
     from hubshift.consumer.spark.engine import session_conf
     from hubshift.sinks import SinkSpec, build_sink
@@ -34,7 +34,7 @@ SCRIPT = textwrap.dedent(
     spec = SparkSpec.model_validate({"master": "local[1]", "ui": {"enabled": True, "port": port}})
     builder = SparkSession.builder.appName("ui").master("local[1]")
     for name, value in {
-        **session_conf(spec, sink, {}),
+        **session_conf(spec, sink, os.environ),
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.ui.port.maxRetries": "0",
@@ -52,9 +52,14 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_the_ui_serves_on_its_port_and_redacts_the_account_key() -> None:
+def test_the_ui_serves_on_its_port_and_redacts_the_account_key(spark_jars: str) -> None:
     port = free_port()
-    environ = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    environ = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "HUBSHIFT_SPARK_JARS": spark_jars,
+    }
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(port), KEY],
         capture_output=True,

@@ -115,14 +115,39 @@ def test_the_jars_folder_goes_on_the_drivers_classpath(tmp_path: Path) -> None:
     assert str(refused.value) == f"{JARS_ENV}={empty}: no jars there (tools/spark-jars fills such a folder)"
 
 
-def test_the_sinks_needs_then_the_specs_own_conf() -> None:
+@pytest.fixture
+def jars(tmp_path: Path) -> dict[str, str]:
+    """An environment naming a folder of the jars a Delta table on Azure needs (names only: nothing runs)."""
+    folder = tmp_path / "jars"
+    folder.mkdir()
+    for name in ("delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar", "hadoop-azure-3.5.0.jar"):
+        (folder / name).write_text("")
+    return {JARS_ENV: str(folder)}
+
+
+def test_a_sink_whose_jars_pyspark_lacks_is_refused_at_start_with_where_to_get_them(tmp_path: Path) -> None:
+    delta = build_sink(
+        SinkSpec.model_validate({"type": "delta", "delta": {"path": "/data/t"}}), {}, scope="s"
+    )
+    with pytest.raises(UserError) as refused:
+        session_conf(SparkSpec(), delta, {})
+    assert str(refused.value) == (
+        "Delta table /data/t needs Delta Lake's jars beside PySpark's jars (the hubshift image has them): "
+        f"run tools/spark-jars and set {JARS_ENV} to the folder it prints"
+    )
+    (tmp_path / "delta-spark_4.2_2.13-4.4.0.jar").write_text("")
+    with pytest.raises(UserError, match="Delta Lake's jars"):  # delta-storage is missing still
+        session_conf(SparkSpec(), delta, {JARS_ENV: str(tmp_path)})
+
+
+def test_the_sinks_needs_then_the_specs_own_conf(jars: dict[str, str]) -> None:
     delta = build_sink(
         SinkSpec.model_validate({"type": "delta", "delta": {"path": "/data/t"}}), {}, scope="s"
     )
     spec = SparkSpec.model_validate(
         {"conf": {"spark.databricks.delta.snapshotPartitions": "4", "spark.executor.cores": "2"}}
     )
-    conf = session_conf(spec, delta, {})
+    conf = session_conf(spec, delta, jars)
     assert conf["spark.sql.extensions"] == SESSION_CONF["spark.sql.extensions"]
     assert conf["spark.databricks.delta.snapshotPartitions"] == "4"  # the user's word is last
     assert conf["spark.executor.cores"] == "2"
@@ -130,19 +155,19 @@ def test_the_sinks_needs_then_the_specs_own_conf() -> None:
     assert session_conf(SparkSpec(), folder, {}) == session_conf(SparkSpec(), None, {})  # hubshift writes it
 
 
-def test_an_azure_tables_settings_reach_the_session_as_spark_hadoop() -> None:
+def test_an_azure_tables_settings_reach_the_session_as_spark_hadoop(jars: dict[str, str]) -> None:
     block = {"path": "abfss://t@lake.dfs.core.windows.net/orders", "connectionStringEnv": "LAKE"}
     delta = build_sink(SinkSpec.model_validate({"type": "delta", "delta": block}), {"LAKE": LAKE_CONNECTION})
-    conf = session_conf(SparkSpec(), delta, {})
+    conf = session_conf(SparkSpec(), delta, jars)
     assert conf["spark.hadoop.fs.azure.account.key.lake.dfs.core.windows.net"] == KEY
 
 
-def test_the_spark_ui_redacts_the_account_key_and_what_spark_redacts_itself() -> None:
+def test_the_spark_ui_redacts_the_account_key_and_what_spark_redacts_itself(jars: dict[str, str]) -> None:
     # Spark's own pattern misses hadoop-azure's `fs.azure.account.key.<host>`: with the UI on, its
     # Environment page showed the key (tests/integration/consumer/test_spark_ui.py looks at the page).
     block = {"path": "abfss://t@lake.dfs.core.windows.net/orders", "connectionStringEnv": "LAKE"}
     delta = build_sink(SinkSpec.model_validate({"type": "delta", "delta": block}), {"LAKE": LAKE_CONNECTION})
-    conf = session_conf(SparkSpec.model_validate({"ui": {"enabled": True}}), delta, {})
+    conf = session_conf(SparkSpec.model_validate({"ui": {"enabled": True}}), delta, jars)
     pattern = re.compile(conf["spark.redaction.regex"])
     secrets = [key for key, value in conf.items() if KEY in value]
     assert secrets == ["spark.hadoop.fs.azure.account.key.lake.dfs.core.windows.net"]
