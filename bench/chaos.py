@@ -5,6 +5,16 @@ sent, and what was sampled all along is reported.
 
     .venv/bin/python bench/chaos.py                        # ten minutes, Spark consumers
     .venv/bin/python bench/chaos.py --minutes 3 --engine sdk
+    .venv/bin/python bench/chaos.py --job delta            # your own job: a function into a Delta table
+    .venv/bin/python bench/chaos.py --job parquet          # the same function into Parquet files
+
+`--job delta|parquet` runs a Spark team's job instead of the aggregate: `examples/delta/homes_job.py`
+(`transform`: parse, enrich, keep each event's partition and sequence number) as the `function` pipeline,
+into a Delta table (Delta Lake's jars from `tools/spark-jars`) or Parquet files. The output is read back
+without Spark (delta-rs; pyarrow for the Parquet folder, which skips `_hubshift/`), with the dead letters
+(`_dead_letters/`), and compared with every event the hub holds at the end (read from Event Hubs itself,
+whatever the load thought it sent): lost (held by the hub, in neither), written twice (one event in two
+rows), and rows of events the hub does not hold (never).
 
 Figures (printed and written to bench/results/chaos.json):
 - faults injected, by kind;
@@ -27,6 +37,7 @@ import json
 import os
 import random
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -49,7 +60,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hubshift.apps.produce import EventGenerator, HubSender, LoadSpec
 from hubshift.consumer.metrics import PREFIX as METRICS_PREFIX
+from hubshift.consumer.spark.engine import JARS_ENV
 from hubshift.emulator.launch import start_emulator
+from hubshift.eventhubs.management import read_partitions
+from hubshift.eventhubs.target import EventHubsTarget
 from hubshift.manifest import load_manifest
 from hubshift.operator.local.runner import LocalOperator
 from hubshift.ownership.checkpoints import list_checkpoints
@@ -69,14 +83,32 @@ CONTAINER = "chaos"
 PARTITIONS = 8
 WINDOW_SECONDS = 10
 FAULTS = ("kill", "terminate", "store-restart", "eventhubs-restart", "scale")
+JOBS = ("aggregate", "delta", "parquet")
+EXAMPLE_CODE = Path(__file__).resolve().parents[1] / "examples" / "delta"
 
 
-def manifest(store_container: str, output: Path, engine: str) -> dict[str, Any]:
+def pipeline_and_sink(job: str, output: Path) -> dict[str, Any]:
+    """The consumer's pipeline and sink blocks for a job: the aggregate, or the example's function into a
+    table or files (batches of up to 500 events, as the run that lost events had)."""
+    if job == "aggregate":
+        return {
+            "pipeline": {"type": "aggregate", "aggregate": {"windowSeconds": WINDOW_SECONDS}},
+            "sink": {"type": "folder", "folder": {"path": str(output)}},
+        }
+    return {
+        "code": {"path": str(EXAMPLE_CODE)},
+        "pipeline": {"type": "function", "function": "homes_job:transform"},
+        "sink": {"type": job, job: {"path": str(output), "partitionBy": ["date"]}},
+    }
+
+
+def manifest(store_container: str, output: Path, engine: str, job: str = "aggregate") -> dict[str, Any]:
     spark = {
         "master": "local[1]",
         "triggerIntervalSeconds": 2,
         "shufflePartitions": 1,
         "driverMemory": "512m",
+        **({} if job == "aggregate" else {"maxEventsPerTrigger": 500}),
     }
     return {
         "apiVersion": "hubshift.dev/v1alpha1",
@@ -88,8 +120,7 @@ def manifest(store_container: str, output: Path, engine: str) -> dict[str, Any]:
             "consumer": {
                 **({"spark": spark} if engine == "spark" else {}),
                 "checkpoint": {"everySeconds": 3},
-                "pipeline": {"type": "aggregate", "aggregate": {"windowSeconds": WINDOW_SECONDS}},
-                "sink": {"type": "folder", "folder": {"path": str(output)}},
+                **pipeline_and_sink(job, output),
             },
             "scaling": {"minReplicas": 2, "maxReplicas": 3, "pollingIntervalSeconds": 2},
             "rebalance": {"delaySeconds": 5, "maxHandoffSeconds": 15, "leaseDurationSeconds": 20},
@@ -244,6 +275,7 @@ class Chaos:
         self.random = random.Random(args.seed)
         self.faults: Counter[str] = Counter()
         self.log: list[tuple[float, str]] = []
+        self.held: set[Key] = set()  # a job's: every event the hub holds at the end
 
     async def run(self) -> dict[str, Any]:
         args, workdir = self.args, self.workdir
@@ -252,7 +284,7 @@ class Chaos:
         self.azurite, self.emulator = azurite, emulator
         output = workdir / "output"
         manifest_path = workdir / "chaos.yaml"
-        manifest_path.write_text(yaml.safe_dump(manifest(CONTAINER, output, args.engine)))
+        manifest_path.write_text(yaml.safe_dump(manifest(CONTAINER, output, args.engine, args.job)))
         environ = dict(
             os.environ,
             **{
@@ -260,6 +292,8 @@ class Chaos:
                 DEFAULT_STORAGE_ENV: azurite.connection_string,
             },
         )
+        if args.job != "aggregate":
+            environ[JARS_ENV] = spark_jars()
         consumer = load_manifest(manifest_path)
         operator = LocalOperator(
             manifest_path, consumer, workdir / "run", engine=args.engine, environ=environ
@@ -286,6 +320,8 @@ class Chaos:
                     await self._fault(self.random.choice(FAULTS))
             load.halt.set()
             load.join(timeout=30)
+            if args.job != "aggregate":
+                self.held = await hub_holds(self.emulator.connection_string, self.emulator.port)
             await self._until_drained(output, load.sent)
             done.set()
             await sampler
@@ -359,21 +395,27 @@ class Chaos:
 
     async def _until_drained(self, output: Path, sent: Sent, timeout: float = 600) -> None:
         deadline = time.monotonic() + timeout
+        wanted = sent.events if self.args.job == "aggregate" else len(self.held)
         while time.monotonic() < deadline:
-            if self._committed(output)[0] >= sent.events:
+            if self._committed(output)[0] >= wanted:
                 return
             await asyncio.sleep(3)
 
     def _committed(self, output: Path) -> tuple[int, int, int]:
         """(distinct events committed, committed twice, the most twice-committed events of one partition)."""
+        if self.args.job != "aggregate":
+            written = read_job_output(self.args.job, output)
+            found = set(written.rows) | set(written.dead_letters)
+            doubled = written.rows_twice()
+            return len(found & self.held), sum(doubled.values()), max(doubled.values(), default=0)
         if self.args.engine == "sdk":
             lines = read_range_logs(output / "ranges")
-            distinct, twice = count_replays(lines)
+            distinct, replays = count_replays(lines)
             per_partition = [
                 count_replays([x for x in lines if x["partition"] == p])[1]
                 for p in map(str, range(PARTITIONS))
             ]
-            return distinct, twice, max(per_partition, default=0)
+            return distinct, replays, max(per_partition, default=0)
         view = AggregateView(FolderStore(output))
         view.refresh()
         covered: dict[str, set[int]] = {}
@@ -387,6 +429,8 @@ class Chaos:
         return sum(len(s) for s in covered.values()), sum(twice.values()), max(twice.values(), default=0)
 
     def _figures(self, output: Path, load: Load, samples: Samples) -> dict[str, Any]:
+        if self.args.job != "aggregate":
+            return {**self._job_figures(output, load), **self._sampled(samples)}
         distinct, replayed, max_replay = self._committed(output)
         figures: dict[str, Any] = {
             "engine": self.args.engine,
@@ -402,12 +446,7 @@ class Chaos:
             "replayed": replayed,
             "countedTwice": replayed if self.args.engine == "sdk" else 0,
             "maxReplayOnePartition": max_replay,
-            "unownedPartitionSeconds": round(samples.unowned_partition_seconds, 1),
-            "checkpointsWentBack": samples.checkpoints_back,
-            "twoReaders": samples.two_readers,
-            "partitionsSeenReadPerSample": round(samples.seen_read / max(samples.samples, 1), 1),
-            "samples": samples.samples,
-            "samplesWhileTheStoreWasAway": samples.unreadable,
+            **self._sampled(samples),
             "loadSendErrors": load.errors,
         }
         if self.args.engine == "spark":
@@ -423,6 +462,112 @@ class Chaos:
             figures["exactTotals"] = figures["windowsWrong"] == 0
         return figures
 
+    @staticmethod
+    def _sampled(samples: Samples) -> dict[str, Any]:
+        return {
+            "unownedPartitionSeconds": round(samples.unowned_partition_seconds, 1),
+            "checkpointsWentBack": samples.checkpoints_back,
+            "twoReaders": samples.two_readers,
+            "partitionsSeenReadPerSample": round(samples.seen_read / max(samples.samples, 1), 1),
+            "samples": samples.samples,
+            "samplesWhileTheStoreWasAway": samples.unreadable,
+        }
+
+    def _job_figures(self, output: Path, load: Load) -> dict[str, Any]:
+        """A table's or folder's rows and dead letters against every event the hub holds."""
+        written = read_job_output(self.args.job, output)
+        found = set(written.rows) | set(written.dead_letters)
+        lost = sorted(self.held - found)
+        twice = written.rows_twice()
+        return {
+            "engine": self.args.engine,
+            "job": self.args.job,
+            "minutes": self.args.minutes,
+            "rate": self.args.rate,
+            "seed": self.args.seed,
+            "faults": dict(self.faults),
+            "faultsInjected": sum(self.faults.values()),
+            "eventsSent": load.sent.events,
+            "eventsInTheHub": len(self.held),
+            "rows": sum(written.rows.values()),
+            "deadLetters": len(written.dead_letters),
+            "lost": len(lost),
+            "lostExamples": [f"{p}#{s}" for p, s in lost[:10]],
+            "writtenTwice": sum(twice.values()),
+            "rowsTheHubDoesNotHold": len(set(written.rows) - self.held),
+            "deadLettersAlsoInRows": len(set(written.rows) & set(written.dead_letters)),
+            "loadSendErrors": load.errors,
+        }
+
+
+Key = tuple[str, int]
+
+
+@dataclass
+class JobOutput:
+    """What a job wrote: rows per (partition, sequence number), and the dead letters' keys."""
+
+    rows: Counter[Key] = field(default_factory=Counter)
+    dead_letters: set[Key] = field(default_factory=set)
+
+    def rows_twice(self) -> Counter[str]:
+        """Per partition, how many events have more than one row."""
+        return Counter(p for (p, _), count in self.rows.items() for _ in range(count - 1))
+
+
+def read_job_output(job: str, output: Path) -> JobOutput:
+    """The table's or folder's rows and the dead letters, read without Spark (delta-rs, pyarrow)."""
+    import pyarrow.dataset as ds
+
+    written = JobOutput()
+    columns = ["partition", "sequence_number"]
+    if job == "delta":
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            table = DeltaTable(str(output)).to_pyarrow_table(columns=columns)
+        except TableNotFoundError:
+            table = None
+    else:
+        files = [
+            str(path)
+            for path in output.rglob("*.parquet")
+            if not any(part.startswith("_") for part in path.relative_to(output).parts)
+        ]
+        table = (
+            ds.dataset(files, format="parquet", partitioning="hive").to_table(columns=columns)
+            if files
+            else None
+        )
+    if table is not None:
+        written.rows.update(
+            zip(
+                table.column("partition").to_pylist(),
+                table.column("sequence_number").to_pylist(),
+                strict=True,
+            )
+        )
+    for path in (output / "_dead_letters").rglob("*"):
+        if path.is_file() and not path.name.startswith((".", "_")):
+            for line in path.read_text().splitlines():
+                letter = json.loads(line)
+                written.dead_letters.add((str(letter["partition"]), int(letter["sequence_number"])))
+    return written
+
+
+async def hub_holds(connection_string: str, port: int) -> set[Key]:
+    """Every event the hub holds now: (partition, sequence number), from its partitions' properties."""
+    target = EventHubsTarget(connection_string, f"127.0.0.1:{port}", HUB, "$Default")
+    partitions = await read_partitions(target)
+    return {(p, s) for p, info in partitions.items() for s in range(info.beginning, info.last_enqueued + 1)}
+
+
+def spark_jars() -> str:
+    """Delta Lake's and hadoop-azure's jars (tools/spark-jars: fetched once, then cached)."""
+    tool = Path(__file__).resolve().parents[1] / "tools" / "spark-jars"
+    return subprocess.run([str(tool)], check=True, capture_output=True, text=True).stdout.strip()
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(
@@ -430,6 +575,7 @@ def main() -> None:
     )
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--engine", choices=["spark", "sdk"], default="spark")
+    parser.add_argument("--job", choices=JOBS, default="aggregate", help="what the consumers run (above)")
     parser.add_argument("--rate", type=float, default=100.0, help="events per second")
     parser.add_argument("--every", type=float, default=30.0, help="seconds between faults, on average")
     parser.add_argument("--seed", type=int, default=11)
@@ -437,20 +583,28 @@ def main() -> None:
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="hubshift-chaos-"))
     figures = asyncio.run(Chaos(args, workdir).run())
-    table = Table(title=f"chaos: {args.minutes:g} min, {args.engine} consumers, {args.rate:g} events/s")
+    if args.job != "aggregate" and args.engine != "spark":
+        parser.error("--job delta and parquet run Spark consumers")
+    table = Table(
+        title=f"chaos: {args.minutes:g} min, {args.job}, {args.engine} consumers, {args.rate:g} events/s"
+    )
     table.add_column("figure")
     table.add_column("value", justify="right")
     for key, value in figures.items():
         table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
     Console().print(table)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(figures, indent=1))
-    print(f"wrote {RESULTS} (work folder: {workdir})")
+    results = RESULTS if args.job == "aggregate" else RESULTS.with_name(f"chaos-{args.job}.json")
+    results.parent.mkdir(parents=True, exist_ok=True)
+    runs = json.loads(results.read_text()) if args.job != "aggregate" and results.exists() else []
+    results.write_text(json.dumps([*runs, figures] if args.job != "aggregate" else figures, indent=1))
+    print(f"wrote {results} (work folder: {workdir})")
     healthy = (
         figures["lost"] == 0
         and figures["checkpointsWentBack"] == 0
         and figures["twoReaders"] == 0
         and figures.get("exactTotals", True)
+        and figures.get("writtenTwice", 0) == 0
+        and figures.get("rowsTheHubDoesNotHold", 0) == 0
     )
     raise SystemExit(0 if healthy else 1)
 

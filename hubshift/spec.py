@@ -532,6 +532,11 @@ OWN_SPARK_CONF = {
     "spark.driver.extraJavaOptions": None,
     "spark.driver.extraClassPath": None,
     "spark.sql.session.timeZone": None,
+    # a local-mode driver's RPC and block manager listen on 127.0.0.1 only (they have no authentication
+    # and deserialize what they are sent), and the UI has no kill buttons
+    "spark.driver.bindAddress": None,
+    "spark.driver.host": None,
+    "spark.ui.killEnabled": None,
 }
 
 

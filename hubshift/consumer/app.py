@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import logging
 import os
+import pkgutil
 import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Mapping
+import zipfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -211,20 +213,63 @@ class ConsumerApp:
 
 def use_code(code: CodeSpec) -> None:
     """The job's files (`spec.consumer.code`) on this process's import path and its Spark workers'
-    (`PYTHONPATH`): the folder, and each `.zip` package in it."""
+    (`PYTHONPATH`): the folder, and each `.zip` package in it. A module of it named as one the consumer
+    or Python already has (`pyspark.py`, `json.py`, `sitecustomize.py`) is refused: Spark's workers put
+    `PYTHONPATH` before everything installed, so it would replace that module in them."""
     folder = code.folder()
     if folder is None:
         return
     root = Path(folder)
+    where = "configMap" if code.config_map else "path"
     if not root.is_dir():
-        where = "configMap (is it mounted?)" if code.config_map else "path"
-        raise UserError(f"spec.consumer.code.{where}: {folder} is not a folder")
+        mounted = " (is it mounted?)" if code.config_map else ""
+        raise UserError(f"spec.consumer.code.{where}: {folder} is not a folder{mounted}")
     entries = [str(root.absolute()), *sorted(str(package.absolute()) for package in root.glob("*.zip"))]
-    for entry in reversed(entries):
+    taken = sorted(top_level_modules(root) & importable_elsewhere(entries))
+    if taken:
+        plural = "s" if len(taken) > 1 else ""
+        raise UserError(
+            f"spec.consumer.code.{where}: {', '.join(taken)} would replace the module{plural} of that name "
+            "the consumer and Spark's workers import: rename it in the job's files"
+        )
+    for entry in entries:
         if entry not in sys.path:
-            sys.path.insert(0, entry)
+            sys.path.append(entry)
     inherited = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([*entries, *([inherited] if inherited else [])])
+    os.environ["PYTHONPATH"] = os.pathsep.join([*([inherited] if inherited else []), *entries])
+
+
+def top_level_modules(root: Path) -> set[str]:
+    """The top-level module names a code folder provides: its `.py` files and packages, and those inside
+    its `.zip` packages."""
+    names = set()
+    for path in root.iterdir():
+        if path.suffix == ".py":
+            names.add(path.stem)
+        elif path.is_dir() and not path.name.startswith("."):
+            names.add(path.name)
+        elif path.suffix == ".zip":
+            try:
+                with zipfile.ZipFile(path) as package:
+                    for member in package.namelist():
+                        first = member.split("/", 1)[0]
+                        names.add(first.removesuffix(".py") if "/" not in member else first)
+            except zipfile.BadZipFile:
+                raise UserError(f"spec.consumer.code: {path.name} is not a zip package") from None
+    return {name for name in names if name.isidentifier()}
+
+
+def importable_elsewhere(excluded: Sequence[str]) -> set[str]:
+    """Every top-level module this interpreter can import without the code folder: the standard library,
+    the built-ins, what is installed, and Python's start-up hooks."""
+    paths = [p for p in sys.path if p not in excluded]
+    found = {module.name for module in pkgutil.iter_modules(paths)}
+    return (
+        found
+        | set(sys.stdlib_module_names)
+        | set(sys.builtin_module_names)
+        | {"sitecustomize", "usercustomize"}
+    )
 
 
 def handled_before_failover(spec: FailoverSpec | None, environ: Mapping[str, str]) -> dict[str, int]:

@@ -230,7 +230,16 @@ class SparkEngine:
             # Each micro-batch is planned anew; adaptive execution costs ~15% of that fixed per-batch CPU and
             # has nothing to coalesce with a couple of shuffle partitions.
             .config("spark.sql.adaptive.enabled", "false")
+            # The UI (when enabled) shows; it stops nothing.
+            .config("spark.ui.killEnabled", "false")
         )
+        if spark_spec.master.startswith("local"):
+            # The driver's RPC and block manager have no authentication and deserialize what they are
+            # sent: a local-mode driver has no executor elsewhere to talk to, so they listen on 127.0.0.1
+            # only, never on the pod's address.
+            builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
+                "spark.driver.host", "127.0.0.1"
+            )
         for key, value in session_conf(spark_spec, self.sink, os.environ).items():
             builder = builder.config(key, value)
         spark = builder.getOrCreate()

@@ -9,9 +9,13 @@ import os
 import subprocess
 import sys
 import textwrap
+import urllib.request
+from pathlib import Path
 
 import pytest
 
+from hubshift.emulator.launch import RunningEmulator
+from tests.fixtures.consumer import ConsumerPool, consumer_environ, consumer_manifest
 from tests.harness.ports import free_port
 
 pytestmark = pytest.mark.timeout(180)
@@ -76,3 +80,45 @@ def test_the_ui_serves_on_its_port_and_redacts_the_account_key(spark_jars: str) 
     assert hadoop_properties[SETTING] == "*********(redacted)"
     assert spark_properties["spark.ui.port"] == str(port)
     assert "Environment" in shown["html"]  # the page itself (its text is in stdout, checked above)
+
+
+def test_a_consumers_spark_driver_listens_on_loopback_only_and_its_ui_stops_nothing(
+    tmp_path: Path, emulator_factory: object, consumer_pool: ConsumerPool
+) -> None:
+    """Spark's driver RPC and block manager have no authentication and deserialize what they are sent: a
+    consumer's (local mode) listen on 127.0.0.1 only, never on the machine's or the pod's address; its UI,
+    when enabled, has no kill buttons."""
+    import psutil
+
+    from hubshift.consumer import leftovers
+
+    emulator: RunningEmulator = emulator_factory(["hub:1"])  # type: ignore[operator]
+    port = free_port()
+    manifest = consumer_manifest(
+        tmp_path / "consumer.yaml",
+        store={"sqlite": {"path": str(tmp_path / "store.db")}},
+        sink=tmp_path / "sink",
+        consumer={"spark": {"master": "local[1]", "ui": {"enabled": True, "port": port}}},
+    )
+    consumer_pool.environ.update(consumer_environ(emulator.connection_string))
+    consumer = consumer_pool.start(manifest, "c0")
+    consumer.wait_ready()
+    jvm = int((consumer_pool.workdir / "scratch-c0" / leftovers.RECORD).read_text().split()[0])
+    listening = [
+        c.laddr for c in psutil.Process(jvm).net_connections("inet") if c.status == psutil.CONN_LISTEN
+    ]
+    assert listening, "the driver listens on nothing?"
+    assert {address.ip for address in listening} <= {"127.0.0.1", "::1", "::ffff:127.0.0.1"}, listening
+    assert port in {address.port for address in listening}  # the UI is among them
+    environment = json.loads(
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/applications", timeout=30).read()
+    )
+    application = environment[0]["id"]
+    settings = json.loads(
+        urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/api/v1/applications/{application}/environment", timeout=30
+        ).read()
+    )
+    assert dict(settings["sparkProperties"])["spark.ui.killEnabled"] == "false"
+    consumer.terminate()
+    assert consumer.wait(timeout=60) == 0

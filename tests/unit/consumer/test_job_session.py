@@ -56,12 +56,12 @@ def test_no_code_block_changes_nothing(clean_path: None) -> None:
     assert sys.path == before and os.environ["PYTHONPATH"] == "/inherited"
 
 
-def test_the_folder_and_its_zip_packages_go_first_on_both_paths(clean_path: None, tmp_path: Path) -> None:
+def test_the_folder_and_its_zip_packages_go_last_on_both_paths(clean_path: None, tmp_path: Path) -> None:
     folder = job_folder(tmp_path / "job")
     use_code(CodeSpec(path=str(folder)))
     entries = [str(folder), str(folder / "jobcode.zip")]
-    assert sys.path[:2] == entries
-    assert os.environ["PYTHONPATH"] == os.pathsep.join([*entries, "/inherited"])  # Spark's workers
+    assert sys.path[-2:] == entries
+    assert os.environ["PYTHONPATH"] == os.pathsep.join(["/inherited", *entries])  # Spark's workers
     assert load_function("jobcode_plain:enrich", "pipeline function").__name__ == "enrich"
     assert load_function("jobcode_zipped.enrich:run", "pipeline function").__name__ == "run"
     use_code(CodeSpec(path=str(folder)))
@@ -75,7 +75,7 @@ def test_a_relative_path_is_made_absolute(
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PYTHONPATH")
     use_code(CodeSpec(path="job"))
-    assert sys.path[0] == str(tmp_path / "job")
+    assert str(tmp_path / "job") in sys.path
     assert os.environ["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path / "job")
 
 
@@ -87,8 +87,37 @@ def test_a_folder_that_is_not_there_is_one_line(clean_path: None, tmp_path: Path
         with pytest.raises(UserError) as unmounted:
             use_code(CodeSpec(config_map="orders-job"))
         assert str(unmounted.value) == (
-            f"spec.consumer.code.configMap (is it mounted?): {CODE_DIR} is not a folder"
+            f"spec.consumer.code.configMap: {CODE_DIR} is not a folder (is it mounted?)"
         )
+
+
+@pytest.mark.parametrize("name", ["pyspark.py", "json.py", "sitecustomize.py", "psycopg", "hubshift"])
+def test_a_module_that_would_replace_one_the_consumer_imports_is_refused(
+    clean_path: None, tmp_path: Path, name: str
+) -> None:
+    """Spark's workers put PYTHONPATH before everything installed: a ConfigMap key `pyspark.py` would be
+    the pyspark every worker imports (and `sitecustomize.py` would run at every interpreter's start)."""
+    folder = job_folder(tmp_path / "job")
+    (folder / name).mkdir() if "." not in name else (folder / name).write_text("")
+    before = (list(sys.path), os.environ["PYTHONPATH"])
+    with pytest.raises(UserError) as refused:
+        use_code(CodeSpec(path=str(folder)))
+    module = name.removesuffix(".py")
+    assert str(refused.value) == (
+        f"spec.consumer.code.path: {module} would replace the module of that name the consumer and Spark's "
+        "workers import: rename it in the job's files"
+    )
+    assert (list(sys.path), os.environ["PYTHONPATH"]) == before
+
+
+def test_a_zip_package_that_would_replace_a_module_is_refused(clean_path: None, tmp_path: Path) -> None:
+    import zipfile
+
+    folder = job_folder(tmp_path / "job")
+    with zipfile.ZipFile(folder / "tools.zip", "w") as package:
+        package.writestr("pyarrow/__init__.py", "")
+    with pytest.raises(UserError, match="pyarrow would replace"):
+        use_code(CodeSpec(path=str(folder)))
 
 
 # --- session_conf -------------------------------------------------------------------------------------
