@@ -193,6 +193,8 @@ class ConsumerHTTPServer:
         except TimeoutError:  # a client that does not read what it asked for
             if request.transport is not None:
                 request.transport.abort()
+        except ConnectionResetError:  # a client that gave up waiting (a probe's timeout): nothing to tell
+            log.debug("%s %s: the client left before the answer", request.method, request.path)
         return response
 
     async def _answer(self, request: web.BaseRequest) -> web.StreamResponse:
