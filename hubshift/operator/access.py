@@ -8,14 +8,23 @@ administrator therefore lists, per Kubernetes namespace, the Event Hubs namespac
 operator reads there (`AccessPolicy`, the chart's `operator.access`); anything else is refused before a
 connection is opened. Hosts must also lie in the Azure clouds' domains, unless the policy adds others
 (private DNS, a test server). Connection strings are the resource's own Secrets and need no listing.
+
+Every check is on the host the SDKs dial, never on a string's suffix: an address must be a plain host
+(`HOST[:PORT]`, `hubshift.spec.HOST`) or `https://HOST[:PORT][/ACCOUNT]`, or it is refused. Before, an
+allowed suffix after a delimiter passed (`evil.example#.servicebus.windows.net`, also with `/` or `?`, which
+azure-eventhub dials as evil.example; `https://evil.example\\.blob.core.windows.net`, which azure-storage
+dials as evil.example).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
-from urllib.parse import urlparse
+from urllib.parse import urlsplit
+
+from hubshift.spec import HOST
 
 Service = Literal["eventHubs", "storage"]
 
@@ -64,6 +73,11 @@ class AccessPolicy:
         in `namespace` (`path`: the block, for the message); None when it may."""
         address = normalize(service, address)
         host = host_of(service, address)
+        if host is None:
+            return (
+                f"{path}: {_shown(address)} is not {_SHAPES[service]}: the operator reads with its own "
+                "identity only an address whose host it can tell"
+            )
         if not self._in_allowed_domains(service, host):
             return (
                 f"{path}: {host} is not an Azure {_NAMES[service]} endpoint (hosts ending in "
@@ -81,10 +95,13 @@ class AccessPolicy:
         )
 
     def _in_allowed_domains(self, service: Service, host: str) -> bool:
-        name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-        return any(host == extra or name.endswith(extra) for extra in self.extra_domains) or any(
-            name.endswith(domain) for domain in AZURE_DOMAINS[service]
-        )
+        """`host` (a checked `HOST[:PORT]`) in the Azure domains of `service` or in `extra_domains`: a suffix
+        there starts with a dot; anything else is one host, with or without its port."""
+        name = host.partition(":")[0]
+        return any(
+            name.endswith(extra) if extra.startswith(".") else extra in (host, name)
+            for extra in self.extra_domains
+        ) or any(name.endswith(domain) for domain in AZURE_DOMAINS[service])
 
     def refusals(self, namespace: str, wanted: Iterable[tuple[Service, str, str]]) -> list[str]:
         """The refusals of every (service, address, path) the operator would read with its identity."""
@@ -97,6 +114,14 @@ class AccessPolicy:
 
 _NAMES: Mapping[Service, str] = {"eventHubs": "Event Hubs namespaces", "storage": "storage accounts"}
 _FIELDS: Mapping[Service, str] = {"eventHubs": "eventHubsNamespaces", "storage": "storageAccounts"}
+_SHAPES: Mapping[Service, str] = {
+    "eventHubs": "a host name (NAMESPACE.servicebus.windows.net, optionally :PORT)",
+    "storage": "an account URL (https://ACCOUNT.blob.core.windows.net, optionally :PORT and one path "
+    "segment; no user, query or fragment)",
+}
+_HOST = re.compile(HOST)
+_USERINFO = re.compile(r"://[^/]*@")
+_ACCOUNT_PATH = re.compile(r"(/[a-z0-9]{1,63})?/?")
 
 
 def normalize(service: Service, address: str) -> str:
@@ -105,10 +130,27 @@ def normalize(service: Service, address: str) -> str:
     return address.rstrip("/") if service == "storage" else address
 
 
-def host_of(service: Service, address: str) -> str:
-    if service == "storage":
-        return urlparse(address).netloc
-    return address
+def host_of(service: Service, address: str) -> str | None:
+    """The host (`HOST[:PORT]`) the SDK dials for a normalized `address`; None for an address that is not a
+    plain host or `https://HOST[:PORT][/ACCOUNT]`: one with a user (`@`), a backslash, a query, a fragment or
+    anything else an SDK's URL parser might read another way than this one."""
+    if service == "eventHubs":
+        return address if _HOST.fullmatch(address) else None
+    if any(character in address for character in "\\@#?%") or any(c.isspace() for c in address):
+        return None
+    parts = urlsplit(address)
+    if parts.scheme != "https" or not _HOST.fullmatch(parts.netloc):
+        return None
+    if not _ACCOUNT_PATH.fullmatch(parts.path):
+        return None
+    return parts.netloc
+
+
+def _shown(text: str) -> str:
+    """An address a resource gave, for a message: quoted, at most 100 characters, without a URL's user and
+    password."""
+    text = _USERINFO.sub("://", text)
+    return repr(text if len(text) <= 100 else text[:100] + "...")
 
 
 def policy_from(document: Mapping[str, object]) -> AccessPolicy:
