@@ -138,8 +138,10 @@ def test_a_namespace_beside_a_connection_string_must_be_its_endpoint() -> None:
             f"spec.eventHubs.namespace: {namespace} is not the namespace of the connection string in "
             "HUBSHIFT_EVENTHUBS_CONNECTION_STRING (its Endpoint); leave namespace out, or name the same one"
         )
-    same = EventHubsSpec.model_validate({"hub": "homes", "namespace": "NS.servicebus.windows.net"})
+    same = EventHubsSpec.model_validate({"hub": "homes", "namespace": "ns.servicebus.windows.net"})
     assert resolve_target(same, environ).fqns == "ns.servicebus.windows.net"
+    upper = {"HUBSHIFT_EVENTHUBS_CONNECTION_STRING": CONNECTION_STRING.replace("sb://ns.", "sb://NS.")}
+    assert resolve_target(same, upper).fqns == "ns.servicebus.windows.net"
     assert resolve_target(EventHubsSpec(hub="homes"), environ).fqns == "ns.servicebus.windows.net"
 
 
