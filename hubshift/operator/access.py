@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
-from hubshift.spec import HOST
+from hubshift.spec import DNS_SUBDOMAIN, HOST
 
 Service = Literal["eventHubs", "storage"]
 
@@ -43,6 +43,9 @@ AZURE_DOMAINS: Mapping[Service, tuple[str, ...]] = {
 ANY_NAMESPACE = "*"
 ANYWHERE = "*"  # an allowed entry that stands for every host in the allowed domains
 CHART_VALUE = "operator.access"
+SERVICE_ACCOUNTS_VALUE = "operator.allowedServiceAccounts"
+# The key of the access document (the chart's access.yaml) that holds `operator.allowedServiceAccounts`.
+SERVICE_ACCOUNTS_KEY = "allowedServiceAccounts"
 
 
 @dataclass(frozen=True)
@@ -63,10 +66,18 @@ class NamespaceAccess:
 class AccessPolicy:
     """Per Kubernetes namespace (`*`: every namespace), what the operator reads with its own identity; the
     host suffixes allowed besides the Azure clouds' (`extra_domains`, e.g. `.internal.example.com`, or an
-    exact host such as `127.0.0.1:10000`)."""
+    exact host such as `127.0.0.1:10000`); and the existing ServiceAccounts the consumer pods of a resource
+    there may run as (`service_accounts`, the chart's `operator.allowedServiceAccounts`): without a listing,
+    only the one the operator creates for the resource."""
 
     namespaces: Mapping[str, NamespaceAccess] = field(default_factory=dict)
     extra_domains: frozenset[str] = frozenset()
+    service_accounts: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    def allows_service_account(self, namespace: str, name: str) -> bool:
+        """Whether an administrator allowed the pods of resources in `namespace` to run as the existing
+        ServiceAccount `name` (listed for that namespace or for `*`)."""
+        return any(name in self.service_accounts.get(key, ()) for key in (namespace, ANY_NAMESPACE))
 
     def refusal(self, namespace: str, service: Service, address: str, path: str) -> str | None:
         """Why the operator may not read `address` (a namespace host, a storage account URL) for a resource
@@ -120,6 +131,7 @@ _SHAPES: Mapping[Service, str] = {
     "segment; no user, query or fragment)",
 }
 _HOST = re.compile(HOST)
+_OBJECT_NAME = re.compile(DNS_SUBDOMAIN)
 _USERINFO = re.compile(r"://[^/]*@")
 _ACCOUNT_PATH = re.compile(r"(/[a-z0-9]{1,63})?/?")
 
@@ -173,7 +185,27 @@ def policy_from(document: Mapping[str, object]) -> AccessPolicy:
     extra = document.get("extraDomains") or []
     if not isinstance(extra, list):
         raise ValueError(f"{CHART_VALUE}.extraDomains must be a list of host suffixes")
-    return AccessPolicy(namespaces, frozenset(str(domain).strip().lower() for domain in extra))
+    domains = frozenset(str(domain).strip().lower() for domain in extra)
+    return AccessPolicy(namespaces, domains, service_accounts_from(document.get(SERVICE_ACCOUNTS_KEY)))
+
+
+def service_accounts_from(raw: object) -> dict[str, frozenset[str]]:
+    """The chart's `operator.allowedServiceAccounts` (Kubernetes namespace, or `*`, -> ServiceAccount names);
+    `ValueError` naming the field for a bad one."""
+    raw = raw or {}
+    if not isinstance(raw, Mapping):
+        raise ValueError(
+            f"{SERVICE_ACCOUNTS_VALUE} must be a map of Kubernetes namespace to ServiceAccount names"
+        )
+    allowed: dict[str, frozenset[str]] = {}
+    for namespace, names in raw.items():
+        names = names or []
+        if not isinstance(names, list) or not all(
+            isinstance(name, str) and _OBJECT_NAME.fullmatch(name) for name in names
+        ):
+            raise ValueError(f"{SERVICE_ACCOUNTS_VALUE}.{namespace} must be a list of ServiceAccount names")
+        allowed[str(namespace)] = frozenset(names)
+    return allowed
 
 
 def _list(entry: Mapping[str, object], key: str, namespace: object) -> list[object]:

@@ -20,7 +20,7 @@ import kopf
 
 from hubshift.errors import UserError
 from hubshift.manifest import PartitionedConsumer, connections_of
-from hubshift.operator.access import AccessPolicy, Service
+from hubshift.operator.access import SERVICE_ACCOUNTS_VALUE, AccessPolicy, Service
 from hubshift.operator.claims import ScopeClaims
 from hubshift.operator.driver import MIN_CYCLE_SECONDS, CycleRunner, Desired, LoopDriver
 from hubshift.operator.kubernetes.api import KubeAdapter, consumer_instance
@@ -82,6 +82,11 @@ class OperatorContext:
     pod_views: dict[tuple[str, str], ConsumerInstance] = field(default_factory=dict)
     #: The consumer pods' image when a resource names none: the operator's own (`--consumer-image`).
     consumer_image: str = DEFAULT_IMAGE
+    #: What resources may have the operator do, per namespace (`--access`): here, the existing
+    #: ServiceAccounts their pods may run as.
+    access: AccessPolicy = field(default_factory=AccessPolicy)
+    #: The operator's own namespace, where it serves no resource (None: it serves every one it watches).
+    unserved_namespace: str | None = None
 
     def wakeup(self, key: ConsumerKey) -> asyncio.Event:
         return self.wakeups.setdefault(key, asyncio.Event())
@@ -143,14 +148,18 @@ async def reconcile_children(body: Mapping[str, Any], memo: kopf.Memo, logger: L
     except UserError as error:
         await report_invalid(context, owner, body, str(error))
         raise kopf.PermanentError(str(error)) from None
+    refusal = namespace_refusal(context, owner.namespace)
+    if refusal is not None:  # nothing is rendered, applied or read for it
+        await report_invalid(context, owner, body, refusal)
+        raise kopf.PermanentError(refusal)
     names = ChildNames.of(owner.name)
     state = consumer_state(memo)
     async with state.lock:
         current = await context.kube.statefulset_replicas(owner.namespace, names.statefulset)
         replicas = current if current is not None else initial_replicas(consumer)
         rendered = render_children(consumer, owner, replicas, context.consumer_image)
-        children = await _without_foreign_account(context, consumer, owner, rendered)
         try:
+            children = await _with_own_account(context, consumer, owner, rendered)
             await context.kube.apply_all(children)
         except UserError as error:  # a child the API server refuses as rendered: the spec must change
             await _report_refused(context, state, owner, body, str(error), running=current is not None)
@@ -222,19 +231,39 @@ async def _report_waiting(
     await context.kube.apply_status(owner, status.to_body())
 
 
-async def _without_foreign_account(
+async def _with_own_account(
     context: OperatorContext, consumer: PartitionedConsumer, owner: Owner, children: list[JSON]
 ) -> list[JSON]:
-    """The children, less the pods' ServiceAccount when one of that name exists that this resource's
-    operator did not create: it is used as it is, never changed or owned (deleting the resource must not
-    delete it)."""
+    """The children with the pods' ServiceAccount: one the operator creates for this resource (or created
+    before), or an existing one an administrator allowed for the namespace, used as it is (left out of the
+    children: never changed or owned, so deleting the resource does not delete it). Any other existing one
+    (the namespace's `default`, the operator's own, another workload's) is refused, `UserError` naming the
+    field: a resource must not run its pods, and their token and Azure identity, as a ServiceAccount it
+    chose."""
     name = service_account_name(consumer)
-    if name is None:
-        return children
     keeper = await context.kube.service_account_owner(owner.namespace, name)
     if keeper is None or keeper == owner.name:
         return children
-    return [child for child in children if child.get("kind") != "ServiceAccount"]
+    if context.access.allows_service_account(owner.namespace, name):
+        return [child for child in children if child.get("kind") != "ServiceAccount"]
+    default = "" if consumer.spec.consumer.service_account_name else " (the default: the resource's name)"
+    raise UserError(
+        f"spec.consumer.serviceAccountName: the ServiceAccount {name}{default} exists and the operator did "
+        "not create it for this PartitionedConsumer; its pods run only as one the operator creates, or one "
+        f"an administrator allowed for namespace {owner.namespace} (the chart's {SERVICE_ACCOUNTS_VALUE})"
+    )
+
+
+def namespace_refusal(context: OperatorContext, namespace: str) -> str | None:
+    """Why the operator serves no resource in `namespace`: its own namespace, unless the operator was given
+    it by name (its ServiceAccount, its Secrets and its Azure identity live there)."""
+    if context.unserved_namespace is None or namespace != context.unserved_namespace:
+        return None
+    return (
+        f"metadata.namespace: {namespace} is the operator's own namespace; it serves no PartitionedConsumer "
+        "there unless it watches that namespace by name (the chart's operator.watchReleaseNamespace or "
+        "operator.watchNamespaces)"
+    )
 
 
 async def report_invalid(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hubshift.operator.access import AccessPolicy, NamespaceAccess, policy_from
+from hubshift.operator.kubernetes.settings import unserved_namespace
 
 TEAM = NamespaceAccess(
     frozenset({"team.servicebus.windows.net"}), frozenset({"https://teamstore.blob.core.windows.net"})
@@ -127,3 +128,23 @@ def test_the_chart_document_becomes_a_policy_and_bad_ones_name_the_field() -> No
     assert policy_from({}) == AccessPolicy()
     with pytest.raises(ValueError, match=r"operator.access.namespaces.team.storageAccounts must be a list"):
         policy_from({"namespaces": {"team": {"storageAccounts": "https://x.blob.core.windows.net"}}})
+
+
+def test_existing_service_accounts_an_administrator_allowed_per_namespace() -> None:
+    policy = policy_from(
+        {"allowedServiceAccounts": {"team-a": ["spark-jobs"], "*": ["mesh"], "team-b": None}}
+    )
+    assert policy.allows_service_account("team-a", "spark-jobs")
+    assert policy.allows_service_account("team-b", "mesh")
+    assert not policy.allows_service_account("team-b", "spark-jobs")
+    assert not AccessPolicy().allows_service_account("team-a", "default")
+    for bad in ({"team-a": "spark-jobs"}, {"team-a": ["Spark Jobs"]}, ["team-a"]):
+        with pytest.raises(ValueError, match=r"^operator.allowedServiceAccounts"):
+            policy_from({"allowedServiceAccounts": bad})
+
+
+def test_the_operator_serves_its_own_namespace_only_when_given_it_by_name() -> None:
+    assert unserved_namespace("hubshift", ()) == "hubshift"  # every namespace: all but its own
+    assert unserved_namespace("hubshift", ("team-*", "hub*")) == "hubshift"  # a glob is not its name
+    assert unserved_namespace("team-a", ("team-a",)) is None  # watchReleaseNamespace, watchNamespaces
+    assert unserved_namespace(None, ()) is None  # not in a pod
