@@ -158,6 +158,21 @@ def test_a_refused_edit_leaves_the_control_loop_on_the_accepted_spec(
     time.sleep(5)  # cycles run every second while woken; the loop had every chance to reopen
     assert (ns, "other-hub") not in secret_gets(control_plane, user), operator.log()[-3000:]
 
+    # A restarted operator never saw the accepted spec: it runs no loop, and the status says why.
+    operator.stop()
+    operator = start_operator(control_loop=SECRET_READING_OPENER)
+    waiting = eventually(
+        lambda: (
+            (found := _condition(control_plane, ns, "homes", "Ready"))
+            and found["reason"] == "SpecRefused"
+            and found
+        ),
+        what=f"Ready False, SpecRefused\n{operator.log()[-3000:]}",
+    )
+    assert waiting["status"] == "False" and "no control loop runs" in waiting["message"]
+    time.sleep(3)
+    assert (ns, "other-hub") not in secret_gets(control_plane, user), operator.log()[-3000:]
+
     # The same Secret change, accepted: now the loop runs it (so the audit above could see it).
     control_plane.request(
         "PATCH", f"{CRS.format(ns=ns)}/homes", {"spec": {"consumer": {"podTemplate": {"affinity": None}}}}
