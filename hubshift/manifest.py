@@ -118,9 +118,10 @@ class ConsumerSpec(Model):
         max_length=253,
         pattern=DNS_SUBDOMAIN,
         description="The consumer pods' ServiceAccount, the subject a workload identity is federated with "
-        "(system:serviceaccount:NAMESPACE:NAME). Default: the PartitionedConsumer's name when the spec uses "
-        "a credential, the namespace's default otherwise. The operator creates it when it does not exist "
-        "(annotated with the workload identity's client id) and uses an existing one as it is.",
+        "(system:serviceaccount:NAMESPACE:NAME). Default: the PartitionedConsumer's name. The operator "
+        "creates it (annotated with the workload identity's client id); one that exists already and that the "
+        "operator did not create for this resource is refused, unless an administrator allowed it for the "
+        "namespace (the chart's operator.allowedServiceAccounts), and then used as it is.",
     )
     pod_template: PodTemplateSpec = Field(
         default_factory=PodTemplateSpec,

@@ -198,6 +198,41 @@ def _source(description: str) -> Any:
     return Field(default=None, description=description)
 
 
+NO_TOKEN_MESSAGE = (
+    "serviceAccountToken: a pod template may not project a ServiceAccount token (the consumer pods never "
+    "talk to Kubernetes; the token would be their ServiceAccount's identity)"
+)
+
+
+class VolumeProjectionSpec(Model):
+    """One source of a projected volume (a Pod's `projected.sources[]`): a Secret's, a ConfigMap's, the pod's
+    own fields or a ClusterTrustBundle (certificate authorities), each kept as Kubernetes writes it. A
+    ServiceAccount token is refused, and every other kind (a pod certificate) is an unknown field: each is
+    a credential of the pods' ServiceAccount."""
+
+    secret: KubeDict | None = _source("A Secret's keys: `{name: ca-bundle}`.")
+    config_map: KubeDict | None = _source("A ConfigMap's keys: `{name: sites}`.")
+    downward_api: KubeDict | None = Field(
+        default=None, alias="downwardAPI", description="The pod's own fields."
+    )
+    cluster_trust_bundle: KubeDict | None = _source("Certificate authorities of a ClusterTrustBundle.")
+    service_account_token: KubeDict | None = _source("Refused: " + NO_TOKEN_MESSAGE.partition(": ")[2] + ".")
+
+    CEL = (cel("!has(self.serviceAccountToken)", NO_TOKEN_MESSAGE, ".serviceAccountToken"),)
+
+    @model_validator(mode="after")
+    def _no_token(self) -> VolumeProjectionSpec:
+        if self.service_account_token is not None:
+            raise ValueError(NO_TOKEN_MESSAGE)
+        return self
+
+
+class ProjectedVolumeSpec(KubeObject):
+    """A projected volume: several sources in one folder (`defaultMode` as in a Pod)."""
+
+    sources: list[VolumeProjectionSpec] = Field(default_factory=list, max_length=MAX_ITEMS)
+
+
 class VolumeSpec(Model):
     """A pod volume (a Pod's `volumes[]`) with one of the sources the restricted Pod Security Standard
     allows, each kept as Kubernetes writes it; mount it with `volumeMounts` (or in a sidecar)."""
@@ -209,7 +244,9 @@ class VolumeSpec(Model):
     empty_dir: KubeDict | None = _source("Scratch space, gone with the pod: `{}`.")
     csi: KubeDict | None = _source("A CSI driver's inline volume (e.g. the Secrets Store CSI driver).")
     ephemeral: KubeDict | None = _source("A claim made for the pod and deleted with it.")
-    projected: KubeDict | None = _source("Several sources in one folder.")
+    projected: ProjectedVolumeSpec | None = _source(
+        "Several sources in one folder (not a ServiceAccount token)."
+    )
     downward_api: KubeDict | None = Field(
         default=None, alias="downwardAPI", description="The pod's own fields."
     )
@@ -270,18 +307,36 @@ class VolumeMountSpec(KubeObject):
         return self
 
 
-class ContainerPortSpec(KubeObject):
-    """A port a sidecar or init container listens on (`protocol` as in a Pod)."""
+NO_HOST_PORT_MESSAGE = (
+    "hostPort: a pod template may not bind a port of the node (the baseline Pod Security Standard forbids it)"
+)
+NO_HOST_IP_MESSAGE = "hostIP: a pod template may not bind an address of the node (it goes with hostPort)"
+
+
+class ContainerPortSpec(Model):
+    """A port a sidecar or init container listens on, in the pod's network only: a node's port or address
+    (`hostPort`, `hostIP`) is refused."""
 
     container_port: int = Field(ge=1, le=65535)
     name: str | None = Field(default=None, min_length=1, max_length=15)
+    protocol: Literal["TCP", "UDP", "SCTP"] | None = Field(default=None, description="Default TCP.")
+    host_port: int | None = Field(default=None, description="Refused: a port of the node.")
+    host_ip: str | None = Field(default=None, alias="hostIP", description="Refused: an address of the node.")
 
-    CEL = (cel(f"!has(self.name) || self.name != '{METRICS_PORT_NAME}'", OWN_PORT_NAME_MESSAGE, ".name"),)
+    CEL = (
+        cel(f"!has(self.name) || self.name != '{METRICS_PORT_NAME}'", OWN_PORT_NAME_MESSAGE, ".name"),
+        cel("!has(self.hostPort)", NO_HOST_PORT_MESSAGE, ".hostPort"),
+        cel("!has(self.hostIP)", NO_HOST_IP_MESSAGE, ".hostIP"),
+    )
 
     @model_validator(mode="after")
     def _not_hubshifts(self) -> ContainerPortSpec:
         if self.name == METRICS_PORT_NAME:
             raise ValueError(OWN_PORT_NAME_MESSAGE)
+        if self.host_port is not None:
+            raise ValueError(NO_HOST_PORT_MESSAGE)
+        if self.host_ip is not None:
+            raise ValueError(NO_HOST_IP_MESSAGE)
         return self
 
 

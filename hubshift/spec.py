@@ -71,10 +71,21 @@ DEFAULT_REPLICATE_ENV = "HUBSHIFT_REPLICATE_CONNECTION_STRING"
 DEFAULT_PROJECTION_ENV = "HUBSHIFT_PROJECTION_CONNECTION_STRING"
 DEFAULT_PROXY_ENV = "HUBSHIFT_PROXY_CREDENTIALS"
 
-# A Kubernetes object name (DNS subdomain), e.g. a ServiceAccount's; a storage account's Blob endpoint.
-# A Kubernetes object name (DNS subdomain), e.g. a ServiceAccount's.
+# A Kubernetes object name (DNS subdomain, at most 253 characters), e.g. a Secret's, a ConfigMap's, a
+# ServiceAccount's: never a path (the API client joins a name into the request's URL as it is).
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-STORAGE_ACCOUNT_URL = r"^https://[^/\s]+(/[^/\s]+)?/?$"
+MAX_OBJECT_NAME = 253
+# A key of a Secret's or ConfigMap's data, as Kubernetes allows it.
+DATA_KEY = r"^[-._a-zA-Z0-9]+$"
+# A host as the SDKs dial it: DNS labels of lower-case letters, digits and '-', or an IPv4 address, with an
+# optional port; nothing an SDK's URL parser would read as the end of the host (`#`, `/`, `?`, `\`, `@`).
+HOST = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(:[0-9]{1,5})?"
+# A fully qualified Event Hubs namespace (myns.servicebus.windows.net, or HOST:PORT for a local emulator).
+EVENTHUBS_NAMESPACE = f"^{HOST}$"
+MAX_HOST_LENGTH = 253 + len(":65535")
+# A storage account's Blob endpoint: https://HOST[:PORT], optionally one path segment (an emulator's
+# account, https://127.0.0.1:10000/devstoreaccount1); no user, query or fragment.
+STORAGE_ACCOUNT_URL = f"^https://{HOST}(/[a-z0-9]{{1,63}})?/?$"
 # An HTTP proxy's address, without credentials (they come from a Secret): http://HOST:PORT.
 PROXY_URL = r"^http://[A-Za-z0-9._-]+:[0-9]{1,5}/?$"
 
@@ -109,8 +120,16 @@ class Model(BaseModel):
 class SecretKeyRefSpec(Model):
     """A key of a Kubernetes Secret in the PartitionedConsumer's namespace."""
 
-    name: str = Field(min_length=1, description="Secret name.")
-    key: str = Field(min_length=1, description="Key inside the Secret.")
+    name: str = Field(
+        min_length=1,
+        max_length=MAX_OBJECT_NAME,
+        pattern=DNS_SUBDOMAIN,
+        description="Secret name (a DNS subdomain: lower-case letters, digits, '-' and '.'), in the "
+        "resource's namespace.",
+    )
+    key: str = Field(
+        min_length=1, max_length=MAX_OBJECT_NAME, pattern=DATA_KEY, description="Key inside the Secret."
+    )
 
 
 # --- connections -------------------------------------------------------------------------------------
@@ -381,8 +400,11 @@ class HubConnectionSpec(ConnectionSpec):
 
     namespace: str | None = Field(
         default=None,
-        description="Fully qualified Event Hubs namespace (e.g. myns.servicebus.windows.net); "
-        "taken from the connection string's Endpoint when omitted; required with a credential.",
+        max_length=MAX_HOST_LENGTH,
+        pattern=EVENTHUBS_NAMESPACE,
+        description="Fully qualified Event Hubs namespace (e.g. myns.servicebus.windows.net: a host name in "
+        "lower case, optionally :PORT); taken from the connection string's Endpoint when omitted (with a "
+        "connection string it must be that Endpoint); required with a credential.",
     )
     hub: str = Field(min_length=1, description="Event Hub name.")
     transport: Transport | None = Field(
@@ -445,6 +467,7 @@ class BlobStoreSpec(ConnectionSpec):
     )
     account_url: str | None = Field(
         default=None,
+        max_length=len("https://") + MAX_HOST_LENGTH + len("/") + 63 + len("/"),
         pattern=STORAGE_ACCOUNT_URL,
         description="The storage account's Blob endpoint (https://ACCOUNT.blob.core.windows.net), required "
         "with a credential (and with a command line's --credential); a connection string names its own.",

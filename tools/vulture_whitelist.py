@@ -38,7 +38,14 @@ from hubshift.operator.status import (
     RolloutStatus,
 )
 from hubshift.ownership.store import BlobEntry, LeaseState
-from hubshift.podtemplate import ContainerSecuritySpec, ContainerSpec, TolerationSpec, VolumeSpec
+from hubshift.podtemplate import (
+    ContainerSecuritySpec,
+    ContainerSpec,
+    ProjectedVolumeSpec,
+    TolerationSpec,
+    VolumeProjectionSpec,
+    VolumeSpec,
+)
 from hubshift.spec import ResourceListSpec
 
 # Pydantic fields read by serialisation or validation: the status goes to the CR by model_dump, the
@@ -62,6 +69,8 @@ VolumeSpec.csi
 VolumeSpec.ephemeral
 VolumeSpec.projected
 VolumeSpec.downward_api
+ProjectedVolumeSpec.sources
+VolumeProjectionSpec.cluster_trust_bundle
 ContainerSecuritySpec.run_as_user
 ContainerSecuritySpec.run_as_group
 ContainerSecuritySpec.read_only_root_filesystem

@@ -132,8 +132,10 @@ def resolve_target(
 ) -> EventHubsTarget:
     """The hub a block names (`path`: where the block is, for messages): with its token credential (or
     `identity` in its place), or with the connection string from the environment variable it names, checked
-    for shape (the SDK's parser) and for the hub it is for; over the transport and proxy it names. The
-    consumer group: the source's, or `consumer_group`."""
+    for shape (the SDK's parser), for the hub it is for and for the namespace it is for (a `namespace` the
+    block names must be the connection string's Endpoint: else a SAS token signed with its key would be sent
+    to a host the block chose); over the transport and proxy it names. The consumer group: the source's, or
+    `consumer_group`."""
     if consumer_group is None:
         consumer_group = hub.consumer_group if isinstance(hub, EventHubsSpec) else "$Default"
     network = hub_network(hub, environ, path)
@@ -159,8 +161,13 @@ def resolve_target(
         raise UserError(
             f"{variable}: the connection string is for hub {entity!r}, the manifest names {hub.hub!r}"
         )
-    fqns = (hub.namespace or host).strip().lower()
-    return EventHubsTarget(connection_string, fqns, hub.hub, consumer_group, network=network)
+    named = None if hub.namespace is None else hub.namespace.strip().lower()
+    if named is not None and named != host:
+        raise UserError(
+            f"{path}.namespace: {named} is not the namespace of the connection string in {variable} (its "
+            "Endpoint); leave namespace out, or name the same one"
+        )
+    return EventHubsTarget(connection_string, host, hub.hub, consumer_group, network=network)
 
 
 def sdk_client(client_class: Any, target: EventHubsTarget, **kwargs: Any) -> Any:

@@ -8,14 +8,23 @@ administrator therefore lists, per Kubernetes namespace, the Event Hubs namespac
 operator reads there (`AccessPolicy`, the chart's `operator.access`); anything else is refused before a
 connection is opened. Hosts must also lie in the Azure clouds' domains, unless the policy adds others
 (private DNS, a test server). Connection strings are the resource's own Secrets and need no listing.
+
+Every check is on the host the SDKs dial, never on a string's suffix: an address must be a plain host
+(`HOST[:PORT]`, `hubshift.spec.HOST`) or `https://HOST[:PORT][/ACCOUNT]`, or it is refused. Before, an
+allowed suffix after a delimiter passed (`evil.example#.servicebus.windows.net`, also with `/` or `?`, which
+azure-eventhub dials as evil.example; `https://evil.example\\.blob.core.windows.net`, which azure-storage
+dials as evil.example).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
-from urllib.parse import urlparse
+from urllib.parse import urlsplit
+
+from hubshift.spec import DNS_SUBDOMAIN, HOST
 
 Service = Literal["eventHubs", "storage"]
 
@@ -34,6 +43,9 @@ AZURE_DOMAINS: Mapping[Service, tuple[str, ...]] = {
 ANY_NAMESPACE = "*"
 ANYWHERE = "*"  # an allowed entry that stands for every host in the allowed domains
 CHART_VALUE = "operator.access"
+SERVICE_ACCOUNTS_VALUE = "operator.allowedServiceAccounts"
+# The key of the access document (the chart's access.yaml) that holds `operator.allowedServiceAccounts`.
+SERVICE_ACCOUNTS_KEY = "allowedServiceAccounts"
 
 
 @dataclass(frozen=True)
@@ -54,16 +66,29 @@ class NamespaceAccess:
 class AccessPolicy:
     """Per Kubernetes namespace (`*`: every namespace), what the operator reads with its own identity; the
     host suffixes allowed besides the Azure clouds' (`extra_domains`, e.g. `.internal.example.com`, or an
-    exact host such as `127.0.0.1:10000`)."""
+    exact host such as `127.0.0.1:10000`); and the existing ServiceAccounts the consumer pods of a resource
+    there may run as (`service_accounts`, the chart's `operator.allowedServiceAccounts`): without a listing,
+    only the one the operator creates for the resource."""
 
     namespaces: Mapping[str, NamespaceAccess] = field(default_factory=dict)
     extra_domains: frozenset[str] = frozenset()
+    service_accounts: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+    def allows_service_account(self, namespace: str, name: str) -> bool:
+        """Whether an administrator allowed the pods of resources in `namespace` to run as the existing
+        ServiceAccount `name` (listed for that namespace or for `*`)."""
+        return any(name in self.service_accounts.get(key, ()) for key in (namespace, ANY_NAMESPACE))
 
     def refusal(self, namespace: str, service: Service, address: str, path: str) -> str | None:
         """Why the operator may not read `address` (a namespace host, a storage account URL) for a resource
         in `namespace` (`path`: the block, for the message); None when it may."""
         address = normalize(service, address)
         host = host_of(service, address)
+        if host is None:
+            return (
+                f"{path}: {_shown(address)} is not {_SHAPES[service]}: the operator reads with its own "
+                "identity only an address whose host it can tell"
+            )
         if not self._in_allowed_domains(service, host):
             return (
                 f"{path}: {host} is not an Azure {_NAMES[service]} endpoint (hosts ending in "
@@ -81,10 +106,13 @@ class AccessPolicy:
         )
 
     def _in_allowed_domains(self, service: Service, host: str) -> bool:
-        name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-        return any(host == extra or name.endswith(extra) for extra in self.extra_domains) or any(
-            name.endswith(domain) for domain in AZURE_DOMAINS[service]
-        )
+        """`host` (a checked `HOST[:PORT]`) in the Azure domains of `service` or in `extra_domains`: a suffix
+        there starts with a dot; anything else is one host, with or without its port."""
+        name = host.partition(":")[0]
+        return any(
+            name.endswith(extra) if extra.startswith(".") else extra in (host, name)
+            for extra in self.extra_domains
+        ) or any(name.endswith(domain) for domain in AZURE_DOMAINS[service])
 
     def refusals(self, namespace: str, wanted: Iterable[tuple[Service, str, str]]) -> list[str]:
         """The refusals of every (service, address, path) the operator would read with its identity."""
@@ -97,6 +125,15 @@ class AccessPolicy:
 
 _NAMES: Mapping[Service, str] = {"eventHubs": "Event Hubs namespaces", "storage": "storage accounts"}
 _FIELDS: Mapping[Service, str] = {"eventHubs": "eventHubsNamespaces", "storage": "storageAccounts"}
+_SHAPES: Mapping[Service, str] = {
+    "eventHubs": "a host name (NAMESPACE.servicebus.windows.net, optionally :PORT)",
+    "storage": "an account URL (https://ACCOUNT.blob.core.windows.net, optionally :PORT and one path "
+    "segment; no user, query or fragment)",
+}
+_HOST = re.compile(HOST)
+_OBJECT_NAME = re.compile(DNS_SUBDOMAIN)
+_USERINFO = re.compile(r"://[^/]*@")
+_ACCOUNT_PATH = re.compile(r"(/[a-z0-9]{1,63})?/?")
 
 
 def normalize(service: Service, address: str) -> str:
@@ -105,10 +142,27 @@ def normalize(service: Service, address: str) -> str:
     return address.rstrip("/") if service == "storage" else address
 
 
-def host_of(service: Service, address: str) -> str:
-    if service == "storage":
-        return urlparse(address).netloc
-    return address
+def host_of(service: Service, address: str) -> str | None:
+    """The host (`HOST[:PORT]`) the SDK dials for a normalized `address`; None for an address that is not a
+    plain host or `https://HOST[:PORT][/ACCOUNT]`: one with a user (`@`), a backslash, a query, a fragment or
+    anything else an SDK's URL parser might read another way than this one."""
+    if service == "eventHubs":
+        return address if _HOST.fullmatch(address) else None
+    if any(character in address for character in "\\@#?%") or any(c.isspace() for c in address):
+        return None
+    parts = urlsplit(address)
+    if parts.scheme != "https" or not _HOST.fullmatch(parts.netloc):
+        return None
+    if not _ACCOUNT_PATH.fullmatch(parts.path):
+        return None
+    return parts.netloc
+
+
+def _shown(text: str) -> str:
+    """An address a resource gave, for a message: quoted, at most 100 characters, without a URL's user and
+    password."""
+    text = _USERINFO.sub("://", text)
+    return repr(text if len(text) <= 100 else text[:100] + "...")
 
 
 def policy_from(document: Mapping[str, object]) -> AccessPolicy:
@@ -131,7 +185,27 @@ def policy_from(document: Mapping[str, object]) -> AccessPolicy:
     extra = document.get("extraDomains") or []
     if not isinstance(extra, list):
         raise ValueError(f"{CHART_VALUE}.extraDomains must be a list of host suffixes")
-    return AccessPolicy(namespaces, frozenset(str(domain).strip().lower() for domain in extra))
+    domains = frozenset(str(domain).strip().lower() for domain in extra)
+    return AccessPolicy(namespaces, domains, service_accounts_from(document.get(SERVICE_ACCOUNTS_KEY)))
+
+
+def service_accounts_from(raw: object) -> dict[str, frozenset[str]]:
+    """The chart's `operator.allowedServiceAccounts` (Kubernetes namespace, or `*`, -> ServiceAccount names);
+    `ValueError` naming the field for a bad one."""
+    raw = raw or {}
+    if not isinstance(raw, Mapping):
+        raise ValueError(
+            f"{SERVICE_ACCOUNTS_VALUE} must be a map of Kubernetes namespace to ServiceAccount names"
+        )
+    allowed: dict[str, frozenset[str]] = {}
+    for namespace, names in raw.items():
+        names = names or []
+        if not isinstance(names, list) or not all(
+            isinstance(name, str) and _OBJECT_NAME.fullmatch(name) for name in names
+        ):
+            raise ValueError(f"{SERVICE_ACCOUNTS_VALUE}.{namespace} must be a list of ServiceAccount names")
+        allowed[str(namespace)] = frozenset(names)
+    return allowed
 
 
 def _list(entry: Mapping[str, object], key: str, namespace: object) -> list[object]:

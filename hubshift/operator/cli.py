@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from hubshift.operator.access import AccessPolicy, policy_from
 from hubshift.operator.claims import ScopeClaims
 from hubshift.operator.kubernetes import handlers, reconcile
 from hubshift.operator.kubernetes.render import DEFAULT_IMAGE
-from hubshift.operator.kubernetes.settings import OperatorConfig
+from hubshift.operator.kubernetes.settings import OperatorConfig, unserved_namespace
 from hubshift.operator.metrics import METRICS
 
 # --- hubshift operator ------------------------------------------------------------------------------
@@ -75,9 +76,11 @@ from hubshift.operator.metrics import METRICS
     type=click.Path(dir_okay=False),
     envvar="HUBSHIFT_OPERATOR_ACCESS",
     default=None,
-    help="A YAML file (the chart's operator.access): per Kubernetes namespace, the Event Hubs namespaces "
-    "and storage accounts the operator reads with its own identity, and extra host domains. Without it, "
-    "the operator reads nothing with its identity (resources with a token credential are refused).",
+    help="A YAML file (the chart's operator.access and operator.allowedServiceAccounts): per Kubernetes "
+    "namespace, the Event Hubs namespaces and storage accounts the operator reads with its own identity, "
+    "and extra host domains (namespaces, extraDomains); the existing ServiceAccounts the consumer pods may "
+    "run as (allowedServiceAccounts). Without it, the operator reads nothing with its identity (resources "
+    "with a token credential are refused) and the pods run only as the ServiceAccounts it creates.",
 )
 @click.option(
     "--consumer-image",
@@ -120,6 +123,7 @@ def operator(
         raise UserError("give either --peering or --standalone, not both")
     if not consumer_image or any(character.isspace() for character in consumer_image):
         raise UserError(f"--consumer-image {consumer_image!r}: an image reference has no spaces")
+    access = load_access(access_file)
     config = OperatorConfig(
         namespaces=namespaces,
         clusterwide=not namespaces,
@@ -128,9 +132,11 @@ def operator(
         metrics_port=metrics_port or None,
         liveness_port=liveness_port or None,
         consumer_image=consumer_image,
+        access=access,
+        # The pod's namespace, from the downward API (the chart sets it).
+        unserved_namespace=unserved_namespace(os.environ.get("POD_NAMESPACE"), namespaces),
     )
     identity = parse_identity(credential, client_id)
-    access = load_access(access_file)
     if control_loop is None:
         # One registry of hubs and consumer groups per operator process: a second resource on one is refused.
         open_loop = functools.partial(
@@ -170,7 +176,9 @@ def load_access(path: str | None) -> AccessPolicy:
     except yaml.YAMLError:
         raise UserError(f"--access {path}: not valid YAML") from None
     if not isinstance(document, dict):
-        raise UserError(f"--access {path}: expected a map with namespaces and extraDomains")
+        raise UserError(
+            f"--access {path}: expected a map with namespaces, extraDomains and allowedServiceAccounts"
+        )
     try:
         return policy_from(document)
     except ValueError as error:

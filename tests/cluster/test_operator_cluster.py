@@ -454,6 +454,60 @@ BAD_RESOURCES: list[tuple[str, Any, list[str]]] = [
         ["spec.consumer.podDisruptionBudget.maxUnavailable"],
     ),
     (
+        "secret-name-a-path",
+        _set("eventHubs.connectionStringSecretRef", {"name": "../../team-b/secrets/eh", "key": "k"}),
+        ["spec.eventHubs.connectionStringSecretRef.name"],
+    ),
+    (
+        "proxy-secret-name-a-path",
+        _set(
+            "eventHubs.proxy",
+            {"url": "http://proxy.corp:3128", "credentialsSecretRef": {"name": "a/../b", "key": "k"}},
+        ),
+        ["spec.eventHubs.proxy.credentialsSecretRef.name"],
+    ),
+    (
+        "namespace-with-a-fragment",
+        _set("eventHubs.namespace", "evil.example#.servicebus.windows.net"),
+        ["spec.eventHubs.namespace"],
+    ),
+    (
+        "account-url-with-a-backslash",
+        _set("checkpointStore.blob.accountUrl", "https://evil.example\\.blob.core.windows.net"),
+        ["spec.checkpointStore.blob.accountUrl"],
+    ),
+    (
+        "projected-service-account-token",
+        _set(
+            "consumer.podTemplate",
+            {"volumes": [{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}]},
+        ),
+        [
+            "spec.consumer.podTemplate.volumes[0].projected.sources[0].serviceAccountToken",
+            pod.NO_TOKEN_MESSAGE,
+        ],
+    ),
+    (
+        "sidecar-on-a-host-port",
+        _set(
+            "consumer.podTemplate",
+            {"sidecars": [{"name": "s", "image": "b", "ports": [{"containerPort": 80, "hostPort": 80}]}]},
+        ),
+        ["spec.consumer.podTemplate.sidecars[0].ports[0].hostPort", pod.NO_HOST_PORT_MESSAGE],
+    ),
+    (
+        "init-container-on-a-host-address",
+        _set(
+            "consumer.podTemplate",
+            {
+                "initContainers": [
+                    {"name": "i", "image": "b", "ports": [{"containerPort": 80, "hostIP": "::"}]}
+                ]
+            },
+        ),
+        ["spec.consumer.podTemplate.initContainers[0].ports[0].hostIP", pod.NO_HOST_IP_MESSAGE],
+    ),
+    (
         "projection-postgres-missing",
         _set(
             "consumer.pipeline", {"type": "projection", "projection": {"table": "t", "database": "postgres"}}
@@ -598,12 +652,14 @@ def test_the_operator_creates_owned_children_reports_status_and_lets_gc_delete_t
 
 
 def test_a_keyless_resource_gets_its_service_account_and_labelled_pods_and_no_secret(
-    control_plane: Any, kube_namespace: str, hubshift_operator: Any
+    control_plane: Any, kube_namespace: str, start_operator: Any
 ) -> None:
     """examples/homes-keyless.yaml: the operator creates the pods' ServiceAccount (owned, annotated with
     the workload identity's client id), labels the pods for Azure Workload Identity and renders no Secret;
-    a ServiceAccount that exists already is used as it is, never changed or owned."""
+    a ServiceAccount that exists already and that an administrator allowed is used as it is, never changed
+    or owned."""
     ns = kube_namespace
+    hubshift_operator = start_operator(access={"allowedServiceAccounts": {ns: ["theirs"]}})
     accounts = f"/api/v1/namespaces/{ns}/serviceaccounts"
     control_plane.request(
         "POST", accounts, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "theirs"}}

@@ -301,6 +301,8 @@ class AuditedRequest:
     group: str
     resource: str  # with its subresource: "statefulsets/scale"
     code: int
+    namespace: str = ""
+    name: str = ""  # the object's, when the request names one (a get, a patch)
 
 
 @dataclass
@@ -333,7 +335,13 @@ class ControlPlane:
             code = int((event.get("responseStatus") or {}).get("code") or 0)
             found.append(
                 AuditedRequest(
-                    event["user"]["username"], event["verb"], target.get("apiGroup", ""), resource, code
+                    event["user"]["username"],
+                    event["verb"],
+                    target.get("apiGroup", ""),
+                    resource,
+                    code,
+                    target.get("namespace", ""),
+                    target.get("name", ""),
                 )
             )
         return found

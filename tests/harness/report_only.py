@@ -22,6 +22,9 @@ from hubshift.operator.status import (
 )
 
 OPENER = "tests.harness.report_only:open_report_only"
+# The same loop, opened as the operator's own opener does up to its first request: reading the Secrets the
+# spec names for the source and the store (`KubernetesRuntime.connection_environment`).
+SECRET_READING_OPENER = "tests.harness.report_only:open_reading_secrets"
 
 
 class ReportOnlyLoop:
@@ -89,4 +92,14 @@ class ReportOnlyLoop:
 async def open_report_only(
     consumer: PartitionedConsumer, runtime: KubernetesRuntime, metrics: OperatorMetrics
 ) -> ReportOnlyLoop:
+    return ReportOnlyLoop(consumer, runtime, metrics)
+
+
+async def open_reading_secrets(
+    consumer: PartitionedConsumer, runtime: KubernetesRuntime, metrics: OperatorMetrics
+) -> ReportOnlyLoop:
+    """The report-only loop, after reading what `reconcile.open_cluster_loop` reads before it opens the hub
+    and the store: the connection strings of the Secrets the spec names (the API server's audit log then
+    says which Secrets a control loop was opened with)."""
+    await runtime.connection_environment(consumer)
     return ReportOnlyLoop(consumer, runtime, metrics)

@@ -122,6 +122,29 @@ def test_the_target_carries_the_network_with_the_proxys_credentials() -> None:
     assert plain.network == Network("amqpWebSockets")
 
 
+def test_a_namespace_beside_a_connection_string_must_be_its_endpoint() -> None:
+    """Security issue 35: a block naming its connection string's Secret and `namespace: HOST:PORT` with
+    `transport: amqpWebSockets` had the SDK send a SAS token signed with that key to HOST. The namespace a
+    block names must be the connection string's Endpoint (in any case); the message names the field and
+    never the key."""
+    environ = {"HUBSHIFT_EVENTHUBS_CONNECTION_STRING": CONNECTION_STRING}
+    for namespace in ("evil.example:443", "other.servicebus.windows.net"):
+        spec = EventHubsSpec.model_validate(
+            {"hub": "homes", "namespace": namespace, "transport": "amqpWebSockets"}
+        )
+        with pytest.raises(UserError) as refused:
+            resolve_target(spec, environ)
+        assert str(refused.value) == (
+            f"spec.eventHubs.namespace: {namespace} is not the namespace of the connection string in "
+            "HUBSHIFT_EVENTHUBS_CONNECTION_STRING (its Endpoint); leave namespace out, or name the same one"
+        )
+    same = EventHubsSpec.model_validate({"hub": "homes", "namespace": "ns.servicebus.windows.net"})
+    assert resolve_target(same, environ).fqns == "ns.servicebus.windows.net"
+    upper = {"HUBSHIFT_EVENTHUBS_CONNECTION_STRING": CONNECTION_STRING.replace("sb://ns.", "sb://NS.")}
+    assert resolve_target(same, upper).fqns == "ns.servicebus.windows.net"
+    assert resolve_target(EventHubsSpec(hub="homes"), environ).fqns == "ns.servicebus.windows.net"
+
+
 def test_the_command_lines_proxy() -> None:
     assert chosen_network(None, None) == Network("amqp")
     assert chosen_network("amqpWebSockets", None) == Network("amqpWebSockets")

@@ -154,3 +154,11 @@ plus the release's namespace with operator.watchReleaseNamespace. None: every na
   resources: [events]
   verbs: [create]
 {{- end -}}
+
+{{/* The operator's --access file: operator.access (what it reads with its own identity, per namespace) and
+operator.allowedServiceAccounts (the existing ServiceAccounts consumer pods may run as, per namespace). */}}
+{{- define "hubshift.accessDocument" -}}
+{{- $document := deepCopy (.Values.operator.access | default dict) -}}
+{{- $_ := set $document "allowedServiceAccounts" (.Values.operator.allowedServiceAccounts | default dict) -}}
+{{- toYaml $document -}}
+{{- end -}}

@@ -14,6 +14,7 @@ import base64
 import binascii
 import logging
 import os
+import re
 import socket
 import time
 from collections.abc import Iterable, Mapping
@@ -34,7 +35,16 @@ from hubshift.errors import UserError
 from hubshift.operator.kubernetes.render import CONSUMER_LABEL, MANAGER, Owner, selector_labels
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.podtemplate import METRICS_PORT_NAME
-from hubshift.spec import API_VERSION, GROUP, KIND, PLURAL, VERSION, SecretKeyRefSpec
+from hubshift.spec import (
+    API_VERSION,
+    DNS_SUBDOMAIN,
+    GROUP,
+    KIND,
+    MAX_OBJECT_NAME,
+    PLURAL,
+    VERSION,
+    SecretKeyRefSpec,
+)
 
 JSON = dict[str, Any]
 logger = logging.getLogger(__name__)
@@ -43,6 +53,8 @@ PartitionedConsumerResource = create_namespaced_resource(GROUP, VERSION, KIND, P
 
 EVENT_MESSAGE_LIMIT = 1024  # the API server refuses longer Event messages
 REVISION_LABEL = "controller-revision-hash"  # the StatefulSet revision a pod was made from
+_OBJECT_NAME = re.compile(DNS_SUBDOMAIN)
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 class SecretUnavailable(UserError):
@@ -52,6 +64,16 @@ class SecretUnavailable(UserError):
 class ChildRefused(UserError):
     """The API server refused a child as the spec rendered it (HTTP 422: e.g. an affinity or a volume of the
     pod template it finds invalid); the message is the server's, naming the child's field."""
+
+
+def is_object_name(name: str) -> bool:
+    """Whether `name` is a Kubernetes object name (a DNS subdomain), safe to put into an API path."""
+    return len(name) <= MAX_OBJECT_NAME and _OBJECT_NAME.fullmatch(name) is not None
+
+
+def _shown(text: str) -> str:
+    """A name a resource gave, for a message: quoted, at most 80 characters."""
+    return repr(text if len(text) <= 80 else text[:80] + "...")
 
 
 def consumer_pod_labels(consumer_name: str) -> dict[str, str]:
@@ -251,6 +273,14 @@ class KubeAdapter:
     # the operator's own credentials
 
     async def read_secret(self, namespace: str, ref: SecretKeyRefSpec) -> SecretStr:
+        """A key of a Secret in `namespace`. lightkube joins the name into the request's path as it is, so a
+        name that is not a Kubernetes object name (`../../team-b/secrets/eh` would read another namespace's
+        Secret) is refused before any request, whatever the model or the CRD let through."""
+        if not is_object_name(ref.name) or not _NAMESPACE.fullmatch(namespace) or len(namespace) > 63:
+            raise SecretUnavailable(
+                f"Secret {_shown(ref.name)} in namespace {_shown(namespace)}: not a Kubernetes object name "
+                "(a DNS subdomain); nothing was read"
+            )
         where = f"Secret {namespace}/{ref.name}"
         try:
             secret = await self.client.get(Secret, ref.name, namespace=namespace)

@@ -78,6 +78,8 @@ def register(
                 metrics=METRICS,
                 open_loop=open_loop,
                 consumer_image=config.consumer_image,
+                access=config.access,
+                unserved_namespace=config.unserved_namespace,
             )
 
     @kopf.on.resume(*CR, registry=registry, id="children")

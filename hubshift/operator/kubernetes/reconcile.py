@@ -20,7 +20,7 @@ import kopf
 
 from hubshift.errors import UserError
 from hubshift.manifest import PartitionedConsumer, connections_of
-from hubshift.operator.access import AccessPolicy, Service
+from hubshift.operator.access import SERVICE_ACCOUNTS_VALUE, AccessPolicy, Service
 from hubshift.operator.claims import ScopeClaims
 from hubshift.operator.driver import MIN_CYCLE_SECONDS, CycleRunner, Desired, LoopDriver
 from hubshift.operator.kubernetes.api import KubeAdapter, consumer_instance
@@ -82,6 +82,11 @@ class OperatorContext:
     pod_views: dict[tuple[str, str], ConsumerInstance] = field(default_factory=dict)
     #: The consumer pods' image when a resource names none: the operator's own (`--consumer-image`).
     consumer_image: str = DEFAULT_IMAGE
+    #: What resources may have the operator do, per namespace (`--access`): here, the existing
+    #: ServiceAccounts their pods may run as.
+    access: AccessPolicy = field(default_factory=AccessPolicy)
+    #: The operator's own namespace, where it serves no resource (None: it serves every one it watches).
+    unserved_namespace: str | None = None
 
     def wakeup(self, key: ConsumerKey) -> asyncio.Event:
         return self.wakeups.setdefault(key, asyncio.Event())
@@ -93,11 +98,15 @@ class OperatorContext:
 
 @dataclass
 class ConsumerState:
-    """Per PartitionedConsumer: cycles and child reconciliation never overlap, and no cycle runs before the
-    children handler has seen the StatefulSet (kopf starts the control-loop daemon together with it)."""
+    """Per PartitionedConsumer: cycles and child reconciliation never overlap, and the control loop runs
+    only the spec whose children the API server accepted (kopf starts the control-loop daemon together with
+    the children handler; no cycle runs before that handler applied them)."""
 
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    statefulset_seen: bool = False
+    #: The spec whose children the API server last accepted in this process: the only one the control loop
+    #: runs, so an edit it refuses (a pod template it finds invalid) changes neither the pods nor what the
+    #: loop reads (its hub, its store, the Secrets it names). None until the children are applied.
+    accepted: PartitionedConsumer | None = None
     #: The API server's refusal of the children the spec renders now, while the pool runs on the last ones
     #: it accepted (the status' ChildrenApplied condition says so); None once they are applied.
     refused: str | None = None
@@ -139,21 +148,23 @@ async def reconcile_children(body: Mapping[str, Any], memo: kopf.Memo, logger: L
     except UserError as error:
         await report_invalid(context, owner, body, str(error))
         raise kopf.PermanentError(str(error)) from None
+    refusal = namespace_refusal(context, owner.namespace)
+    if refusal is not None:  # nothing is rendered, applied or read for it
+        await report_invalid(context, owner, body, refusal)
+        raise kopf.PermanentError(refusal)
     names = ChildNames.of(owner.name)
     state = consumer_state(memo)
     async with state.lock:
         current = await context.kube.statefulset_replicas(owner.namespace, names.statefulset)
         replicas = current if current is not None else initial_replicas(consumer)
-        if current is not None:
-            state.statefulset_seen = True  # cycles may scale it even if applying fails below
         rendered = render_children(consumer, owner, replicas, context.consumer_image)
-        children = await _without_foreign_account(context, consumer, owner, rendered)
         try:
+            children = await _with_own_account(context, consumer, owner, rendered)
             await context.kube.apply_all(children)
         except UserError as error:  # a child the API server refuses as rendered: the spec must change
             await _report_refused(context, state, owner, body, str(error), running=current is not None)
             raise kopf.PermanentError(str(error)) from None
-        state.statefulset_seen = True
+        state.accepted = consumer
         state.refused = None
     output = output_condition(consumer)
     if output.status == "False":  # said once per change of the spec; the status says it every cycle
@@ -181,28 +192,78 @@ async def _report_refused(
     running: bool,
 ) -> None:
     """A new resource whose children are refused is Invalid; a running pool keeps its last accepted children
-    and its control loop, and its status says the spec was not applied (and an Event, once)."""
+    and its control loop on the last accepted spec, and its status says the spec was not applied (and an
+    Event, once). When this process never saw a spec accepted (the operator restarted since), no control
+    loop runs until one is, and the status says so."""
     if not running:
         await report_invalid(context, owner, body, message)
         return
     state.refused = message
     await context.kube.post_event(owner, "SpecRefused", message, warning=True)
+    if state.accepted is None:
+        await _report_waiting(context, owner, body, message)
     context.wake(consumer_key(body))
 
 
-async def _without_foreign_account(
+async def _report_waiting(
+    context: OperatorContext, owner: Owner, body: Mapping[str, Any], message: str
+) -> None:
+    """The status of a running pool whose spec the API server refuses, with no accepted spec to run: its pods
+    run as the last accepted spec made them, and no control loop runs."""
+    generation = body.get("metadata", {}).get("generation")
+    previous = body.get("status", {}).get("conditions")
+    waiting = f"{message}; no control loop runs until the API server accepts the spec"
+    now = _utcnow()
+    status = PartitionedConsumerStatus(
+        phase=ResourcePhase.PENDING,
+        message=waiting,
+        observed_generation=generation,
+        conditions=[
+            carry_transition_time(
+                previous,
+                Condition(type=READY, status="False", reason="SpecRefused", message=waiting),
+                now,
+                generation,
+            ),
+            carry_transition_time(previous, applied_condition(message), now, generation),
+        ],
+    )
+    await context.kube.apply_status(owner, status.to_body())
+
+
+async def _with_own_account(
     context: OperatorContext, consumer: PartitionedConsumer, owner: Owner, children: list[JSON]
 ) -> list[JSON]:
-    """The children, less the pods' ServiceAccount when one of that name exists that this resource's
-    operator did not create: it is used as it is, never changed or owned (deleting the resource must not
-    delete it)."""
+    """The children with the pods' ServiceAccount: one the operator creates for this resource (or created
+    before), or an existing one an administrator allowed for the namespace, used as it is (left out of the
+    children: never changed or owned, so deleting the resource does not delete it). Any other existing one
+    (the namespace's `default`, the operator's own, another workload's) is refused, `UserError` naming the
+    field: a resource must not run its pods, and their token and Azure identity, as a ServiceAccount it
+    chose."""
     name = service_account_name(consumer)
-    if name is None:
-        return children
     keeper = await context.kube.service_account_owner(owner.namespace, name)
     if keeper is None or keeper == owner.name:
         return children
-    return [child for child in children if child.get("kind") != "ServiceAccount"]
+    if context.access.allows_service_account(owner.namespace, name):
+        return [child for child in children if child.get("kind") != "ServiceAccount"]
+    default = "" if consumer.spec.consumer.service_account_name else " (the default: the resource's name)"
+    raise UserError(
+        f"spec.consumer.serviceAccountName: the ServiceAccount {name}{default} exists and the operator did "
+        "not create it for this PartitionedConsumer; its pods run only as one the operator creates, or one "
+        f"an administrator allowed for namespace {owner.namespace} (the chart's {SERVICE_ACCOUNTS_VALUE})"
+    )
+
+
+def namespace_refusal(context: OperatorContext, namespace: str) -> str | None:
+    """Why the operator serves no resource in `namespace`: its own namespace, unless the operator was given
+    it by name (its ServiceAccount, its Secrets and its Azure identity live there)."""
+    if context.unserved_namespace is None or namespace != context.unserved_namespace:
+        return None
+    return (
+        f"metadata.namespace: {namespace} is the operator's own namespace; it serves no PartitionedConsumer "
+        "there unless it watches that namespace by name (the chart's operator.watchReleaseNamespace or "
+        "operator.watchNamespaces)"
+    )
 
 
 async def report_invalid(
@@ -335,16 +396,19 @@ async def run_control_loop(
         return await context.open_loop(consumer, runtime, context.metrics)
 
     def desired() -> Desired | None:
-        # Until the children handler has seen the StatefulSet there is nothing to scale (its /scale answers
-        # 404); that handler wakes the loop when it is done. An invalid spec is reported by that handler.
-        if not state.statefulset_seen:
+        # The spec whose children the API server accepted, never the resource's newer one: until the children
+        # handler applied them there is nothing to run (that handler wakes the loop when it is done), and a
+        # refused edit leaves the loop on the last accepted spec. An invalid spec (reported by that handler)
+        # stops the cycles.
+        accepted = state.accepted
+        if accepted is None:
             return None
         try:
-            consumer = consumer_from_body(body)
+            consumer_from_body(body)
         except UserError:
             return None
-        conditions = [applied_condition(state.refused), output_condition(consumer)]
-        return Desired(consumer, CycleInputs.from_body(body, conditions))
+        conditions = [applied_condition(state.refused), output_condition(accepted)]
+        return Desired(accepted, CycleInputs.from_body(body, conditions))
 
     async def report_failure(message: str) -> None:
         last = driver.report.status if driver.report is not None else None

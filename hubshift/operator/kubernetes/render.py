@@ -1,13 +1,15 @@
 """The child resources of a PartitionedConsumer as plain dicts: pure functions of the spec and the CR.
 
-Children: the manifest the pods read (a ConfigMap, never a secret in it), a StatefulSet of consumer pods
-(stable identities `<name>-<ordinal>`), a headless Service (stable DNS names), a metrics Service and a
-PodDisruptionBudget; with a token credential, the pods' ServiceAccount. Each carries the standard
-`app.kubernetes.io/*` labels and an owner reference to the CR, so deleting the CR garbage-collects them.
+Children: the pods' ServiceAccount, the manifest the pods read (a ConfigMap, never a secret in it), a
+StatefulSet of consumer pods (stable identities `<name>-<ordinal>`), a headless Service (stable DNS names), a
+metrics Service and a PodDisruptionBudget. Each carries the standard `app.kubernetes.io/*` labels and an
+owner reference to the CR, so deleting the CR garbage-collects them.
 
-A spec with token credentials gives its pods what Azure Workload Identity on AKS needs: a ServiceAccount
-(`spec.consumer.serviceAccountName`, default the CR's name; annotated with the identity's client id when
-the operator creates it) and the label `azure.workload.identity/use: "true"`, and no Secret at all.
+The pods run as a ServiceAccount of their own (`spec.consumer.serviceAccountName`, default the CR's name),
+which the operator creates: never the namespace's `default` nor any other that exists already, unless an
+administrator allowed it (`reconcile` checks; the chart's `operator.allowedServiceAccounts`). A spec with
+token credentials gives its pods what Azure Workload Identity on AKS needs: that ServiceAccount annotated
+with the identity's client id and the label `azure.workload.identity/use: "true"`, and no Secret at all.
 """
 
 from __future__ import annotations
@@ -184,21 +186,16 @@ def uses_workload_identity(consumer: PartitionedConsumer) -> bool:
     return any(credential.type in WORKLOAD_IDENTITY_TYPES for credential in credentials_of(consumer.spec))
 
 
-def service_account_name(consumer: PartitionedConsumer) -> str | None:
-    """The consumer pods' ServiceAccount: the spec's, or the CR's name when the spec uses a token credential;
-    None: the namespace's default (connection strings only)."""
-    named = consumer.spec.consumer.service_account_name
-    if named is not None:
-        return named
-    return consumer.metadata.name if credentials_of(consumer.spec) else None
+def service_account_name(consumer: PartitionedConsumer) -> str:
+    """The consumer pods' ServiceAccount: the spec's, or the CR's name."""
+    return consumer.spec.consumer.service_account_name or consumer.metadata.name
 
 
-def render_service_account(consumer: PartitionedConsumer, owner: Owner) -> JSON | None:
-    """The pods' ServiceAccount as the operator creates it when none of that name exists (an existing one
-    is used as it is): annotated with the workload identity's client id when the spec names exactly one."""
+def render_service_account(consumer: PartitionedConsumer, owner: Owner) -> JSON:
+    """The pods' ServiceAccount as the operator creates it when none of that name exists (an existing one an
+    administrator allowed is used as it is): annotated with the workload identity's client id when the spec
+    names exactly one."""
     name = service_account_name(consumer)
-    if name is None:
-        return None
     metadata = _metadata(name, owner)
     client_ids = {
         credential.client_id
@@ -503,9 +500,8 @@ def render_pod_template(consumer: PartitionedConsumer, owner: Owner, image: str 
         labels[WORKLOAD_IDENTITY_LABEL] = "true"
     # A changed manifest rolls the pods one by one (each returns within the holddown).
     annotations = {**template.metadata.annotations, MANIFEST_HASH_ANNOTATION: manifest_hash(consumer)}
-    account = service_account_name(consumer)
     spec: JSON = {
-        **({"serviceAccountName": account} if account is not None else {}),
+        "serviceAccountName": service_account_name(consumer),
         "containers": [own, *(container(sidecar) for sidecar in template.sidecars)],
         "terminationGracePeriodSeconds": termination_grace_seconds(consumer),
         "automountServiceAccountToken": False,  # consumers never talk to Kubernetes
@@ -580,11 +576,10 @@ def render_pod_disruption_budget(consumer: PartitionedConsumer, owner: Owner) ->
 def render_children(
     consumer: PartitionedConsumer, owner: Owner, replicas: int, image: str = DEFAULT_IMAGE
 ) -> list[JSON]:
-    """Every child, in the order to apply them (the manifest and the ServiceAccount before the pods);
+    """Every child, in the order to apply them (the ServiceAccount and the manifest before the pods);
     `image`: the consumer image when the spec names none (the operator's own)."""
-    account = render_service_account(consumer, owner)
     return [
-        *([account] if account is not None else []),
+        render_service_account(consumer, owner),
         render_config_map(consumer, owner),
         render_headless_service(consumer, owner),
         render_metrics_service(consumer, owner),

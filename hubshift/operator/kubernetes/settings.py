@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import kopf
 
+from hubshift.operator.access import AccessPolicy
 from hubshift.operator.kubernetes.render import DEFAULT_IMAGE
 from hubshift.spec import GROUP
 
@@ -28,6 +29,11 @@ class OperatorConfig:
     post_events_from_level: int = logging.WARNING
     #: The consumer pods' image when a resource names none (the chart passes the operator's own).
     consumer_image: str = DEFAULT_IMAGE
+    #: What resources may have the operator do, per namespace (`--access`, the chart's `operator.access` and
+    #: `operator.allowedServiceAccounts`).
+    access: AccessPolicy = field(default_factory=AccessPolicy)
+    #: The operator's own namespace when it serves no resource there (`unserved_namespace`).
+    unserved_namespace: str | None = None
 
     @property
     def liveness_endpoint(self) -> str | None:
@@ -65,3 +71,13 @@ def apply_settings(settings: kopf.OperatorSettings, config: OperatorConfig) -> N
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
     )
+
+
+def unserved_namespace(own: str | None, namespaces: tuple[str, ...]) -> str | None:
+    """The operator's own namespace (`own`, its pod's), where it serves no PartitionedConsumer unless it was
+    given that namespace by name (`--namespace`, not a glob): there live its ServiceAccount (in the chart's
+    default install allowed to read every Secret of the cluster), its Azure identity and its settings, and
+    a resource's pods there could otherwise run as them. None when it serves every namespace it watches."""
+    if not own or own in namespaces:
+        return None
+    return own

@@ -6,6 +6,8 @@ emulator over TLS."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import ssl
 import threading
 from collections.abc import Iterator
@@ -15,8 +17,10 @@ from typing import Any
 import pytest
 
 from hubshift.errors import UserError
+from hubshift.eventhubs import target as eventhubs_target
+from hubshift.eventhubs.target import EventHubsTarget, Network, sdk_client
 from hubshift.manifest import PartitionedConsumer, parse_manifest
-from hubshift.operator.access import AccessPolicy, NamespaceAccess
+from hubshift.operator.access import AZURE_DOMAINS, AccessPolicy, NamespaceAccess
 from hubshift.operator.kubernetes.reconcile import open_cluster_loop
 from hubshift.operator.kubernetes.render import Owner
 from hubshift.operator.metrics import OperatorMetrics
@@ -135,3 +139,134 @@ async def test_what_an_administrator_allowed_the_operator_reads_with_its_identit
     elsewhere = resource(entra, entra.azurite.account_url, namespace="other")
     with pytest.raises(UserError, match="not allowed for namespace other"):
         await open_cluster_loop(elsewhere, Runtime(), OperatorMetrics(), identity=OPERATOR, access=policy)  # type: ignore[arg-type]
+
+
+# --- what the SDKs dial, for an address the policy admits -------------------------------------------------
+
+EVERYTHING = AccessPolicy({"*": NamespaceAccess(frozenset({"*"}), frozenset({"*"}))})
+NAMESPACES = [
+    "evil.example#.servicebus.windows.net",
+    "evil.example/.servicebus.windows.net",
+    "evil.example?.servicebus.windows.net",
+    "evil.example\\.servicebus.windows.net",
+    "u@evil.example.servicebus.windows.net",
+    "evil.example:5671#.servicebus.windows.net",
+    "myns.servicebus.windows.net",
+    "myns.servicebus.windows.net:5671",
+]
+ACCOUNT_URLS = [
+    "https://evil.example\\.blob.core.windows.net",
+    "https://evil.example#.blob.core.windows.net",
+    "https://evil.example?.blob.core.windows.net",
+    "https://evil.example/.blob.core.windows.net",
+    "https://acct.blob.core.windows.net@evil.example",
+    "https://user@acct.blob.core.windows.net",
+    "https://acct.blob.core.windows.net",
+    "https://acct.blob.core.windows.net/",
+]
+
+
+class Resolver:
+    """`socket.getaddrinfo` in its place: records every host a client asks for and answers that it has no
+    address, so nothing connects anywhere (the SDKs resolve a name before they connect, in any thread)."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def __call__(self, host: Any, *args: Any, **kwargs: Any) -> Any:
+        self.asked.append(host.decode() if isinstance(host, bytes) else str(host))
+        raise socket.gaierror(socket.EAI_NONAME, "no address (the test's resolver)")
+
+
+class NoToken:
+    """A token credential for both SDKs that is never asked (nothing connects)."""
+
+    def get_token(self, *scopes: str, **kwargs: Any) -> Any:
+        from azure.core.credentials import AccessToken
+
+        return AccessToken("never-sent", 2**31)
+
+    async def close(self) -> None:
+        return None
+
+
+class AsyncNoToken(NoToken):
+    async def get_token(self, *scopes: str, **kwargs: Any) -> Any:  # type: ignore[override]
+        return NoToken.get_token(self)
+
+
+def in_azure(service: str, host: str) -> bool:
+    return any(host.lower().endswith(domain) for domain in AZURE_DOMAINS[service])  # type: ignore[index]
+
+
+async def dialed_by_eventhubs(address: str, resolver: Resolver) -> set[str]:
+    """The hosts the operator's probe (the asynchronous consumer client, as `sdk_client` makes it) asks
+    for, over AMQP and over WebSockets, for a namespace of `address`."""
+    from azure.eventhub.aio import EventHubConsumerClient
+
+    asked: set[str] = set()
+    for transport in ("amqp", "amqpWebSockets"):
+        resolver.asked.clear()
+        target = EventHubsTarget(None, address, "hub", "$Default", OPERATOR, Network(transport))  # type: ignore[arg-type]
+        client = sdk_client(EventHubConsumerClient, target, consumer_group="$Default", retry_total=0)
+        try:
+            await asyncio.wait_for(client.get_partition_ids(), 20)
+        except Exception:  # the client fails as it may; what it asked for is the point
+            pass
+        finally:
+            await client.close()
+        asked.update(resolver.asked)
+    return asked
+
+
+def dialed_by_storage(address: str, resolver: Resolver) -> set[str]:
+    """The hosts the Blob SDK (the container client the store opens with a token credential) asks for."""
+    from azure.storage.blob import ContainerClient
+
+    resolver.asked.clear()
+    try:
+        client = ContainerClient(address, "store", credential=NoToken(), retry_total=0)
+        client.get_container_properties()
+    except Exception:  # as above
+        pass
+    return set(resolver.asked)
+
+
+@pytest.mark.timeout(300)
+async def test_where_every_host_is_allowed_the_sdks_dial_only_azure_hosts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Security issue 35: under `"*"`, `evil.example#.servicebus.windows.net` (also with `/` or `?`) passed
+    the policy's suffix test and azure-eventhub dialed evil.example; `https://evil.example\\.blob.core.
+    windows.net` passed and azure-storage dialed evil.example, and the operator's probe sent its Entra token
+    there. For each address, what the real SDK clients ask a resolver for: an address the policy admits is
+    dialed only in the Azure domains."""
+    resolver = Resolver()
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+    monkeypatch.setattr(eventhubs_target, "AsyncCredential", lambda identity: AsyncNoToken())
+    outside: list[str] = []
+    for address in NAMESPACES:
+        asked = await dialed_by_eventhubs(address, resolver)
+        assert asked, f"the Event Hubs client asked for no host for {address!r}"
+        admitted = EVERYTHING.refusal("team", "eventHubs", address, "spec.eventHubs") is None
+        if any(not in_azure("eventHubs", host) for host in asked):
+            outside.append(address)
+            assert not admitted, f"{address!r} is admitted, and the SDK dials {sorted(asked)}"
+    for address in ACCOUNT_URLS:
+        asked = await asyncio.to_thread(dialed_by_storage, address, resolver)
+        admitted = EVERYTHING.refusal("team", "storage", address, "spec.checkpointStore.blob") is None
+        if any(not in_azure("storage", host) for host in asked):
+            outside.append(address)
+            assert not admitted, f"{address!r} is admitted, and the SDK dials {sorted(asked)}"
+    # The tricks are real: the SDKs dial a host outside Azure for these (so the checks above can fail).
+    assert {
+        "evil.example#.servicebus.windows.net",
+        "evil.example/.servicebus.windows.net",
+        "evil.example?.servicebus.windows.net",
+        "https://evil.example\\.blob.core.windows.net",
+    } <= set(outside)
+    # And a plain host or account URL is still admitted.
+    for address in ("myns.servicebus.windows.net", "myns.servicebus.windows.net:5671"):
+        assert EVERYTHING.refusal("team", "eventHubs", address, "p") is None
+    for address in ("https://acct.blob.core.windows.net", "https://acct.blob.core.windows.net/"):
+        assert EVERYTHING.refusal("team", "storage", address, "p") is None

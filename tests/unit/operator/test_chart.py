@@ -86,6 +86,14 @@ def test_default_values_match_their_schema() -> None:
         (lambda v: v["operator"]["podDisruptionBudget"].update(maxUnavailable="half"), "maxUnavailable"),
         (lambda v: v["crds"].update(install="yes"), "crds.install"),
         (lambda v: v["metrics"]["serviceMonitor"].update(honorLabels="yes"), "honorLabels"),
+        (
+            lambda v: v["operator"].update(allowedServiceAccounts={"team-a": ["../default"]}),
+            "operator.allowedServiceAccounts.team-a.0",
+        ),
+        (
+            lambda v: v["operator"].update(allowedServiceAccounts={"team-a": "spark"}),
+            "allowedServiceAccounts",
+        ),
     ],
 )
 def test_bad_values_are_refused(change: Any, fragment: str) -> None:
@@ -413,6 +421,39 @@ def render(helm: str, tmp_path: Path, overrides: dict[str, Any]) -> list[dict[st
     )
     assert result.returncode == 0, result.stderr
     return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+def test_the_operator_reads_its_access_and_allowed_service_accounts_from_one_file(
+    helm: str, tmp_path: Path
+) -> None:
+    """operator.access and operator.allowedServiceAccounts reach `hubshift operator --access` as one file,
+    and a change to either restarts the operator (which reads it once)."""
+    from hubshift.operator.cli import load_access
+
+    def rendered(overrides: dict[str, Any], where: Path) -> tuple[Path, str]:
+        where.mkdir()
+        documents = render(helm, where, overrides)
+        config_map = next(
+            d for d in documents if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-access")
+        )
+        deployment = next(d for d in documents if d["kind"] == "Deployment")
+        assert (
+            "--access=/etc/hubshift-operator/access.yaml"
+            in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        )
+        path = where / "access.yaml"
+        path.write_text(config_map["data"]["access.yaml"])
+        return path, deployment["spec"]["template"]["metadata"]["annotations"]["hubshift.dev/access-sha256"]
+
+    none, plain = rendered({}, tmp_path / "defaults")
+    assert load_access(str(none)).service_accounts == {}
+    overrides = {"operator": {"allowedServiceAccounts": {"team-a": ["spark-jobs"], "*": ["mesh"]}}}
+    allowed, changed = rendered(overrides, tmp_path / "allowed")
+    policy = load_access(str(allowed))
+    assert policy.allows_service_account("team-a", "spark-jobs")
+    assert policy.allows_service_account("team-b", "mesh")
+    assert not policy.allows_service_account("team-b", "spark-jobs")
+    assert changed != plain
 
 
 def test_helm_lint(helm: str, tmp_path: Path) -> None:

@@ -222,6 +222,64 @@ def test_what_would_break_the_pod_is_refused_naming_the_field(
     assert "spec.consumer.podTemplate" in str(refused.value) or fragment == pod.PORT_TAKEN
 
 
+TOKEN = {"serviceAccountToken": {"path": "token", "audience": "api://AzureADTokenExchange"}}
+
+
+@pytest.mark.parametrize(
+    ("template", "fragment"),
+    [
+        (
+            _with(volumes=[{"name": "token", "projected": {"sources": [TOKEN]}}]),
+            "spec.consumer.podTemplate.volumes.0.projected.sources.0: " + pod.NO_TOKEN_MESSAGE,
+        ),
+        (
+            _with(volumes=[{"name": "mixed", "projected": {"sources": [{"secret": {"name": "s"}}, TOKEN]}}]),
+            "projected.sources.1: " + pod.NO_TOKEN_MESSAGE,
+        ),
+        (
+            _with(volumes=[{"name": "cert", "projected": {"sources": [{"podCertificate": {}}]}}]),
+            "projected.sources.0.podCertificate: unknown field",
+        ),
+        (
+            _with(sidecars=[{"name": "s", "image": "b", "ports": [{"containerPort": 80, "hostPort": 80}]}]),
+            "spec.consumer.podTemplate.sidecars.0.ports.0: " + pod.NO_HOST_PORT_MESSAGE,
+        ),
+        (
+            _with(
+                initContainers=[
+                    {"name": "i", "image": "b", "ports": [{"containerPort": 80, "hostIP": "0.0.0.0"}]}
+                ]
+            ),
+            "spec.consumer.podTemplate.initContainers.0.ports.0: " + pod.NO_HOST_IP_MESSAGE,
+        ),
+    ],
+)
+def test_a_pods_credentials_and_the_nodes_ports_are_refused(template: dict[str, Any], fragment: str) -> None:
+    """Security issue 35, item 3: a projected ServiceAccount token (the pods' identity towards Kubernetes and
+    Azure) and a node's port or address (`hostPort`, forbidden even by the baseline Pod Security Standard)
+    passed as a Kubernetes object kept as written."""
+    with pytest.raises(UserError) as refused:
+        consumer(template)
+    assert fragment in str(refused.value)
+
+
+def test_projected_volumes_of_secrets_config_maps_and_the_pods_fields_pass() -> None:
+    sources = [
+        {"secret": {"name": "ca"}},
+        {"configMap": {"name": "sites"}},
+        {"downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+        {"clusterTrustBundle": {"name": "corp-ca", "path": "ca.pem"}},
+    ]
+    resource = consumer(
+        {"volumes": [{"name": "bundle", "projected": {"sources": sources, "defaultMode": 288}}]}
+    )
+    (volume,) = [v for v in pod_template(resource)["spec"]["volumes"] if v["name"] == "bundle"]
+    assert volume == {"name": "bundle", "projected": {"sources": sources, "defaultMode": 288}}
+    ports = [{"name": "http", "containerPort": 2020, "protocol": "UDP"}]
+    resource = consumer({"sidecars": [{"name": "s", "image": "b", "ports": ports}]})
+    assert pod_template(resource)["spec"]["containers"][1]["ports"] == ports
+
+
 def test_mounts_beside_hubshifts_own_are_fine() -> None:
     for path in ("/config", "/var/lib/hubshift/extra", "/tmp/x", "/etc/ssl/certs", "/opt/hubshift/other"):
         assert not pod.takes_own_path(path), path

@@ -47,16 +47,18 @@ def container(mutate: Any = None) -> dict[str, Any]:
     return result
 
 
-def test_the_five_children_and_their_names() -> None:
+def test_the_six_children_and_their_names() -> None:
     assert sorted(children()) == [
         "ConfigMap/homes-manifest",
         "PodDisruptionBudget/homes",
         "Service/homes",
         "Service/homes-metrics",
+        "ServiceAccount/homes",
         "StatefulSet/homes",
     ]
-    # The manifest is applied before the pods that mount it.
-    assert render.render_children(consumer(), OWNER, 1)[0]["kind"] == "ConfigMap"
+    # The ServiceAccount and the manifest are applied before the pods that use them.
+    kinds = [child["kind"] for child in render.render_children(consumer(), OWNER, 1)]
+    assert kinds[:2] == ["ServiceAccount", "ConfigMap"] and kinds[-1] == "StatefulSet"
 
 
 def test_every_child_is_owned_by_the_cr_and_labelled() -> None:
@@ -363,16 +365,25 @@ def test_a_named_service_account_and_a_managed_identity() -> None:
     assert "azure.workload.identity/use" not in pod["metadata"]["labels"]
 
 
-def test_connection_strings_keep_the_namespaces_default_service_account() -> None:
-    assert not [c for c in render.render_children(consumer(), OWNER, 1) if c["kind"] == "ServiceAccount"]
+def test_connection_strings_get_a_service_account_of_their_own_too() -> None:
+    """Never the namespace's `default` (whatever an administrator bound to it, a mesh's identity...): the
+    pods of every pool run as the ServiceAccount the operator creates for it, with no workload identity
+    where the spec names no credential."""
+    (account,) = [c for c in render.render_children(consumer(), OWNER, 1) if c["kind"] == "ServiceAccount"]
+    assert account["metadata"]["name"] == "homes" and "annotations" not in account["metadata"]
+    assert account["automountServiceAccountToken"] is False
     pod = statefulset()["spec"]["template"]
-    assert "serviceAccountName" not in pod["spec"]
+    assert pod["spec"]["serviceAccountName"] == "homes"
     assert "azure.workload.identity/use" not in pod["metadata"]["labels"]
 
 
-def test_an_existing_service_account_is_used_as_it_is() -> None:
+def test_only_its_own_or_an_allowed_service_account() -> None:
+    """Security issue 35, item 3: any existing ServiceAccount a resource named was used (the operator's own
+    in its namespace, with cluster-wide Secret reads and its Azure identity). Now: the one the operator
+    creates for the resource, or one an administrator allowed for the namespace, used as it is."""
     import asyncio
 
+    from hubshift.operator.access import AccessPolicy
     from hubshift.operator.kubernetes import reconcile
 
     class Kube:
@@ -383,15 +394,28 @@ def test_an_existing_service_account_is_used_as_it_is() -> None:
             assert (namespace, name) == ("sensors", "homes")
             return self.keeper
 
-    def kinds(keeper: str | None) -> list[str]:
-        context: Any = type("Context", (), {"kube": Kube(keeper)})()
-        kept = asyncio.run(reconcile._without_foreign_account(context, keyless(), OWNER, keyless_children()))
+    def kinds(keeper: str | None, allowed: dict[str, frozenset[str]] | None = None) -> list[str]:
+        access = AccessPolicy(service_accounts=allowed or {})
+        context: Any = type("Context", (), {"kube": Kube(keeper), "access": access})()
+        kept = asyncio.run(reconcile._with_own_account(context, keyless(), OWNER, keyless_children()))
         return [child["kind"] for child in kept]
 
     assert kinds(None)[0] == "ServiceAccount"  # none yet: the operator creates it
     assert kinds("homes")[0] == "ServiceAccount"  # its own: kept up to date
-    assert "ServiceAccount" not in kinds("")  # someone else's: used, never changed or owned
-    assert "ServiceAccount" not in kinds("other-consumer")
+    for keeper in ("", "other-consumer"):  # someone else's, another resource's
+        with pytest.raises(UserError) as refused:
+            kinds(keeper)
+        assert str(refused.value) == (
+            "spec.consumer.serviceAccountName: the ServiceAccount homes (the default: the resource's "
+            "name) exists and the operator did not create it for this PartitionedConsumer; its pods run only "
+            "as one the operator creates, or one an administrator allowed for namespace sensors (the "
+            "chart's operator.allowedServiceAccounts)"
+        )
+        # Allowed for the namespace (or every one): used, never changed or owned.
+        assert "ServiceAccount" not in kinds(keeper, {"sensors": frozenset({"homes"})})
+        assert "ServiceAccount" not in kinds(keeper, {"*": frozenset({"homes"})})
+        with pytest.raises(UserError):
+            kinds(keeper, {"other": frozenset({"homes"}), "sensors": frozenset({"theirs"})})
 
 
 # --- examples/delta.yaml: a Spark team's job from a ConfigMap into Delta on ADLS, keyless ----------------
