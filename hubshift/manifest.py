@@ -44,8 +44,10 @@ _CONNECTION_STRING_FIELDS = ("connectionStringSecretRef", "connectionStringEnv")
 
 
 UI_PORT_TAKEN = "spark.ui.port: the Spark UI and metricsPort need ports of their own"
+_ROWS_ONLY = [kind.name for kind in SINKS if not kind.writes_lines]
+_ROW_PIPELINES = [kind.name for kind in PIPELINES if kind.shape == "frames"]
 FRAMES_ONLY = (
-    "a sink Spark writes (delta, parquet, json, jdbc, foreachBatch) takes pipeline type function or events"
+    f"a sink Spark writes ({', '.join(_ROWS_ONLY)}) takes pipeline type {' or '.join(_ROW_PIPELINES)}"
 )
 
 
@@ -133,9 +135,9 @@ class ConsumerSpec(Model):
     CEL = (
         cel(
             "!has(self.sink) || !has(self.sink.type) || !(self.sink.type in ["
-            + ", ".join(f"'{kind.name}'" for kind in SINKS if kind.takes_frames_only)
+            + ", ".join(f"'{name}'" for name in _ROWS_ONLY)
             + "]) || (has(self.pipeline) && has(self.pipeline.type) && self.pipeline.type in ["
-            + ", ".join(f"'{kind.name}'" for kind in PIPELINES if kind.shape == "frames")
+            + ", ".join(f"'{name}'" for name in _ROW_PIPELINES)
             + "])",
             FRAMES_ONLY,
             ".pipeline",
@@ -152,7 +154,7 @@ class ConsumerSpec(Model):
 
     @model_validator(mode="after")
     def _frames_for_spark_sinks(self) -> ConsumerSpec:
-        if self.sink.kind.takes_frames_only and self.pipeline.kind.shape != "frames":
+        if not self.sink.kind.writes_lines and self.pipeline.kind.shape != "frames":
             raise ValueError(FRAMES_ONLY)
         # On one port the metrics server, started first, keeps it and Spark's UI moves on unannounced.
         if self.spark.ui.enabled and self.spark.ui.port == self.metrics_port:

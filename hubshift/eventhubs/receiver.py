@@ -36,6 +36,7 @@ import pyarrow as pa
 from azure.eventhub import EventHubConsumerClient
 from azure.eventhub._utils import get_last_enqueued_event_properties
 
+from hubshift.errors import one_line
 from hubshift.eventhubs.rows import events_to_batch
 from hubshift.eventhubs.sdk_internals import (
     TurnReads,
@@ -458,7 +459,7 @@ class ReceiverPool:
         every retry), with what to fix; repeats go to the debug log."""
         text = str(error)
         refused = type(error).__name__ == "AuthenticationError" or "401" in text.split("Description", 1)[0]
-        reason = describe_error(error, self._target) if refused else _first_line(error)
+        reason = describe_error(error, self._target) if refused else one_line(error)
         if reason == self._failure:
             log.debug("partition %s: receiving failed again, reconnecting: %s", receiver.partition, reason)
             return
@@ -534,8 +535,3 @@ class ReceiverPool:
             receiver.closed.set()
 
         threading.Thread(target=close_link, name=f"close-{receiver.partition}", daemon=True).start()
-
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0][:200] if lines else type(error).__name__

@@ -1,9 +1,14 @@
-"""What a sink is, and the one way every file-based sink writes a batch.
+"""What a sink is (`Sink`: one interface every sink implements), and the one way the sinks that hubshift
+writes as files (folder, blob) write a batch.
 
-A sink stores files in an `ObjectStore` (a local folder, a Blob container). Files are written inside Spark
-tasks (Python workers) by a `TaskWriter`: each task writes its own share of a batch's lines as one file per
-output and folder, atomically, and reports the names back; nothing but those names reaches the driver. The
-commit record (`commits.py`) is written after the files, by the driver.
+Every sink takes a micro-batch's events and a pipeline's transform and writes the transform's rows,
+committing them, in one call (`Sink.write_batch`): a Delta table, Parquet or JSON files, a JDBC table, a
+`foreachBatch` function, or JSON lines with a commit record in a folder or a Blob container. The sinks
+hubshift writes as files have one capability more (`Sink.lines`, a `LineWriter`): a pipeline that works
+on Arrow rows inside Spark's tasks (the aggregate, the replication patterns) writes its lines from those
+tasks through a `TaskWriter` (each task its own share of a batch, one file per output and folder,
+atomically, reporting the names back; nothing but those names reaches the driver), and the driver commits
+the batch's record afterwards (`commits.py`). The pipeline's shape alone picks the path.
 """
 
 from __future__ import annotations
@@ -100,50 +105,46 @@ class TaskWriter(Protocol):
     def write(self, outputs: LineGroups, dead_letters: list[str], task: int) -> list[WrittenFile]: ...
 
 
-class Sink(Protocol):
-    """One module per sink (folder.py, blob.py), built from the manifest by `build_sink`."""
-
-    run: str
+class LineWriter(Protocol):
+    """What a sink hubshift writes as files can do besides `Sink`: take the lines Spark's tasks write (a
+    task pipeline's), then the batch's commit record from the driver."""
 
     def task_writer(self, stem: str, when: datetime) -> TaskWriter:
         """What Spark tasks use to write batch `stem` (processed at `when`)."""
-        ...
-
-    def write(self, result: PipelineResult, stem: str, when: datetime) -> list[WrittenFile]:
-        """Write a FramePipeline's outputs and dead letters (one Spark job); the files written."""
         ...
 
     def commit(self, record: BatchRecord) -> None:
         """Record the batch as complete; only committed batches are part of the output."""
         ...
 
-    def describe(self) -> str: ...
-
 
 @dataclass(frozen=True)
 class WriterBatch:
-    """One micro-batch as a sink that Spark writes itself sees it: its id, its consumer, its stem (unique per
-    consumer run and batch), when it was processed, and per Event Hubs partition the range of sequence
-    numbers it holds (before a replay's already written events are left out)."""
+    """One micro-batch as a sink sees it: its id, its consumer, its stem (unique per consumer run and
+    batch), when it was processed, the pipeline that made its rows, and per Event Hubs partition the range
+    of sequence numbers it holds (before a replay's already written events are left out)."""
 
     batch_id: int
     consumer_id: str
     stem: str
     when: datetime
     ranges: Mapping[str, PartitionRange]
+    pipeline: str = ""
 
 
 Transform = Callable[["DataFrame"], PipelineResult]
 
 
 @runtime_checkable
-class BatchWriter(Protocol):
-    """A sink Spark writes itself (Delta Lake, Parquet or JSON files, a JDBC table, your foreachBatch): it
-    takes the batch's events and the pipeline's transform, leaves out what a replay finds already written
-    (as far as the sink allows), writes the transform's rows and commits, in one call. What it wrote is
-    reported as `WrittenFile`s (one per output, with its row count)."""
+class Sink(Protocol):
+    """Where a consumer's rows go: one module per sink, built from the manifest by `build_sink`. It takes a
+    batch's events and the pipeline's transform, leaves out what a replay finds already written (as far as
+    the sink allows), writes the transform's rows and commits, in one call (`write_batch`). What it wrote
+    is reported as `WrittenFile`s (one per output, with its row count)."""
 
     name: str
+    # This process's run, part of every batch's stem (a batch id is Spark's, new at each query start).
+    run: str
 
     def write_batch(self, events: DataFrame, transform: Transform, batch: WriterBatch) -> list[WrittenFile]:
         """Write the batch; when this returns, every event of `batch.ranges` is durably in the sink (or was,
@@ -154,12 +155,17 @@ class BatchWriter(Protocol):
 
     def spark_conf(self) -> Mapping[str, str]:
         """What the consumer's Spark session needs for this sink (Delta's extensions, hadoop-azure's
-        settings as `spark.hadoop.*`)."""
+        settings as `spark.hadoop.*`); nothing for most."""
         ...
 
     def check(self, spark: SparkSession) -> None:
         """At start-up, before anything is claimed: the sink is there and writable (`UserError`, one line
         naming what to fix)."""
+        ...
+
+    @property
+    def lines(self) -> LineWriter | None:
+        """The sink's writer of lines from Spark's tasks, for a task pipeline (None: it takes rows only)."""
         ...
 
 
@@ -185,9 +191,18 @@ class FileTaskWriter:
 
 
 class FileSink:
-    """A `Sink` over object stores: results in `store`, dead letters in `dead_letter_store`."""
+    """The sink hubshift writes as files (`folder`, `blob`): JSON lines in `store` with a commit record per
+    batch, dead letters in `dead_letter_store`; a task pipeline's lines come from Spark's tasks (`lines`)."""
 
-    def __init__(self, store: ObjectStore, dead_letter_store: ObjectStore, run: str | None = None) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        dead_letter_store: ObjectStore,
+        run: str | None = None,
+        *,
+        name: str = "folder",
+    ) -> None:
+        self.name = name
         self.store = store
         self.dead_letter_store = dead_letter_store
         self.run = run or new_run()
@@ -195,10 +210,27 @@ class FileSink:
     def describe(self) -> str:
         return self.store.describe()
 
+    def spark_conf(self) -> Mapping[str, str]:
+        return {}
+
+    def check(self, spark: SparkSession) -> None:
+        return None  # its stores were made (or refused) when it was built
+
+    @property
+    def lines(self) -> FileSink:
+        return self
+
     def task_writer(self, stem: str, when: datetime) -> FileTaskWriter:
         return FileTaskWriter(self.store, self.dead_letter_store, stem, when)
 
+    def write_batch(self, events: DataFrame, transform: Transform, batch: WriterBatch) -> list[WrittenFile]:
+        """The transform's rows as JSON lines (one Spark job), then the batch's commit record."""
+        files = self.write(transform(events), batch.stem, batch.when)
+        self.commit(commit_record(batch, self.run, files))
+        return files
+
     def write(self, result: PipelineResult, stem: str, when: datetime) -> list[WrittenFile]:
+        """A pipeline result's outputs and dead letters as files (one Spark job): the files written."""
         from pyspark.sql import functions as F
 
         frames: list[DataFrame] = []
@@ -235,6 +267,37 @@ class FileSink:
 
 
 WRITTEN_SCHEMA = "destination string, output string, name string, rows long"
+
+
+# This process's run: a sink Spark writes names its batches `<consumer>-<run>-<batch id>`.
+PROCESS_RUN = new_run()
+
+
+class RowSink:
+    """What the sinks that take a DataFrame pipeline's rows only (Spark writes them) share: the process's
+    run, and no writer of lines."""
+
+    run = PROCESS_RUN
+    lines: LineWriter | None = None
+
+
+def commit_record(batch: WriterBatch, run: str, files: Sequence[WrittenFile]) -> BatchRecord:
+    """The record that commits a batch's files to a sink hubshift writes as files."""
+    return BatchRecord(
+        consumer_id=batch.consumer_id,
+        run=run,
+        batch_id=batch.batch_id,
+        stem=batch.stem,
+        pipeline=batch.pipeline,
+        committed_at=batch.when,
+        partitions=tuple(batch.ranges[p] for p in sorted(batch.ranges, key=partition_order)),
+        files=tuple(files),
+    )
+
+
+def partition_order(partition: str) -> tuple[int, str]:
+    """Event Hubs partition ids in numeric order where they are numbers."""
+    return (int(partition), "") if partition.isdigit() else (1 << 62, partition)
 
 
 def written_batch(files: list[WrittenFile]) -> pa.RecordBatch:
@@ -420,36 +483,55 @@ def no_volume(block: Any, dead_letter_path: str | None, work_dir: str) -> PodVol
 
 
 @dataclass(frozen=True)
-class WriterContext:
-    """What building a sink Spark writes itself may use besides its block: the environment connection
-    strings come from, where the block is (messages), where its dead letters go (`deadLetterPath`, or its
-    default), and the hub and consumer group the events come from (`scope`: the identity of its writes, so
-    two pools never take each other's progress for their own)."""
+class SinkContext:
+    """What building a sink may use besides its block: the environment connection strings come from, where
+    the block is (messages), where its dead letters go (`deadLetterPath`, or its default), the hub and
+    consumer group the events come from (`scope`: the identity of its writes, so two pools never take each
+    other's progress for their own), and whether to make its folders or container now (`check`: a bad path
+    or credential fails at start-up, in one line)."""
 
     environ: Mapping[str, str]
     location: Location
     dead_letter_path: str | None
-    scope: str
+    scope: str = ""
+    check: bool = True
+
+
+Stores = Callable[[Any, str | None, Mapping[str, str], Location], tuple[ObjectStore, ObjectStore]]
+
+
+def file_sink(name: str, stores: Stores) -> Callable[[Any, SinkContext], FileSink]:
+    """How a sink hubshift writes as files is built: its stores (results and commit records, dead letters),
+    made at start-up when asked."""
+
+    def build(block: Any, context: SinkContext) -> FileSink:
+        store, dead_letters = stores(block, context.dead_letter_path, context.environ, context.location)
+        if context.check:
+            store.ensure()
+            dead_letters.ensure()
+        return FileSink(store, dead_letters, name=name)
+
+    return build
 
 
 @dataclass(frozen=True)
 class SinkKind(Generic[Block]):
     """A sink type as a manifest names it (`spec.consumer.sink.type`), with everything the parts need of it.
     `annotation` and `field`: its block, `spec.consumer.sink.<name>`; `required`: what the block is, for the
-    refusal when the type is set without it (None: it has a default); `stores(block, dead_letter_path,
-    environ, location)`: where results and commit records go, and where dead letters go (a sink hubshift
-    writes: the lines of any pipeline, with commit records); or `writer(block, context)`: a sink Spark writes
-    itself (`BatchWriter`); `connections(block, location)`; `volume(block, dead_letter_path, work_dir)`: what
-    a pod must mount (`UserError` for a configuration no pod can write)."""
+    refusal when the type is set without it (None: it has a default); `build(block, context)`: the `Sink`;
+    `stores(block, dead_letter_path, environ, location)`, for a sink hubshift writes as files: where results
+    and commit records go and where dead letters go (it takes any pipeline's lines, and the output's
+    readers and the editor's state use the same stores); `connections(block, location)`; `volume(block,
+    dead_letter_path, work_dir)`: what a pod must mount (`UserError` for a configuration no pod can write)."""
 
     name: str
     annotation: Any
     field: Any  # pydantic's Field(...): its FieldInfo, typed as its default by pydantic
-    stores: Callable[[Block, str | None, Mapping[str, str], Location], tuple[ObjectStore, ObjectStore]] | None
+    build: Callable[[Block, SinkContext], Sink]
+    stores: Stores | None = None
     required: str | None = None
     connections: Callable[[Block, Location], list[NamedConnection]] = no_connections
     volume: Callable[[Block, str | None, str], PodVolume | None] = no_volume
-    writer: Callable[[Block, WriterContext], BatchWriter] | None = None
     attribute: str = ""  # the block's Python name where its manifest name is taken (`json` of pydantic)
 
     @property
@@ -457,6 +539,6 @@ class SinkKind(Generic[Block]):
         return self.attribute or self.name
 
     @property
-    def takes_frames_only(self) -> bool:
-        """A sink Spark writes itself takes a DataFrame pipeline's rows (`function`, `events`), not lines."""
-        return self.writer is not None
+    def writes_lines(self) -> bool:
+        """Whether it takes a task pipeline's lines too (a sink hubshift writes as files), not only rows."""
+        return self.stores is not None

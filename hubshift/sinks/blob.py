@@ -23,7 +23,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_de
 
 from hubshift.errors import UserError
 from hubshift.identity import describe_credential_error, token_credential
-from hubshift.sinks.base import Location, ObjectStore, SinkKind
+from hubshift.sinks.base import Location, ObjectStore, SinkKind, file_sink
 from hubshift.sinks.layout import join
 from hubshift.spec import DEFAULT_SINK_STORAGE_ENV, BlobStoreSpec, NamedConnection, TokenCredentialSpec
 
@@ -214,6 +214,7 @@ KIND = SinkKind[BlobSinkSpec](
     annotation=BlobSinkSpec | None,
     field=Field(default=None),
     required="blob",
+    build=file_sink("blob", _stores),
     stores=_stores,
     connections=_connections,
 )

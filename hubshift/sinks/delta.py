@@ -28,7 +28,7 @@ from pydantic import Field
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from hubshift.errors import UserError, one_line
-from hubshift.sinks.base import SinkKind, Transform, WriterBatch, WriterContext
+from hubshift.sinks.base import RowSink, SinkContext, SinkKind, Transform, WriterBatch
 from hubshift.sinks.commits import WrittenFile
 from hubshift.sinks.spark_writer import (
     SparkPathSpec,
@@ -82,10 +82,10 @@ class DeltaSinkSpec(SparkPathSpec):
     job")."""
 
 
-class DeltaSink:
+class DeltaSink(RowSink):
     name = "delta"
 
-    def __init__(self, block: DeltaSinkSpec, context: WriterContext) -> None:
+    def __init__(self, block: DeltaSinkSpec, context: SinkContext) -> None:
         self.block = block
         self.path = block.path
         self.scope = context.scope
@@ -216,7 +216,6 @@ KIND = SinkKind[DeltaSinkSpec](
         default=None, description="A Delta Lake table (type delta): every event in one committed row."
     ),
     required="delta (the table's path)",
-    stores=None,
     connections=path_connections,
-    writer=DeltaSink,
+    build=DeltaSink,
 )

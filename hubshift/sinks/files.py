@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from hubshift.sinks.base import SinkKind, Transform, WriterBatch, WriterContext
+from hubshift.sinks.base import RowSink, SinkContext, SinkKind, Transform, WriterBatch
 from hubshift.sinks.commits import WrittenFile
 from hubshift.sinks.spark_writer import (
     SparkPathSpec,
@@ -54,8 +54,8 @@ class FilesSinkSpec(SparkPathSpec):
     """A folder of Spark's files (Parquet or JSON lines), a reader of which never sees a row twice."""
 
 
-class FilesSink:
-    def __init__(self, format_name: str, block: FilesSinkSpec, context: WriterContext) -> None:
+class FilesSink(RowSink):
+    def __init__(self, format_name: str, block: FilesSinkSpec, context: SinkContext) -> None:
         self.name = format_name
         self.block = block
         self.path = block.path.rstrip("/")
@@ -207,11 +207,11 @@ class HadoopFolder:
         self.fs.delete(self._path(relative), recursive)
 
 
-def _parquet(block: FilesSinkSpec, context: WriterContext) -> FilesSink:
+def _parquet(block: FilesSinkSpec, context: SinkContext) -> FilesSink:
     return FilesSink("parquet", block, context)
 
 
-def _json(block: FilesSinkSpec, context: WriterContext) -> FilesSink:
+def _json(block: FilesSinkSpec, context: SinkContext) -> FilesSink:
     return FilesSink("json", block, context)
 
 
@@ -220,17 +220,15 @@ PARQUET = SinkKind[FilesSinkSpec](
     annotation=FilesSinkSpec | None,
     field=Field(default=None, description="Parquet files in a folder (type parquet); no row twice."),
     required="parquet (the folder's path)",
-    stores=None,
     connections=path_connections,
-    writer=_parquet,
+    build=_parquet,
 )
 JSON = SinkKind[FilesSinkSpec](
     name="json",
     annotation=FilesSinkSpec | None,
     field=Field(default=None, alias="json", description="JSON lines in a folder (type json); no row twice."),
     required="json (the folder's path)",
-    stores=None,
     attribute="json_",
     connections=path_connections,
-    writer=_json,
+    build=_json,
 )

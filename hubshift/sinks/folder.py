@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from hubshift.errors import UserError
-from hubshift.sinks.base import Location, ObjectStore, PodVolume, SinkKind
+from hubshift.sinks.base import Location, ObjectStore, PodVolume, SinkKind, file_sink
 from hubshift.sinks.layout import TEMPORARY_PREFIX
 from hubshift.spec import QUANTITY, Model, cel
 
@@ -153,6 +153,7 @@ KIND = SinkKind[FolderSinkSpec](
     name="folder",
     annotation=FolderSinkSpec,
     field=Field(default_factory=FolderSinkSpec),
+    build=file_sink("folder", _stores),
     stores=_stores,
     volume=_volume,
 )

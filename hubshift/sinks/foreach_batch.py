@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from hubshift.errors import UserError, one_line
-from hubshift.sinks.base import SinkKind, Transform, WriterBatch, WriterContext
+from hubshift.sinks.base import RowSink, SinkContext, SinkKind, Transform, WriterBatch
 from hubshift.sinks.commits import WrittenFile
 from hubshift.sinks.spark_writer import dead_letter_folder, single_output, write_dead_letters
 from hubshift.spec import Model
@@ -55,10 +55,10 @@ class ForeachBatchSinkSpec(Model):
     )
 
 
-class ForeachBatchSink:
+class ForeachBatchSink(RowSink):
     name = "foreachBatch"
 
-    def __init__(self, block: ForeachBatchSinkSpec, context: WriterContext) -> None:
+    def __init__(self, block: ForeachBatchSinkSpec, context: SinkContext) -> None:
         self.reference = block.function
         self.function = checked(load_function(block.function, "sink foreachBatch"), block.function)
         self.scope = context.scope
@@ -114,6 +114,5 @@ KIND = SinkKind[ForeachBatchSinkSpec](
     annotation=ForeachBatchSinkSpec | None,
     field=Field(default=None, description="Your module:function(DataFrame, batch) (type foreachBatch)."),
     required="foreachBatch (the function)",
-    stores=None,
-    writer=ForeachBatchSink,
+    build=ForeachBatchSink,
 )

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import Field, model_validator
 
 from hubshift.errors import UserError, one_line
-from hubshift.sinks.base import Location, SinkKind, Transform, WriterBatch, WriterContext
+from hubshift.sinks.base import Location, RowSink, SinkContext, SinkKind, Transform, WriterBatch
 from hubshift.sinks.commits import WrittenFile
 from hubshift.sinks.spark_writer import dead_letter_folder, single_output, write_dead_letters
 from hubshift.spec import MAX_SETTINGS, NamedConnection, SecretConnectionSpec, cel
@@ -76,10 +76,10 @@ class JdbcSinkSpec(SecretConnectionSpec):
         return self
 
 
-class JdbcSink:
+class JdbcSink(RowSink):
     name = "jdbc"
 
-    def __init__(self, block: JdbcSinkSpec, context: WriterContext) -> None:
+    def __init__(self, block: JdbcSinkSpec, context: SinkContext) -> None:
         self.block = block
         resolved = NamedConnection(context.location, block, "sink").resolve(context.environ)
         self.url = resolved.connection_string or ""
@@ -226,7 +226,7 @@ def _connections(block: JdbcSinkSpec, location: Location) -> list[NamedConnectio
     return [NamedConnection(location, block, "sink")]
 
 
-def _writer(block: JdbcSinkSpec, context: WriterContext) -> JdbcSink:
+def _writer(block: JdbcSinkSpec, context: SinkContext) -> JdbcSink:
     return JdbcSink(block, context)
 
 
@@ -237,7 +237,6 @@ KIND = SinkKind[JdbcSinkSpec](
         default=None, description="A database table through JDBC (type jdbc), upserted by keyColumns."
     ),
     required="jdbc (the table)",
-    stores=None,
     connections=_connections,
-    writer=_writer,
+    build=_writer,
 )

@@ -15,16 +15,7 @@ from pydantic import Field, create_model, model_validator
 
 from hubshift.errors import UserError
 from hubshift.sinks import blob, delta, files, folder, foreach_batch, jdbc
-from hubshift.sinks.base import (
-    BatchWriter,
-    FileSink,
-    Location,
-    ObjectStore,
-    PodVolume,
-    Sink,
-    SinkKind,
-    WriterContext,
-)
+from hubshift.sinks.base import Location, ObjectStore, PodVolume, Sink, SinkContext, SinkKind
 from hubshift.spec import Model, NamedConnection, cel
 
 SINKS: tuple[SinkKind[Any], ...] = (
@@ -105,37 +96,27 @@ def sink_volume(spec: SinkSpecBase, work_dir: str) -> PodVolume | None:
     return spec.kind.volume(spec.block, spec.dead_letter_path, work_dir)
 
 
-def _stores(
-    spec: SinkSpecBase, environ: Mapping[str, str] | None, *, check: bool, location: Location = LOCATION
-) -> tuple[ObjectStore, ObjectStore]:
-    environ = os.environ if environ is None else environ
-    if spec.kind.stores is None:
-        raise UserError(f"sink {spec.type} is written by Spark: it keeps no store of hubshift's")
-    stores = spec.kind.stores(spec.block, spec.dead_letter_path, environ, (*location, spec.type))
-    if check:
-        for store in stores:
-            store.ensure()
-    return stores
-
-
 def build_store(
     spec: SinkSpecBase, environ: Mapping[str, str] | None = None, *, check: bool = False
 ) -> ObjectStore:
-    """Where the sink's results and commit records live (the reader of the output uses this too). `check`
-    as in `build_sink`."""
-    return _stores(spec, environ, check=check)[0]
+    """Where a sink hubshift writes as files keeps its results and commit records (the output's readers and
+    the editor's state use it too). `check` as in `build_sink`."""
+    if spec.kind.stores is None:
+        raise UserError(f"sink {spec.type} is written by Spark: it keeps no store of hubshift's")
+    environ = os.environ if environ is None else environ
+    store = spec.kind.stores(spec.block, spec.dead_letter_path, environ, (*LOCATION, spec.type))[0]
+    if check:
+        store.ensure()
+    return store
 
 
 def build_sink(
     spec: SinkSpecBase, environ: Mapping[str, str] | None = None, *, check: bool = True, scope: str = ""
-) -> Sink | BatchWriter:
+) -> Sink:
     """The sink for a manifest's `consumer.sink` (connection strings from `environ`, default this process's
     environment). With `check`, its folders or Blob container are created if missing, so a bad path or bad
-    credentials fail here, at start-up, in one line. A sink Spark writes itself is a `BatchWriter`; `scope`
-    (namespace/hub/consumer group) names its writes."""
-    if spec.kind.writer is not None:
-        environ = os.environ if environ is None else environ
-        context = WriterContext(environ, (*LOCATION, spec.type), spec.dead_letter_path, scope)
-        return spec.kind.writer(spec.block, context)
-    store, dead_letters = _stores(spec, environ, check=check)
-    return FileSink(store, dead_letters)
+    credentials fail here, at start-up, in one line; `scope` (namespace/hub/consumer group) names its
+    writes."""
+    environ = os.environ if environ is None else environ
+    context = SinkContext(environ, (*LOCATION, spec.type), spec.dead_letter_path, scope, check)
+    return spec.kind.build(spec.block, context)

@@ -85,7 +85,7 @@ def test_a_spark_sink_takes_function_or_events(sink: str, pipeline: str) -> None
     consumer = parse_manifest(
         document({"pipeline": FRAME_PIPELINES[pipeline], "sink": {"type": sink, sink: WRITER_SINKS[sink]}})
     )
-    assert consumer.spec.consumer.sink.kind.takes_frames_only
+    assert not consumer.spec.consumer.sink.kind.writes_lines
 
 
 @pytest.mark.parametrize("sink", sorted(WRITER_SINKS))
@@ -106,13 +106,13 @@ def test_the_default_pipeline_and_sink_keep_working_together() -> None:
 
 def test_the_crds_rule_names_the_same_sinks_and_pipelines_as_the_model() -> None:
     (rule,) = [r for r in ConsumerSpec.cel_rules() if r["message"] == FRAMES_ONLY]
-    writers = {kind.name for kind in SINKS if kind.takes_frames_only}
+    writers = {kind.name for kind in SINKS if not kind.writes_lines}
     frames = {kind.name for kind in PIPELINES if kind.shape == "frames"}
     assert writers == set(WRITER_SINKS) and frames == set(FRAME_PIPELINES)
     for name in writers | frames:
         assert f"'{name}'" in rule["rule"]
     for kind in SINKS:
-        if not kind.takes_frames_only:
+        if kind.writes_lines:
             assert f"'{kind.name}'" not in rule["rule"]
     consumer_schema = crd.custom_resource_definition()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     rules = consumer_schema["properties"]["spec"]["properties"]["consumer"]["x-kubernetes-validations"]

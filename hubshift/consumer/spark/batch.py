@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -44,20 +44,17 @@ from hubshift.pipelines.base import (
 )
 from hubshift.pipelines.failover import already_handled, handled_condition
 from hubshift.sinks.base import (
-    BatchWriter,
     Sink,
     TaskWriter,
     Transform,
     WriterBatch,
+    commit_record,
     files_from_rows,
     sink_summary,
     written_batch,
 )
-from hubshift.sinks.commits import BatchRecord, BatchSummary, PartitionRange, WrittenFile
-from hubshift.sinks.layout import batch_stem, new_run
-
-# A sink Spark writes itself names its batches `<consumer>-<this process's run>-<batch id>`.
-RUN = new_run()
+from hubshift.sinks.commits import BatchSummary, PartitionRange, WrittenFile
+from hubshift.sinks.layout import batch_stem
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -95,7 +92,7 @@ def process_batch(
     batch_id: int,
     consumer_id: str,
     pipeline: Pipeline,
-    sink: Sink | BatchWriter,
+    sink: Sink,
     *,
     handled: Mapping[str, int] | None = None,
     reads: SpoolRead | None = None,
@@ -109,40 +106,24 @@ def process_batch(
     moment = now()
     handled = dict(handled or {})
     verify = verifier(batch_id, reads)
-    if isinstance(sink, BatchWriter):
-        stem = batch_stem(consumer_id, RUN, batch_id)
-        if not isinstance(pipeline, FramePipeline):
-            raise TypeError(
-                f"sink {sink.name} takes a DataFrame pipeline's rows; {pipeline.name} writes lines"
-            )
-        ranges, files = _run_with_writer(
-            pipeline, events, sink, WriterStart(batch_id, consumer_id, stem, moment), handled, verify
-        )
-        return _summary(consumer_id, batch_id, ranges, files, stem, clock() - started)
     stem = batch_stem(consumer_id, sink.run, batch_id)
+    start = WriterBatch(batch_id, consumer_id, stem, moment, {}, pipeline.name)
+    if isinstance(pipeline, FramePipeline):  # rows: every sink writes them
+        ranges, files = _run_frames(pipeline, events, sink, start, handled, verify)
+        return _summary(consumer_id, batch_id, ranges, files, stem, clock() - started)
+    lines = sink.lines
+    if lines is None:
+        raise TypeError(f"sink {sink.name} takes a DataFrame pipeline's rows; {pipeline.name} writes lines")
     if isinstance(pipeline, EditingPipeline):
-        ranges, files = _run_edited(pipeline, events, sink.task_writer(stem, moment), handled, verify)
+        ranges, files = _run_edited(pipeline, events, lines.task_writer(stem, moment), handled, verify)
     elif isinstance(pipeline, TaskPipeline):
-        ranges, files = _run_in_tasks(pipeline, events, sink.task_writer(stem, moment), handled, reads)
+        ranges, files = _run_in_tasks(pipeline, events, lines.task_writer(stem, moment), handled, reads)
         verify(ranges)  # the tasks' files are not committed yet: the commit record below does that
-    elif isinstance(pipeline, FramePipeline):
-        ranges, files = _run_on_frames(pipeline, events, sink, stem, moment, handled, verify)
     else:
         raise TypeError(f"{type(pipeline).__name__} has neither process_task nor transform")
     if not ranges:
         return BatchSummary(consumer_id, batch_id, {}, duration_seconds=clock() - started)
-    sink.commit(
-        BatchRecord(
-            consumer_id=consumer_id,
-            run=sink.run,
-            batch_id=batch_id,
-            stem=stem,
-            pipeline=pipeline.name,
-            committed_at=moment,
-            partitions=tuple(ranges[p] for p in sorted(ranges, key=_partition_order)),
-            files=tuple(files),
-        )
-    )
+    lines.commit(commit_record(replace(start, ranges=ranges), sink.run, files))
     return _summary(consumer_id, batch_id, ranges, files, stem, clock() - started)
 
 
@@ -396,56 +377,17 @@ def _without_poison(pipeline: FramePipeline, frame: DataFrame, poison: dict[Key,
     return PipelineResult(outputs=result.outputs, dead_letters=letters)
 
 
-def _run_on_frames(
+def _run_frames(
     pipeline: FramePipeline,
     events: DataFrame,
     sink: Sink,
-    stem: str,
-    moment: datetime,
+    start: WriterBatch,
     handled: Mapping[str, int],
     verify: Verify,
 ) -> tuple[dict[str, PartitionRange], list[WrittenFile]]:
-    def poison_free(live: DataFrame, poison: dict[Key, str]) -> PipelineResult:
-        return _without_poison(pipeline, live, poison)
+    """A DataFrame pipeline's batch: cached, its ranges read (and checked against its plan), then the sink
+    writes the transform's rows and commits; an event the transform fails on every time is a dead letter."""
 
-    with _cached(pipeline.prepare(events)) as prepared:
-        ranges = partition_ranges(prepared)
-        verify(ranges)
-        if not ranges:
-            return {}, []
-        live = _not_handled(prepared, handled)
-        result = pipeline.transform(live)  # a function broken for every batch fails here, as itself
-        files = _isolating_poison(
-            pipeline.name,
-            lambda: sink.write(result, stem, moment),
-            lambda frame: evaluate(pipeline.transform(frame)),
-            live,
-            lambda poison: sink.write(poison_free(live, poison), stem, moment),
-        )
-        return ranges, files
-
-
-# --- a sink Spark writes itself: cache, ranges, the sink filters, transforms, writes and commits ---------
-
-
-@dataclass(frozen=True)
-class WriterStart:
-    """The batch, before its ranges are known."""
-
-    batch_id: int
-    consumer_id: str
-    stem: str
-    when: datetime
-
-
-def _run_with_writer(
-    pipeline: FramePipeline,
-    events: DataFrame,
-    writer: BatchWriter,
-    start: WriterStart,
-    handled: Mapping[str, int],
-    verify: Verify,
-) -> tuple[dict[str, PartitionRange], list[WrittenFile]]:
     def poison_free(poison: dict[Key, str]) -> Transform:
         return lambda frame: _without_poison(pipeline, frame, poison)
 
@@ -454,14 +396,15 @@ def _run_with_writer(
         verify(ranges)
         if not ranges:
             return {}, []
-        batch = WriterBatch(start.batch_id, start.consumer_id, start.stem, start.when, ranges)
+        batch = replace(start, ranges=ranges)
         live = _not_handled(prepared, handled)
+        pipeline.transform(live)  # a function broken for every batch fails here, as itself
         files = _isolating_poison(
             pipeline.name,
-            lambda: writer.write_batch(live, pipeline.transform, batch),
+            lambda: sink.write_batch(live, pipeline.transform, batch),
             lambda frame: evaluate(pipeline.transform(frame)),
             live,
-            lambda poison: writer.write_batch(live, poison_free(poison), batch),
+            lambda poison: sink.write_batch(live, poison_free(poison), batch),
         )
         return ranges, files
 
@@ -627,10 +570,6 @@ def _earliest(a: datetime | None, b: datetime | None) -> datetime | None:
 
 def _latest(a: datetime | None, b: datetime | None) -> datetime | None:
     return b if a is None else a if b is None else max(a, b)
-
-
-def _partition_order(partition: str) -> tuple[int, str]:
-    return (int(partition), "") if partition.isdigit() else (1 << 62, partition)
 
 
 def _file_order(file: WrittenFile) -> tuple[str, str, str]:

@@ -45,7 +45,7 @@ from hubshift.consumer.engine import Committed, Drained, EngineFailed, Notify, S
 from hubshift.consumer.lag import ReadProgress
 from hubshift.consumer.spark import spool
 from hubshift.consumer.spark.batch import SpoolRead, process_batch
-from hubshift.consumer.spark.offsets import OwnedPartition, SourceOffset, plan_ranges
+from hubshift.consumer.spark.offsets import SourceOffset, SourcePartition, plan_ranges
 from hubshift.consumer.spark.ownership_file import OwnershipView, read_planned, write_ownership
 from hubshift.consumer.spark.source import (
     FORMAT,
@@ -55,14 +55,13 @@ from hubshift.consumer.spark.source import (
     EventHubsDataSource,
 )
 from hubshift.consumer.spark.telemetry import ProgressListener, add_listener, read_jvm, remove_listener
-from hubshift.errors import UserError
+from hubshift.errors import UserError, one_line
 from hubshift.eventhubs.receiver import PartitionReceiver, ReceiverPool, StartAt
 from hubshift.eventhubs.target import EventHubsTarget
 from hubshift.manifest import ConsumerSpec
 from hubshift.ownership.model import Checkpoint
 from hubshift.pipelines import build_pipeline
 from hubshift.sinks import build_sink, build_store
-from hubshift.sinks.base import BatchWriter
 from hubshift.sinks.commits import BatchSummary
 from hubshift.spec import SparkSpec
 
@@ -141,7 +140,7 @@ class SparkEngine:
         scratch: Path,
         *,
         pipeline: Pipeline | None = None,
-        sink: Sink | BatchWriter | None = None,
+        sink: Sink | None = None,
         metrics: ConsumerMetrics | None = None,
         pool: ReceiverPool | None = None,
         session_builder: Callable[[], SparkSession] | None = None,
@@ -196,11 +195,10 @@ class SparkEngine:
             add_listener(self._spark, self._listener)
 
         self._spark.dataSource.register(EventHubsDataSource)
-        if isinstance(self.sink, BatchWriter):
-            self.sink.check(self._spark)
+        self.sink.check(self._spark)
         if self.pipeline is None:
             # Editor steps keep their state across batches beside the results (`_state/`).
-            state = None if isinstance(self.sink, BatchWriter) else build_store(self.spec.sink)
+            state = None if self.sink.lines is None else build_store(self.spec.sink)
             self.pipeline = build_pipeline(self.spec.pipeline, state=state)
         self._start_query()
         self._monitor = threading.Thread(target=self._watch_query, name="spark-query-monitor", daemon=True)
@@ -281,7 +279,7 @@ class SparkEngine:
                 finished = query.awaitTermination(WATCH_SECONDS)  # type: ignore[arg-type]  # seconds, float taken
             except Exception as exc:  # the query failed: its exception surfaces here
                 finished = True
-                reason = _one_line(exc)
+                reason = one_line(exc)
             else:
                 reason = "the streaming query stopped"
             if not finished or self._closing.is_set():
@@ -296,7 +294,7 @@ class SparkEngine:
             try:
                 self._start_query()
             except Exception as exc:
-                self.notify(EngineFailed(f"the streaming query could not start: {_one_line(exc)}"))
+                self.notify(EngineFailed(f"the streaming query could not start: {one_line(exc)}"))
                 return
 
     def _sample_jvm(self) -> None:
@@ -543,7 +541,7 @@ class SparkEngine:
         view = OwnershipView(
             self._ownership_version,
             {
-                p: OwnedPartition(s.owner_level, s.next_sequence, draining=s.draining_since is not None)
+                p: SourcePartition(s.owner_level, s.next_sequence, draining=s.draining_since is not None)
                 for p, s in self._partitions.items()
             },
         )
@@ -678,7 +676,7 @@ class SparkEngine:
         self._remove_retired(end.ownership_version)
 
 
-def session_conf(spark: SparkSpec, sink: object, environ: Mapping[str, str]) -> dict[str, str]:
+def session_conf(spark: SparkSpec, sink: Sink | None, environ: Mapping[str, str]) -> dict[str, str]:
     """What the consumer's Spark session is configured with beyond its fixed settings: the jars beside
     PySpark's own (`HUBSHIFT_SPARK_JARS`: a folder `tools/spark-jars` fills; the image has them in PySpark's
     own jars), the Spark UI (off unless asked for), what the sink needs (Delta's extensions, hadoop-azure's
@@ -698,7 +696,7 @@ def session_conf(spark: SparkSpec, sink: object, environ: Mapping[str, str]) -> 
         # On the driver's own classpath (local mode: the executors too): JDBC's DriverManager and Delta's
         # classes are found by every class loader.
         conf["spark.driver.extraClassPath"] = ":".join(found)
-    if isinstance(sink, BatchWriter):
+    if sink is not None:
         conf.update(sink.spark_conf())
         check_jars(sink.describe(), sink.spark_conf(), jars)
     conf.update(spark.conf)
@@ -728,8 +726,3 @@ def check_jars(sink: str, settings: Mapping[str, str], jars: str | None) -> None
                 f"{sink} needs {what} beside PySpark's jars (the hubshift image has them): run "
                 f"tools/spark-jars and set {JARS_ENV} to the folder it prints"
             )
-
-
-def _one_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return (text[0] if text else type(error).__name__)[:300]

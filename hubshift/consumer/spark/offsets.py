@@ -78,7 +78,7 @@ class SourceOffset:
 
 
 @dataclass(frozen=True)
-class OwnedPartition:
+class SourcePartition:
     """One partition the consumer owns, as the streaming source sees it.
 
     `next_sequence` is where reading starts when this epoch first enters the offsets (the checkpoint's
@@ -142,7 +142,7 @@ def split_budget(available: Mapping[str, int], max_rows: int | None) -> dict[str
 def plan_latest(
     start: SourceOffset | None,
     ownership_version: int,
-    owned: Mapping[str, OwnedPartition],
+    owned: Mapping[str, SourcePartition],
     spooled: Mapping[str, SpoolExtent],
     max_rows: int | None,
 ) -> SourceOffset:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hubshift.consumer.spark.offsets import OwnedPartition
+from hubshift.consumer.spark.offsets import SourcePartition
 
 FILE_NAME = "ownership.json"
 PLANNED_NAME = "planned"
@@ -27,7 +27,7 @@ PLANNED_NAME = "planned"
 @dataclass(frozen=True)
 class OwnershipView:
     ownership_version: int
-    partitions: Mapping[str, OwnedPartition] = field(default_factory=dict)
+    partitions: Mapping[str, SourcePartition] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -47,7 +47,7 @@ class OwnershipView:
         return cls(
             ownership_version=int(document["version"]),
             partitions={
-                str(p): OwnedPartition(
+                str(p): SourcePartition(
                     owner_level=int(entry["ownerLevel"]),
                     next_sequence=None if entry.get("nextSequence") is None else int(entry["nextSequence"]),
                     draining=bool(entry.get("draining", False)),

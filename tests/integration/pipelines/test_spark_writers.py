@@ -21,7 +21,7 @@ import pytest
 
 from hubshift.errors import UserError
 from hubshift.sinks import files
-from hubshift.sinks.base import Output, PipelineResult, WriterBatch, WriterContext
+from hubshift.sinks.base import Output, PipelineResult, SinkContext, WriterBatch
 from hubshift.sinks.commits import PartitionRange
 from hubshift.sinks.delta import DeltaSink, DeltaSinkSpec
 from hubshift.sinks.files import FilesSink, FilesSinkSpec
@@ -61,8 +61,8 @@ def identity(frame: DataFrame) -> PipelineResult:
     return PipelineResult(outputs={"results": Output(frame)})
 
 
-def context(environ: Mapping[str, str] | None = None) -> WriterContext:
-    return WriterContext(dict(environ or {}), ("spec", "consumer", "sink", "x"), None, SCOPE)
+def context(environ: Mapping[str, str] | None = None) -> SinkContext:
+    return SinkContext(dict(environ or {}), ("spec", "consumer", "sink", "x"), None, SCOPE)
 
 
 # The same scenario for every sink: a batch, the same batch again, the same events cut into other batches

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from hubshift.consumer.spark.offsets import (
     Found,
     OffsetError,
-    OwnedPartition,
     PartitionPosition,
     ReadRange,
     SourceOffset,
+    SourcePartition,
     SpoolExtent,
     incomplete,
     plan_latest,
@@ -79,8 +79,8 @@ def test_split_budget_gives_unused_share_to_the_others() -> None:
     assert split_budget({"0": 3, "1": 3, "2": 3}, 7) == {"0": 3, "1": 2, "2": 2}
 
 
-def owned(**levels: int) -> dict[str, OwnedPartition]:
-    return {p.removeprefix("p"): OwnedPartition(level) for p, level in levels.items()}
+def owned(**levels: int) -> dict[str, SourcePartition]:
+    return {p.removeprefix("p"): SourcePartition(level) for p, level in levels.items()}
 
 
 def at(level: int, first: int, next_sequence: int | None = None) -> PartitionPosition:
@@ -88,7 +88,7 @@ def at(level: int, first: int, next_sequence: int | None = None) -> PartitionPos
 
 
 def test_a_new_epoch_is_read_in_the_batch_that_brings_it_in() -> None:
-    ownership = {"0": OwnedPartition(3, next_sequence=100), "1": OwnedPartition(1)}
+    ownership = {"0": SourcePartition(3, next_sequence=100), "1": SourcePartition(1)}
     spooled = {"0": SpoolExtent(100, 150), "1": SpoolExtent(7, 20)}
     first = plan_latest(None, 1, ownership, spooled, max_rows=1000)
     assert first.partitions == {"0": at(3, 100, 150), "1": at(1, 7, 20)}
@@ -104,7 +104,7 @@ def test_a_new_epoch_is_read_in_the_batch_that_brings_it_in() -> None:
 def test_a_new_epoch_waits_for_its_first_events() -> None:
     # Nothing spooled yet: the offset does not change, so a claim alone runs no empty batch.
     start = SourceOffset(1, {})
-    assert plan_latest(start, 1, {"4": OwnedPartition(2), "5": OwnedPartition(1, 10)}, {}, None) == start
+    assert plan_latest(start, 1, {"4": SourcePartition(2), "5": SourcePartition(1, 10)}, {}, None) == start
 
 
 def test_admission_control_splits_the_limit() -> None:
@@ -117,7 +117,7 @@ def test_admission_control_splits_the_limit() -> None:
 
 def test_draining_and_released_partitions_leave_the_offset_and_are_not_read() -> None:
     start = SourceOffset(1, {"0": at(1, 0, 10), "1": at(1, 0, 10)})
-    ownership = {"0": OwnedPartition(1, draining=True)}
+    ownership = {"0": SourcePartition(1, draining=True)}
     end = plan_latest(start, 2, ownership, {"0": SpoolExtent(0, 50), "1": SpoolExtent(0, 50)}, None)
     assert end == SourceOffset(2, {})
     assert plan_ranges(start, end) == []
@@ -125,7 +125,7 @@ def test_draining_and_released_partitions_leave_the_offset_and_are_not_read() ->
 
 def test_a_regained_partition_resumes_at_the_handed_over_position_not_a_stale_offset() -> None:
     start = SourceOffset(1, {"0": at(1, 0, 500)})
-    ownership = {"0": OwnedPartition(2, next_sequence=420)}
+    ownership = {"0": SourcePartition(2, next_sequence=420)}
     end = plan_latest(start, 2, ownership, {"0": SpoolExtent(420, 600)}, None)
     assert end.partitions["0"] == at(2, 420, 600)
     assert [(r.owner_level, r.start, r.end) for r in plan_ranges(start, end)] == [(2, 420, 600)]

@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from hubshift.consumer.spark import spool
-from hubshift.consumer.spark.offsets import OwnedPartition
+from hubshift.consumer.spark.offsets import SourcePartition
 from hubshift.consumer.spark.ownership_file import OwnershipView, write_ownership
 from hubshift.consumer.spark.source import EventHubsStreamReader, EventRange
 from hubshift.eventhubs.rows import EVENT_ARROW_SCHEMA
@@ -40,7 +40,7 @@ def runner_round_trip(document: dict[str, object]) -> dict[str, object]:
 
 
 def test_the_source_reads_what_it_owns_within_the_limit(tmp_path: Path) -> None:
-    write_ownership(tmp_path, OwnershipView(1, {"0": OwnedPartition(1, 0), "1": OwnedPartition(2, 5)}))
+    write_ownership(tmp_path, OwnershipView(1, {"0": SourcePartition(1, 0), "1": SourcePartition(2, 5)}))
     fill(tmp_path, "0", 1, 0, 30)
     fill(tmp_path, "1", 2, 5, 10)
     reader = EventHubsStreamReader({"scratch": str(tmp_path), "maxEventsPerTrigger": "20"})

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from hubshift.consumer.spark import spool
-from hubshift.consumer.spark.offsets import OwnedPartition, SpoolExtent
+from hubshift.consumer.spark.offsets import SourcePartition, SpoolExtent
 from hubshift.consumer.spark.ownership_file import EMPTY, OwnershipView, read_ownership, write_ownership
 from hubshift.eventhubs.rows import EVENT_ARROW_SCHEMA
 
@@ -141,7 +141,7 @@ def test_checkpoint_position_and_trimming(tmp_path: Path) -> None:
 
 def test_ownership_file_round_trip_and_absence(tmp_path: Path) -> None:
     assert read_ownership(tmp_path / "nothing") == EMPTY
-    view = OwnershipView(7, {"10": OwnedPartition(3, 41), "2": OwnedPartition(1, None, draining=True)})
+    view = OwnershipView(7, {"10": SourcePartition(3, 41), "2": SourcePartition(1, None, draining=True)})
     write_ownership(tmp_path, view)
     assert read_ownership(tmp_path) == view
     assert [p.name for p in tmp_path.iterdir()] == ["ownership.json"]

@@ -1,6 +1,7 @@
-"""How the sinks Spark writes sit among the others: each builds a `BatchWriter` (the engine hands it the
-batch), keeps no store of hubshift's, and takes a DataFrame pipeline (`function`, `events`); and the one
-line an error becomes (`one_line`)."""
+"""How the sinks sit together: every one is a `Sink` (the engine hands it the batch); those Spark writes
+keep no store of hubshift's and take a DataFrame pipeline's rows only (`function`, `events`), those
+hubshift writes as files take a task pipeline's lines too; and the one line an error becomes
+(`one_line`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hubshift.errors import UserError, one_line
 from hubshift.pipelines import PIPELINES, PipelineSpec, build_pipeline
 from hubshift.pipelines.events import EventsPipeline
 from hubshift.sinks import SINKS, FileSink, SinkSpec, build_sink, build_store
-from hubshift.sinks.base import BatchWriter
+from hubshift.sinks.base import Sink
 
 BLOCKS: dict[str, dict[str, Any]] = {
     "delta": {"path": "/data/t"},
@@ -24,23 +25,22 @@ ENVIRON = {"HUBSHIFT_JDBC_URL": "jdbc:postgresql://db/orders?user=u&password=p"}
 
 
 @pytest.mark.parametrize("kind", ["delta", "parquet", "json", "jdbc"])
-def test_each_spark_sink_builds_a_batch_writer_and_keeps_no_store(kind: str) -> None:
+def test_each_spark_sink_is_a_sink_of_rows_only_and_keeps_no_store(kind: str) -> None:
     spec = SinkSpec.model_validate({"type": kind, kind: BLOCKS[kind]})
     sink = build_sink(spec, ENVIRON, scope="ns/hub/cg")
-    assert isinstance(sink, BatchWriter) and not isinstance(sink, FileSink)
-    assert sink.name == kind and spec.kind.takes_frames_only
+    assert isinstance(sink, Sink) and not isinstance(sink, FileSink) and sink.lines is None
+    assert sink.name == kind and not spec.kind.writes_lines
     with pytest.raises(UserError) as refused:
         build_store(spec, ENVIRON)
     assert str(refused.value) == f"sink {kind} is written by Spark: it keeps no store of hubshift's"
 
 
-def test_the_sinks_hubshift_writes_are_no_batch_writers() -> None:
+def test_the_sinks_hubshift_writes_as_files_take_lines_too() -> None:
     for kind in ("folder",):
         sink = build_sink(SinkSpec.model_validate({"type": kind}), {}, check=False)
-        assert isinstance(sink, FileSink) and not isinstance(sink, BatchWriter)
-    hubshift_writes = {kind.name for kind in SINKS if kind.writer is None}
-    assert hubshift_writes == {"folder", "blob"}
-    assert all(kind.stores is None for kind in SINKS if kind.writer is not None)
+        assert isinstance(sink, Sink) and isinstance(sink, FileSink) and sink.lines is sink
+        assert sink.name == kind
+    assert {kind.name for kind in SINKS if kind.writes_lines} == {"folder", "blob"}
 
 
 def test_the_pipelines_of_dataframes() -> None:
