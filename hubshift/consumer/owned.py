@@ -276,6 +276,8 @@ class OwnedPartitions:
             self._stopped_at_deadline.update(partitions)
         for partition in partitions:
             self.engine.stop_partition(partition)
+            if self.metrics:  # no longer read here: its gauges go now, not when this thread is back
+                self.metrics.partition_lost(partition)
         return len(partitions)
 
     def forget_stopped(self) -> None:
@@ -285,9 +287,6 @@ class OwnedPartitions:
             stopped, self._stopped_at_deadline = self._stopped_at_deadline, set()
             for partition in stopped:
                 self._owned.pop(partition, None)
-        for partition in stopped:
-            if self.metrics:
-                self.metrics.partition_lost(partition)
 
     # --- checkpoints --------------------------------------------------------------------------------------
 
