@@ -60,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hubshift.apps.produce import EventGenerator, HubSender, LoadSpec
 from hubshift.consumer.metrics import PREFIX as METRICS_PREFIX
-from hubshift.consumer.spark.engine import JARS_ENV
+from hubshift.consumer.spark.session import JARS_ENV
 from hubshift.emulator.launch import start_emulator
 from hubshift.eventhubs.management import read_partitions
 from hubshift.eventhubs.target import EventHubsTarget

@@ -27,7 +27,7 @@ SCRIPT = textwrap.dedent(
     """
     import json, os, sys, urllib.request
     from pyspark.sql import SparkSession
-    from hubshift.consumer.spark.engine import session_conf
+    from hubshift.consumer.spark.session import session_conf
     from hubshift.sinks import SinkSpec, build_sink
     from hubshift.spec import SparkSpec
 

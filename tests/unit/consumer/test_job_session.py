@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hubshift.consumer.app import use_code
-from hubshift.consumer.spark.engine import JARS_ENV, session_conf
+from hubshift.consumer.spark.session import JARS_ENV, session_conf
 from hubshift.errors import UserError
 from hubshift.manifest import CODE_DIR, CodeSpec
 from hubshift.sinks import SinkSpec, build_sink
