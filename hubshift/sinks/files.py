@@ -7,27 +7,38 @@ each batch is published in three steps, under a hidden `_hubshift/` folder that 
 
 1. Spark writes the batch's rows into `_hubshift/staging/<batch>/`;
 2. a manifest, `_hubshift/pending/<batch>.json`, names each staged file and the name it takes in the folder
-   (`part-<batch>-<n>`), and each partition's last sequence number: the batch is committed;
-3. the files are renamed into place, each partition's progress is recorded
+   (`part-<batch>-<n>`), each partition's last sequence number and the progress it builds on;
+3. the batch claims each of its partitions' next stretch, in partition order: a file
+   `_hubshift/claims/<partition>/<progress it builds on>` created only if there is none (the file system's
+   exclusive create), holding the batch's name. Once it holds every claim, the batch is committed;
+4. the files are renamed into place, each partition's progress is recorded
    (`_hubshift/progress/<partition>/<last sequence number>`), and the manifest is removed.
 
-A consumer, before each batch, finishes any manifest left pending (a writer killed between 2 and 3:
-renames are idempotent, so two consumers finishing one are harmless), then leaves out the events at or below
-each partition's recorded progress: a replay writes nothing twice, whatever its batch boundaries. A batch
-killed before its manifest leaves only staged files, which nobody reads. The folder is on a volume the pods
-mount, or Azure storage over ABFS, whose rename is atomic (Data Lake Storage Gen2: hierarchical namespace).
+Two writers of one partition at once (an old owner still finishing its batch after its lease was broken,
+and the new owner) build on the same progress, so they want the same claim and only one gets it: the other
+takes its own claims back and fails its batch, which is read again and then leaves out what the first wrote.
+A consumer, before each batch, finishes any manifest left pending (a writer killed between 2 and 4): it takes
+the claims the manifest still lacks on its behalf, and publishes it when it then holds them all (renames are
+idempotent, so two consumers finishing one are harmless), or abandons it when another batch holds one. Then
+it leaves out the events at or below each partition's recorded progress: a replay writes nothing twice,
+whatever its batch boundaries. A batch killed before its manifest leaves only staged files, which nobody
+reads. The folder is on a volume the pods mount, or Azure storage over ABFS, whose rename is atomic and
+whose create can refuse an existing file (Data Lake Storage Gen2, or a Blob account through its endpoint).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from hubshift.sinks.base import RowSink, SinkContext, SinkKind, Transform, WriterBatch
+from hubshift.sinks.base import RowSink, SinkContext, SinkKind, Transform, WriterBatch, partition_order
 from hubshift.sinks.commits import WrittenFile
 from hubshift.sinks.spark_writer import (
     SparkPathSpec,
@@ -47,6 +58,14 @@ if TYPE_CHECKING:
 
 HIDDEN = "_hubshift"
 STAGING, PENDING, PROGRESS = f"{HIDDEN}/staging", f"{HIDDEN}/pending", f"{HIDDEN}/progress"
+CLAIMS = f"{HIDDEN}/claims"
+
+
+class AnotherWriter(RuntimeError):
+    """Another batch claimed a partition's next stretch first: this one is not committed, and is read
+    again."""
+
+
 _DATA_FILE = re.compile(r"^part-[^/]*?(?P<ext>(\.[a-z0-9]+)+)$")
 
 
@@ -77,7 +96,7 @@ class FilesSink(RowSink):
         folder = HadoopFolder(events.sparkSession, self.path)
         for manifest in folder.names(PENDING):
             if manifest.endswith(".json"):  # not a `.tmp` a writer killed mid-write left
-                publish(folder, f"{PENDING}/{manifest}")
+                finish(folder, f"{PENDING}/{manifest}")
         written = {p: last for p in batch.ranges if (last := progress(folder, p)) is not None}
         todo = to_write(batch.ranges, written)
         if not todo:
@@ -98,8 +117,16 @@ class FilesSink(RowSink):
             staged = sorted(name for name in folder.files_under(staging) if is_data_file(name))
             moves = [(f"{staging}/{name}", final_name(name, batch.stem, n)) for n, name in enumerate(staged)]
         manifest = f"{PENDING}/{batch.stem}.json"
-        folder.write_text(manifest, json.dumps({"stem": batch.stem, "moves": moves, "progress": todo}))
-        publish(folder, manifest)  # the manifest above was the commit point; this makes the rows visible
+        after = {p: written.get(p, -1) for p in todo}
+        document = {"stem": batch.stem, "moves": moves, "progress": todo, "after": after}
+        folder.write_text(manifest, json.dumps(document))
+        if not claim(folder, document):  # the commit point: every partition's next stretch is this batch's
+            abandon(folder, document, manifest)
+            raise AnotherWriter(
+                f"{self.describe()}: another consumer wrote some of this batch's partitions meanwhile (an "
+                "old owner finishing its batch); the batch is read again"
+            )
+        publish(folder, manifest)  # makes the rows visible
         return [WrittenFile("output", self.name, f"{self.path} ({len(moves)} files)", rows), *files]
 
 
@@ -113,6 +140,67 @@ def final_name(staged: str, stem: str, number: int) -> str:
     match = _DATA_FILE.match(name)
     extension = match["ext"] if match else ""
     return f"{folder + '/' if folder else ''}part-{stem}-{number:05d}{extension}"
+
+
+def claim_name(partition: str, after: int) -> str:
+    return f"{CLAIMS}/{partition}/{after:020d}"
+
+
+def claim(folder: HadoopFolder, document: dict[str, Any]) -> bool:
+    """Take each partition's next stretch for the manifest's batch, in partition order (two batches never
+    wait for each other in a circle); a claim this batch holds already counts. False when another batch
+    holds one (those taken here stay, to be taken back by `abandon`)."""
+    stem = document["stem"]
+    for partition in sorted(document.get("after", {}), key=partition_order):
+        if take(folder, partition, int(document["after"][partition]), stem) != stem:
+            return False
+    return True
+
+
+def take(folder: HadoopFolder, partition: str, after: int, stem: str) -> str | None:
+    """Who holds a partition's claim after this batch tried to take it. A claim whose batch has no manifest
+    any more while the partition's progress has not moved is an orphan (its batch gave up, and a consumer
+    finishing that batch had claimed on its behalf meanwhile): it goes, and the claim is tried again."""
+    name = claim_name(partition, after)
+    for _ in range(3):
+        if folder.create_text(name, stem):
+            return stem
+        holder = folder.read_settled(name)
+        if holder is None:
+            continue  # gone meanwhile
+        orphan = (
+            holder != stem
+            and folder.read_text(f"{PENDING}/{holder}.json") is None
+            and (progress(folder, partition) if after >= 0 else None) == (after if after >= 0 else None)
+        )
+        if not orphan:
+            return holder
+        folder.delete(name)
+    return None
+
+
+def abandon(folder: HadoopFolder, document: dict[str, Any], manifest: str) -> None:
+    """A batch that lost a claim: its own claims back, its staged files and its manifest gone."""
+    stem = document["stem"]
+    for partition, after in document.get("after", {}).items():
+        name = claim_name(partition, int(after))
+        if folder.read_text(name) == stem:
+            folder.delete(name)
+    folder.delete(f"{STAGING}/{stem}", recursive=True)
+    folder.delete(manifest)
+
+
+def finish(folder: HadoopFolder, manifest: str) -> None:
+    """A manifest left pending by a writer killed (or still working): published once its batch holds every
+    claim (those it lacks are taken on its behalf), abandoned when another batch holds one."""
+    text = folder.read_text(manifest)
+    if text is None:
+        return  # finished meanwhile by someone else
+    document = json.loads(text)
+    if claim(folder, document):
+        publish(folder, manifest)
+    else:
+        abandon(folder, document, manifest)
 
 
 def publish(folder: HadoopFolder, manifest: str) -> None:
@@ -129,6 +217,10 @@ def publish(folder: HadoopFolder, manifest: str) -> None:
         for older in folder.names(f"{PROGRESS}/{partition}"):
             if older.isdigit() and int(older) < int(last):
                 folder.delete(f"{PROGRESS}/{partition}/{older}")
+        after = document.get("after", {}).get(partition)
+        for older in folder.names(f"{CLAIMS}/{partition}") if after is not None else ():
+            if older.isdigit() and int(older) < int(after):
+                folder.delete(f"{CLAIMS}/{partition}/{older}")
     folder.delete(f"{STAGING}/{document['stem']}", recursive=True)
     folder.delete(manifest)
 
@@ -193,6 +285,49 @@ class HadoopFolder:
             out.close()
         if not self.fs.rename(temporary, final) and not self.fs.exists(final):
             raise OSError(f"could not write {self.absolute(relative)}")
+
+    def create_text(self, relative: str, text: str) -> bool:
+        """Create a small file only if there is none, atomically: a local folder's `O_EXCL`, or Azure
+        storage's conditional create (hadoop-azure's create without overwrite); False when one is there
+        already. Its text may be read empty for a moment (`read_settled` waits that out)."""
+        local = self._local(relative)
+        if local is not None:
+            local.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(local, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "w") as handle:
+                handle.write(text)
+            return True
+        path = self._path(relative)
+        try:
+            out = self.fs.create(path, False)
+        except Exception as error:
+            if "FileAlreadyExists" in str(error) or self.fs.exists(path):
+                return False
+            raise
+        try:
+            out.write(bytearray(text.encode()))
+        finally:
+            out.close()
+        return True
+
+    def read_settled(self, relative: str, wait: float = 2.0) -> str | None:
+        """A file `create_text` made, once its text is there (None: it is gone)."""
+        deadline = time.monotonic() + wait
+        while True:
+            text = self.read_text(relative)
+            if text or text is None or time.monotonic() > deadline:
+                return text
+            time.sleep(0.05)
+
+    def _local(self, relative: str) -> Path | None:
+        """The path on this machine, for a folder that is one (no scheme, or file:)."""
+        root = self.root.removeprefix("file:")
+        if "://" in root or ":" in root.split("/", 1)[0]:
+            return None
+        return Path(root) / relative
 
     def move(self, source: str, destination: str) -> None:
         """Rename a file into place; done already (by this consumer or another) is fine."""

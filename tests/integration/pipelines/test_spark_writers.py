@@ -139,6 +139,58 @@ def delta_rows(uri: str, storage_options: Mapping[str, str] | None = None) -> tu
     return pairs(table.to_pyarrow_table(columns=["partition", "sequence_number"]).to_pylist())
 
 
+def test_two_writers_of_a_partition_at_once_never_publish_a_row_twice(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An old owner still finishing its batch after its lease was broken, and the new owner reading the
+    same events from an older checkpoint: both build on the same progress. The first to claim publishes; the
+    other writes nothing and fails its batch, which, read again, adds only what the first had not (a chaos
+    run found 132 rows written twice by such a pair before the claims)."""
+    import pyarrow.dataset as ds
+
+    folder = tmp_path / "parquet"
+    old, new = (FilesSink("parquet", FilesSinkSpec(path=str(folder)), context()) for _ in range(2))
+    publish = files.publish
+    outcome: list[str] = []
+
+    def new_owner_meanwhile(at: object, manifest: str) -> None:
+        # between the old owner's claims and its publication, the new owner writes its batch
+        if not outcome:
+            outcome.append("new owner ran")
+            with pytest.raises(files.AnotherWriter):
+                new.write_batch(events(spark, {"0": (0, 149)}), identity, batch({"0": (0, 149)}, 7))
+        publish(at, manifest)  # type: ignore[arg-type]
+
+    with monkeypatch.context() as patched:
+        # Each looked for pending manifests before the other wrote its own: neither finishes the other's.
+        patched.setattr(files, "finish", lambda at, manifest: None)
+        patched.setattr(files, "publish", new_owner_meanwhile)
+        old.write_batch(events(spark, {"0": (0, 99)}), identity, batch({"0": (0, 99)}, 3))
+    assert outcome == ["new owner ran"]
+    new.write_batch(events(spark, {"0": (0, 149)}), identity, batch({"0": (0, 149)}, 8))  # read again
+    rows = ds.dataset(str(folder), format="parquet").to_table(columns=["partition", "sequence_number"])
+    assert pairs(rows.to_pylist()) == (150, 150)
+    assert not list((folder / "_hubshift" / "pending").glob("*.json"))
+    assert not list((folder / "_hubshift" / "staging").glob("*/*"))
+
+
+def test_a_claim_left_by_a_batch_that_gave_up_does_not_block_the_partition(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    import pyarrow.dataset as ds
+
+    folder = tmp_path / "parquet"
+    sink = FilesSink("parquet", FilesSinkSpec(path=str(folder)), context())
+    # A claim on the partition's first stretch whose batch has no manifest (it gave up, and a consumer
+    # finishing it had claimed on its behalf meanwhile).
+    orphan = folder / files.claim_name("0", -1)
+    orphan.parent.mkdir(parents=True)
+    orphan.write_text("c-9-run-000000001")
+    sink.write_batch(events(spark, {"0": (0, 49)}), identity, batch({"0": (0, 49)}, 0))
+    rows = ds.dataset(str(folder), format="parquet").to_table(columns=["partition", "sequence_number"])
+    assert pairs(rows.to_pylist()) == (50, 50)
+
+
 def test_delta_on_a_folder_holds_every_event_once(spark: SparkSession, tmp_path: Path) -> None:
     sink = DeltaSink(DeltaSinkSpec(path=str(tmp_path / "table"), partition_by=["date"]), context())
     run_scenario(spark, lambda frame, b: sink.write_batch(frame, identity, b))
