@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, get_args
 
 from pydantic import ValidationError
 
-from hubshift.errors import UserError
+from hubshift.errors import UserError, one_line
 from hubshift.spec import CredentialType, TokenCredentialSpec
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ def _build(identity: TokenCredentialSpec) -> TokenCredential:
             )
         return DefaultAzureCredential()
     except ValueError as exc:
-        raise UserError(f"credential {identity.describe()}: {_first_line(exc)} ({hint(identity)})") from None
+        raise UserError(f"credential {identity.describe()}: {one_line(exc)} ({hint(identity)})") from None
 
 
 def describe_credential_error(error: BaseException, identity: TokenCredentialSpec) -> str | None:
@@ -100,7 +100,7 @@ def describe_credential_error(error: BaseException, identity: TokenCredentialSpe
 
     if not isinstance(error, ClientAuthenticationError):
         return None
-    return f"no token from credential {identity.describe()}: {_first_line(error)} ({hint(identity)})"
+    return f"no token from credential {identity.describe()}: {one_line(error)} ({hint(identity)})"
 
 
 def hint(identity: TokenCredentialSpec, environ: Mapping[str, str] | None = None) -> str:
@@ -130,11 +130,6 @@ def hint(identity: TokenCredentialSpec, environ: Mapping[str, str] | None = None
     if client_id and identity.type == "default":
         return f"{_HINTS['default']}; check that client id {client_id} is an identity this place can use"
     return _HINTS[identity.type]
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(getattr(error, "message", None) or error).strip()
-    return text.splitlines()[0][:300] if text else type(error).__name__
 
 
 class AsyncCredential:

@@ -297,7 +297,10 @@ def test_a_refused_token_says_what_to_fix_without_the_token() -> None:
     wrapped = RuntimeError("connection failed")
     wrapped.__cause__ = unavailable
     line = describe_error(wrapped, target)
-    assert "no token from credential workloadIdentity (client id cid): ManagedIdentityCredential" in line
+    assert (
+        "no token from credential workloadIdentity (client id cid): ClientAuthenticationError: "
+        "ManagedIdentityCredential" in line
+    )
 
 
 def test_the_blob_sink_with_a_credential_pickles_without_a_secret() -> None:
