@@ -15,7 +15,7 @@ import pytest
 from hubshift.ownership.assignment import publish_assignment
 from hubshift.ownership.checkpoints import write_checkpoint
 from hubshift.ownership.leases import claim_partition, release_partition
-from hubshift.ownership.membership import join
+from hubshift.ownership.membership import join_pool
 from hubshift.ownership.model import Assignment, Checkpoint, Phase
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.stores.locations import sqlite_url
@@ -48,7 +48,7 @@ def populate(subject: StoreUnderTest) -> None:
     import time
 
     store = subject.store
-    join(store, SCOPE, "orders-0", clock=time.monotonic)
+    join_pool(store, SCOPE, "orders-0", clock=time.monotonic)
     write_checkpoint(store, claim_partition(store, SCOPE, "0", "orders-0"), Checkpoint("4096", 40))
     claim_partition(store, SCOPE, "1", "orders-0")
     claim_partition(store, SCOPE, "2", "orders-1")  # never joined: shown as gone
