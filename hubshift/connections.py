@@ -23,7 +23,9 @@ from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import LeaseStore
 from hubshift.ownership.stores.locations import BlobLocation, check_container, open_store, sqlite_url
 from hubshift.ownership.timing import DEFAULT_TIMING, Timing
-from hubshift.spec import CheckpointStoreSpec, EventHubsSpec, TokenCredentialSpec
+from hubshift.spec.connections import TokenCredentialSpec
+from hubshift.spec.hub import EventHubsSpec
+from hubshift.spec.store import CheckpointStoreSpec
 
 CREDENTIAL_ENV = "HUBSHIFT_CREDENTIAL"
 CLIENT_ID_ENV = "HUBSHIFT_CLIENT_ID"

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, get_args
 from pydantic import ValidationError
 
 from hubshift.errors import UserError, one_line
-from hubshift.spec import CredentialType, TokenCredentialSpec
+from hubshift.spec.connections import CredentialType, TokenCredentialSpec
 
 if TYPE_CHECKING:
     from azure.core.credentials import AccessToken, TokenCredential

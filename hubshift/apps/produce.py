@@ -39,7 +39,7 @@ from hubshift.eventhubs.target import EventHubsTarget, describe_error, sdk_clien
 from hubshift.pipelines import sensor_events as ev
 from hubshift.pipelines.sensor_events import SensorEvent
 from hubshift.sinks.base import format_time
-from hubshift.spec import DEFAULT_EVENTHUBS_ENV
+from hubshift.spec.hub import DEFAULT_EVENTHUBS_ENV
 
 PROFILES = ("steady", "rise-fall")
 MIN_RISE_FALL_SHARE = 0.1  # rise-fall never drops below this share of --rate, so the hub never goes idle

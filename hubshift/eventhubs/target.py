@@ -21,7 +21,8 @@ from azure.eventhub import TransportType, parse_connection_string
 
 from hubshift.errors import UserError
 from hubshift.identity import AsyncCredential, describe_credential_error, token_credential
-from hubshift.spec import EventHubsSpec, HubConnectionSpec, TokenCredentialSpec, Transport
+from hubshift.spec.connections import TokenCredentialSpec
+from hubshift.spec.hub import EventHubsSpec, HubConnectionSpec, Transport
 
 log = logging.getLogger(__name__)
 
