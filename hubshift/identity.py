@@ -22,6 +22,7 @@ import asyncio
 import os
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, get_args
 
@@ -91,6 +92,23 @@ def _build(identity: TokenCredentialSpec) -> TokenCredential:
         return DefaultAzureCredential()
     except ValueError as exc:
         raise UserError(f"credential {identity.describe()}: {one_line(exc)} ({hint(identity)})") from None
+
+
+@dataclass(frozen=True)
+class IdentityCredential:
+    """The token credential of `identity`, as configuration (`hubshift.azure_storage.TokenSource`): it
+    pickles to Spark's workers, and each process builds the credential once (`token_credential`)."""
+
+    identity: TokenCredentialSpec
+
+    def credential(self) -> TokenCredential:
+        return token_credential(self.identity)
+
+    def describe(self) -> str:
+        return self.identity.describe()
+
+    def explain(self, error: BaseException) -> str | None:
+        return describe_credential_error(error, self.identity)
 
 
 def describe_credential_error(error: BaseException, identity: TokenCredentialSpec) -> str | None:

@@ -19,7 +19,7 @@ from hubshift.connections import (
 )
 from hubshift.errors import UserError
 from hubshift.eventhubs.target import EventHubsTarget, hub_target
-from hubshift.identity import token_credential
+from hubshift.identity import IdentityCredential
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import LeaseStore
 from hubshift.ownership.stores.locations import open_store, parse_store
@@ -102,13 +102,8 @@ class GroupArgs:
         """The store (checked reachable, its container there); with --credential a store given as an
         account URL is read with the token credential."""
         identity = chosen_identity(self.credential, self.client_id)
-        location = parse_store(
-            self.store,
-            self.container,
-            credential=token_credential(identity) if identity is not None and "://" in self.store else None,
-            credential_name=identity.describe() if identity is not None else "token credential",
-        )
-        return open_store(location)
+        token = None if identity is None else IdentityCredential(identity)
+        return open_store(parse_store(self.store, self.container, token=token))
 
     def target(self) -> EventHubsTarget | None:
         """The hub, with its connection string (--eventhubs) or the token credential (--credential); None

@@ -113,9 +113,10 @@ def bad(*args: str, env: dict[str, str] | None = None) -> str:
 
 
 def test_a_malformed_connection_string() -> None:
-    assert "not a valid connection string" in bad("--store", "AccountName=x;nonsense", "--container", "abc")
+    malformed = "not an Azure Storage connection string"
+    assert malformed in bad("--store", "AccountName=x;nonsense", "--container", "abc")
     typo = f"Acount=x;AccountKey={ACCOUNT_KEY}"
-    assert "unknown key 'Acount'" in bad("--store", typo, "--container", "abc")
+    assert malformed in bad("--store", typo, "--container", "abc")
     assert "AccountKey is not base64" in bad("--store", "AccountName=x;AccountKey=***;", "--container", "abc")
     assert "needs a container" in bad(env={"HUBSHIFT_STORE": connection_string(10000)})
     assert "sqlite:////absolute" in bad("--store", "sqlite:/x.db")

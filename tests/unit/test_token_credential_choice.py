@@ -307,12 +307,10 @@ def test_the_blob_sink_with_a_credential_pickles_without_a_secret() -> None:
     spec = parse_manifest(keyless()).spec.consumer.sink
     store = build_store(spec, {}, check=False)
     assert isinstance(store, BlobStore)
-    assert store.connection_string is None and store.identity is not None
+    assert store.container.connection_string is None and store.container.token is not None
     copied = pickle.loads(pickle.dumps(store))
-    assert (copied.account_url, copied.identity) == (
-        "https://mystorage.blob.core.windows.net",
-        store.identity,
-    )
+    assert copied.container == store.container
+    assert copied.container.account_url == "https://mystorage.blob.core.windows.net"
 
 
 def _route_with_failover() -> dict[str, Any]:
