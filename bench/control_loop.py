@@ -52,7 +52,7 @@ from hubshift.operator.observe import (
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.ownership.checkpoints import write_checkpoint
 from hubshift.ownership.leases import claim_partition
-from hubshift.ownership.membership import join
+from hubshift.ownership.membership import join_pool
 from hubshift.ownership.model import Checkpoint
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import LeaseStore
@@ -143,7 +143,7 @@ def seed_store(store: LeaseStore, scope: Scope, partitions: int, consumers: int,
     started = time.perf_counter()
     names = [f"{NAME}-{i}" for i in range(consumers)]
     for name in names:
-        join(store, scope, name, clock=time.monotonic)
+        join_pool(store, scope, name, clock=time.monotonic)
     for p in range(partitions):
         owner = names[p * consumers // partitions]
         lease = claim_partition(store, scope, str(p), owner)

@@ -42,10 +42,11 @@ from rich.table import Table
 # The shared harness (Azurite, the emulator's helpers) lives in the repository's tests/harness.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from hubshift.azure_storage import BlobContainer
 from hubshift.ownership.balancer import balance
 from hubshift.ownership.checkpoints import write_checkpoint
 from hubshift.ownership.leases import claim_partition, release_partition
-from hubshift.ownership.membership import Membership, join, leave, renew
+from hubshift.ownership.membership import Membership, join_pool, leave, renew
 from hubshift.ownership.model import Checkpoint, OwnershipSnapshot, PartitionLease
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
@@ -159,8 +160,8 @@ class HubshiftAgent(threading.Thread):
         super().__init__(name=name, daemon=True)
         self.consumer = name
         self.timing = timing
-        self.store = BlobLeaseStore.from_connection_string(
-            connection_string, container, timing=timing, raw_response_hook=counter.hook
+        self.store = BlobLeaseStore.from_container(
+            BlobContainer(container, connection_string), timing=timing, raw_response_hook=counter.hook
         )
         self.leases: dict[str, PartitionLease] = {}
         self.snapshot: OwnershipSnapshot | None = None
@@ -172,7 +173,9 @@ class HubshiftAgent(threading.Thread):
 
     def run(self) -> None:
         timing = self.timing
-        membership: Membership = join(self.store, SCOPE, self.consumer, clock=time.monotonic, timing=timing)
+        membership: Membership = join_pool(
+            self.store, SCOPE, self.consumer, clock=time.monotonic, timing=timing
+        )
         self.joined.set()
         start = time.monotonic()
         next_list = start + random.uniform(0, 2)
@@ -245,7 +248,7 @@ def wait_until(condition: Callable[[], bool], timeout: float, step: float = 0.5)
 
 def run_hubshift(connection_string: str, window: float, timing: Timing, console: Console) -> SideResult:
     container = "hubshift-bench"
-    observer = BlobLeaseStore.from_connection_string(connection_string, container)
+    observer = BlobLeaseStore.from_container(BlobContainer(container, connection_string))
     observer.ensure_container(create=True)
     counter = RequestCounter()
     agents = [HubshiftAgent(f"consumer-{i}", connection_string, container, counter, timing) for i in range(8)]

@@ -16,14 +16,17 @@ from typing import TypeVar
 
 import click
 
+from hubshift.azure_storage import BlobContainer
 from hubshift.errors import UserError
 from hubshift.eventhubs.target import TRANSPORTS, EventHubsTarget, Network, parse_proxy, resolve_target
-from hubshift.identity import CREDENTIAL_TYPES, parse_identity, token_credential
+from hubshift.identity import CREDENTIAL_TYPES, IdentityCredential, parse_identity
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import LeaseStore
-from hubshift.ownership.stores.locations import BlobLocation, check_container, open_store, sqlite_url
+from hubshift.ownership.stores.locations import open_store, sqlite_url
 from hubshift.ownership.timing import DEFAULT_TIMING, Timing
-from hubshift.spec import CheckpointStoreSpec, EventHubsSpec, TokenCredentialSpec
+from hubshift.spec.connections import Resolved, TokenCredentialSpec
+from hubshift.spec.hub import EventHubsSpec
+from hubshift.spec.store import BlobStoreSpec, CheckpointStoreSpec
 
 CREDENTIAL_ENV = "HUBSHIFT_CREDENTIAL"
 CLIENT_ID_ENV = "HUBSHIFT_CLIENT_ID"
@@ -63,20 +66,19 @@ def open_checkpoint_store(
     named = spec.connections(location, "store")
     if not named:  # the model requires exactly one of them
         raise UserError(f"{'.'.join(map(str, location))}: set exactly one of blob or sqlite")
-    blob = spec.blob
-    assert blob is not None
-    resolved = named[0].resolve(environ, identity=identity)
+    assert spec.blob is not None
+    container = blob_container(spec.blob, named[0].resolve(environ, identity=identity))
+    return open_store(container, create=create, timing=timing)
+
+
+def blob_container(block: BlobStoreSpec, resolved: Resolved) -> BlobContainer:
+    """The container a Blob block names (the checkpoint store's, a Blob sink's), reached with its resolved
+    connection string, or with its account URL and the resolved token credential."""
     if resolved.identity is not None:
-        assert blob.account_url is not None  # the model requires it with a credential
-        location_of = BlobLocation(
-            None,
-            check_container(blob.container),
-            blob.account_url.rstrip("/"),
-            token_credential(resolved.identity),
-            resolved.identity.describe(),
-        )
-        return open_store(location_of, create=create, timing=timing)
-    return open_store(resolved.connection_string or "", blob.container, create=create, timing=timing)
+        assert block.account_url is not None  # the model requires it with a credential
+        token = IdentityCredential(resolved.identity)
+        return BlobContainer(block.container, account_url=block.account_url.rstrip("/"), token=token)
+    return BlobContainer(block.container, connection_string=resolved.connection_string or "")
 
 
 def credential_options(help_text: str) -> Callable[[Command], Command]:

@@ -22,13 +22,14 @@ import asyncio
 import os
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, get_args
 
 from pydantic import ValidationError
 
-from hubshift.errors import UserError
-from hubshift.spec import CredentialType, TokenCredentialSpec
+from hubshift.errors import UserError, one_line
+from hubshift.spec.connections import CredentialType, TokenCredentialSpec
 
 if TYPE_CHECKING:
     from azure.core.credentials import AccessToken, TokenCredential
@@ -90,7 +91,24 @@ def _build(identity: TokenCredentialSpec) -> TokenCredential:
             )
         return DefaultAzureCredential()
     except ValueError as exc:
-        raise UserError(f"credential {identity.describe()}: {_first_line(exc)} ({hint(identity)})") from None
+        raise UserError(f"credential {identity.describe()}: {one_line(exc)} ({hint(identity)})") from None
+
+
+@dataclass(frozen=True)
+class IdentityCredential:
+    """The token credential of `identity`, as configuration (`hubshift.azure_storage.TokenSource`): it
+    pickles to Spark's workers, and each process builds the credential once (`token_credential`)."""
+
+    identity: TokenCredentialSpec
+
+    def credential(self) -> TokenCredential:
+        return token_credential(self.identity)
+
+    def describe(self) -> str:
+        return self.identity.describe()
+
+    def explain(self, error: BaseException) -> str | None:
+        return describe_credential_error(error, self.identity)
 
 
 def describe_credential_error(error: BaseException, identity: TokenCredentialSpec) -> str | None:
@@ -100,7 +118,7 @@ def describe_credential_error(error: BaseException, identity: TokenCredentialSpe
 
     if not isinstance(error, ClientAuthenticationError):
         return None
-    return f"no token from credential {identity.describe()}: {_first_line(error)} ({hint(identity)})"
+    return f"no token from credential {identity.describe()}: {one_line(error)} ({hint(identity)})"
 
 
 def hint(identity: TokenCredentialSpec, environ: Mapping[str, str] | None = None) -> str:
@@ -130,11 +148,6 @@ def hint(identity: TokenCredentialSpec, environ: Mapping[str, str] | None = None
     if client_id and identity.type == "default":
         return f"{_HINTS['default']}; check that client id {client_id} is an identity this place can use"
     return _HINTS[identity.type]
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(getattr(error, "message", None) or error).strip()
-    return text.splitlines()[0][:300] if text else type(error).__name__
 
 
 class AsyncCredential:

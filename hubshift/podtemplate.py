@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from hubshift.spec import DNS_SUBDOMAIN, Model, cel
+from hubshift.spec.base import DNS_SUBDOMAIN, Model, cel
 
 # --- the consumer pod's own layout (render.py builds it; what the template may not take over) ---------
 

@@ -46,7 +46,7 @@ from hubshift.podtemplate import (
     VolumeProjectionSpec,
     VolumeSpec,
 )
-from hubshift.spec import ResourceListSpec
+from hubshift.spec.pods import ResourceListSpec
 
 # Pydantic fields read by serialisation or validation: the status goes to the CR by model_dump, the
 # manifest's apiVersion is checked when it is parsed, the resource sizes are rendered into the pod.

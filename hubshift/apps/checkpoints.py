@@ -38,7 +38,7 @@ from hubshift.ownership.model import EARLIEST, Checkpoint, OwnershipSnapshot, pa
 from hubshift.ownership.override import Moved, TakenMeanwhile, live_owners, move_checkpoint, release_ownership
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import StoreError
-from hubshift.spec import PAUSED_REPLICAS_ANNOTATION
+from hubshift.spec.resource import PAUSED_REPLICAS_ANNOTATION
 
 Kind = Literal["start", "end", "time", "sequence"]
 

@@ -45,7 +45,7 @@ from hubshift.operator.loop import CycleReport
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.pipelines.aggregate_view import AggregateView
 from hubshift.sinks.folder import FolderStore
-from hubshift.spec import DEFAULT_EVENTHUBS_ENV
+from hubshift.spec.hub import DEFAULT_EVENTHUBS_ENV
 
 HUB = "homes"
 NAME = "homes"

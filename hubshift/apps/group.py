@@ -6,19 +6,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
-from hubshift.connections import chosen_identity, chosen_network, credential_options, network_options
+from hubshift.connections import (
+    Command,
+    chosen_identity,
+    chosen_network,
+    credential_options,
+    network_options,
+)
 from hubshift.errors import UserError
-from hubshift.eventhubs.target import EventHubsTarget
-from hubshift.identity import token_credential
+from hubshift.eventhubs.target import EventHubsTarget, hub_target
+from hubshift.identity import IdentityCredential
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import LeaseStore
 from hubshift.ownership.stores.locations import open_store, parse_store
-
-Command = TypeVar("Command", bound=Callable[..., object])
 
 _WHERE = (
     click.option(
@@ -98,22 +102,25 @@ class GroupArgs:
         """The store (checked reachable, its container there); with --credential a store given as an
         account URL is read with the token credential."""
         identity = chosen_identity(self.credential, self.client_id)
-        location = parse_store(
-            self.store,
-            self.container,
-            credential=token_credential(identity) if identity is not None and "://" in self.store else None,
-            credential_name=identity.describe() if identity is not None else "token credential",
-        )
-        return open_store(location)
+        token = None if identity is None else IdentityCredential(identity)
+        return open_store(parse_store(self.store, self.container, token=token))
 
     def target(self) -> EventHubsTarget | None:
         """The hub, with its connection string (--eventhubs) or the token credential (--credential); None
         when neither was given."""
         identity = chosen_identity(self.credential, self.client_id)
-        network = chosen_network(self.transport, self.proxy)
-        fqns, hub, group = self.scope.fqns, self.scope.hub, self.consumer_group
         if self.eventhubs:
-            return EventHubsTarget(self.eventhubs.strip(), fqns, hub, group, network=network)
-        if identity is not None:
-            return EventHubsTarget(None, fqns, hub, group, identity, network)
-        return None
+            identity = None  # the connection string reads the hub (--credential, a store given as a URL)
+        elif identity is None:
+            return None
+        return hub_target(
+            self.scope.hub,
+            self.consumer_group,
+            connection_string=self.eventhubs,
+            identity=identity,
+            namespace=self.scope.fqns,
+            network=chosen_network(self.transport, self.proxy),
+            source="--eventhubs (HUBSHIFT_EVENTHUBS)",
+            namespace_from="--namespace",
+            advice="name the one the connection string's Endpoint names",
+        )

@@ -26,7 +26,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -35,11 +35,11 @@ import click
 from hubshift.connections import chosen_identity, chosen_network, credential_options, network_options
 from hubshift.errors import UserError
 from hubshift.eventhubs.sender import send_events
-from hubshift.eventhubs.target import EventHubsTarget, describe_error, sdk_client
+from hubshift.eventhubs.target import EventHubsTarget, describe_error, hub_target, sdk_client
 from hubshift.pipelines import sensor_events as ev
 from hubshift.pipelines.sensor_events import SensorEvent
 from hubshift.sinks.base import format_time
-from hubshift.spec import DEFAULT_EVENTHUBS_ENV
+from hubshift.spec.hub import DEFAULT_EVENTHUBS_ENV
 
 PROFILES = ("steady", "rise-fall")
 MIN_RISE_FALL_SHARE = 0.1  # rise-fall never drops below this share of --rate, so the hub never goes idle
@@ -264,7 +264,7 @@ class HubSender:
     def connect(cls, connection_string: str, hub: str) -> HubSender:
         """Connect with a connection string and read the partition ids; `UserError` (one line, no secret)
         when that fails."""
-        return cls.connect_target(connection_string_target(connection_string, hub))
+        return cls.connect_target(hub_target(hub, connection_string=connection_string))
 
     @classmethod
     def connect_target(cls, target: EventHubsTarget) -> HubSender:
@@ -336,17 +336,6 @@ INVALID_CONNECTION_STRING = (
     "the Event Hubs connection string is not valid (expected "
     "Endpoint=sb://NAMESPACE/;SharedAccessKeyName=NAME;SharedAccessKey=KEY)"
 )
-
-
-def connection_string_target(connection_string: str, hub: str) -> EventHubsTarget:
-    """The hub a connection string reaches (its namespace read with the SDK's parser)."""
-    from azure.eventhub import parse_connection_string
-
-    try:
-        namespace = parse_connection_string(connection_string).fully_qualified_namespace
-    except ValueError:
-        raise UserError(INVALID_CONNECTION_STRING) from None
-    return EventHubsTarget(connection_string, namespace.strip().lower(), hub, "")
 
 
 # --- the loop -----------------------------------------------------------------------------------------
@@ -502,14 +491,22 @@ def produce(
             raise UserError("pass --connection-string or --credential, not both")
         if not namespace:
             raise UserError("--credential needs --namespace (myns.servicebus.windows.net)")
-        target = EventHubsTarget(None, namespace.strip().lower(), hub, "", identity, network)
+        connection_string = None
     elif not connection_string:
         raise UserError(
             f"no connection string: pass --connection-string or set {DEFAULT_EVENTHUBS_ENV} (or use a token "
             "credential: --credential with --namespace)"
         )
-    else:
-        target = replace(connection_string_target(connection_string, hub), network=network)
+    target = hub_target(
+        hub,
+        connection_string=connection_string,
+        identity=identity,
+        namespace=namespace,
+        network=network,
+        source=f"--connection-string ({DEFAULT_EVENTHUBS_ENV})",
+        namespace_from="--namespace",
+        advice="leave --namespace out, or name the same one",
+    )
     if period <= 0:
         raise UserError("--period must be positive")
     spec = LoadSpec(

@@ -22,7 +22,7 @@ from hubshift.operator.observe import PartitionLag, backlog_per_partition, lag_p
 from hubshift.ownership.model import OwnershipSnapshot
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import StoreError
-from hubshift.spec import StartPositionSpec
+from hubshift.spec.checkpoints import StartPositionSpec
 
 
 @click.command(name="status")

@@ -23,7 +23,7 @@ from hubshift.errors import UserError
 from hubshift.manifest import load_manifest, with_credential
 from hubshift.pipelines.aggregate_view import AggregateView
 from hubshift.sinks import build_store
-from hubshift.spec import Role
+from hubshift.spec.connections import Role
 
 # --credential reaches only the sink: the one connection this command opens.
 SINK_ONLY: tuple[Role, ...] = ("sink",)

@@ -41,7 +41,7 @@ from hubshift.consumer.owned import Hub, OwnedPartitions, log_line
 from hubshift.consumer.ownership_step import OwnershipStep, lost_partitions, ownership_step, track_unhealthy
 from hubshift.consumer.schedule import AgentSchedule, StopOutcome
 from hubshift.manifest import PartitionedConsumerSpec
-from hubshift.ownership.membership import Membership, join, leave, renew
+from hubshift.ownership.membership import Membership, join_pool, leave, renew
 from hubshift.ownership.model import OwnershipSnapshot
 from hubshift.ownership.scope import Scope, consumer_id
 from hubshift.ownership.snapshot import take_snapshot
@@ -225,7 +225,7 @@ class OwnershipAgent:
         read first, so a consumer that reports ready claims in its first listing (a joiner's share at a cold
         start) without a management round trip in between."""
         self._refresh_partitions(self.clock())
-        self._membership = join(
+        self._membership = join_pool(
             self.store, self.scope, self.me, clock=self.clock, timing=self.settings.timing
         )
         self._arm_watchdog()

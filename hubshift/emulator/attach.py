@@ -4,7 +4,7 @@ refusal (an attach with a null terminus, then a closing detach with the error)."
 
 from __future__ import annotations
 
-from hubshift.emulator.broker import Hub, ReceiverRefused
+from hubshift.emulator.broker import EmulatedHub, ReceiverRefused
 from hubshift.emulator.cbs import LISTEN, SEND, Entity, parse_entity
 from hubshift.emulator.codec import Array, UInt
 from hubshift.emulator.consumer import RUNTIME_METRIC, ConsumerLink, resolve_start, selector_of
@@ -166,7 +166,7 @@ def _wants_runtime_metric(attach: Attach) -> bool:
     ) or desired == RUNTIME_METRIC
 
 
-def _partition(hub: Hub, partition_id: str) -> PartitionLog:
+def _partition(hub: EmulatedHub, partition_id: str) -> PartitionLog:
     log = hub.partition(partition_id)
     if log is None:
         raise ReceiverRefused(

@@ -49,7 +49,10 @@ class ReceiverRefused(Exception):
         self.description = description
 
 
-class Hub:
+class EmulatedHub:
+    """One Event Hub the emulator serves: its partition logs, its consumer groups, and the partition each
+    event goes to."""
+
     def __init__(
         self, spec: HubSpec, created_at_ms: int, partition_max_bytes: int, *, geo_offsets: bool = False
     ) -> None:
@@ -113,18 +116,18 @@ class Broker:
         self.geo_offsets = geo_offsets
         self.retention_ms = int(retention_seconds * 1000)
         self.store = store
-        self.hubs: dict[str, Hub] = {}
+        self.hubs: dict[str, EmulatedHub] = {}
         self._receivers: dict[tuple[str, str, str], list[Receiver]] = {}
         now_ms = self.now_ms()
         for spec in hubs:
             created_at = store.hub_created_at(spec.name, now_ms) if store else now_ms
-            hub = Hub(spec, created_at, partition_max_bytes, geo_offsets=geo_offsets)
+            hub = EmulatedHub(spec, created_at, partition_max_bytes, geo_offsets=geo_offsets)
             self.hubs[spec.name.lower()] = hub
             self._restore(hub, hub.partitions)
         self.partition_max_bytes = partition_max_bytes
         self.expire()
 
-    def _restore(self, hub: Hub, logs: Iterable[PartitionLog]) -> None:
+    def _restore(self, hub: EmulatedHub, logs: Iterable[PartitionLog]) -> None:
         if self.store is None:
             return
         for log in logs:
@@ -142,7 +145,7 @@ class Broker:
                 created_at = (
                     self.store.hub_created_at(spec.name, self.now_ms()) if self.store else self.now_ms()
                 )
-                hub = Hub(spec, created_at, self.partition_max_bytes, geo_offsets=self.geo_offsets)
+                hub = EmulatedHub(spec, created_at, self.partition_max_bytes, geo_offsets=self.geo_offsets)
                 self.hubs[spec.name.lower()] = hub
                 self._restore(hub, hub.partitions)
                 changes.append(f"hub {spec.name} created with {spec.partition_count} partitions")
@@ -163,12 +166,14 @@ class Broker:
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
 
-    def find_hub(self, name: str) -> Hub | None:
+    def find_hub(self, name: str) -> EmulatedHub | None:
         return self.hubs.get(name.lower())
 
     # --- publishing ---------------------------------------------------------------------------------
 
-    def publish(self, hub: Hub, partition: PartitionLog | None, publication: Publication) -> PartitionLog:
+    def publish(
+        self, hub: EmulatedHub, partition: PartitionLog | None, publication: Publication
+    ) -> PartitionLog:
         """Enqueue a delivery's events in one partition (a batch is never split)."""
         log = partition or hub.route(publication.partition_key)
         if not publication.events:
@@ -190,7 +195,9 @@ class Broker:
 
     # --- receivers ----------------------------------------------------------------------------------
 
-    def attach_receiver(self, hub: Hub, consumer_group: str, partition_id: str, receiver: Receiver) -> None:
+    def attach_receiver(
+        self, hub: EmulatedHub, consumer_group: str, partition_id: str, receiver: Receiver
+    ) -> None:
         """Admit a receiver under the service's owner-level rules, or raise ReceiverRefused.
 
         A receiver with an owner level at least as high as every other one takes the partition for its
@@ -241,7 +248,9 @@ class Broker:
                 "receiver, make sure a higher epoch is used.",
             )
 
-    def detach_receiver(self, hub: Hub, consumer_group: str, partition_id: str, receiver: Receiver) -> None:
+    def detach_receiver(
+        self, hub: EmulatedHub, consumer_group: str, partition_id: str, receiver: Receiver
+    ) -> None:
         key = (hub.name.lower(), consumer_group.lower(), partition_id)
         attached = self._receivers.get(key)
         if attached is None:

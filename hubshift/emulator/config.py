@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from hubshift.emulator.broker import MAX_PARTITIONS, HubSpec
 from hubshift.emulator.cbs import DEFAULT_KEY_NAME, PLACEHOLDER_KEY
-from hubshift.emulator.context import Limits
+from hubshift.emulator.context import ConnectionLimits
 from hubshift.errors import UserError
 
 DEFAULT_HUB = HubSpec("eh1", 2)
@@ -32,7 +32,7 @@ class EmulatorSettings:
     key: str | None = None
     key_name: str = DEFAULT_KEY_NAME
     # what one connection may hold and how long its handshake may take (no flags: tests lower them)
-    limits: Limits = field(default_factory=Limits)
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     # AMQP over TLS, as the service speaks it (5671): the certificate chain and its key, PEM files
     tls_cert: Path | None = None
     tls_key: Path | None = None

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from hubshift.emulator import frames, performatives
 from hubshift.emulator.attach import on_attach
 from hubshift.emulator.codec import Array, Buffer, DecodeError, Symbol, UByte, UInt, UShort
-from hubshift.emulator.context import Limits, ProtocolViolation, ServerContext
+from hubshift.emulator.context import ConnectionLimits, ProtocolViolation, ServerContext
 from hubshift.emulator.performatives import (
     Attach,
     Begin,
@@ -55,7 +55,7 @@ class Handshake:
     until then. Met once, at the open; the socket's owner counts the bytes (`received`)."""
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, limits: Limits, on_expiry: Callable[[], None]
+        self, loop: asyncio.AbstractEventLoop, limits: ConnectionLimits, on_expiry: Callable[[], None]
     ) -> None:
         self.timeout = limits.handshake_timeout
         self.budget = limits.handshake_bytes

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import struct
 
-from hubshift.emulator.broker import Hub, ReceiverRefused
+from hubshift.emulator.broker import EmulatedHub, ReceiverRefused
 from hubshift.emulator.codec import Buffer, Described, Symbol, UByte, UInt
 from hubshift.emulator.links import OutgoingLink
 from hubshift.emulator.messages import (
@@ -16,7 +16,7 @@ from hubshift.emulator.messages import (
     runtime_metric_section,
 )
 from hubshift.emulator.partition_log import PartitionLog
-from hubshift.emulator.performatives import Attach, Flow, Source, Transfer, amqp_error, encode_frame
+from hubshift.emulator.performatives import Attach, Flow, SourceTerminus, Transfer, amqp_error, encode_frame
 from hubshift.emulator.session import Session
 
 RUNTIME_METRIC = Symbol("com.microsoft:enable-receiver-runtime-metric")
@@ -41,7 +41,7 @@ class ConsumerLink(OutgoingLink):
         session: Session,
         attach: Attach,
         *,
-        hub: Hub,
+        hub: EmulatedHub,
         consumer_group: str,
         partition: PartitionLog,
         next_sequence: int,
@@ -223,7 +223,7 @@ class ConsumerLink(OutgoingLink):
 
 def selector_of(source: object) -> str | None:
     """The selector expression of a receiver's source filter, by symbolic or numeric descriptor."""
-    view = Source.view(source)
+    view = SourceTerminus.view(source)
     if view is None or not isinstance(view.filter, dict):
         return None
     for value in view.filter.values():

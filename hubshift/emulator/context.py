@@ -26,7 +26,7 @@ class Abortable(Protocol):
 
 
 @dataclass(frozen=True)
-class Limits:
+class ConnectionLimits:
     """What one connection may use: what the emulator advertises (frame and message size, channel-max,
     handle-max) and the bounds it enforces beyond them (bytes held, links, replies, tokens, deadlines), and
     how many sockets the server holds."""
@@ -66,7 +66,7 @@ class ServerContext:
 
     broker: Broker
     authorizer: Authorizer
-    limits: Limits = field(default_factory=Limits)
+    limits: ConnectionLimits = field(default_factory=ConnectionLimits)
     container_id: str = field(default_factory=lambda: f"hubshift-emulator-{uuid.uuid4()}")
     # AMQP connections (over a socket or a WebSocket)
     connections: set[Abortable] = field(default_factory=set)

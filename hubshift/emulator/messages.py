@@ -168,7 +168,7 @@ def _split_annotations(data: Buffer, start: int, end: int) -> tuple[bytes, int, 
     return b"".join(kept), kept_count, partition_key
 
 
-def parse_event(data: Buffer) -> IncomingEvent:
+def unpack_event(data: Buffer) -> IncomingEvent:
     """Split one encoded message into its sections: the producer's delivery annotations are kept (as the
     service keeps them), as one normalised section."""
     header: Buffer = b""
@@ -238,7 +238,7 @@ def unpack_publication(message_format: int, payload: Buffer) -> Publication:
 
 def _unpack_publication(message_format: int, payload: Buffer) -> Publication:
     if message_format != BATCH_MESSAGE_FORMAT:
-        event = parse_event(payload)
+        event = unpack_event(payload)
         return Publication([event], event.partition_key, b"")
     events: list[IncomingEvent] = []
     envelope_key: str | None = None
@@ -257,7 +257,7 @@ def _unpack_publication(message_format: int, payload: Buffer) -> Publication:
                 end = start + _I.unpack_from(payload, pos + 4)[0]
             if end > size:
                 raise DecodeError("batch data section runs past the end of the message")
-            events.append(parse_event(view[start:end]))
+            events.append(unpack_event(view[start:end]))
             pos = end
             continue
         code, value_start = _section_code(payload, pos)
@@ -270,7 +270,7 @@ def _unpack_publication(message_format: int, payload: Buffer) -> Publication:
                 inner = view[value_start + 5 : end]
             else:
                 raise DecodeError("batch data section is not binary")
-            events.append(parse_event(inner))
+            events.append(unpack_event(inner))
         elif code == frames.MESSAGE_ANNOTATIONS:
             _, _, envelope_key = _split_annotations(payload, value_start, end)
             if envelope_key is not None:

@@ -201,7 +201,9 @@ def encode_frame(channel: int, performative: Performative, payload: Buffer = b""
 # --- the composite types performatives carry ------------------------------------------------------------
 
 
-class Source(NamedTuple):
+class SourceTerminus(NamedTuple):
+    """AMQP's source terminus: where a link's messages come from (a partition, a node)."""
+
     address: Any = None
     durable: Any = None
     expiry_policy: Any = None
@@ -215,7 +217,7 @@ class Source(NamedTuple):
     capabilities: Any = None
 
     @classmethod
-    def view(cls, value: object) -> Source | None:
+    def view(cls, value: object) -> SourceTerminus | None:
         """The source an attach carries (None when it carries none, or not a described list)."""
         fields = _composite_fields(value, frames.SOURCE, len(cls._fields))
         return None if fields is None else cls(*fields)
@@ -224,7 +226,9 @@ class Source(NamedTuple):
         return Described(ULong(frames.SOURCE), list(self))
 
 
-class Target(NamedTuple):
+class TargetTerminus(NamedTuple):
+    """AMQP's target terminus: where a link's messages go (a hub, a partition, `$cbs`, `$management`)."""
+
     address: Any = None
     durable: Any = None
     expiry_policy: Any = None
@@ -234,7 +238,7 @@ class Target(NamedTuple):
     capabilities: Any = None
 
     @classmethod
-    def view(cls, value: object) -> Target | None:
+    def view(cls, value: object) -> TargetTerminus | None:
         """The target an attach carries (None when it carries none, or not a described list)."""
         fields = _composite_fields(value, frames.TARGET, len(cls._fields))
         return None if fields is None else cls(*fields)
@@ -253,9 +257,9 @@ def _composite_fields(value: object, code: int, arity: int) -> list[Any] | None:
 
 def address_of(terminus: object) -> str | None:
     """The address of a source or target, whichever `terminus` is."""
-    view: Source | Target | None = Source.view(terminus)
+    view: SourceTerminus | TargetTerminus | None = SourceTerminus.view(terminus)
     if view is None:
-        view = Target.view(terminus)
+        view = TargetTerminus.view(terminus)
     address = view.address if view is not None else None
     if isinstance(address, bytes):
         return address.decode("utf-8", "replace")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from hubshift.emulator.broker import Hub
+from hubshift.emulator.broker import EmulatedHub
 from hubshift.emulator.codec import Buffer, DecodeError
 from hubshift.emulator.links import IncomingDeliveries
 from hubshift.emulator.messages import unpack_publication
@@ -19,7 +19,9 @@ LOG = logging.getLogger(__name__)
 class PublisherLink(IncomingDeliveries):
     """Events from a producer, to the hub (routed) or to one partition."""
 
-    def __init__(self, session: Session, attach: Attach, hub: Hub, partition: PartitionLog | None) -> None:
+    def __init__(
+        self, session: Session, attach: Attach, hub: EmulatedHub, partition: PartitionLog | None
+    ) -> None:
         super().__init__(session, attach)
         self.hub = hub
         self.partition = partition

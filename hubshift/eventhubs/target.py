@@ -21,7 +21,8 @@ from azure.eventhub import TransportType, parse_connection_string
 
 from hubshift.errors import UserError
 from hubshift.identity import AsyncCredential, describe_credential_error, token_credential
-from hubshift.spec import EventHubsSpec, HubConnectionSpec, TokenCredentialSpec, Transport
+from hubshift.spec.connections import TokenCredentialSpec
+from hubshift.spec.hub import EventHubsSpec, HubConnectionSpec, Transport
 
 log = logging.getLogger(__name__)
 
@@ -131,43 +132,67 @@ def resolve_target(
     identity: TokenCredentialSpec | None = None,
 ) -> EventHubsTarget:
     """The hub a block names (`path`: where the block is, for messages): with its token credential (or
-    `identity` in its place), or with the connection string from the environment variable it names, checked
-    for shape (the SDK's parser), for the hub it is for and for the namespace it is for (a `namespace` the
-    block names must be the connection string's Endpoint: else a SAS token signed with its key would be sent
-    to a host the block chose); over the transport and proxy it names. The consumer group: the source's, or
-    `consumer_group`."""
+    `identity` in its place), or with the connection string from the environment variable it names; over
+    the transport and proxy it names. The consumer group: the source's, or `consumer_group`."""
     if consumer_group is None:
         consumer_group = hub.consumer_group if isinstance(hub, EventHubsSpec) else "$Default"
     network = hub_network(hub, environ, path)
     resolved = hub.resolve(environ, path, identity=identity)
-    if resolved.identity is not None:
-        assert hub.namespace is not None  # the model requires it with a credential
-        return EventHubsTarget(
-            None, hub.namespace.strip().lower(), hub.hub, consumer_group, resolved.identity, network
-        )
-    connection_string, variable = resolved.connection_string or "", resolved.variable
+    return hub_target(
+        hub.hub,
+        consumer_group,
+        connection_string=resolved.connection_string,
+        identity=resolved.identity,
+        namespace=hub.namespace,
+        network=network,
+        source=resolved.variable or "the connection string",
+        namespace_from=f"{path}.namespace",
+    )
+
+
+def hub_target(
+    hub: str,
+    consumer_group: str = "$Default",
+    *,
+    connection_string: str | None = None,
+    identity: TokenCredentialSpec | None = None,
+    namespace: str | None = None,
+    network: Network = DIRECT,
+    source: str = "the connection string",
+    namespace_from: str = "namespace",
+    advice: str = "leave namespace out, or name the same one",
+) -> EventHubsTarget:
+    """The one way to a target, from a manifest's block or a command line's options: with a token
+    credential (`identity`) for `namespace`, or with a connection string, checked for shape (the SDK's
+    parser), for the hub it is for and for the namespace it is for (a `namespace` given beside it must be
+    its Endpoint: else a SAS token signed with its key would be sent to a host the caller chose). `source`
+    and `namespace_from` say where the connection string and the namespace came from, for messages;
+    `advice`, what to do about a namespace that is not the Endpoint."""
+    named = None if namespace is None else namespace.strip().lower()
+    if identity is not None:
+        if named is None:
+            raise UserError(f"{namespace_from}: a token credential needs the namespace it is for")
+        return EventHubsTarget(None, named, hub, consumer_group, identity, network)
+    connection_string = (connection_string or "").strip()
     try:
         properties = parse_connection_string(connection_string)
     except ValueError:
         raise UserError(
-            f"{variable}: not an Event Hubs connection string (expected Endpoint=sb://NAMESPACE/;"
+            f"{source}: not an Event Hubs connection string (expected Endpoint=sb://NAMESPACE/;"
             "SharedAccessKeyName=...;SharedAccessKey=... or SharedAccessSignature=...)"
         ) from None
     host = (properties.fully_qualified_namespace or "").strip().lower()
     if not host:
-        raise UserError(f"{variable}: the Event Hubs connection string has no Endpoint=sb://NAMESPACE/")
+        raise UserError(f"{source}: the Event Hubs connection string has no Endpoint=sb://NAMESPACE/")
     entity = properties.eventhub_name
-    if entity and entity != hub.hub:
-        raise UserError(
-            f"{variable}: the connection string is for hub {entity!r}, the manifest names {hub.hub!r}"
-        )
-    named = None if hub.namespace is None else hub.namespace.strip().lower()
+    if entity and entity != hub:
+        raise UserError(f"{source}: the connection string is for hub {entity!r}, not {hub!r}")
     if named is not None and named != host:
         raise UserError(
-            f"{path}.namespace: {named} is not the namespace of the connection string in {variable} (its "
-            "Endpoint); leave namespace out, or name the same one"
+            f"{namespace_from}: {named} is not the namespace of the connection string in {source} (its "
+            f"Endpoint); {advice}"
         )
-    return EventHubsTarget(connection_string, host, hub.hub, consumer_group, network=network)
+    return EventHubsTarget(connection_string, host, hub, consumer_group, network=network)
 
 
 def sdk_client(client_class: Any, target: EventHubsTarget, **kwargs: Any) -> Any:

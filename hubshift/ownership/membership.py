@@ -47,7 +47,7 @@ class Membership:
         return now < self.safe_until
 
 
-def join(
+def join_pool(
     store: LeaseStore,
     scope: Scope,
     consumer: str,
@@ -76,7 +76,9 @@ def renew(store: LeaseStore, membership: Membership, *, clock: Callable[[], floa
     try:
         store.renew_lease(name, membership.lease_id)
     except (LeaseLost, BlobNotFound):
-        rejoined = join(store, membership.scope, membership.consumer, clock=clock, timing=membership.timing)
+        rejoined = join_pool(
+            store, membership.scope, membership.consumer, clock=clock, timing=membership.timing
+        )
         return replace(rejoined, lapsed=True)
     return Membership(
         membership.scope,

@@ -1,9 +1,10 @@
 """The `blob` sink: files as block blobs in an Azure Storage container, under an optional name prefix.
 
-The container is reached with a connection string, from the environment variable the manifest names
-(`connectionStringEnv`; in a cluster the operator fills that variable from `connectionStringSecretRef`),
-held in memory only, never in a message, a log line or `repr`; or with the account URL and a token
-credential (`credential`), which each process (Spark's Python workers too) builds for itself.
+The container (a `hubshift.azure_storage.BlobContainer`, as the checkpoint store's) is reached with a
+connection string, from the environment variable the manifest names (`connectionStringEnv`; in a cluster
+the operator fills that variable from `connectionStringSecretRef`), held in memory only, never in a message,
+a log line or `repr`; or with the account URL and a token credential (`credential`), which each process
+(Spark's Python workers too) builds for itself.
 
 A write the storage account does not answer is tried again (1 s doubling to 30 s) for up to
 `retry_seconds`: the micro-batch waits, so Spark plans no new one and the receivers stop at their bound
@@ -21,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
+from hubshift.azure_storage import BlobContainer, answered_by_account
 from hubshift.errors import UserError
-from hubshift.identity import describe_credential_error, token_credential
 from hubshift.sinks.base import Location, ObjectStore, SinkKind, file_sink
 from hubshift.sinks.layout import join
-from hubshift.spec import DEFAULT_SINK_STORAGE_ENV, BlobStoreSpec, NamedConnection, TokenCredentialSpec
+from hubshift.spec import DEFAULT_SINK_STORAGE_ENV, BlobStoreSpec, NamedConnection
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +50,11 @@ class BlobSinkSpec(BlobStoreSpec):
 
 @dataclass
 class BlobStore:
-    """`connection_string`, or `account_url` with the token credential `identity`."""
+    """Blobs under `prefix` in `container` (which, and how it is reached)."""
 
-    connection_string: str | None = field(repr=False)
-    container: str
+    container: BlobContainer
     prefix: str = ""
     retry_seconds: float = RETRY_SECONDS
-    account_url: str | None = None
-    identity: TokenCredentialSpec | None = None
     _client: ContainerClient | None = field(default=None, init=False, repr=False, compare=False)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -68,31 +66,19 @@ class BlobStore:
     @property
     def client(self) -> ContainerClient:
         if self._client is None:
-            from azure.storage.blob import ContainerClient
-
             # No retries of its own (`put` retries, with a bound); each attempt bounded in time.
-            options: dict[str, Any] = {
-                "retry_total": 0,
-                "connection_timeout": CONNECTION_TIMEOUT_SECONDS,
-                "read_timeout": READ_TIMEOUT_SECONDS,
-            }
-            if self.connection_string is not None:
-                self._client = ContainerClient.from_connection_string(
-                    self.connection_string, self.container, **options
-                )
-            else:
-                assert self.account_url is not None and self.identity is not None
-                credential = token_credential(self.identity)
-                self._client = ContainerClient(
-                    self.account_url, self.container, credential=credential, **options
-                )
+            self._client = self.container.client(
+                retry_total=0,
+                connection_timeout=CONNECTION_TIMEOUT_SECONDS,
+                read_timeout=READ_TIMEOUT_SECONDS,
+            )
         return self._client
 
     def ensure(self) -> None:
         """Create the container if needed: proves the credentials and the endpoint, at start-up."""
         from azure.core.exceptions import AzureError, ClientAuthenticationError, ResourceExistsError
 
-        where = f"sink blob container {self.container!r}"
+        where = f"sink blob container {self.container.name!r}"
         try:
             client = self.client
         except ValueError:
@@ -102,14 +88,14 @@ class BlobStore:
         except ResourceExistsError:
             pass
         except ClientAuthenticationError as exc:
-            if self.identity is not None:
-                from_identity = describe_credential_error(exc, self.identity)
-                if from_identity is not None and not _answered_by_storage(exc, self.account_url):
+            token = self.container.token
+            if token is not None:
+                from_identity = token.explain(exc)
+                if from_identity is not None and not answered_by_account(exc, self.container.account_url):
                     raise UserError(f"{where}: {from_identity}") from None
                 raise UserError(
-                    f"{where}: the storage account refused the token of credential "
-                    f"{self.identity.describe()} (check that the identity has Storage Blob Data Contributor "
-                    "on the account or the container)"
+                    f"{where}: the storage account refused the token of credential {token.describe()} (check "
+                    "that the identity has Storage Blob Data Contributor on the account or the container)"
                 ) from None
             raise UserError(f"{where}: the storage account refused the credentials") from None
         except AzureError as exc:
@@ -155,12 +141,7 @@ class BlobStore:
         return sorted(name[len(root) :] for name in names)
 
     def describe(self) -> str:
-        return f"blob container {self.container}" + (f" prefix {self.prefix}" if self.prefix else "")
-
-
-def _answered_by_storage(error: BaseException, account_url: str | None) -> bool:
-    request = getattr(getattr(error, "response", None), "request", None)
-    return request is not None and account_url is not None and str(request.url).startswith(account_url)
+        return f"blob container {self.container.name}" + (f" prefix {self.prefix}" if self.prefix else "")
 
 
 def _transient(error: BaseException) -> bool:
@@ -193,18 +174,11 @@ def _connections(block: BlobSinkSpec, location: Location) -> list[NamedConnectio
 def _stores(
     block: BlobSinkSpec, dead_letter_path: str | None, environ: Mapping[str, str], location: Location
 ) -> tuple[ObjectStore, ObjectStore]:
+    # lazy: the consumer builds its stores; Spark's workers unpickle this module without the hub's SDK
+    from hubshift.connections import blob_container
+
     resolved = _connections(block, location)[0].resolve(environ)
-    if resolved.identity is not None:
-        assert block.account_url is not None  # the model requires it with a credential
-        store = BlobStore(
-            None,
-            block.container,
-            block.prefix.strip("/"),
-            account_url=block.account_url.rstrip("/"),
-            identity=resolved.identity,
-        )
-    else:
-        store = BlobStore(resolved.connection_string, block.container, block.prefix.strip("/"))
+    store = BlobStore(blob_container(block, resolved), block.prefix.strip("/"))
     dead_prefix = dead_letter_path or "/".join(p for p in (store.prefix, DEFAULT_DEAD_LETTER) if p)
     return store, replace(store, prefix=dead_prefix.strip("/"))
 

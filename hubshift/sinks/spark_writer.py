@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field, model_validator
 
+from hubshift.azure_storage import parse_connection_string
 from hubshift.errors import UserError
 from hubshift.sinks.base import DEAD_LETTER_REASON, Location, PipelineResult, dead_letter_line
 from hubshift.sinks.commits import PartitionRange, WrittenFile
@@ -154,25 +155,21 @@ def hadoop_settings(path: str, resolved: Resolved, environ: Mapping[str, str]) -
 
 
 def _key_settings(host: str, connection_string: str, variable: str) -> dict[str, str]:
-    parts = dict(
-        (key.strip().lower(), value.strip())
-        for key, sep, value in (part.partition("=") for part in connection_string.split(";"))
-        if sep
-    )
-    key = parts.get("accountkey")
-    if not key:
+    account = parse_connection_string(connection_string, variable)
+    if account.key is None:
         raise UserError(
             f"{variable}: hadoop-azure needs the account's key (AccountKey=...) in the connection string"
         )
-    settings = {f"fs.azure.account.auth.type.{host}": "SharedKey", f"fs.azure.account.key.{host}": key}
-    endpoint = parts.get("blobendpoint")
-    if endpoint:
+    settings = {
+        f"fs.azure.account.auth.type.{host}": "SharedKey",
+        f"fs.azure.account.key.{host}": account.key,
+    }
+    if account.own_endpoint:
         # A storage endpoint of its own (Azurite, a private endpoint): ABFS talks to its Blob API there.
-        scheme, _, rest = endpoint.partition("://")
         settings.update(
             {
-                "fs.azure.abfs.endpoint": rest.split("/", 1)[0],
-                "fs.azure.always.use.https": "true" if scheme.lower() == "https" else "false",
+                "fs.azure.abfs.endpoint": account.endpoint_host,
+                "fs.azure.always.use.https": "true" if account.secure else "false",
                 "fs.azure.networking.library": "JDK_HTTP_URL_CONNECTION",
                 f"fs.azure.account.hns.enabled.{host}": "false",
                 "fs.azure.fns.account.service.type": "BLOB",

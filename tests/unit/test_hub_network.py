@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import ValidationError
 
+from hubshift.apps.group import GroupArgs
 from hubshift.connections import chosen_network
 from hubshift.errors import UserError
 from hubshift.eventhubs.target import (
@@ -16,6 +17,7 @@ from hubshift.eventhubs.target import (
     Network,
     Proxy,
     describe_error,
+    hub_target,
     parse_proxy,
     resolve_target,
     sdk_client,
@@ -143,6 +145,43 @@ def test_a_namespace_beside_a_connection_string_must_be_its_endpoint() -> None:
     upper = {"HUBSHIFT_EVENTHUBS_CONNECTION_STRING": CONNECTION_STRING.replace("sb://ns.", "sb://NS.")}
     assert resolve_target(same, upper).fqns == "ns.servicebus.windows.net"
     assert resolve_target(EventHubsSpec(hub="homes"), environ).fqns == "ns.servicebus.windows.net"
+
+
+def test_a_command_lines_hub_is_checked_as_a_manifests() -> None:
+    """`hubshift status` and `produce` reach their hub the way a manifest does (`hub_target`): the
+    connection string's Endpoint is the namespace, the hub its EntityPath names, a credential needs the
+    namespace; each refusal names the option, never the key."""
+    options = {
+        "fqns": "ns.servicebus.windows.net",
+        "hub": "homes",
+        "consumer_group": "$Default",
+        "store": "sqlite:///x.db",
+        "container": None,
+        "eventhubs": CONNECTION_STRING,
+        "credential": None,
+        "client_id": None,
+        "transport": None,
+        "proxy": None,
+    }
+    target = GroupArgs.from_options(options).target()
+    assert target == EventHubsTarget(CONNECTION_STRING, "ns.servicebus.windows.net", "homes", "$Default")
+    assert GroupArgs.from_options({**options, "eventhubs": None}).target() is None
+    with pytest.raises(UserError) as elsewhere:
+        GroupArgs.from_options({**options, "fqns": "other.servicebus.windows.net"}).target()
+    assert str(elsewhere.value) == (
+        "--namespace: other.servicebus.windows.net is not the namespace of the connection string in "
+        "--eventhubs (HUBSHIFT_EVENTHUBS) (its Endpoint); name the one the connection string's Endpoint names"
+    )
+    with pytest.raises(UserError) as other_hub:
+        hub_target("homes", connection_string=f"{CONNECTION_STRING};EntityPath=doors", source="--cs")
+    assert str(other_hub.value) == "--cs: the connection string is for hub 'doors', not 'homes'"
+    with pytest.raises(UserError) as no_key:
+        hub_target("homes", connection_string="SharedAccessKey=v", source="--cs")
+    assert str(no_key.value).startswith("--cs: not an Event Hubs connection string") and "=v" not in str(
+        no_key.value
+    )
+    with pytest.raises(UserError, match="--namespace: a token credential needs the namespace"):
+        hub_target("homes", identity=TokenCredentialSpec(type="default"), namespace_from="--namespace")
 
 
 def test_the_command_lines_proxy() -> None:

@@ -297,19 +297,20 @@ def test_a_refused_token_says_what_to_fix_without_the_token() -> None:
     wrapped = RuntimeError("connection failed")
     wrapped.__cause__ = unavailable
     line = describe_error(wrapped, target)
-    assert "no token from credential workloadIdentity (client id cid): ManagedIdentityCredential" in line
+    assert (
+        "no token from credential workloadIdentity (client id cid): ClientAuthenticationError: "
+        "ManagedIdentityCredential" in line
+    )
 
 
 def test_the_blob_sink_with_a_credential_pickles_without_a_secret() -> None:
     spec = parse_manifest(keyless()).spec.consumer.sink
     store = build_store(spec, {}, check=False)
     assert isinstance(store, BlobStore)
-    assert store.connection_string is None and store.identity is not None
+    assert store.container.connection_string is None and store.container.token is not None
     copied = pickle.loads(pickle.dumps(store))
-    assert (copied.account_url, copied.identity) == (
-        "https://mystorage.blob.core.windows.net",
-        store.identity,
-    )
+    assert copied.container == store.container
+    assert copied.container.account_url == "https://mystorage.blob.core.windows.net"
 
 
 def _route_with_failover() -> dict[str, Any]:

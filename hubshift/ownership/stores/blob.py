@@ -2,7 +2,8 @@
 
 Each method is one storage request (a listing may page past 5,000 blobs). Failures become the store's
 errors; their messages never carry the connection string, a key, a SAS token or a bearer token. The
-container is reached with a connection string or with a token credential and the account's URL.
+container is reached as its `BlobContainer` says: with a connection string or with a token credential and
+the account's URL.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from azure.core import MatchConditions
-from azure.core.credentials import TokenCredential
 from azure.core.exceptions import (
     AzureError,
     ClientAuthenticationError,
@@ -23,6 +23,7 @@ from azure.core.exceptions import (
 )
 from azure.storage.blob import BlobLeaseClient, BlobProperties, ContainerClient, LinearRetry
 
+from hubshift.azure_storage import BlobContainer, answered_by_account
 from hubshift.ownership.store import (
     BlobEntry,
     BlobNotFound,
@@ -66,32 +67,12 @@ class BlobLeaseStore:
         self.container_name = container.container_name
 
     @classmethod
-    def from_connection_string(
-        cls, connection_string: str, container: str, *, timing: Timing = DEFAULT_TIMING, **client_kwargs: Any
+    def from_container(
+        cls, container: BlobContainer, *, timing: Timing = DEFAULT_TIMING, **client_kwargs: Any
     ) -> BlobLeaseStore:
         """A store over `container`; `client_kwargs` go to azure-core (e.g. `per_call_policies`)."""
-        client = ContainerClient.from_connection_string(
-            connection_string, container, **_client_options(timing, client_kwargs)
-        )
-        return cls(client)
-
-    @classmethod
-    def from_account_url(
-        cls,
-        account_url: str,
-        container: str,
-        credential: TokenCredential,
-        *,
-        credential_name: str = "token credential",
-        timing: Timing = DEFAULT_TIMING,
-        **client_kwargs: Any,
-    ) -> BlobLeaseStore:
-        """A store over `container` of the account at `account_url`, with a token credential
-        (`credential_name` says which, in messages)."""
-        client = ContainerClient(
-            account_url, container, credential=credential, **_client_options(timing, client_kwargs)
-        )
-        return cls(client, token_credential=credential_name)
+        client = container.client(**_client_options(timing, client_kwargs))
+        return cls(client, token_credential=None if container.token is None else container.token.describe())
 
     # -- reading ---------------------------------------------------------------------------------------
 
@@ -202,7 +183,7 @@ class BlobLeaseStore:
         except StoreError:
             raise
         except ClientAuthenticationError as exc:
-            if self._token_credential is not None and not _answered_by(exc, self.account_url):
+            if self._token_credential is not None and not answered_by_account(exc, self.account_url):
                 raise StoreUnavailable(
                     f"Blob storage at {self.account_url}: no token from credential {self._token_credential}: "
                     f"{_reason(exc)}"
@@ -269,12 +250,6 @@ def _quoted(etag: str) -> str:
 def _code(exc: HttpResponseError) -> str:
     code = getattr(exc, "error_code", None)
     return str(getattr(code, "value", code) or "")
-
-
-def _answered_by(exc: HttpResponseError, account_url: str) -> bool:
-    """Whether the storage account itself refused (rather than the token endpoint of a credential)."""
-    request = getattr(exc.response, "request", None)
-    return request is not None and str(request.url).startswith(account_url)
 
 
 def _auth_detail(exc: HttpResponseError) -> str:

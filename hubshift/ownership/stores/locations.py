@@ -1,10 +1,12 @@
 """Open a store from what a user types: the one place a store location is parsed and checked.
 
 - `sqlite:///relative/path.db` or `sqlite:////absolute/path.db` (SQLAlchemy's form; `sqlite_url` builds it);
-- an Azure Storage connection string (`AccountName=...;AccountKey=...;` or `BlobEndpoint=...;...`), with a
-  container;
+- an Azure Storage connection string (`AccountName=...;AccountKey=...;` or `BlobEndpoint=...;...`, read by
+  azure-storage-blob: `hubshift.azure_storage`), with a container;
 - a storage account's Blob endpoint (`https://ACCOUNT.blob.core.windows.net`) with a container and a token
   credential.
+
+A Blob store's location is a `hubshift.azure_storage.BlobContainer`, the type the Blob sink uses too.
 
 Bad input becomes `hubshift.errors.UserError`: one line that says what to fix and never repeats the
 connection string (it holds a key).
@@ -12,38 +14,20 @@ connection string (it holds a key).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from hubshift.azure_storage import BlobContainer, TokenSource, parse_connection_string
 from hubshift.errors import UserError
 from hubshift.ownership.store import ContainerNotFound, LeaseStore, StoreError
 from hubshift.ownership.stores.sqlite import DEFAULT_CONTAINER
 from hubshift.ownership.timing import DEFAULT_TIMING, Timing
 
-if TYPE_CHECKING:
-    from azure.core.credentials import TokenCredential
-
 SQLITE_SCHEME = "sqlite:///"
-_KNOWN_KEYS = {
-    "defaultendpointsprotocol",
-    "accountname",
-    "accountkey",
-    "endpointsuffix",
-    "blobendpoint",
-    "blobsecondaryendpoint",
-    "queueendpoint",
-    "tableendpoint",
-    "fileendpoint",
-    "sharedaccesssignature",
-    "usedevelopmentstorage",
-    "developmentstorageproxyuri",
-}
 _CONTAINER_RE = re.compile(r"^(?!.*--)[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
 _HINT = "expected sqlite:///PATH or an Azure Storage connection string (AccountName=...;AccountKey=...;)"
 
@@ -54,35 +38,16 @@ class SqliteLocation:
     container: str = DEFAULT_CONTAINER
 
 
-@dataclass(frozen=True)
-class BlobLocation:
-    """A Blob container, reached with a connection string or with a token credential and its account's URL
-    (`credential_name` says which credential, in messages)."""
-
-    connection_string: str | None = field(repr=False)
-    container: str
-    account_url: str | None = None
-    credential: TokenCredential | None = field(default=None, repr=False, compare=False)
-    credential_name: str = "token credential"
-
-
 def sqlite_url(path: str | Path) -> str:
     """The store string for a SQLite file (absolute paths get the fourth slash)."""
     return SQLITE_SCHEME + str(path)
 
 
-_KEY_NAME_RE = re.compile(r"[A-Za-z]{1,32}")
-
-
 def parse_store(
-    store: str,
-    container: str | None = None,
-    *,
-    credential: TokenCredential | None = None,
-    credential_name: str = "token credential",
-) -> SqliteLocation | BlobLocation:
+    store: str, container: str | None = None, *, token: TokenSource | None = None
+) -> SqliteLocation | BlobContainer:
     """Parse and check a store string without contacting anything; `UserError` if it is malformed. An
-    account URL needs the token `credential` it is read with."""
+    account URL needs the token credential it is read with (`token`)."""
     text = store.strip()
     if not text:
         raise UserError(f"the store is empty: {_HINT}")
@@ -94,14 +59,22 @@ def parse_store(
                 "a storage account URL is https://ACCOUNT.blob.core.windows.net (a token is only sent over "
                 "TLS)"
             )
-        if credential is None:
+        if token is None:
             raise UserError(
                 "a storage account URL is read with a token credential: pass --credential "
                 "(workloadIdentity, managedIdentity or default), or give a connection string"
             )
-        return BlobLocation(None, check_container(container), text.rstrip("/"), credential, credential_name)
-    _check_connection_string(text)
-    return BlobLocation(connection_string=text, container=check_container(container))
+        return BlobContainer(check_container(container), account_url=text.rstrip("/"), token=token)
+    return check_blob(BlobContainer(container or "", connection_string=text))
+
+
+def check_blob(location: BlobContainer) -> BlobContainer:
+    """A Blob store's location, checked without contacting anything: its connection string (if it has one)
+    and its container's name."""
+    if location.connection_string is not None:
+        parse_connection_string(location.connection_string, "the store")
+    check_container(location.name)
+    return location
 
 
 def check_container(container: str | None) -> str:
@@ -115,7 +88,7 @@ def check_container(container: str | None) -> str:
 
 
 def open_store(
-    store: str | SqliteLocation | BlobLocation,
+    store: str | SqliteLocation | BlobContainer,
     container: str | None = None,
     *,
     create: bool = False,
@@ -129,7 +102,10 @@ def open_store(
     (`hubshift status`) a missing one is an error. `clock` is SQLite's wall clock; `client_kwargs` go to
     the Azure client (e.g. `per_call_policies`).
     """
-    location = parse_store(store, container) if isinstance(store, str) else store
+    if isinstance(store, str):
+        location = parse_store(store, container)
+    else:
+        location = check_blob(store) if isinstance(store, BlobContainer) else store
     if isinstance(location, SqliteLocation):
         return _open_sqlite(location, create=create, clock=clock)
     return _open_blob(location, create=create, timing=timing, **client_kwargs)
@@ -139,38 +115,6 @@ def _parse_sqlite(text: str, container: str | None) -> SqliteLocation:
     if not text.startswith(SQLITE_SCHEME) or len(text) == len(SQLITE_SCHEME):
         raise UserError("a SQLite store is written sqlite:///relative/path.db or sqlite:////absolute/path.db")
     return SqliteLocation(path=Path(text[len(SQLITE_SCHEME) :]), container=container or DEFAULT_CONTAINER)
-
-
-def _check_connection_string(text: str) -> None:
-    pairs: dict[str, str] = {}
-    for part in (p.strip() for p in text.split(";")):
-        if not part:
-            continue
-        key, sep, value = part.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"the store is not a valid connection string (a part has no Key=Value): {_HINT}")
-        if key.strip().lower() not in _KNOWN_KEYS:
-            # Name the key only when it looks like one: a key pasted without its name must not be echoed.
-            name = key.strip()
-            known = _KEY_NAME_RE.fullmatch(name)
-            what = f"an unknown key {name!r}" if known else "a part that is no Key=Value"
-            raise UserError(f"the connection string has {what}: {_HINT}")
-        pairs[key.strip().lower()] = value.strip()
-    if pairs.get("usedevelopmentstorage", "").lower() == "true":
-        return
-    if not pairs.get("blobendpoint") and not pairs.get("accountname"):
-        raise UserError("the connection string names no account (it needs AccountName or BlobEndpoint)")
-    account_key = pairs.get("accountkey")
-    if account_key is not None:
-        if not pairs.get("accountname"):
-            raise UserError("the connection string has an AccountKey but no AccountName")
-        try:
-            base64.b64decode(account_key, validate=True)
-        except (binascii.Error, ValueError):
-            raise UserError("the connection string's AccountKey is not base64 (a cut-off copy?)") from None
-    endpoint = pairs.get("blobendpoint")
-    if endpoint and not re.match(r"^https?://[^/\s]+", endpoint):
-        raise UserError("the connection string's BlobEndpoint must be an http(s) URL")
 
 
 def _open_sqlite(location: SqliteLocation, *, create: bool, clock: Callable[[], float]) -> LeaseStore:
@@ -194,24 +138,11 @@ def _open_sqlite(location: SqliteLocation, *, create: bool, clock: Callable[[], 
     return store
 
 
-def _open_blob(location: BlobLocation, *, create: bool, timing: Timing, **client_kwargs: Any) -> LeaseStore:
+def _open_blob(location: BlobContainer, *, create: bool, timing: Timing, **client_kwargs: Any) -> LeaseStore:
     from hubshift.ownership.stores.blob import BlobLeaseStore  # lazy: the Storage SDK only for Blob
 
     try:
-        if location.connection_string is not None:
-            store = BlobLeaseStore.from_connection_string(
-                location.connection_string, location.container, timing=timing, **client_kwargs
-            )
-        else:
-            assert location.account_url is not None and location.credential is not None
-            store = BlobLeaseStore.from_account_url(
-                location.account_url,
-                location.container,
-                location.credential,
-                credential_name=location.credential_name,
-                timing=timing,
-                **client_kwargs,
-            )
+        store = BlobLeaseStore.from_container(location, timing=timing, **client_kwargs)
     except ValueError:
         raise UserError(f"the store is not a valid Azure Storage connection string: {_HINT}") from None
     try:
@@ -219,7 +150,7 @@ def _open_blob(location: BlobLocation, *, create: bool, timing: Timing, **client
     except ContainerNotFound:
         store.close()
         raise UserError(
-            f"container {location.container!r} does not exist at {store.account_url}: "
+            f"container {location.name!r} does not exist at {store.account_url}: "
             "create it, or check --container"
         ) from None
     except StoreError as exc:

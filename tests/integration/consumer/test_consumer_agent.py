@@ -20,7 +20,7 @@ from hubshift.consumer.schedule import NUDGE_FLOOR_SECONDS
 from hubshift.eventhubs.receiver import StartAt
 from hubshift.ownership.assignment import publish_assignment, read_assignment
 from hubshift.ownership.leases import claim_partition
-from hubshift.ownership.membership import join
+from hubshift.ownership.membership import join_pool
 from hubshift.ownership.model import Assignment, Checkpoint, Phase
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
@@ -333,7 +333,7 @@ def test_a_deposed_consumer_stops_at_once_and_cannot_move_the_checkpoint(
 ) -> None:
     a, engine = make_agent("a", store_url, stores, clocks)
     a.step()
-    join(stores[0], SCOPE, "x", clock=lambda: clocks.mono)  # alive: its partitions are no orphans
+    join_pool(stores[0], SCOPE, "x", clock=lambda: clocks.mono)  # alive: its partitions are no orphans
     thief = claim_partition(stores[0], SCOPE, "0", "x", force=True)
     assert thief.owner_level == 2
     a.notify(Stolen("0", 1))  # the service disconnected our receiver for the higher owner level

@@ -16,7 +16,7 @@ from hubshift.emulator.launch import RunningEmulator
 from hubshift.eventhubs.receiver import ReceiverPool, StartAt
 from hubshift.eventhubs.target import EventHubsTarget
 from hubshift.ownership.leases import claim_partition
-from hubshift.ownership.membership import join
+from hubshift.ownership.membership import join_pool
 from hubshift.ownership.model import EARLIEST
 from hubshift.ownership.timing import Timing
 from tests.fixtures.consumer import (
@@ -66,7 +66,7 @@ def test_a_deposed_consumer_stops_at_once_and_cannot_move_the_checkpoint(
             on_timeout=consumer.log,
         )
         # Somebody else (alive, so not an orphan) takes partition 0 by force and opens its receiver.
-        join(
+        join_pool(
             store,
             scope,
             "x",

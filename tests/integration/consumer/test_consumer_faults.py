@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from hubshift.apps.produce import LoadSpec, send_load
+from hubshift.azure_storage import BlobContainer
 from hubshift.consumer.app import Scratch
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.ownership.checkpoints import list_checkpoints
@@ -76,7 +77,7 @@ def test_a_blob_sink_away_for_a_minute_holds_the_batch_and_loses_nothing(
         consumer = consumer_pool.start(manifest, "c0")
         consumer.wait_ready()
         wait_for(lambda: consumer.metric("hubshift_consumer_owned_partitions") == 2, 60, "both partitions")
-        view = AggregateView(BlobStore(sink_server.connection_string, "aggregates"))
+        view = AggregateView(BlobStore(BlobContainer("aggregates", sink_server.connection_string)))
 
         first = send_load(emulator.connection_string, "hub", LoadSpec(homes=50, count=400, rate=400, seed=3))
         wait_for(

@@ -211,7 +211,9 @@ class RawPeer:
 
     def attach(self, handle: int, address: str, *, sender: bool = True, channel: int = 0) -> None:
         """Attach a link to `address`: we send to it (`sender`) or receive from it."""
-        terminus = (performatives.Target if sender else performatives.Source)(address).encode()
+        terminus = (performatives.TargetTerminus if sender else performatives.SourceTerminus)(
+            address
+        ).encode()
         self.send(
             channel,
             performatives.Attach(

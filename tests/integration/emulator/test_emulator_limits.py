@@ -22,7 +22,7 @@ from hubshift.emulator import performatives
 from hubshift.emulator.broker import HubSpec
 from hubshift.emulator.codec import UInt
 from hubshift.emulator.config import EmulatorSettings
-from hubshift.emulator.context import Limits
+from hubshift.emulator.context import ConnectionLimits
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.emulator.server import EmulatorThread
 
@@ -195,7 +195,7 @@ def test_many_attaches_do_not_stall_other_connections(emulator: RunningEmulator)
             peer.frame_bytes(
                 0,
                 performatives.Attach(
-                    f"l{handle}", UInt(handle), False, target=performatives.Target("$cbs").encode()
+                    f"l{handle}", UInt(handle), False, target=performatives.TargetTerminus("$cbs").encode()
                 ),
             )
             for handle in range(40_000)
@@ -219,7 +219,7 @@ def test_links_on_one_connection_are_bounded_across_sessions(emulator: RunningEm
                 peer.frame_bytes(channel, performatives.Begin(None, UInt(0), UInt(5000), UInt(5000)))
             )
             for handle in range(min(handles, 250)):
-                target = performatives.Target("$cbs").encode()
+                target = performatives.TargetTerminus("$cbs").encode()
                 burst.append(
                     peer.frame_bytes(channel, performatives.Attach("l", UInt(handle), False, target=target))
                 )
@@ -234,7 +234,10 @@ def test_links_on_one_connection_are_bounded_across_sessions(emulator: RunningEm
         peer.send(1, performatives.Detach(UInt(0), True))
         peer.expect(0x16)
         peer.send(
-            1, performatives.Attach("again", UInt(0), False, target=performatives.Target("$cbs").encode())
+            1,
+            performatives.Attach(
+                "again", UInt(0), False, target=performatives.TargetTerminus("$cbs").encode()
+            ),
         )
         again = peer.expect(0x12)
         assert again.fields[0] == b"again" and again.fields[6] is not None  # attached, not refused
@@ -266,7 +269,7 @@ def strict_emulator() -> Iterator[EmulatorThread]:
         port=0,
         hubs=(HubSpec("hub", 2),),
         key="the-key",
-        limits=Limits(handshake_timeout=1.0, authentication_timeout=2.0),
+        limits=ConnectionLimits(handshake_timeout=1.0, authentication_timeout=2.0),
     )
     server = EmulatorThread(settings)
     server.start()

@@ -30,7 +30,7 @@ from hubshift.emulator import performatives
 from hubshift.emulator.broker import HubSpec
 from hubshift.emulator.codec import Symbol, UInt
 from hubshift.emulator.config import EmulatorSettings
-from hubshift.emulator.context import Limits
+from hubshift.emulator.context import ConnectionLimits
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.emulator.server import EmulatorThread
 from hubshift.eventhubs.target import EventHubsTarget, Network, sdk_client
@@ -196,7 +196,9 @@ def test_plain_amqp_has_the_same_budget_before_open(emulator: RunningEmulator) -
 @pytest.fixture
 def quick_handshake() -> Iterator[EmulatorThread]:
     """An emulator in this process whose handshake deadline is 1.5 s."""
-    settings = EmulatorSettings(port=0, hubs=(HubSpec("hub", 2),), limits=Limits(handshake_timeout=1.5))
+    settings = EmulatorSettings(
+        port=0, hubs=(HubSpec("hub", 2),), limits=ConnectionLimits(handshake_timeout=1.5)
+    )
     server = EmulatorThread(settings)
     server.start()
     try:
@@ -268,7 +270,9 @@ def test_the_http_request_is_bounded_and_answered_once(emulator: RunningEmulator
 @pytest.fixture
 def capped() -> Iterator[EmulatorThread]:
     """An emulator in this process that holds at most 24 sockets."""
-    settings = EmulatorSettings(port=0, hubs=(HubSpec("hub", 2),), limits=Limits(max_connections=24))
+    settings = EmulatorSettings(
+        port=0, hubs=(HubSpec("hub", 2),), limits=ConnectionLimits(max_connections=24)
+    )
     server = EmulatorThread(settings)
     server.start()
     try:

@@ -26,10 +26,12 @@ from typing import Any
 import pytest
 import yaml
 
+from hubshift.azure_storage import BlobContainer
 from hubshift.connections import open_checkpoint_store
 from hubshift.errors import UserError
 from hubshift.eventhubs.management import EventHubsProbe, ProbeError
 from hubshift.eventhubs.target import EventHubsTarget, sdk_client
+from hubshift.identity import IdentityCredential
 from hubshift.sinks.blob import BlobStore
 from hubshift.spec import CheckpointStoreSpec
 from tests.fixtures.consumer import wait_for
@@ -43,6 +45,12 @@ HUBSHIFT = [sys.executable, "-m", "hubshift.cli"]
 
 def hub(entra: Entra) -> EventHubsTarget:
     return EventHubsTarget(None, entra.namespace, "hub", "$Default", MANAGED_IDENTITY)
+
+
+def token_container(entra: Entra, name: str) -> BlobContainer:
+    return BlobContainer(
+        name, account_url=entra.azurite.account_url, token=IdentityCredential(MANAGED_IDENTITY)
+    )
 
 
 def store_spec(entra: Entra, container: str) -> dict[str, Any]:
@@ -178,9 +186,7 @@ def test_the_checkpoint_store_and_the_blob_sink_with_a_token(entra: Entra, tmp_p
         assert [entry.name for entry in store.list("scope/")] == ["scope/checkpoint/0"]
     finally:
         store.close()
-    sink = BlobStore(
-        None, "tokens-sink", "out", account_url=entra.azurite.account_url, identity=MANAGED_IDENTITY
-    )
+    sink = BlobStore(token_container(entra, "tokens-sink"), "out")
     sink.ensure()
     sink.put("a/b.json", b"{}")
     assert (sink.get("a/b.json"), sink.list("a/")) == (b"{}", ["a/b.json"])
@@ -459,7 +465,5 @@ def test_views_reads_a_blob_sink_with_the_command_lines_credential(entra: Entra,
     assert without.returncode != 0 and "UNSET_SINK is not set" in without.stderr
     done = run_cli(entra, "views", "-f", str(path), "--credential", "managedIdentity")
     assert done.returncode == 0, done.stderr
-    store = BlobStore(
-        None, "views-sink", "", account_url=entra.azurite.account_url, identity=MANAGED_IDENTITY
-    )
+    store = BlobStore(token_container(entra, "views-sink"))
     assert "views/index.json" in store.list("views/")

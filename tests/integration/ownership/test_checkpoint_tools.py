@@ -21,7 +21,7 @@ from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerCl
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.ownership.checkpoints import write_checkpoint
 from hubshift.ownership.leases import claim_partition, release_partition
-from hubshift.ownership.membership import expel, join, leave
+from hubshift.ownership.membership import expel, join_pool, leave
 from hubshift.ownership.model import Checkpoint
 from hubshift.ownership.override import TakenMeanwhile, move_checkpoint
 from hubshift.ownership.scope import Scope
@@ -96,11 +96,11 @@ def test_reset_is_refused_while_owned_then_moves_every_kind_of_position(
 ) -> None:
     sent = fill(emulator)
     store, scope = blob_store.store, Scope(f"127.0.0.1:{emulator.port}", "hub", "$Default")
-    alive = join(store, scope, "c-0", clock=time.monotonic)
+    alive = join_pool(store, scope, "c-0", clock=time.monotonic)
     leases = [claim_partition(store, scope, p, "c-0") for p in ("0", "1")]
     for lease in leases:
         write_checkpoint(store, lease, Checkpoint(sent[lease.partition][9].offset, 9))
-    join(store, scope, "c-1", clock=time.monotonic)
+    join_pool(store, scope, "c-1", clock=time.monotonic)
     write_checkpoint(store, claim_partition(store, scope, "2", "c-1"), Checkpoint(sent["2"][14].offset, 14))
     expel(store, scope, "c-1")  # gone: its partition 2 is an orphan, its lease still held
     before = positions(store, scope)

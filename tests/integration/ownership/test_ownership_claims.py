@@ -10,7 +10,7 @@ import pytest
 from hubshift.ownership.assignment import publish_assignment, read_assignment
 from hubshift.ownership.checkpoints import list_checkpoints, write_checkpoint
 from hubshift.ownership.leases import claim_partition, release_partition
-from hubshift.ownership.membership import expel, join, leave, renew
+from hubshift.ownership.membership import expel, join_pool, leave, renew
 from hubshift.ownership.model import EARLIEST, Assignment, Checkpoint, Phase
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
@@ -68,8 +68,8 @@ def test_a_graceful_handoff_resumes_exactly_at_the_final_checkpoint(lease_store:
 def test_membership_and_the_snapshot(lease_store: StoreUnderTest) -> None:
     store = lease_store.store
     clock = time.monotonic
-    m0 = join(store, SCOPE, "c-0", clock=clock)
-    join(store, SCOPE, "c-1", clock=clock)
+    m0 = join_pool(store, SCOPE, "c-0", clock=clock)
+    join_pool(store, SCOPE, "c-1", clock=clock)
     assert m0.is_safe(clock()) and not m0.lapsed
     assert m0.safe_until == pytest.approx(m0.renewed_at + 25)
     for p in ("0", "1", "2"):

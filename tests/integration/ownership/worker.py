@@ -16,7 +16,7 @@ from typing import Any
 from hubshift.ownership.assignment import publish_assignment, read_assignment
 from hubshift.ownership.checkpoints import write_checkpoint
 from hubshift.ownership.leases import claim_partition, release_partition
-from hubshift.ownership.membership import Membership, join, renew
+from hubshift.ownership.membership import Membership, join_pool, renew
 from hubshift.ownership.model import Assignment, Checkpoint, PartitionLease, Phase
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import StoreError
@@ -41,7 +41,9 @@ def main() -> None:
             return {}
         if command == "join":
             timing = Timing(membership_lease_seconds=a.get("lease_seconds", 30), renew_interval_seconds=5)
-            members[a["consumer"]] = join(store, SCOPE, a["consumer"], clock=time.monotonic, timing=timing)
+            members[a["consumer"]] = join_pool(
+                store, SCOPE, a["consumer"], clock=time.monotonic, timing=timing
+            )
             return {}
         if command == "renew":
             members[a["consumer"]] = renew(store, members[a["consumer"]], clock=time.monotonic)

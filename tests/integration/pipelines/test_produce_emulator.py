@@ -140,7 +140,7 @@ def test_library_call_with_a_stop_event(emulator: RunningEmulator) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--connection-string", "garbage-secret-value"], "connection string is not valid"),
+        (["--connection-string", "garbage-secret-value"], "not an Event Hubs connection string"),
         (["--hub", "nope"], "Event Hub 'nope' does not exist"),
         (["--homes", "0"], "--homes must be at least 1"),
         (["--profile", "wobble"], "--profile 'wobble'"),

@@ -90,7 +90,7 @@ def test_blob_sink_reads_the_connection_string_from_the_named_variable() -> None
     sink = build_sink(spec, environ={"MY_SINK": "AccountName=x;AccountKey=secret"}, check=False)
     assert isinstance(sink, FileSink)
     assert isinstance(sink.store, BlobStore) and isinstance(sink.dead_letter_store, BlobStore)
-    assert (sink.store.container, sink.store.prefix) == ("homes", "out")
+    assert (sink.store.container.name, sink.store.prefix) == ("homes", "out")
     assert sink.dead_letter_store.prefix == "out/dead-letter"
     assert "secret" not in repr(sink.store) and "secret" not in sink.describe()
 

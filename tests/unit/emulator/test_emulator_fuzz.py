@@ -224,7 +224,7 @@ def test_every_cut_and_flipped_byte_of_a_real_frame_is_handled(noise: bytes) -> 
         name="r",
         handle=codec.UInt(0),
         role=True,
-        source=performatives.Source(
+        source=performatives.SourceTerminus(
             address="amqps://h/hub/ConsumerGroups/$Default/Partitions/0",
             filter={
                 codec.Symbol("f"): codec.Described(codec.Symbol("apache.org:selector-filter:string"), "x")

@@ -21,7 +21,7 @@ from hubshift.emulator.broker import Broker, HubSpec, ReceiverRefused
 from hubshift.emulator.cbs import SasAuthorizer, parse_entity
 from hubshift.emulator.config import build_hubs, load_config_file, parse_hub_spec
 from hubshift.emulator.consumer import resolve_start
-from hubshift.emulator.messages import BATCH_MESSAGE_FORMAT, parse_event, unpack_publication
+from hubshift.emulator.messages import BATCH_MESSAGE_FORMAT, unpack_event, unpack_publication
 from hubshift.emulator.partition_log import NEVER_ENQUEUED_MS, PartitionLog
 from hubshift.emulator.routing import hash_code, partition_for_key
 from hubshift.errors import UserError
@@ -61,7 +61,7 @@ def test_a_stored_event_carries_the_service_annotations_with_the_sdk_types() -> 
     event.properties = {"kind": "door", "n": 3}
     event.message_id = "m1"
     log = PartitionLog("0", 1 << 20)
-    log.append([parse_event(sdk_encoded(event, partition_key="user1"))], now_ms=1_700_000_000_000)
+    log.append([unpack_event(sdk_encoded(event, partition_key="user1"))], now_ms=1_700_000_000_000)
     (message,), _ = log.read(0, 10, 1 << 20)
     received = delivered(message)
     annotations = received.message_annotations
@@ -79,8 +79,8 @@ def test_a_producer_cannot_forge_the_service_annotations() -> None:
     event = EventData("x")
     event.raw_amqp_message.annotations = {"x-opt-sequence-number": 99, "x-opt-offset": "7", "mine": "kept"}
     log = PartitionLog("0", 1 << 20)
-    log.append([parse_event(sdk_encoded(event))], now_ms=5)
-    log.append([parse_event(sdk_encoded(event))], now_ms=5)
+    log.append([unpack_event(sdk_encoded(event))], now_ms=5)
+    log.append([unpack_event(sdk_encoded(event))], now_ms=5)
     (_, second), _ = log.read(0, 10, 1 << 20)
     annotations = delivered(second).message_annotations
     assert annotations[b"x-opt-sequence-number"] == 1
@@ -105,7 +105,7 @@ def test_a_batch_unpacks_into_its_events_with_the_envelope_key() -> None:
 def test_multiple_data_sections_are_all_kept() -> None:
     event = EventData(body=[b"a", b"b"])
     log = PartitionLog("0", 1 << 20)
-    log.append([parse_event(sdk_encoded(event))], 1)
+    log.append([unpack_event(sdk_encoded(event))], 1)
     (message,), _ = log.read(0, 1, 1 << 20)
     assert delivered(message).data == [b"a", b"b"]
 
@@ -116,7 +116,7 @@ def test_multiple_data_sections_are_all_kept() -> None:
 def filled_log(count: int, size: int = 10, start_ms: int = 1000) -> PartitionLog:
     log = PartitionLog("0", 1 << 30)
     for index in range(count):
-        log.append([parse_event(sdk_encoded(EventData(b"x" * size)))], now_ms=start_ms + index * 10)
+        log.append([unpack_event(sdk_encoded(EventData(b"x" * size)))], now_ms=start_ms + index * 10)
     return log
 
 
@@ -155,14 +155,14 @@ def test_retention_drops_from_the_front_and_moves_the_beginning() -> None:
         9,
         True,
     )
-    log.append([parse_event(sdk_encoded(EventData("later")))], now_ms=10**9)
+    log.append([unpack_event(sdk_encoded(EventData("later")))], now_ms=10**9)
     assert log.state().last_enqueued_sequence_number == 10
 
 
 def test_the_size_bound_keeps_memory_bounded_and_the_newest_event() -> None:
     log = PartitionLog("0", 20_000)
     for _ in range(100):
-        log.append([parse_event(sdk_encoded(EventData(b"x" * 1000)))], now_ms=1)
+        log.append([unpack_event(sdk_encoded(EventData(b"x" * 1000)))], now_ms=1)
     assert log.retained_bytes <= 20_000
     assert log.state().last_enqueued_sequence_number == 99
     assert 0 < log.count < 100
@@ -171,8 +171,8 @@ def test_the_size_bound_keeps_memory_bounded_and_the_newest_event() -> None:
 
 def test_enqueued_times_never_go_backwards() -> None:
     log = PartitionLog("0", 1 << 20)
-    log.append([parse_event(sdk_encoded(EventData("a")))], now_ms=2000)
-    log.append([parse_event(sdk_encoded(EventData("b")))], now_ms=1000)
+    log.append([unpack_event(sdk_encoded(EventData("a")))], now_ms=2000)
+    log.append([unpack_event(sdk_encoded(EventData("b")))], now_ms=1000)
     assert [delivered(m).message_annotations[b"x-opt-enqueued-time"] for m in log.read(0, 2, 1 << 20)[0]] == [
         2000,
         2000,

@@ -30,9 +30,9 @@ from hubshift.emulator.cbs import (
 from hubshift.emulator.messages import (
     DELIVERY_ANNOTATIONS_PREFIX,
     merge_delivery_annotations,
-    parse_event,
     runtime_metric_entries,
     stamp_event,
+    unpack_event,
 )
 from hubshift.emulator.tokens import JwtVerifier, load_keys
 from hubshift.errors import UserError
@@ -282,7 +282,7 @@ def encoded(delivery: dict[bytes, object] | None) -> bytes:
 
 
 def test_a_producers_delivery_annotations_are_stored_and_merged_with_the_runtime_metric() -> None:
-    event = parse_event(encoded({b"x-hop": "v", b"last_enqueued_offset": "spoofed"}))
+    event = unpack_event(encoded({b"x-hop": "v", b"last_enqueued_offset": "spoofed"}))
     stored = stamp_event(event, 7, 70, 1_000)
     header_length = len(event.header)
     assert stored.startswith(DELIVERY_ANNOTATIONS_PREFIX, header_length)
@@ -299,7 +299,7 @@ def test_a_producers_delivery_annotations_are_stored_and_merged_with_the_runtime
         b"x-hop": b"v",
     }
     assert merged.data == delivered.data == [b"body"]
-    plain = parse_event(encoded(None))
+    plain = unpack_event(encoded(None))
     assert not stamp_event(plain, 0, 0, 1).startswith(DELIVERY_ANNOTATIONS_PREFIX, len(plain.header))
 
 

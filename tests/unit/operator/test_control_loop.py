@@ -35,7 +35,7 @@ from hubshift.operator.scaling_record import AUTOSCALER_RECORD
 from hubshift.operator.status import build_status
 from hubshift.ownership.assignment import publish_assignment, read_assignment
 from hubshift.ownership.leases import claim_partition
-from hubshift.ownership.membership import join
+from hubshift.ownership.membership import join_pool
 from hubshift.ownership.model import ChangeKind, Checkpoint, OwnershipSnapshot, Phase
 from hubshift.ownership.records import decode_assignment, encode_assignment
 from hubshift.ownership.scope import Scope
@@ -72,7 +72,7 @@ def manifest_with(rebalance: Mapping[str, object], **scaling: object) -> Partiti
 def snapshot_with(
     store: SqliteLeaseStore, checkpoints: dict[str, int], owner: str = "homes-0"
 ) -> OwnershipSnapshot:
-    join(store, SCOPE, owner, clock=lambda: 0.0)
+    join_pool(store, SCOPE, owner, clock=lambda: 0.0)
     for partition, sequence in checkpoints.items():
         lease = claim_partition(store, SCOPE, partition, owner)
         if sequence >= 0:
@@ -348,7 +348,7 @@ def hold(store: SqliteLeaseStore, assignment: dict[str, str | None]) -> None:
     """The consumers follow the record: each assigned partition is claimed by its assignee."""
     for partition, consumer in assignment.items():
         if consumer is not None:
-            join(store, SCOPE, consumer, clock=lambda: 0.0)
+            join_pool(store, SCOPE, consumer, clock=lambda: 0.0)
             claim_partition(store, SCOPE, partition, consumer, force=True)
 
 
@@ -659,6 +659,6 @@ def caught_up(store: SqliteLeaseStore, assignment: dict[str, str | None], last: 
 
     for partition, consumer in assignment.items():
         if consumer is not None and last[partition] >= 0:
-            join(store, SCOPE, consumer, clock=lambda: 0.0)
+            join_pool(store, SCOPE, consumer, clock=lambda: 0.0)
             lease = claim_partition(store, SCOPE, partition, consumer, force=True)
             write_checkpoint(store, lease, Checkpoint(str(last[partition] * 10), last[partition]))

@@ -23,7 +23,7 @@ from hubshift.operator.observe import (
 )
 from hubshift.ownership.checkpoints import write_checkpoint
 from hubshift.ownership.leases import claim_partition, release_partition
-from hubshift.ownership.membership import join
+from hubshift.ownership.membership import join_pool
 from hubshift.ownership.model import Checkpoint, OwnershipSnapshot
 from hubshift.ownership.records import checkpoint_metadata, parse_next_enqueued
 from hubshift.ownership.scope import Scope
@@ -41,7 +41,7 @@ def at(seconds_ago: float) -> datetime:
 def snapshot(tmp_path: Path, rows: dict[str, tuple[int, datetime | None]]) -> OwnershipSnapshot:
     """Checkpoints written by homes-0: partition -> (sequence number, the next event's enqueued time)."""
     store = SqliteLeaseStore(tmp_path / "s.db")
-    join(store, SCOPE, "homes-0", clock=lambda: 0.0)
+    join_pool(store, SCOPE, "homes-0", clock=lambda: 0.0)
     for partition, (sequence, moment) in rows.items():
         lease = claim_partition(store, SCOPE, partition, "homes-0")
         write_checkpoint(store, lease, Checkpoint(str(sequence), sequence), next_enqueued=moment)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from hubshift.ownership.membership import join, renew
+from hubshift.ownership.membership import join_pool, renew
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import BlobNotFound, LeaseLost
 from hubshift.ownership.timing import Timing
@@ -49,7 +49,7 @@ class Clock:
 def test_the_deadline_counts_from_before_the_request() -> None:
     store, clock = LeaseRecorder(), Clock()
     timing = Timing(membership_lease_seconds=30, renew_interval_seconds=15, safety_margin_seconds=5)
-    member = join(store, SCOPE, "c-0", clock=clock, timing=timing)  # type: ignore[arg-type]
+    member = join_pool(store, SCOPE, "c-0", clock=clock, timing=timing)  # type: ignore[arg-type]
     assert store.calls == [("acquire", SCOPE.member_blob("c-0"))]
     assert (member.renewed_at, member.renew_due, member.safe_until) == (1000, 1015, 1025)
     assert member.is_safe(1024.9) and not member.is_safe(1025)
@@ -61,7 +61,7 @@ def test_the_deadline_counts_from_before_the_request() -> None:
 
 def test_a_renewal_after_the_deadline_or_a_lost_lease_is_lapsed() -> None:
     store, clock = LeaseRecorder(), Clock()
-    member = join(store, SCOPE, "c-0", clock=clock)  # type: ignore[arg-type]
+    member = join_pool(store, SCOPE, "c-0", clock=clock)  # type: ignore[arg-type]
     clock.now = member.safe_until + 1  # renewals failed for a while
     assert renew(store, member, clock=clock).lapsed  # type: ignore[arg-type]
 
@@ -74,5 +74,5 @@ def test_a_renewal_after_the_deadline_or_a_lost_lease_is_lapsed() -> None:
 @pytest.mark.parametrize("renew_every", [5.0, 10.0, 15.0])
 def test_one_failed_renewal_still_leaves_a_retry_before_the_deadline(renew_every: float) -> None:
     timing = Timing(membership_lease_seconds=30, renew_interval_seconds=renew_every)
-    member = join(LeaseRecorder(), SCOPE, "c-0", clock=Clock(), timing=timing)  # type: ignore[arg-type]
+    member = join_pool(LeaseRecorder(), SCOPE, "c-0", clock=Clock(), timing=timing)  # type: ignore[arg-type]
     assert member.renew_due + renew_every <= member.safe_until + timing.safety_margin_seconds

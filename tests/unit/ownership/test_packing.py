@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hubshift.ownership.packing import (
     OVERHEAD,
     SLACK,
-    Limits,
+    LoadLimits,
     PackingRules,
     consumer_loads,
     pack_assignment,
@@ -45,7 +45,7 @@ def loaded(
     return partitions, consumers, current, load
 
 
-def over_limit(weights: list[float], limits: Limits) -> float:
+def over_limit(weights: list[float], limits: LoadLimits) -> float:
     """What a consumer carrying `weights` may carry before it sheds: the trigger, or its heaviest partition
     times the settle factor when that is more."""
     return max(limits.trigger, max(weights, default=0.0) * limits.settle / limits.mean)
@@ -64,7 +64,7 @@ def test_the_three_busy_partitions_do_not_share_a_consumer() -> None:
     # of 1.2x) and shed their four light partitions each to homes-3: every consumer ends within 1.1x.
     plan = pack_assignment(parts, pods(4), balanced, load, RULES)
     assert {plan.assignment[p] for p in ("0", "1", "2")} == {"homes-0", "homes-1", "homes-2"}
-    assert max(consumer_loads(plan.assignment, weights).values()) <= Limits.of(weights, 4, RULES).settle
+    assert max(consumer_loads(plan.assignment, weights).values()) <= LoadLimits.of(weights, 4, RULES).settle
     assert len(plan.moves) == 11
     # A tolerance of 0.4 accepts 1.3x: only the two busy partitions move.
     tolerant = pack_assignment(parts, pods(4), balanced, load, PackingRules(0.4))
@@ -201,7 +201,7 @@ def test_moves_are_the_fewest_that_bring_every_busy_consumer_to_its_target(
     parts, consumers, current, load = case
     rules = PackingRules(tolerance)
     weights = partition_weights(parts, load)
-    limits = Limits.of(weights, len(consumers), rules)
+    limits = LoadLimits.of(weights, len(consumers), rules)
     assume(max(weights.values()) <= limits.settle)
     before = consumer_loads(current, weights)
     over = {c for c in consumers if before.get(c, 0.0) > limits.trigger * (1 + SLACK)}
@@ -235,7 +235,7 @@ def test_nobody_over_the_trigger_means_no_voluntary_move(
     rules = PackingRules(tolerance)
     first = pack_assignment(parts, consumers, current, load, PackingRules(tolerance, max_moves=0))
     weights = partition_weights(parts, load)
-    limits = Limits.of(weights, len(consumers), rules)
+    limits = LoadLimits.of(weights, len(consumers), rules)
     held = {c: [weights[p] for p in parts if first.assignment[p] == c] for c in consumers}
     assume(all(sum(held[c]) <= over_limit(held[c], limits) * (1 + SLACK) for c in consumers))
     assert pack_assignment(parts, consumers, current, load, rules) == first
@@ -273,7 +273,7 @@ def test_load_that_drifts_a_little_moves_nothing_once_packed(
     rules = PackingRules(0.2)
     plan = pack_assignment(parts, consumers, current, load, rules)
     weights = partition_weights(parts, load)
-    limits = Limits.of(weights, len(consumers), rules)
+    limits = LoadLimits.of(weights, len(consumers), rules)
     assume(all(v <= limits.settle for v in consumer_loads(plan.assignment, weights).values()))
     drifted = {p: load[p] * factor for p, factor in zip(parts, drift, strict=False)}
     assert pack_assignment(parts, consumers, plan.assignment, drifted, rules).moves == ()

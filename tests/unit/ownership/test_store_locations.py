@@ -1,4 +1,5 @@
-"""Parsing a store string: what is accepted, and one line that never repeats a key for what is not."""
+"""Parsing a store string: what is accepted (a connection string as azure-storage-blob reads it), and one
+line that never repeats a key for what is not."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from hubshift.azure_storage import BlobContainer, parse_connection_string
 from hubshift.errors import UserError
-from hubshift.ownership.stores.locations import BlobLocation, SqliteLocation, parse_store, sqlite_url
+from hubshift.ownership.stores.locations import SqliteLocation, parse_store, sqlite_url
 
 KEY = base64.b64encode(b"a secret account key, 32 bytes!!").decode()
 AZURE = f"DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={KEY};EndpointSuffix=core.windows.net"
@@ -25,11 +27,25 @@ def test_sqlite_urls_follow_sqlalchemy() -> None:
 
 def test_azure_connection_strings() -> None:
     location = parse_store(AZURE, "orders-pc")
-    assert isinstance(location, BlobLocation) and location.container == "orders-pc"
+    assert location == BlobContainer("orders-pc", AZURE)
     assert KEY not in repr(location)
-    assert isinstance(parse_store("UseDevelopmentStorage=true", "abc"), BlobLocation)
+    assert isinstance(parse_store("UseDevelopmentStorage=true", "abc"), BlobContainer)
     sas = "BlobEndpoint=https://acct.blob.core.windows.net;SharedAccessSignature=sv=2024&sig=abc%3D"
-    assert isinstance(parse_store(sas, "abc"), BlobLocation)
+    assert isinstance(parse_store(sas, "abc"), BlobContainer)
+    # keys the SDK does not use are left to it, as it leaves them
+    assert isinstance(parse_store(f"AccountName=acct;AccountKey={KEY};Flavour=x", "abc"), BlobContainer)
+
+
+def test_what_a_connection_string_names() -> None:
+    account = parse_connection_string(AZURE)
+    assert (account.blob_endpoint, account.name, account.key) == (
+        "https://acct.blob.core.windows.net",
+        "acct",
+        KEY,
+    )
+    assert not account.own_endpoint and KEY not in repr(account)
+    azurite = parse_connection_string("UseDevelopmentStorage=true")
+    assert (azurite.endpoint_host, azurite.secure, azurite.own_endpoint) == ("127.0.0.1:10000", False, True)
 
 
 @pytest.mark.parametrize(
@@ -40,10 +56,11 @@ def test_azure_connection_strings() -> None:
         ("sqlite:///", None, "sqlite:///relative"),
         ("https://acct.blob.core.windows.net", "abc", "read with a token credential"),
         ("http://acct.blob.core.windows.net", "abc", "only sent over TLS"),
-        (f"AccountName=acct;AccountKey={KEY};Flavour=x", "abc", "unknown key 'Flavour'"),
-        ("DefaultEndpointsProtocol=https;EndpointSuffix=core.windows.net", "abc", "names no account"),
+        ("AccountName=acct;AccountKey", "abc", "not an Azure Storage connection string"),
+        ("DefaultEndpointsProtocol=https;EndpointSuffix=core.windows.net", "abc", "not an Azure Storage"),
         ("AccountName=acct;AccountKey=not*base64", "abc", "not base64"),
-        (f"BlobEndpoint=http://h:1/a;AccountKey={KEY}", "abc", "AccountKey but no AccountName"),
+        (f"BlobEndpoint=http://h:1/a;AccountKey={KEY}", "abc", "AccountName with AccountKey"),
+        (f"AccountName=acct;AcountKey={KEY}", "abc", "names no key"),
         ("BlobEndpoint=ftp://x;AccountName=a", "abc", "must be an http(s) URL"),
         (AZURE, None, "needs a container"),
         (AZURE, "Bad_Name", "is not valid"),
