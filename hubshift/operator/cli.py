@@ -17,11 +17,11 @@ from hubshift.errors import UserError
 from hubshift.identity import CREDENTIAL_TYPES, parse_identity
 from hubshift.log import quiet_libraries
 from hubshift.operator.access import AccessPolicy, policy_from
-from hubshift.operator.claims import ScopeClaims
 from hubshift.operator.kubernetes import handlers, reconcile
 from hubshift.operator.kubernetes.render import DEFAULT_IMAGE
 from hubshift.operator.kubernetes.settings import OperatorConfig, unserved_namespace
 from hubshift.operator.metrics import METRICS
+from hubshift.operator.reservations import ScopeReservations
 
 # --- hubshift operator ------------------------------------------------------------------------------
 
@@ -140,7 +140,7 @@ def operator(
     if control_loop is None:
         # One registry of hubs and consumer groups per operator process: a second resource on one is refused.
         open_loop = functools.partial(
-            reconcile.open_cluster_loop, identity=identity, access=access, claims=ScopeClaims()
+            reconcile.open_cluster_loop, identity=identity, access=access, reservations=ScopeReservations()
         )
     else:
         open_loop = _load(control_loop)

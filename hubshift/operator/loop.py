@@ -41,7 +41,6 @@ from hubshift.eventhubs.model import PartitionInfo
 from hubshift.manifest import PartitionedConsumer
 from hubshift.operator import autoscaler, rebalance, rollout
 from hubshift.operator.autoscaler import Pause, ScalingDecision, ScalingObservation, ScalingState
-from hubshift.operator.claims import Claim, ScopeClaims
 from hubshift.operator.consumer_http import Nudger, consumer_work, nudge_consumer
 from hubshift.operator.load import (
     HubSample,
@@ -55,7 +54,6 @@ from hubshift.operator.metrics import OperatorMetrics
 from hubshift.operator.observe import (
     PartitionLag,
     backlog_per_partition,
-    driving_refusal,
     lag_per_partition,
     lag_reads,
     lease_owners,
@@ -77,6 +75,7 @@ from hubshift.operator.rebalance import (
     SetReplicas,
     Step,
 )
+from hubshift.operator.reservations import Reservation, ScopeReservations, driving_refusal
 from hubshift.operator.rollout import RolloutDecision, RolloutObservation, RolloutState
 from hubshift.operator.runtime import ConsumerInstance, ConsumerRuntime
 from hubshift.operator.scaling_record import ScalingRecord
@@ -200,16 +199,17 @@ class ControlLoop:
         nudge: Nudger = nudge_consumer,
         clock: Callable[[], float] = time.time,
         driver: Driver | None = None,
-        claims: ScopeClaims | None = None,
+        reservations: ScopeReservations | None = None,
         created: str = "",
     ) -> None:
         self.consumer = consumer
         self.driver = driver  # written into the records it publishes; None: no check (tests, benchmarks)
-        # the operator's claims on hubs and consumer groups (operator/claims.py), this resource's among them
-        self.claims = claims
-        self.claim = None if driver is None or claims is None else Claim(driver, created)
-        if claims is not None and self.claim is not None:
-            claims.add(scope, self.claim)
+        # the operator's reservations of hubs and consumer groups (operator/reservations.py), this
+        # resource's among them
+        self.reservations = reservations
+        self.reservation = None if driver is None or reservations is None else Reservation(driver, created)
+        if reservations is not None and self.reservation is not None:
+            reservations.add(scope, self.reservation)
         self.scope = scope
         self.store = CountingStore(store)
         self.probe = probe
@@ -253,8 +253,8 @@ class ControlLoop:
             log.warning("%s: could not release the assignment record: %s", self.scope, exc)
 
     async def close(self) -> None:
-        if self.claims is not None and self.claim is not None:
-            self.claims.drop(self.scope, self.claim)
+        if self.reservations is not None and self.reservation is not None:
+            self.reservations.drop(self.scope, self.reservation)
         reading = self.memory.lag_reading
         if reading is not None and not reading.done():
             reading.cancel()
@@ -263,13 +263,13 @@ class ControlLoop:
 
     # --- one cycle ---------------------------------------------------------------------------------
 
-    async def _refuse_if_claimed(self) -> None:
+    async def _refuse_if_reserved(self) -> None:
         """An older resource of this operator consumes the same hub and consumer group: this one's pods are
         stopped (with their own checkpoint store they would balance among themselves and steal the hub's
         partitions from the older pool) and the cycle fails with why (the status says it)."""
-        if self.claims is None or self.claim is None:
+        if self.reservations is None or self.reservation is None:
             return
-        refusal = self.claims.refusal(self.scope, self.claim)
+        refusal = self.reservations.refusal(self.scope, self.reservation)
         if refusal is None:
             return
         if await self.runtime.replicas() != 0:
@@ -278,14 +278,14 @@ class ControlLoop:
 
     def _outranks(self, driver: Driver | None) -> bool:
         """The record's driver is a younger resource of this operator on the same scope (refused by the
-        claims): this one takes the record over rather than both standing refused."""
-        if self.claims is None or self.claim is None or driver is None:
+        reservations): this one takes the record over rather than both standing refused."""
+        if self.reservations is None or self.reservation is None or driver is None:
             return False
-        return self.claims.outranks(self.scope, self.claim, driver)
+        return self.reservations.outranks(self.scope, self.reservation, driver)
 
     async def cycle(self, inputs: CycleInputs | None = None) -> CycleReport:
         inputs = inputs or CycleInputs()
-        await self._refuse_if_claimed()
+        await self._refuse_if_reserved()
         started = time.perf_counter()
         requests_before = self.store.total
         now = self.clock()
@@ -750,7 +750,7 @@ async def open_control_loop(
     check_hub: bool = False,
     identity: TokenCredentialSpec | None = None,
     driver: Driver | None = None,
-    claims: ScopeClaims | None = None,
+    reservations: ScopeReservations | None = None,
     created: str = "",
 ) -> ControlLoop:
     """A control loop with its clients for this spec: the hub (one probe, kept open) and the store, their
@@ -777,6 +777,6 @@ async def open_control_loop(
         runtime,
         metrics=metrics,
         driver=driver,
-        claims=claims,
+        reservations=reservations,
         created=created,
     )

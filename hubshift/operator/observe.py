@@ -10,7 +10,7 @@ from hubshift.eventhubs.model import PartitionInfo
 from hubshift.operator.autoscaler import partition_backlog
 from hubshift.operator.rebalance import PublishAssignment, RebalanceState
 from hubshift.operator.runtime import ConsumerInstance
-from hubshift.ownership.model import Assignment, Driver, OwnershipSnapshot, Phase
+from hubshift.ownership.model import Assignment, OwnershipSnapshot, Phase
 from hubshift.ownership.planner import consumer_sort_key
 from hubshift.ownership.records import encode_assignment
 from hubshift.spec import RebalanceSpec, StartPositionSpec
@@ -64,20 +64,6 @@ def present_consumers(instances: Iterable[ConsumerInstance]) -> tuple[str, ...]:
 def record_changed(new: Assignment, old: Assignment | None) -> bool:
     """Whether the record must be written: what the consumers would read differs."""
     return old is None or encode_assignment(new) != encode_assignment(old)
-
-
-def driving_refusal(current: Driver | None, me: Driver, scope: str) -> str | None:
-    """Why the resource `me` may not publish the assignment of `scope`, whose record names `current` as its
-    driver: another resource's control loop publishes it (two would undo each other's moves). None when it
-    may: nobody drives the scope (a new or released record, or one written before records named drivers),
-    it is `me`, or a resource of the same name created again (its uid changed)."""
-    if current is None or current.uid == me.uid or current.resource == me.resource:
-        return None
-    return (
-        f"the assignment of {scope} is published by {current.resource}: two resources must not drive one hub "
-        "and consumer group; give this one its own consumer group, or delete "
-        f"{current.resource} (its record is released when it is deleted)"
-    )
 
 
 def owners_to_expel(
