@@ -42,13 +42,8 @@ from hubshift.eventhubs.model import PartitionInfo
 from hubshift.eventhubs.target import resolve_target
 from hubshift.manifest import parse_manifest
 from hubshift.operator.loop import ControlLoop, CycleReport
-from hubshift.operator.observe import (
-    backlog_per_partition,
-    lag_per_partition,
-    lag_reads,
-    lease_owners,
-    worst_lag,
-)
+from hubshift.operator.observe import backlog_per_partition, lease_owners
+from hubshift.operator.partition_lag import lag_per_partition, lag_reads, worst_lag
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.ownership.checkpoints import write_checkpoint
 from hubshift.ownership.leases import claim_partition

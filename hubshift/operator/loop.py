@@ -41,6 +41,7 @@ from hubshift.eventhubs.model import PartitionInfo
 from hubshift.manifest import PartitionedConsumer
 from hubshift.operator import autoscaler, rebalance, rollout
 from hubshift.operator.autoscaler import Pause, ScalingDecision, ScalingObservation, ScalingState
+from hubshift.operator.cadence import next_cycle_in, phase_bound
 from hubshift.operator.consumer_http import Nudger, consumer_work, nudge_consumer
 from hubshift.operator.load import (
     HubSample,
@@ -51,21 +52,15 @@ from hubshift.operator.load import (
     within,
 )
 from hubshift.operator.metrics import OperatorMetrics
-from hubshift.operator.observe import (
+from hubshift.operator.observe import backlog_per_partition, lease_owners, present_consumers, unowned
+from hubshift.operator.partition_lag import (
     PartitionLag,
-    backlog_per_partition,
     lag_per_partition,
     lag_reads,
-    lease_owners,
-    next_cycle_in,
-    owners_to_expel,
-    phase_bound,
-    present_consumers,
-    record_changed,
     remember_probes,
-    unowned,
     worst_lag,
 )
+from hubshift.operator.publication import owners_to_expel, record_changed
 from hubshift.operator.rebalance import (
     BreakLeases,
     Observation,

@@ -18,17 +18,11 @@ from hubshift.eventhubs.management import ProbeError
 from hubshift.eventhubs.model import PartitionInfo
 from hubshift.manifest import PartitionedConsumer, parse_manifest
 from hubshift.operator import autoscaler
+from hubshift.operator.cadence import BUSY_CYCLE_SECONDS, next_cycle_in
 from hubshift.operator.loop import ControlLoop, CycleInputs, CycleReport
-from hubshift.operator.observe import (
-    BUSY_CYCLE_SECONDS,
-    PartitionLag,
-    backlog_per_partition,
-    lease_owners,
-    next_cycle_in,
-    owners_to_expel,
-    present_consumers,
-    record_changed,
-)
+from hubshift.operator.observe import backlog_per_partition, lease_owners, present_consumers
+from hubshift.operator.partition_lag import PartitionLag
+from hubshift.operator.publication import owners_to_expel, record_changed
 from hubshift.operator.rebalance import PublishAssignment, PublishReason, RebalanceState
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.operator.scaling_record import AUTOSCALER_RECORD
