@@ -617,7 +617,7 @@ def test_the_lag_target_gives_a_hot_partition_a_consumer_and_keeps_the_others_un
         busy = (clock.now - started) / 2  # every consumer busy half the time, at 100 events a busy second
         return 100.0 * busy, busy
 
-    monkeypatch.setattr("hubshift.operator.loop.consumer_work", work)
+    monkeypatch.setattr("hubshift.operator.loop.observer.consumer_work", work)
     harness = make_harness(store, runtime, probe, clock)
     target = {"unprocessedEventsPerReplica": 1_000_000, "lagSeconds": 5}
     harness.loop.apply(manifest_with({"strategy": "loadAware"}, minReplicas=2, maxReplicas=8, target=target))
