@@ -109,12 +109,12 @@ class Decider:
         clock: Callable[[], float],
     ) -> Decisions:
         """The replica count, then the rollout and the rebalance step for it (its state written)."""
-        decision = await self.replicas(consumer, now, seen.current_replicas, pause, seen.inputs)
+        decision = await self.replica_decision(consumer, now, seen.current_replicas, pause, seen.inputs)
         desired = decision.replicas if decision is not None else seen.current_replicas
-        step, owners, replacing = await self.rebalance(consumer, now, seen, desired, clock)
+        step, owners, replacing = await self.rebalance_step(consumer, now, seen, desired, clock)
         return Decisions(decision, step, owners, replacing)
 
-    async def replicas(
+    async def replica_decision(
         self, consumer: PartitionedConsumer, now: float, current: int, pause: Pause, inputs: CycleInputs
     ) -> ScalingDecision | None:
         """The autoscaler runs on fresh backlog (once per polling interval), and when there is no decision
@@ -155,7 +155,7 @@ class Decider:
         await self.scaling_record.save(decision.state)
         return decision
 
-    async def rebalance(
+    async def rebalance_step(
         self,
         consumer: PartitionedConsumer,
         now: float,
