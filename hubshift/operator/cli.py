@@ -1,5 +1,5 @@
-"""Commands of the operator package: `hubshift operator` (Kubernetes) here; `hubshift run` and
-`hubshift demo` (the local runtime) belong in their own section below."""
+"""`hubshift operator`: the Kubernetes operator for PartitionedConsumers (kopf), with its metrics served
+beside it. `hubshift run`, the local runtime, is `operator/local/cli.py`."""
 
 from __future__ import annotations
 
@@ -22,8 +22,6 @@ from hubshift.operator.kubernetes.render import DEFAULT_IMAGE
 from hubshift.operator.kubernetes.settings import OperatorConfig, unserved_namespace
 from hubshift.operator.metrics import METRICS
 from hubshift.operator.reservations import ScopeReservations
-
-# --- hubshift operator ------------------------------------------------------------------------------
 
 
 @click.command(name="operator")
@@ -204,7 +202,3 @@ def _load(target: str) -> Any:
     if not callable(function):
         raise UserError(f"--control-loop {target}: not a function")
     return function
-
-
-# --- hubshift run / hubshift demo (the local runtime) ------------------------------------------------
-# Not written yet; `hubshift.cli` reports them as "not part of this build" until `run` and `demo` exist here.

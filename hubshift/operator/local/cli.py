@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -17,9 +16,6 @@ from hubshift.operator.local.processes import TARGETS_FILE
 from hubshift.operator.local.runner import LocalOperator, install_stop_signals
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.spec import TokenCredentialSpec
-
-if TYPE_CHECKING:
-    from hubshift.operator.local.runner import LocalOperator
 
 log = logging.getLogger("hubshift.run")
 
