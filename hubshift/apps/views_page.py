@@ -21,7 +21,7 @@ from hubshift.sinks.base import ObjectStore
 from hubshift.sinks.layout import VIEWS
 from hubshift.webserver import BackgroundServer
 
-HOST = "127.0.0.1"
+LOOPBACK = "127.0.0.1"
 VIEW_NAME = re.compile(r"^/views/(index\.json|window=\d{8}T\d{6}Z\.json)$")
 SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
@@ -32,9 +32,9 @@ SECURITY_HEADERS = {
 }
 SERVER_NAME = "hubshift-views"
 METHODS = ("GET", "HEAD")
-HTML = "text/html; charset=utf-8"
-JSON = "application/json"
-TEXT = "text/plain"
+HTML_TYPE = "text/html; charset=utf-8"
+JSON_TYPE = "application/json"
+TEXT_TYPE = "text/plain"
 
 
 def page() -> bytes:
@@ -48,7 +48,7 @@ class ViewsServer:
     def __init__(self, store: ObjectStore, port: int = 0) -> None:
         self.store = store
         self.html = page()
-        self._server = BackgroundServer(self._answer, host=HOST, port=port, name="views-page")
+        self._server = BackgroundServer(self._answer, host=LOOPBACK, port=port, name="views-page")
 
     @property
     def port(self) -> int:
@@ -67,22 +67,22 @@ class ViewsServer:
 
     async def _answer(self, request: web.BaseRequest) -> web.StreamResponse:
         if request.method not in METHODS:
-            refused = _response(HTTPStatus.METHOD_NOT_ALLOWED, b"method not allowed\n", TEXT)
+            refused = _response(HTTPStatus.METHOD_NOT_ALLOWED, b"method not allowed\n", TEXT_TYPE)
             refused.headers["Allow"] = ", ".join(METHODS)
             return refused
         path = request.path
         if path in ("/", "/index.html"):
-            return _response(HTTPStatus.OK, self.html, HTML)
+            return _response(HTTPStatus.OK, self.html, HTML_TYPE)
         match = VIEW_NAME.match(path)
         if match is None:
-            return _response(HTTPStatus.NOT_FOUND, b"not found\n", TEXT)
+            return _response(HTTPStatus.NOT_FOUND, b"not found\n", TEXT_TYPE)
         try:
             body = await asyncio.to_thread(self.store.get, f"{VIEWS}/{match.group(1)}")
         except FileNotFoundError:
-            return _response(HTTPStatus.NOT_FOUND, b"no such view yet\n", TEXT)
+            return _response(HTTPStatus.NOT_FOUND, b"no such view yet\n", TEXT_TYPE)
         except Exception:  # the store failing: the page shows it and tries again
-            return _response(HTTPStatus.SERVICE_UNAVAILABLE, b"the views cannot be read\n", TEXT)
-        return _response(HTTPStatus.OK, body, JSON)
+            return _response(HTTPStatus.SERVICE_UNAVAILABLE, b"the views cannot be read\n", TEXT_TYPE)
+        return _response(HTTPStatus.OK, body, JSON_TYPE)
 
 
 def _response(status: HTTPStatus, body: bytes, content_type: str) -> web.Response:

@@ -141,7 +141,7 @@ def operator(
             reconcile.open_cluster_loop, identity=identity, access=access, reservations=ScopeReservations()
         )
     else:
-        open_loop = _load(control_loop)
+        open_loop = _import_function(control_loop)
     registry = kopf.OperatorRegistry()
     handlers.register_login(registry)
     handlers.register(registry, config, open_loop)
@@ -193,7 +193,7 @@ def configure_operator_logging(log_format: str, verbose: bool) -> None:
     quiet_libraries(requests=not verbose)
 
 
-def _load(target: str) -> Any:
+def _import_function(target: str) -> Any:
     module_name, _, attribute = target.partition(":")
     try:
         function = getattr(importlib.import_module(module_name), attribute)

@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 MIN_CYCLE_SECONDS = 0.5
 # With nothing to run (an invalid spec, no children yet), look again this often even without a wake-up.
-IDLE_SECONDS = 60.0
+NOTHING_TO_RUN_SECONDS = 60.0
 FIRST_RETRY_SECONDS = 1.0
 LAST_RETRY_SECONDS = FIRST_RETRY_SECONDS * 2**16
 # After a failed cycle: every failure is retried, never giving up, after tenacity's exponential wait (from
@@ -154,7 +154,7 @@ class LoopDriver:
             self.wakeup.clear()  # a wake-up during the cycle runs the next one at once
             started = time.monotonic()
             wish = desired()
-            wait = IDLE_SECONDS
+            wait = NOTHING_TO_RUN_SECONDS
             if wish is not None:
                 async with self.lock:
                     wait = await self.cycle(wish)

@@ -60,7 +60,7 @@ def run(
     credentials are built here, by each process."""
     configure_logging(log_level)
     identity = chosen_identity(credential, client_id)
-    consumer = _load(Path(manifest_path), identity)
+    consumer = _manifest_with(Path(manifest_path), identity)
     folder = Path(workdir) if workdir else Path(".hubshift") / consumer.metadata.name
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -75,7 +75,7 @@ def run(
         raise SystemExit(code)
 
 
-def _load(path: Path, identity: TokenCredentialSpec | None) -> PartitionedConsumer:
+def _manifest_with(path: Path, identity: TokenCredentialSpec | None) -> PartitionedConsumer:
     """The manifest, with the command line's credential in place of its connection strings."""
     consumer = load_manifest(path)
     if identity is None:
@@ -154,7 +154,7 @@ async def _watch_manifest(
             continue
         seen = changed
         try:
-            operator.apply(_load(path, identity))
+            operator.apply(_manifest_with(path, identity))
             log.info("%s changed: applied", path)
         except UserError as exc:
             log.warning("%s changed but was not applied: %s", path, exc)
