@@ -109,14 +109,11 @@ def _change_due(state: RebalanceState, cycle: Cycle, members: Members, replan: P
     if members.arriving:
         return _scale_out(cycle, members, replan, assignees)
     if members.coming_back:
-        detail = f"{_names(members.coming_back)} coming back"
-        return Change(replan, assignees, PublishReason.RETURNING, ChangeKind.PLANNED, detail)
+        return _coming_back(members, replan, assignees)
     if members.late:
         return _joiners_late(cycle, members, replan, assignees)
-    if members.dropped:  # a scale-in before they were ready
-        dropped = _names(sorted(members.dropped, key=consumer_sort_key))
-        detail = f"scale-in to {cycle.roster.limit} before {dropped} was ready"
-        return Change(replan, assignees, PublishReason.DRAIN, ChangeKind.PLANNED, detail)
+    if members.dropped:
+        return _joiners_dropped(cycle, members, replan, assignees)
     if repack_due(state, cycle):
         return repack(state, cycle)
     return _joined(state, cycle, replan, assignees)
@@ -144,6 +141,12 @@ def _scale_out(cycle: Cycle, members: Members, replan: PoolPlan, assignees: dict
     return Change(replan, assignees, PublishReason.PLANNED, ChangeKind.PLANNED, detail)
 
 
+def _coming_back(members: Members, replan: PoolPlan, assignees: dict[str, str | None]) -> Change:
+    """Consumers that stopped are back (their old pods gone): their share is planned for them."""
+    detail = f"{_names(members.coming_back)} coming back"
+    return Change(replan, assignees, PublishReason.RETURNING, ChangeKind.PLANNED, detail)
+
+
 def _joiners_late(
     cycle: Cycle, members: Members, replan: PoolPlan, assignees: dict[str, str | None]
 ) -> Change:
@@ -157,6 +160,15 @@ def _joiners_late(
     )
     detail = "planned consumers late"
     return Change(replan, assignees, PublishReason.JOINERS_LATE, ChangeKind.HOLDDOWN, detail)
+
+
+def _joiners_dropped(
+    cycle: Cycle, members: Members, replan: PoolPlan, assignees: dict[str, str | None]
+) -> Change:
+    """Planned consumers leaving before they were ready (a scale-in): the plan goes on without them."""
+    dropped = _names(sorted(members.dropped, key=consumer_sort_key))
+    detail = f"scale-in to {cycle.roster.limit} before {dropped} was ready"
+    return Change(replan, assignees, PublishReason.DRAIN, ChangeKind.PLANNED, detail)
 
 
 def _joined(
