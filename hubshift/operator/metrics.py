@@ -6,8 +6,8 @@ Names follow one scheme for the operator and the consumers (docs/observability.m
 most a few thousand, and small fixed sets). The series about the hub's partitions and backlog also carry
 `hub` and `consumer_group` (one value each per resource: no more series, and a person filters by them).
 The counters that matter before the first failure exist from the start (`initialise`, called when a
-control loop is set up). `OperatorMetrics` owns its registry, so a
-test makes a fresh one; the operator process uses `METRICS`.
+control loop is set up). `OperatorMetrics` owns its registry, so a test makes a fresh one; the operator
+process uses `METRICS`. `serve` answers `GET /metrics` in the background (`hubshift.webserver`).
 
 The consumers export their own metrics, named in `hubshift/consumer/metrics.py` only.
 """
