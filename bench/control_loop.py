@@ -42,13 +42,8 @@ from hubshift.eventhubs.model import PartitionInfo
 from hubshift.eventhubs.target import resolve_target
 from hubshift.manifest import parse_manifest
 from hubshift.operator.loop import ControlLoop, CycleReport
-from hubshift.operator.observe import (
-    backlog_per_partition,
-    lag_per_partition,
-    lag_reads,
-    lease_owners,
-    worst_lag,
-)
+from hubshift.operator.observe import backlog_per_partition, lease_owners
+from hubshift.operator.partition_lag import lag_per_partition, lag_reads, worst_lag
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.ownership.checkpoints import write_checkpoint
 from hubshift.ownership.leases import claim_partition
@@ -225,7 +220,7 @@ async def measure(args: argparse.Namespace, console: Console) -> dict[str, Any]:
 
             async def run(kind: str, *, poll: bool) -> CycleReport:
                 if poll:
-                    loop.memory.probed_at = None  # the polling interval has passed
+                    loop.observer.probed_at = None  # the polling interval has passed
                 before = dict(loop.store.counts)
                 report = await loop.cycle()
                 counts = {
@@ -264,19 +259,21 @@ async def measure(args: argparse.Namespace, console: Console) -> dict[str, Any]:
 
 def time_lag_decision(loop: ControlLoop, rounds: int = 20) -> dict[str, Any]:
     """The lag decision alone over the last observation (every partition): its cost per cycle."""
-    memory = loop.memory
-    assert memory.partitions is not None and memory.snapshot is not None
+    observed = loop.observer
+    assert observed.partitions is not None and observed.snapshot is not None
     backlog = backlog_per_partition(
-        memory.partitions, memory.snapshot, loop.consumer.spec.consumer.start_position
+        observed.partitions, observed.snapshot, loop.consumer.spec.consumer.start_position
     )
-    owners = lease_owners(memory.snapshot, memory.partition_ids)
+    owners = lease_owners(observed.snapshot, observed.partition_ids)
     started = time.perf_counter()
     for _ in range(rounds):
-        lags = lag_per_partition(memory.partitions, memory.snapshot, backlog, memory.lag_read, time.time())
-        lag_reads(lags, backlog, owners, memory.snapshot.live_members, memory.lag_tried, time.time())
+        lags = lag_per_partition(
+            observed.partitions, observed.snapshot, backlog, observed.lag_read, time.time()
+        )
+        lag_reads(lags, backlog, owners, observed.snapshot.live_members, observed.lag_tried, time.time())
         worst_lag(lags)
     seconds = (time.perf_counter() - started) / rounds
-    return {"partitions": len(memory.partitions), "secondsPerCycle": round(seconds, 5)}
+    return {"partitions": len(observed.partitions), "secondsPerCycle": round(seconds, 5)}
 
 
 def report(result: dict[str, Any], console: Console) -> None:

@@ -2,7 +2,6 @@
 over hubshift/ with this file). Never run; each group says who uses its names."""
 
 import logging
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import kopf
 from azure.eventhub._consumer import EventHubConsumer
@@ -92,14 +91,11 @@ settings.persistence.progress_storage
 settings.persistence.diffbase_storage
 
 # The standard library reads these: a log record rewritten by consumer/http.py's filter (the handlers
-# format it), and the views page's HTTP server (its Server header, its request threads).
+# format it).
 logging.LogRecord.msg
 logging.LogRecord.levelname
 logging.LogRecord.levelno
 logging.LogRecord.exc_text
-BaseHTTPRequestHandler.server_version
-BaseHTTPRequestHandler.sys_version
-ThreadingHTTPServer.daemon_threads
 
 # Set on the Event Hubs SDK's consumer (eventhubs/sdk_internals.py): the SDK resumes from it after a
 # retried link failure.

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from hubshift.operator.local.processes import ConsumerProcess, RecordedEvent
 from hubshift.operator.loop import CycleReport
-from hubshift.operator.observe import PartitionLag
+from hubshift.operator.partition_lag import PartitionLag
 from hubshift.ownership.planner import sorted_partitions
 
 PHASE_STYLE = {"Ready": "green", "Holddown": "yellow", "Rebalancing": "magenta"}

@@ -1,7 +1,7 @@
 """`hubshift status`: the ownership table of a hub's consumer group, its checkpoints and the assignment;
 with the hub's connection string (`--eventhubs`) or a token credential (`--credential`), each partition's
-backlog and lag in seconds, decided as the control loop decides them (`operator/observe.py`, from the times
-the owners write beside their checkpoints: no event is read)."""
+backlog and lag in seconds, decided as the control loop decides them (`operator/partition_lag.py`, from the
+times the owners write beside their checkpoints: no event is read)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from hubshift.apps.group import GroupArgs, group_options
 from hubshift.errors import UserError
 from hubshift.eventhubs.management import read_partitions
 from hubshift.eventhubs.model import PartitionInfo
-from hubshift.operator.observe import PartitionLag, backlog_per_partition, lag_per_partition, worst_lag
+from hubshift.operator.observe import backlog_per_partition
+from hubshift.operator.partition_lag import PartitionLag, lag_per_partition, worst_lag
 from hubshift.ownership.model import OwnershipSnapshot
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import StoreError

@@ -13,7 +13,6 @@ projects every 5 seconds unless `--every` says otherwise.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 import click
 
@@ -29,9 +28,6 @@ from hubshift.spec.connections import Role
 SINK_ONLY: tuple[Role, ...] = ("sink",)
 # With --serve and no --every: project this often, so the page shows new windows.
 SERVE_EVERY_SECONDS = 5.0
-
-if TYPE_CHECKING:
-    from hubshift.pipelines.aggregate_view import AggregateView
 
 
 @click.command(name="views")

@@ -1,6 +1,6 @@
 """The replica decision: how many consumers the backlog asks for (KEDA ScaledObject + HPA behaviour).
 
-Pure: a function of the configuration, the state kept from the previous cycle, what was observed and
+Pure: a function of the spec's `scaling` block, the state kept from the previous cycle, what was observed and
 `now`. The caller stores the returned state and passes it back next cycle (it round-trips through
 `to_dict`/`from_dict`).
 
@@ -48,8 +48,8 @@ from hubshift.spec import (
     ScalingSpec,
 )
 
-# The configuration is the manifest's own `spec.scaling` (`hubshift.spec.ScalingSpec`): its defaults and
-# its validation live there, once.
+# What the decisions read is the manifest's own `spec.scaling` (`hubshift.spec.ScalingSpec`): its defaults
+# and its validation live there, once.
 BacklogStart = Literal["earliest", "latest"]
 
 
@@ -157,18 +157,18 @@ def align_replicas(replicas: int, partition_count: int, low: int, high: int) -> 
     return next((c for c in candidates if c >= replicas), candidates[-1])
 
 
-def replica_bounds(config: ScalingSpec, partition_count: int) -> tuple[int, int]:
+def replica_bounds(scaling: ScalingSpec, partition_count: int) -> tuple[int, int]:
     """[low, high] for a running pool: at least max(min, 1), never above max or the partition count."""
-    high = max(0, min(config.max_replicas, partition_count))
-    return min(max(config.min_replicas, 1), high), high
+    high = max(0, min(scaling.max_replicas, partition_count))
+    return min(max(scaling.min_replicas, 1), high), high
 
 
-def recommend_replicas(backlog: int, partition_count: int, config: ScalingSpec) -> int:
+def recommend_replicas(backlog: int, partition_count: int, scaling: ScalingSpec) -> int:
     """What the backlog alone asks of a running pool, before any behaviour: monotone in `backlog`."""
-    low, high = replica_bounds(config, partition_count)
-    wanted = math.ceil(max(backlog, 0) / config.target.unprocessed_events_per_replica)
+    low, high = replica_bounds(scaling, partition_count)
+    wanted = math.ceil(max(backlog, 0) / scaling.target.unprocessed_events_per_replica)
     clamped = min(max(wanted, low), high)
-    if config.align_to_partitions and clamped > 0:
+    if scaling.align_to_partitions and clamped > 0:
         return align_replicas(clamped, partition_count, low, high)
     return clamped
 
@@ -248,7 +248,7 @@ class ScalingDecision:
 
 
 def decide_replicas(
-    config: ScalingSpec,
+    scaling: ScalingSpec,
     state: ScalingState,
     observation: ScalingObservation,
     now: float,
@@ -259,7 +259,7 @@ def decide_replicas(
     current = state.replicas if state.replicas is not None else observation.current_replicas
     backlog = observation.backlog
     active = pause.force_activation or (
-        backlog is not None and backlog > config.activation.unprocessed_events
+        backlog is not None and backlog > scaling.activation.unprocessed_events
     )
     booked = replace(
         state,
@@ -268,11 +268,11 @@ def decide_replicas(
         last_active_at=now if active else state.last_active_at,
     )
 
-    low, high = replica_bounds(config, partitions)
+    low, high = replica_bounds(scaling, partitions)
 
     def decided(replicas: int, reason: str, **flags: Any) -> ScalingDecision:
         # never more consumers than partitions or max, whichever rule decided
-        return _finish(config, booked, current, min(replicas, high), reason, now, active=active, **flags)
+        return _finish(scaling, booked, current, min(replicas, high), reason, now, active=active, **flags)
 
     if pause.replicas is not None:
         forced = min(pause.replicas, high)
@@ -281,56 +281,56 @@ def decide_replicas(
         return decided(current, f"paused at {min(current, high)} replicas", paused=True, record=False)
 
     if backlog is None:
-        return _unreadable(config, booked, current, partitions, now, pause)
+        return _unreadable(scaling, booked, current, partitions, now, pause)
 
-    recommendation = recommend_replicas(backlog, partitions, config) if high > 0 else 0
-    sizing = _lag_sizing(config, observation.load, current, low, high)
+    recommendation = recommend_replicas(backlog, partitions, scaling) if high > 0 else 0
+    sizing = _lag_sizing(scaling, observation.load, current, low, high)
     goal = f"backlog {backlog}"
     if sizing is not None:
         recommendation = sizing.replicas
-        goal = f"lag target {config.target.lag_seconds:g}s: {sizing.describe()}"
+        goal = f"lag target {scaling.target.lag_seconds:g}s: {sizing.describe()}"
     if current == 0:
-        if high == 0 or (config.may_scale_to_zero and not active):
+        if high == 0 or (scaling.may_scale_to_zero and not active):
             return decided(
-                0, f"idle at zero: backlog {backlog} <= activation {config.activation.unprocessed_events}"
+                0, f"idle at zero: backlog {backlog} <= activation {scaling.activation.unprocessed_events}"
             )
         if pause.scale_out:
             return decided(0, "start from zero blocked by paused-scale-out")
         return decided(
             recommendation, f"from zero: {goal} -> {recommendation}", rec=recommendation, sizing=sizing
         )
-    if config.may_scale_to_zero and not active and _cooled_down(config, booked, now):
+    if scaling.may_scale_to_zero and not active and _cooled_down(scaling, booked, now):
         if pause.scale_in:
             return decided(current, "scale to zero blocked by paused-scale-in", rec=recommendation)
-        return decided(0, f"idle for {config.cooldown_period_seconds:g}s: scaling to zero", rec=None)
+        return decided(0, f"idle for {scaling.cooldown_period_seconds:g}s: scaling to zero", rec=None)
 
-    desired, why = _behave(config, booked, current, recommendation, low, high, partitions, now)
+    desired, why = _behave(scaling, booked, current, recommendation, low, high, partitions, now)
     desired, blocked = _directional_pause(current, desired, pause)
     reason = f"{goal} -> {recommendation}{why}{blocked}"
     return decided(desired, reason, rec=recommendation, sizing=sizing)
 
 
 def _lag_sizing(
-    config: ScalingSpec, load: LoadFigures | None, current: int, low: int, high: int
+    scaling: ScalingSpec, load: LoadFigures | None, current: int, low: int, high: int
 ) -> LagSizing | None:
     """The lag target's count, once a consumer's capacity is measured; None: the events target decides."""
-    target = config.target.lag_seconds
+    target = scaling.target.lag_seconds
     if target is None or load is None or not load.capacity or high <= 0:
         return None
     return size_for_lag(load, target, current, low, high)
 
 
 def _unreadable(
-    config: ScalingSpec, booked: ScalingState, current: int, partitions: int, now: float, pause: Pause
+    scaling: ScalingSpec, booked: ScalingState, current: int, partitions: int, now: float, pause: Pause
 ) -> ScalingDecision:
-    fallback = config.fallback
+    fallback = scaling.fallback
     failures = booked.failures
-    low, high = replica_bounds(config, partitions)
+    low, high = replica_bounds(scaling, partitions)
     if fallback is None or failures < fallback.failure_threshold:
-        kept = 0 if current <= 0 and config.may_scale_to_zero else min(max(current, low), high)
+        kept = 0 if current <= 0 and scaling.may_scale_to_zero else min(max(current, low), high)
         limit = f" of {fallback.failure_threshold}" if fallback else ""
         reason = f"backlog unreadable ({failures}{limit} in a row): keeping {kept}"
-        return _finish(config, booked, current, kept, reason, now, active=kept > 0)
+        return _finish(scaling, booked, current, kept, reason, now, active=kept > 0)
     target = {
         "static": fallback.replicas,
         "currentReplicas": current,
@@ -338,26 +338,26 @@ def _unreadable(
         "currentReplicasIfLower": min(current, fallback.replicas),
     }[fallback.behavior]
     if target <= 0 or high == 0:
-        desired = 0 if config.may_scale_to_zero or high == 0 else low
+        desired = 0 if scaling.may_scale_to_zero or high == 0 else low
     else:
         desired = min(max(target, low), high)
-        if config.align_to_partitions:
+        if scaling.align_to_partitions:
             desired = align_replicas(desired, partitions, low, high)
     why = ""
     if current > 0 and desired > 0:
-        desired, why = _behave(config, booked, current, desired, low, high, partitions, now)
+        desired, why = _behave(scaling, booked, current, desired, low, high, partitions, now)
     desired, blocked = _directional_pause(current, desired, pause)
     desired = min(desired, high)
     reason = (
         f"backlog unreadable ({failures} in a row): fallback {fallback.behavior} -> {desired}{why}{blocked}"
     )
     return _finish(
-        config, booked, current, desired, reason, now, active=desired > 0, fallback=True, rec=desired
+        scaling, booked, current, desired, reason, now, active=desired > 0, fallback=True, rec=desired
     )
 
 
 def _behave(
-    config: ScalingSpec,
+    scaling: ScalingSpec,
     state: ScalingState,
     current: int,
     recommendation: int,
@@ -367,7 +367,7 @@ def _behave(
     now: float,
 ) -> tuple[int, str]:
     """HPA behaviour: stabilisation, then the policies' rate limit, then alignment inside the limit."""
-    up, down = config.behavior.scale_up, config.behavior.scale_down
+    up, down = scaling.behavior.scale_up, scaling.behavior.scale_down
     stabilized = current
     up_floor = down_ceiling = recommendation
     for past in state.recommendations:
@@ -449,17 +449,17 @@ def _directional_pause(current: int, desired: int, pause: Pause) -> tuple[int, s
     return desired, ""
 
 
-def _cooled_down(config: ScalingSpec, state: ScalingState, now: float) -> bool:
+def _cooled_down(scaling: ScalingSpec, state: ScalingState, now: float) -> bool:
     created = state.created_at if state.created_at is not None else now
     idle_since = state.last_active_at if state.last_active_at is not None else created
     return (
-        now >= created + config.initial_cooldown_period_seconds
-        and now >= idle_since + config.cooldown_period_seconds
+        now >= created + scaling.initial_cooldown_period_seconds
+        and now >= idle_since + scaling.cooldown_period_seconds
     )
 
 
 def _finish(
-    config: ScalingSpec,
+    scaling: ScalingSpec,
     state: ScalingState,
     current: int,
     replicas: int,
@@ -476,7 +476,7 @@ def _finish(
     recommendations = state.recommendations
     events = state.scale_events
     if record:
-        horizon = _horizon(config)
+        horizon = _horizon(scaling)
         recommendations = tuple(r for r in recommendations if r.at > now - horizon)
         if rec is not None:
             recommendations += (Recommendation(now, rec),)
@@ -487,9 +487,9 @@ def _finish(
     return ScalingDecision(replicas, reason, active, fallback, paused, rec, new_state, sizing)
 
 
-def _horizon(config: ScalingSpec) -> float:
+def _horizon(scaling: ScalingSpec) -> float:
     """How far back any window or policy period looks: older history can be dropped."""
-    rules = (config.behavior.scale_up, config.behavior.scale_down)
+    rules = (scaling.behavior.scale_up, scaling.behavior.scale_down)
     periods = [p.period_seconds for r in rules for p in r.policies]
     return max([r.stabilization_window_seconds for r in rules] + periods)
 

@@ -1,5 +1,5 @@
-"""Commands of the operator package: `hubshift operator` (Kubernetes) here; `hubshift run` and
-`hubshift demo` (the local runtime) belong in their own section below."""
+"""`hubshift operator`: the Kubernetes operator for PartitionedConsumers (kopf), with its metrics served
+beside it. `hubshift run`, the local runtime, is `operator/local/cli.py`."""
 
 from __future__ import annotations
 
@@ -17,13 +17,11 @@ from hubshift.errors import UserError
 from hubshift.identity import CREDENTIAL_TYPES, parse_identity
 from hubshift.log import quiet_libraries
 from hubshift.operator.access import AccessPolicy, policy_from
-from hubshift.operator.claims import ScopeClaims
 from hubshift.operator.kubernetes import handlers, reconcile
 from hubshift.operator.kubernetes.render import DEFAULT_IMAGE
 from hubshift.operator.kubernetes.settings import OperatorConfig, unserved_namespace
 from hubshift.operator.metrics import METRICS
-
-# --- hubshift operator ------------------------------------------------------------------------------
+from hubshift.operator.reservations import ScopeReservations
 
 
 @click.command(name="operator")
@@ -140,10 +138,10 @@ def operator(
     if control_loop is None:
         # One registry of hubs and consumer groups per operator process: a second resource on one is refused.
         open_loop = functools.partial(
-            reconcile.open_cluster_loop, identity=identity, access=access, claims=ScopeClaims()
+            reconcile.open_cluster_loop, identity=identity, access=access, reservations=ScopeReservations()
         )
     else:
-        open_loop = _load(control_loop)
+        open_loop = _import_function(control_loop)
     registry = kopf.OperatorRegistry()
     handlers.register_login(registry)
     handlers.register(registry, config, open_loop)
@@ -195,7 +193,7 @@ def configure_operator_logging(log_format: str, verbose: bool) -> None:
     quiet_libraries(requests=not verbose)
 
 
-def _load(target: str) -> Any:
+def _import_function(target: str) -> Any:
     module_name, _, attribute = target.partition(":")
     try:
         function = getattr(importlib.import_module(module_name), attribute)
@@ -204,7 +202,3 @@ def _load(target: str) -> Any:
     if not callable(function):
         raise UserError(f"--control-loop {target}: not a function")
     return function
-
-
-# --- hubshift run / hubshift demo (the local runtime) ------------------------------------------------
-# Not written yet; `hubshift.cli` reports them as "not part of this build" until `run` and `demo` exist here.

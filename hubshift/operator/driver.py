@@ -27,6 +27,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tenacity import AsyncRetrying, RetryCallState, stop_never, wait_exponential
+
 from hubshift.errors import UserError
 from hubshift.manifest import PartitionedConsumer
 from hubshift.operator.loop import CycleInputs, CycleReport
@@ -37,8 +39,21 @@ log = logging.getLogger(__name__)
 
 MIN_CYCLE_SECONDS = 0.5
 # With nothing to run (an invalid spec, no children yet), look again this often even without a wake-up.
-IDLE_SECONDS = 60.0
+NOTHING_TO_RUN_SECONDS = 60.0
 FIRST_RETRY_SECONDS = 1.0
+LAST_RETRY_SECONDS = FIRST_RETRY_SECONDS * 2**16
+# After a failed cycle: every failure is retried, never giving up, after tenacity's exponential wait (from
+# FIRST_RETRY_SECONDS, doubling with each failure in a row up to LAST_RETRY_SECONDS; `failure_backoff`
+# caps it at the polling interval). The driver counts a run of failures as tenacity counts a retried call's
+# attempts.
+RETRY_POLICY = AsyncRetrying(
+    wait=wait_exponential(multiplier=FIRST_RETRY_SECONDS, max=LAST_RETRY_SECONDS), stop=stop_never
+)
+
+
+def failure_backoff(failures: RetryCallState, polling_interval: float) -> float:
+    """The wait before the cycle after `failures` failed cycles in a row."""
+    return min(RETRY_POLICY.wait(failures), polling_interval)
 
 
 class Flag(Protocol):
@@ -122,7 +137,7 @@ class LoopDriver:
         self.report: CycleReport | None = None
         self.cycles = 0
         self.errors = 0
-        self._failures = 0
+        self._failures: RetryCallState | None = None  # the failed cycles in a row, if the last one failed
         if metrics is not None:
             metrics.initialise(*labels)
 
@@ -139,7 +154,7 @@ class LoopDriver:
             self.wakeup.clear()  # a wake-up during the cycle runs the next one at once
             started = time.monotonic()
             wish = desired()
-            wait = IDLE_SECONDS
+            wait = NOTHING_TO_RUN_SECONDS
             if wish is not None:
                 async with self.lock:
                     wait = await self.cycle(wish)
@@ -164,7 +179,7 @@ class LoopDriver:
             raise
         except Exception as error:  # the driver outlives a failed cycle; the next one retries
             self.errors += 1
-            self._failures += 1
+            failures = self._failed_again()
             if self.metrics is not None:
                 self.metrics.cycle_errors.labels(*self.labels).inc()
             known = isinstance(error, StoreError | UserError)
@@ -176,12 +191,11 @@ class LoopDriver:
             self.logger.debug("control-loop cycle failed", exc_info=True)
             self._last_failure = what
             await self._report_failure(what)
-            backoff: float = FIRST_RETRY_SECONDS * 2.0 ** min(self._failures - 1, 16)
-            return min(backoff, polling)
+            return failure_backoff(failures, polling)
         finally:
             if self.metrics is not None:
                 self.metrics.cycle_duration.labels(*self.labels).observe(time.perf_counter() - started)
-        self._failures = 0
+        self._failures = None
         if self._last_failure is not None:
             self.logger.info("control-loop cycles work again")
             self._last_failure = None
@@ -190,6 +204,14 @@ class LoopDriver:
         if self.on_report is not None:
             self.on_report(report)
         return float(report.next_cycle_in)
+
+    def _failed_again(self) -> RetryCallState:
+        """One more failed cycle in a row."""
+        if self._failures is None:
+            self._failures = RetryCallState(RETRY_POLICY, None, (), {})
+        else:
+            self._failures.prepare_for_next_attempt()
+        return self._failures
 
     async def _report_failure(self, what: str) -> None:
         if self.on_failure is None:

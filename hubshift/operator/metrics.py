@@ -6,8 +6,8 @@ Names follow one scheme for the operator and the consumers (docs/observability.m
 most a few thousand, and small fixed sets). The series about the hub's partitions and backlog also carry
 `hub` and `consumer_group` (one value each per resource: no more series, and a person filters by them).
 The counters that matter before the first failure exist from the start (`initialise`, called when a
-control loop is set up). `OperatorMetrics` owns its registry, so a
-test makes a fresh one; the operator process uses `METRICS`.
+control loop is set up). `OperatorMetrics` owns its registry, so a test makes a fresh one; the operator
+process uses `METRICS`. `serve` answers `GET /metrics` in the background (`hubshift.webserver`).
 
 The consumers export their own metrics, named in `hubshift/consumer/metrics.py` only.
 """
@@ -15,23 +15,26 @@ The consumers export their own metrics, named in `hubshift/consumer/metrics.py` 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from threading import Thread
+from http import HTTPStatus
 from typing import Any
 
+from aiohttp import web
 from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
     Histogram,
     disable_created_metrics,
-    start_http_server,
 )
+from prometheus_client.exposition import choose_encoder
 
 from hubshift import __version__
 from hubshift.operator.rebalance import PublishReason
 from hubshift.operator.status import ResourcePhase
+from hubshift.webserver import BackgroundServer
 
 PREFIX = "hubshift"
+METRICS_PATH = "/metrics"
 LABELS = ("namespace", "consumer")
 HUB_LABELS = (*LABELS, "hub", "consumer_group")
 
@@ -319,10 +322,31 @@ class OperatorMetrics:
         ]:
             _remove(self.rebalances, labels)
 
-    def serve(self, port: int, address: str = "0.0.0.0") -> Thread:
-        """`/metrics` on `port`, in a daemon thread (the operator's event loop never waits on a scrape)."""
-        _, thread = start_http_server(port, addr=address, registry=self.registry)
-        return thread
+    def serve(self, port: int, address: str = "0.0.0.0") -> BackgroundServer:
+        """`/metrics` on `port`, on an event loop and a thread of their own (the operator's event loop never
+        waits on a scrape); an `OSError` when the port cannot be bound."""
+        return BackgroundServer(self._scrape, host=address, port=port, name="hubshift-metrics").start()
+
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """The exposition for a scrape (OpenMetrics when the scraper asks for it) and its content type."""
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type
+
+    async def _scrape(self, request: web.BaseRequest) -> web.StreamResponse:
+        """GET or HEAD `/metrics`: the exposition, gzipped when the scraper takes it."""
+        if request.path != METRICS_PATH:
+            return web.Response(status=HTTPStatus.NOT_FOUND, text="not found\n")
+        if request.method not in ("GET", "HEAD"):
+            return web.Response(
+                status=HTTPStatus.METHOD_NOT_ALLOWED,
+                text="method not allowed\n",
+                headers={"Allow": "GET, HEAD"},
+            )
+        body, content_type = self.render(request.headers.get("Accept"))
+        response = web.Response(body=body, headers={"Content-Type": content_type})
+        if "gzip" in request.headers.get("Accept-Encoding", ""):
+            response.enable_compression(web.ContentCoding.gzip)
+        return response
 
 
 def _label_sets(metric: Any) -> list[tuple[str, ...]]:

@@ -1,10 +1,11 @@
 """Rollouts and evictions: which consumer pods stop, which one is replaced next, and when it may go.
 
-Pure: `decide(observation, now, config)` returns what the rebalance machine is told this cycle (the replica
-count with the rollout's surge, the consumers `stopping` and `retiring`) and the pods to delete, over plain
-data: the pods with their StatefulSet revision, the published assignment and the lease owners. Nothing is
-kept between cycles but `RolloutState` (the status' `rollout` block), and every decision is derived again
-from what is observed, so an operator restarted midway carries on where the pods and the record stand.
+Pure: `decide(observation, now, rollout_spec)` returns what the rebalance machine is told this cycle (the
+replica count with the rollout's surge, the consumers `stopping` and `retiring`) and the pods to delete,
+over plain data: the pods with their StatefulSet revision, the published assignment and the lease owners.
+Nothing is kept between cycles but `RolloutState` (the status' `rollout` block), and every decision is
+derived again from what is observed, so an operator restarted midway carries on where the pods and the
+record stand.
 
 Evictions (any strategy): a pod being deleted (`kubectl drain`, a node-pool upgrade, `kubectl delete`, the
 StatefulSet's RollingUpdate) is *stopping*: its partitions are planned over the others at once and its
@@ -129,7 +130,7 @@ class RolloutDecision:
     events: tuple[RolloutEvent, ...] = field(default_factory=tuple)
 
 
-def decide(observation: RolloutObservation, now: float, config: RolloutSpec) -> RolloutDecision:
+def decide(observation: RolloutObservation, now: float, rollout_spec: RolloutSpec) -> RolloutDecision:
     """One cycle of rollout decisions (module docstring)."""
     view = _Pods.of(observation)
     stopping = view.stopping()
@@ -137,9 +138,9 @@ def decide(observation: RolloutObservation, now: float, config: RolloutSpec) -> 
     if observation.revision is None:
         return base
     outdated = view.outdated()
-    if config.strategy != "Operator":
+    if rollout_spec.strategy != "Operator":
         return _progress(base, observation, now, bool(outdated), surge=False)
-    surge = _surge(observation, config, view, bool(outdated))
+    surge = _surge(observation, rollout_spec, view, bool(outdated))
     desired = observation.desired_replicas + (1 if surge else 0)
     plan = set(observation.state.consumers)
     if not observation.state.generation:  # no plan published yet: nothing to replace against
@@ -240,11 +241,11 @@ def _holds(consumer: str, observation: RolloutObservation) -> bool:
     )
 
 
-def _surge(observation: RolloutObservation, config: RolloutSpec, view: _Pods, outdated: bool) -> bool:
+def _surge(observation: RolloutObservation, rollout_spec: RolloutSpec, view: _Pods, outdated: bool) -> bool:
     """One extra replica while pods are replaced, when the bounds allow it, kept until the surge pod has
     handed its share on."""
     desired = observation.desired_replicas
-    allowed = config.max_surge > 0 and 1 <= desired < observation.max_replicas
+    allowed = rollout_spec.max_surge > 0 and 1 <= desired < observation.max_replicas
     if not allowed:
         return False
     if outdated:

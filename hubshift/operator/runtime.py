@@ -1,5 +1,5 @@
 """What the control loop needs from the place consumers run: Kubernetes (pods of a StatefulSet) or this
-machine (processes). The loop itself (`control_loop.py`) is the same for both."""
+machine (processes). The loop itself (`operator/loop/`) is the same for both."""
 
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ def size_for_lag(figures: LoadFigures, target_seconds: float, current: int, low:
         limit = capacity * utilisation
         return all(
             sum(d for _, d in held) <= max(limit, held[0][1]) * (1 + SLACK)
-            for held in _consumers(demand, count, figures.strategy)
+            for held in _shares(demand, count, figures.strategy)
             if held
         )
 
@@ -76,7 +76,7 @@ def size_for_lag(figures: LoadFigures, target_seconds: float, current: int, low:
     if up < current:  # fewer would do: only as few as keep the headroom
         replicas = next((n for n in range(up, current) if fits(n, SCALE_IN_UTILISATION)), current)
     replicas = min(max(replicas, low), high)
-    held = _consumers(demand, max(replicas, 1), figures.strategy)
+    held = _shares(demand, max(replicas, 1), figures.strategy)
     busiest = max(held, key=lambda share: sum(d for _, d in share), default=())
     over = tuple((p, r) for p, r in sorted(figures.rates.items()) if r > capacity)
     return LagSizing(replicas, sum(demand.values()), capacity, busiest, over)
@@ -85,7 +85,7 @@ def size_for_lag(figures: LoadFigures, target_seconds: float, current: int, low:
 Share = tuple[tuple[str, float], ...]
 
 
-def _consumers(demand: Mapping[str, float], count: int, strategy: RebalanceStrategy) -> list[Share]:
+def _shares(demand: Mapping[str, float], count: int, strategy: RebalanceStrategy) -> list[Share]:
     """What consumers carry over `count` of them, each its partitions with their demand, heaviest first:
     the packing's consumers (`loadAware`), or the worst grouping (`balanced`: the heaviest `ceil(P / n)`)."""
     heaviest = sorted(demand.items(), key=lambda item: (-item[1], item[0]))

@@ -21,7 +21,6 @@ import kopf
 from hubshift.errors import UserError
 from hubshift.manifest import PartitionedConsumer, connections_of
 from hubshift.operator.access import SERVICE_ACCOUNTS_VALUE, AccessPolicy, Service
-from hubshift.operator.claims import ScopeClaims
 from hubshift.operator.driver import MIN_CYCLE_SECONDS, CycleRunner, Desired, LoopDriver
 from hubshift.operator.kubernetes.api import KubeAdapter, consumer_instance
 from hubshift.operator.kubernetes.render import (
@@ -40,6 +39,7 @@ from hubshift.operator.kubernetes.render import (
 from hubshift.operator.kubernetes.runtime import OPERATOR_ROLES, KubernetesRuntime
 from hubshift.operator.loop import CycleInputs, open_control_loop
 from hubshift.operator.metrics import OperatorMetrics
+from hubshift.operator.reservations import ScopeReservations
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.operator.status import (
     READY,
@@ -337,13 +337,14 @@ async def open_cluster_loop(
     *,
     identity: TokenCredentialSpec = OPERATOR_IDENTITY,
     access: AccessPolicy | None = None,
-    claims: ScopeClaims | None = None,
+    reservations: ScopeReservations | None = None,
 ) -> CycleRunner:
     """The control loop of a PartitionedConsumer in the cluster: connection strings from its Secrets; where
     the spec names a token credential, the operator's own `identity` instead (never the spec's: a resource
     must not make the operator act as an identity it chose), and only for what `access` allows the
     resource's namespace (`UserError` naming the block otherwise, before anything is opened). With the
-    operator's `claims`, a resource younger than another on the same hub and consumer group is refused."""
+    operator's `reservations`, a resource younger than another on the same hub and consumer group is
+    refused."""
     refusals = (access or AccessPolicy()).refusals(consumer.metadata.namespace, identity_reads(consumer))
     if refusals:
         more = f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""
@@ -358,7 +359,7 @@ async def open_cluster_loop(
         metrics=metrics,
         identity=identity,
         driver=driver,
-        claims=claims,
+        reservations=reservations,
         created=owner.created,
     )
 

@@ -141,7 +141,7 @@ def check_for_cluster(consumer: PartitionedConsumer) -> None:
         )
     if consumer.spec.consumer.code.path is not None:
         raise UserError("spec.consumer.code.path: a folder of this machine; in a cluster use code.configMap")
-    sink_volume(consumer)
+    sink_storage(consumer)
     filled = {entry["name"] for entry in secret_env(consumer)}
     for index, variable in enumerate(consumer.spec.consumer.pod_template.env):
         if variable.name in filled:
@@ -313,9 +313,9 @@ def _field_env(name: str, path: str) -> JSON:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def sink_volume(consumer: PartitionedConsumer) -> tuple[JSON | None, JSON | None, JSON | None]:
-    """What the sink needs mounted (its `volume`, e.g. a folder sink's), as (volume, volume mount, claim
-    template); Nones when it needs none."""
+def sink_storage(consumer: PartitionedConsumer) -> tuple[JSON | None, JSON | None, JSON | None]:
+    """The pod's side of the sink's volume (`sinks.sink_volume`, e.g. a folder sink's): as (pod volume,
+    volume mount, claim template), Nones when it needs none."""
     volume = sinks.sink_volume(consumer.spec.consumer.sink, WORK_DIR)
     if volume is None:
         return None, None, None
@@ -418,7 +418,7 @@ def render_statefulset(
 ) -> JSON:
     """The pool's StatefulSet; `image`: the consumer image when the spec names none (the operator's)."""
     names = ChildNames.of(owner.name)
-    _, _, sink_claim = sink_volume(consumer)
+    _, _, sink_claim = sink_storage(consumer)
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -445,7 +445,7 @@ def _volumes(consumer: PartitionedConsumer, owner: Owner, container: JSON) -> li
         {"name": WORK_VOLUME, "emptyDir": {}},
         {"name": TMP_VOLUME, "emptyDir": {}},
     ]
-    sink, sink_mount, _ = sink_volume(consumer)
+    sink, sink_mount, _ = sink_storage(consumer)
     if sink_mount is not None:
         container["volumeMounts"].append(sink_mount)
     if sink is not None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -17,9 +16,6 @@ from hubshift.operator.local.processes import TARGETS_FILE
 from hubshift.operator.local.runner import LocalOperator, install_stop_signals
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.spec import TokenCredentialSpec
-
-if TYPE_CHECKING:
-    from hubshift.operator.local.runner import LocalOperator
 
 log = logging.getLogger("hubshift.run")
 
@@ -64,7 +60,7 @@ def run(
     credentials are built here, by each process."""
     configure_logging(log_level)
     identity = chosen_identity(credential, client_id)
-    consumer = _load(Path(manifest_path), identity)
+    consumer = _manifest_with(Path(manifest_path), identity)
     folder = Path(workdir) if workdir else Path(".hubshift") / consumer.metadata.name
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -79,7 +75,7 @@ def run(
         raise SystemExit(code)
 
 
-def _load(path: Path, identity: TokenCredentialSpec | None) -> PartitionedConsumer:
+def _manifest_with(path: Path, identity: TokenCredentialSpec | None) -> PartitionedConsumer:
     """The manifest, with the command line's credential in place of its connection strings."""
     consumer = load_manifest(path)
     if identity is None:
@@ -158,7 +154,7 @@ async def _watch_manifest(
             continue
         seen = changed
         try:
-            operator.apply(_load(path, identity))
+            operator.apply(_manifest_with(path, identity))
             log.info("%s changed: applied", path)
         except UserError as exc:
             log.warning("%s changed but was not applied: %s", path, exc)

@@ -14,12 +14,12 @@ import pytest
 
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.manifest import PartitionedConsumer, parse_manifest
-from hubshift.operator.claims import ScopeClaims
 from hubshift.operator.driver import CycleRunner, Desired, LoopDriver
 from hubshift.operator.kubernetes.reconcile import open_cluster_loop
 from hubshift.operator.kubernetes.render import Owner
 from hubshift.operator.loop import ControlLoop, CycleInputs
 from hubshift.operator.metrics import OperatorMetrics
+from hubshift.operator.reservations import ScopeReservations
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.operator.status import failed_cycle_status
 from hubshift.spec import DEFAULT_EVENTHUBS_ENV
@@ -78,12 +78,12 @@ def desired(body: dict[str, Any]) -> Desired:
     return Desired(parse_manifest(body), CycleInputs.from_body(body))
 
 
-def reporting_driver(runtime: PodRuntime, claims: ScopeClaims | None = None) -> LoopDriver:
+def reporting_driver(runtime: PodRuntime, reservations: ScopeReservations | None = None) -> LoopDriver:
     """The driver as the operator runs it for one resource: `open_cluster_loop` (with the operator's
-    `claims`), a failed cycle reported in the resource's status."""
+    `reservations`), a failed cycle reported in the resource's status."""
 
     async def open_loop(consumer: PartitionedConsumer) -> CycleRunner:
-        return await open_cluster_loop(consumer, runtime, OperatorMetrics(), claims=claims)  # type: ignore[arg-type]
+        return await open_cluster_loop(consumer, runtime, OperatorMetrics(), reservations=reservations)  # type: ignore[arg-type]
 
     async def report_failure(message: str) -> None:
         runtime.status = failed_cycle_status(None, None, message, 0.0).to_body()
@@ -177,11 +177,11 @@ async def test_the_younger_of_two_resources_on_one_consumer_group_is_refused_whi
     tmp_path: Path, emulator_factory: Any, second_store: str
 ) -> None:
     """Another checkpoint store holds no record naming the first resource, yet the two pools would still
-    steal the hub's partitions from each other: the operator's claims refuse the younger resource on the
+    steal the hub's partitions from each other: the operator's reservations refuse the younger resource on the
     same hub and consumer group, whichever store it names, until the older one is gone. With one store,
     the older takes the record over from the younger that published first (neither stands refused)."""
     emulator: RunningEmulator = emulator_factory(["hub:4"])
-    claims = ScopeClaims()
+    reservations = ScopeReservations()
     first_runtime = PodRuntime(
         emulator.connection_string, owner=Owner("homes", "default", "u", "2026-01-01T00:00:00Z")
     )
@@ -194,7 +194,10 @@ async def test_the_younger_of_two_resources_on_one_consumer_group_is_refused_whi
 
     # the younger resource's loop starts first (an operator resuming both after a restart): it runs until
     # the older one's loop opens, then it is refused and its pods are stopped
-    second, first = reporting_driver(second_runtime, claims), reporting_driver(first_runtime, claims)
+    second, first = (
+        reporting_driver(second_runtime, reservations),
+        reporting_driver(first_runtime, reservations),
+    )
     try:
         await second.cycle(desired(intruder))
         assert second.errors == 0 and second_runtime.replica_count == 2

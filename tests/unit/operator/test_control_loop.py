@@ -18,17 +18,11 @@ from hubshift.eventhubs.management import ProbeError
 from hubshift.eventhubs.model import PartitionInfo
 from hubshift.manifest import PartitionedConsumer, parse_manifest
 from hubshift.operator import autoscaler
+from hubshift.operator.cadence import BUSY_CYCLE_SECONDS, next_cycle_in
 from hubshift.operator.loop import ControlLoop, CycleInputs, CycleReport
-from hubshift.operator.observe import (
-    BUSY_CYCLE_SECONDS,
-    PartitionLag,
-    backlog_per_partition,
-    lease_owners,
-    next_cycle_in,
-    owners_to_expel,
-    present_consumers,
-    record_changed,
-)
+from hubshift.operator.observe import backlog_per_partition, lease_owners, present_consumers
+from hubshift.operator.partition_lag import PartitionLag
+from hubshift.operator.publication import owners_to_expel, record_changed
 from hubshift.operator.rebalance import PublishAssignment, PublishReason, RebalanceState
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.operator.scaling_record import AUTOSCALER_RECORD
@@ -623,7 +617,7 @@ def test_the_lag_target_gives_a_hot_partition_a_consumer_and_keeps_the_others_un
         busy = (clock.now - started) / 2  # every consumer busy half the time, at 100 events a busy second
         return 100.0 * busy, busy
 
-    monkeypatch.setattr("hubshift.operator.loop.consumer_work", work)
+    monkeypatch.setattr("hubshift.operator.loop.observer.consumer_work", work)
     harness = make_harness(store, runtime, probe, clock)
     target = {"unprocessedEventsPerReplica": 1_000_000, "lagSeconds": 5}
     harness.loop.apply(manifest_with({"strategy": "loadAware"}, minReplicas=2, maxReplicas=8, target=target))

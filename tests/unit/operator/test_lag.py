@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hubshift.eventhubs.model import PartitionInfo
 from hubshift.operator.metrics import OperatorMetrics
-from hubshift.operator.observe import (
+from hubshift.operator.partition_lag import (
     LAG_READS_PER_CYCLE,
     PartitionLag,
     first_unprocessed,

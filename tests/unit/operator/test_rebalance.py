@@ -28,12 +28,12 @@ from hubshift.ownership.records import decode_assignment, encode_assignment
 from hubshift.spec import LoadAwareSpec, RebalanceSpec
 from tests.harness.ownership import is_balanced, minimum_moves
 
-CONFIG = RebalanceSpec(delay_seconds=5.0, max_handoff_seconds=3.0)
+SPEC = RebalanceSpec(delay_seconds=5.0, max_handoff_seconds=3.0)
 
 
 def stored(state: RebalanceState) -> RebalanceState:
     """`state` as the control loop reads it back from the store: its assignment record, as JSON."""
-    return RebalanceState.from_record(decode_assignment(encode_assignment(state.to_record(CONFIG))))
+    return RebalanceState.from_record(decode_assignment(encode_assignment(state.to_record(SPEC))))
 
 
 def ids(n: int) -> list[str]:
@@ -69,7 +69,7 @@ class World:
     breakable: set[str] = field(default_factory=set)
     pool: str | None = "homes"  # None: names the operator cannot plan with (every change waits)
     joined: set[str] = field(default_factory=set)  # consumers up and joined that the operator has not seen
-    config: RebalanceSpec = CONFIG
+    rebalance_spec: RebalanceSpec = SPEC
     load: dict[str, float] | None = None  # each partition's events per second, as the loop measured it
     capacity: float | None = None  # events per second one consumer processes, as the loop measured it
 
@@ -88,7 +88,7 @@ class World:
         )
 
     def cycle(self, seconds: float = 1.0, *, consumers_act: bool = True) -> Step:
-        result = step(self.state, self.observe(), self.now, self.config)
+        result = step(self.state, self.observe(), self.now, self.rebalance_spec)
         self.steps.append(result)
         for action in result.actions:
             if isinstance(action, PublishAssignment):
@@ -110,7 +110,7 @@ class World:
         record = self.record
         if record is None:
             return
-        deadline = record.handoff_deadline(CONFIG) or 0.0
+        deadline = record.handoff_deadline(SPEC) or 0.0
         up = set(self.present) | self.joined
         for partition, planned in record.planned.items():  # nobody reads it: its planned owner claims it
             unread = record.assignment.get(partition) is None and self.owners.get(partition) is None
@@ -166,7 +166,7 @@ def settled_world(partitions: int = 32, consumers: int = 8) -> World:
     plan = plan_assignment(ids(partitions), pods(consumers), {})
     world = World(ids(partitions), pods(consumers), dict(plan.assignment), consumers, consumers)
     world.cycle()
-    world.run(CONFIG.max_handoff_seconds + 1)
+    world.run(SPEC.max_handoff_seconds + 1)
     assert world.state is not None and world.state.phase is Phase.READY
     world.published.clear()
     world.steps.clear()
@@ -183,7 +183,7 @@ def test_a_consumer_that_returns_within_the_delay_causes_no_handoff() -> None:
     start = world.now
     world.run(3)
     assert phase_of(world) is Phase.HOLDDOWN
-    assert world.state is not None and world.state.holddown_until == start + CONFIG.delay_seconds
+    assert world.state is not None and world.state.holddown_until == start + SPEC.delay_seconds
     world.present.insert(3, "homes-3")
     world.run(10)
     assert world.published == []
@@ -196,7 +196,7 @@ def test_a_consumer_that_does_not_return_is_replaced_after_the_delay_and_forced_
     world = settled_world()
     lost = world.owned_by("homes-3")
     world.present.remove("homes-3")
-    world.run(CONFIG.delay_seconds + 1)
+    world.run(SPEC.delay_seconds + 1)
     (publication,) = world.published
     assert {m.partition for m in publication.moves} == set(lost)
     assert publication.forced == frozenset(lost)
@@ -214,7 +214,7 @@ def test_the_holddown_deadline_is_set_by_the_first_change_only() -> None:
     world.present.remove("homes-5")
     world.cycle()
     assert world.state is not None and world.state.holddown_until == first
-    world.run(CONFIG.delay_seconds)
+    world.run(SPEC.delay_seconds)
     (publication,) = world.published
     assert len(publication.moves) == 8
 
@@ -229,12 +229,12 @@ def test_without_ordinal_names_a_scale_out_waits_for_the_holddown() -> None:
     for pod in pods(4, start=4):  # the new pods get ready one second apart
         world.present.append(pod)
         world.cycle()
-    elapsed = 4 + world.run_until_balanced(CONFIG.delay_seconds + 5)
+    elapsed = 4 + world.run_until_balanced(SPEC.delay_seconds + 5)
     (publication,) = world.published
     assert len(publication.moves) == 16  # the minimum for 4 -> 8 over 32 partitions
     assert publication.forced == frozenset()
     assert publication.reason is PublishReason.HOLDDOWN_OVER
-    assert elapsed <= CONFIG.delay_seconds + 5  # measured from the first new consumer
+    assert elapsed <= SPEC.delay_seconds + 5  # measured from the first new consumer
 
 
 # --- planned changes ------------------------------------------------------------------------------------
@@ -308,7 +308,7 @@ def test_a_cold_start_share_read_before_the_operator_sees_it_ready_is_not_a_pend
     world.consumers_act()
     assert all(len(world.owned_by(pod)) == 4 for pod in pods(8))
     assert world.state is not None and pending_handoffs(world.state, world.owners) == []  # status: none
-    world.run(CONFIG.max_handoff_seconds + 2)  # nothing is pending: no deadline, no broken lease
+    world.run(SPEC.max_handoff_seconds + 2)  # nothing is pending: no deadline, no broken lease
     assert "HandoffForced" not in world.events() and world.early_breaks == []
     assert world.state is not None and world.state.phase is not Phase.REBALANCING
     before = dict(world.owners)
@@ -341,9 +341,9 @@ def test_partitions_planned_for_a_late_consumer_go_to_those_present_after_the_de
     world.cycle()
     world.present.extend(pods(7))  # homes-7 does not start
     world.cycle()
-    assert world.state is not None and world.state.planned_until == world.now - 1 + CONFIG.delay_seconds
+    assert world.state is not None and world.state.planned_until == world.now - 1 + SPEC.delay_seconds
     assert all(world.owners.get(p) is None for p in world.state.planned)
-    world.run(CONFIG.delay_seconds - 1)
+    world.run(SPEC.delay_seconds - 1)
     assert world.state.planned and all(world.owners.get(p) is None for p in world.state.planned)
     world.run(2)
     late = world.published[-1]
@@ -353,7 +353,7 @@ def test_partitions_planned_for_a_late_consumer_go_to_those_present_after_the_de
     world.cycle()
     assert world.state is not None and world.state.phase is Phase.HOLDDOWN
     assert world.state.running is ChangeKind.HOLDDOWN
-    world.run(CONFIG.delay_seconds + 2)
+    world.run(SPEC.delay_seconds + 2)
     assert world.balanced()
 
 
@@ -386,7 +386,7 @@ def test_a_crash_during_a_planned_scale_out_falls_back_to_the_holddown() -> None
     # The joiners took their planned share, the part homes-1 was reading by force (it is gone).
     assert all(world.owners[p] is None or world.owners[p] != "homes-1" for p in result.published.forced)
     assert any(world.owners[p] == "homes-1" for p in crashed)  # the rest waits for the holddown
-    world.run(CONFIG.delay_seconds + 2)
+    world.run(SPEC.delay_seconds + 2)
     assert world.published[-1].reason is PublishReason.HOLDDOWN_OVER
     assert is_balanced(world.owners, [c for c in pods(8) if c != "homes-1"])
 
@@ -408,8 +408,8 @@ def test_planning_is_deterministic() -> None:
     world = settled_world(consumers=3)
     world.desired = 7
     observation = world.observe()
-    first = step(world.state, observation, world.now, CONFIG)
-    again = step(world.state, observation, world.now, CONFIG)
+    first = step(world.state, observation, world.now, SPEC)
+    again = step(world.state, observation, world.now, SPEC)
     assert first == again
 
 
@@ -504,7 +504,7 @@ def test_scale_in_is_forced_after_the_max_handoff_time() -> None:
     world.stuck.add("homes-6")  # hung: never releases
     world.desired = 4
     world.cycle()
-    world.run(CONFIG.max_handoff_seconds - 1)
+    world.run(SPEC.max_handoff_seconds - 1)
     assert world.replicas == 8
     world.run(2)
     assert world.replicas == 4
@@ -536,13 +536,13 @@ def test_operator_restart_mid_rebalance_resumes_from_the_record() -> None:
     world.desired = 6
     publication = world.cycle().published
     assert publication is not None
-    deadline = world.record.handoff_deadline(CONFIG) if world.record else None
+    deadline = world.record.handoff_deadline(SPEC) if world.record else None
     world.state = None  # the operator restarts; the record in the store is all it has
     assert world.record is not None
     world.record = stored(world.record)
-    world.run(CONFIG.max_handoff_seconds + 2)
+    world.run(SPEC.max_handoff_seconds + 2)
     assert len(world.published) == 1  # nothing re-published
-    assert world.record.handoff_deadline(CONFIG) == deadline
+    assert world.record.handoff_deadline(SPEC) == deadline
     assert world.replicas == 6
     assert world.early_breaks == []
 
@@ -552,7 +552,7 @@ def test_a_lost_write_is_recomputed_with_the_same_generation() -> None:
     before = world.record
     world.present.remove("homes-7")
     world.departed.add("homes-7")
-    lost = step(world.state, world.observe(), world.now, CONFIG)  # decided, never written
+    lost = step(world.state, world.observe(), world.now, SPEC)  # decided, never written
     assert lost.published is not None
     world.state = None
     world.record = before
@@ -576,7 +576,7 @@ def test_state_round_trips_through_the_assignment_record() -> None:
     world.cycle()
     state = world.state
     assert state is not None and state.holddown_until is not None
-    assert RebalanceState.from_record(state.to_record(CONFIG)) == state
+    assert RebalanceState.from_record(state.to_record(SPEC)) == state
     assert stored(state) == state
 
 
@@ -633,15 +633,15 @@ def test_invariants_hold_over_random_event_sequences(
             world.stuck.add(f"homes-{value}")
         elif kind == "restart":
             if value:  # the operator decides, then dies before writing anything
-                step(world.state, world.observe(), world.now, CONFIG)
+                step(world.state, world.observe(), world.now, SPEC)
             world.state = None
         before = world.record or world.state
         owners = dict(world.owners)
         live = set(world.present)
         replicas = world.replicas
         observation = world.observe()
-        assert step(world.state, observation, world.now, CONFIG) == step(
-            world.state, observation, world.now, CONFIG
+        assert step(world.state, observation, world.now, SPEC) == step(
+            world.state, observation, world.now, SPEC
         ), "deterministic"
         result = world.cycle(0.0)
         publication = result.published
@@ -672,7 +672,7 @@ def test_invariants_hold_over_random_event_sequences(
                 still_held = [
                     o for o in owners.values() if o is not None and (ordinal(o) or 0) >= action.replicas
                 ]
-                assert not still_held or world.now >= (after.handoff_deadline(CONFIG) or 0.0)
+                assert not still_held or world.now >= (after.handoff_deadline(SPEC) or 0.0)
         if after.phase is Phase.HOLDDOWN:
             assert after.holddown_until is not None
         assert stored(after) == after
@@ -688,8 +688,8 @@ def test_state_survives_the_stored_json_record() -> None:
     world.cycle()
     state = world.state
     assert state is not None and state.forced
-    stored = decode_assignment(encode_assignment(state.to_record(CONFIG)))
-    assert stored.max_handoff_seconds == CONFIG.max_handoff_seconds
+    stored = decode_assignment(encode_assignment(state.to_record(SPEC)))
+    assert stored.max_handoff_seconds == SPEC.max_handoff_seconds
     assert RebalanceState.from_record(stored) == state
 
 
@@ -711,7 +711,7 @@ def skewed(hot: Collection[str], partitions: int = 16, rate: float = 200.0) -> d
 def load_aware_world(partitions: int = 16, consumers: int = 4) -> World:
     """A settled pool under the load-aware strategy, its load even so far."""
     world = settled_world(partitions, consumers)
-    world.config = LOAD_AWARE
+    world.rebalance_spec = LOAD_AWARE
     world.load = {p: 10.0 for p in ids(partitions)}
     world.run(2)
     assert world.published == []
@@ -794,7 +794,7 @@ def test_load_aware_invariants_hold_over_random_event_sequences(
     at most `maxMoves`, never forced; no live owner loses a partition before its handoff time; the same
     inputs give the same step."""
     world = World(ids(partitions), pods(consumers), {}, replicas=consumers, desired=consumers)
-    world.config = LOAD_AWARE
+    world.rebalance_spec = LOAD_AWARE
     world.load = {p: 10.0 for p in ids(partitions)}
     for kind, value in events:
         if kind == "tick":

@@ -3,7 +3,7 @@ consumer group is refused, and the scope is free again when its driver is delete
 
 from __future__ import annotations
 
-from hubshift.operator.observe import driving_refusal
+from hubshift.operator.reservations import driving_refusal
 from hubshift.operator.status import READY, PartitionedConsumerStatus, ResourcePhase, failed_cycle_status
 from hubshift.ownership.model import Driver
 
