@@ -7,7 +7,7 @@ per second; None: not measured) and the rules. docs/decisions.md ("Load-aware pa
   checkpoints cost something, so idle partitions spread rather than pile up on one consumer). A partition
   without a figure weighs the mean; without any figure above zero every partition weighs 1, and the
   packing spreads counts.
-- Limits: the mean is the total weight over ``k = min(consumers, partitions)``. A consumer is *over* when it
+- LoadLimits: the mean is the total weight over ``k = min(consumers, partitions)``. A consumer is *over* when it
   carries more than the trigger, ``(1 + tolerance) x mean``, and more than ``(1 + tolerance / 2)`` x its
   heaviest partition. It sheds partitions until it carries at most its target, ``(1 + tolerance / 2) x
   mean`` (the settle level), or its heaviest partition when that alone weighs more. The gap between
@@ -70,11 +70,6 @@ class LoadLimits:
         active = max(1, min(consumers, len(weights)))
         mean = sum(weights.values()) / active
         return cls(mean, mean * (1 + rules.tolerance), mean * (1 + rules.tolerance / 2))
-
-
-# The name `operator/rebalance.py` imports until it says `LoadLimits` (kept out of that module while it is
-# being split; delete this line with that import).
-Limits = LoadLimits
 
 
 def partition_weights(partitions: Iterable[str], load: Mapping[str, float] | None) -> dict[str, float]:

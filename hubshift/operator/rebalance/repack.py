@@ -7,7 +7,7 @@ from hubshift.operator.rebalance.cycle import Change, Cycle
 from hubshift.operator.rebalance.plans import PoolPlan
 from hubshift.operator.rebalance.state import RebalanceState
 from hubshift.ownership.model import ChangeKind, Phase
-from hubshift.ownership.packing import Limits, consumer_loads, partition_weights
+from hubshift.ownership.packing import LoadLimits, consumer_loads, partition_weights
 from hubshift.ownership.planner import consumer_sort_key, plan_moves
 
 # No move for load alone while the busiest consumer carries at most this share of a consumer's measured
@@ -50,7 +50,7 @@ def repack(state: RebalanceState, cycle: Cycle) -> Change | None:
     load = cycle.roster.observation.load or {}
     weights = partition_weights(parts, load)
     loads = consumer_loads(assignees, weights)
-    mean = Limits.of(weights, len(state.consumers), cycle.packing()).mean
+    mean = LoadLimits.of(weights, len(state.consumers), cycle.packing()).mean
     busiest = max(sorted(loads, key=consumer_sort_key), key=lambda c: loads[c])
     moved = ", ".join(
         f"{m.partition} ({load.get(m.partition, 0.0):.0f}/s) {m.previous} -> {m.assignee}"
