@@ -12,19 +12,23 @@ per second; None: not measured) and the rules. docs/decisions.md ("Load-aware pa
   heaviest partition. It sheds partitions until it carries at most its target, ``(1 + tolerance / 2) x mean``
   (the settle level), or its heaviest partition when that alone weighs more. The gap between trigger and
   settle is the hysteresis: a consumer just filled to the settle level does not shed again at the next small
-  change of load. - Required moves (never capped): a partition whose assignee is not one of the consumers
-  goes, heaviest first, to the least loaded consumer. - Voluntary moves (at most `max_moves`): each over
-  consumer, busiest first, sheds the fewest partitions that bring it to its target and all fit elsewhere under
-  the settle level (each, heaviest first, to the least loaded consumer; if that leaves one without room, best
-  fit: to the fullest with room), lightest set first; else the same with one more partition, and so on. When
-  nothing fits (partitions too coarse for the settle level), each of the fewest that leaves both consumers
-  lighter than the shedding one was moves to the least loaded consumer. A partition heavier than the settle
-  level moves only that way. Repeated until nobody over can shed. - Minimum: an over consumer must lose at
-  least the fewest of its partitions that bring it to its target; when those fit, the plan moves exactly them
-  (property-tested against a brute force for one busy consumer). An assignment with nobody over is kept as it
-  is. Every move leaves both consumers lighter than the shedding one was, so with steady loads repeated
-  packing comes to rest. - Deterministic: partitions in numeric order, consumers in the order given; ties go
-  to the lower partition, the consumer with fewer partitions, then the earlier consumer. """
+  change of load.
+- Required moves (never capped): a partition whose assignee is not one of the consumers goes, heaviest
+  first, to the least loaded consumer.
+- Voluntary moves (at most `max_moves`): each over consumer, busiest first, sheds the fewest partitions
+  that bring it to its target and all fit elsewhere under the settle level (each, heaviest first, to the
+  least loaded consumer; if that leaves one without room, best fit: to the fullest with room), lightest
+  set first; else the same with one more partition,
+  and so on. When nothing fits (partitions too coarse for the settle level), each of the fewest that
+  leaves both consumers lighter than the shedding one was moves to the least loaded consumer. A partition
+  heavier than the settle level moves only that way. Repeated until nobody over can shed.
+- Minimum: an over consumer must lose at least the fewest of its partitions that bring it to its target;
+  when those fit, the plan moves exactly them (property-tested against a brute force for one busy
+  consumer). An assignment with nobody over is kept as it is. Every move leaves both consumers lighter
+  than the shedding one was, so with steady loads repeated packing comes to rest.
+- Deterministic: partitions in numeric order, consumers in the order given; ties go to the lower
+  partition, the consumer with fewer partitions, then the earlier consumer.
+"""
 
 from __future__ import annotations
 
