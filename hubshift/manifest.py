@@ -45,9 +45,18 @@ _CONNECTION_STRING_FIELDS = ("connectionStringSecretRef", "connectionStringEnv")
 
 UI_PORT_TAKEN = "spark.ui.port: the Spark UI and metricsPort need ports of their own"
 _ROWS_ONLY = [kind.name for kind in SINKS if not kind.writes_lines]
-_ROW_PIPELINES = [kind.name for kind in PIPELINES if kind.shape == "frames"]
+_ROW_PIPELINES = [kind.name for kind in PIPELINES if kind.shape in ("frames", "stream")]
+_STREAMS = [kind.name for kind in PIPELINES if kind.shape == "stream"]
 FRAMES_ONLY = (
-    f"a sink Spark writes ({', '.join(_ROWS_ONLY)}) takes pipeline type {' or '.join(_ROW_PIPELINES)}"
+    f"a sink Spark writes ({', '.join(_ROWS_ONLY)}) takes pipeline type {', '.join(_ROW_PIPELINES[:-1])} "
+    f"or {_ROW_PIPELINES[-1]}"
+)
+STREAM_SINKS = f"pipeline type stream writes to a sink Spark writes ({', '.join(_ROWS_ONLY)})"
+# What a streaming job's output mode may go into: update mode is an upsert by key columns.
+UPDATE_SINKS = ("delta", "jdbc", "foreachBatch")
+UPDATE_MODE = (
+    "stream.outputMode update goes into delta or jdbc with stream.keyColumns (the rows' key), or into your "
+    "foreachBatch function; parquet and json take append"
 )
 
 
@@ -143,6 +152,22 @@ class ConsumerSpec(Model):
             ".pipeline",
         ),
         cel(
+            "!has(self.pipeline) || !has(self.pipeline.type) || self.pipeline.type != 'stream' || "
+            "(has(self.sink) && has(self.sink.type) && self.sink.type in ["
+            + ", ".join(f"'{name}'" for name in _ROWS_ONLY)
+            + "])",
+            STREAM_SINKS,
+            ".sink",
+        ),
+        cel(
+            "!has(self.pipeline) || !has(self.pipeline.stream) || !has(self.pipeline.stream.outputMode) || "
+            "self.pipeline.stream.outputMode != 'update' || (has(self.sink) && has(self.sink.type) && "
+            "(self.sink.type == 'foreachBatch' || (self.sink.type in ['delta', 'jdbc'] && "
+            "has(self.pipeline.stream.keyColumns) && size(self.pipeline.stream.keyColumns) > 0)))",
+            UPDATE_MODE,
+            ".pipeline.stream.outputMode",
+        ),
+        cel(
             "!has(self.spark) || !has(self.spark.ui) || !has(self.spark.ui.enabled) || !self.spark.ui.enabled"
             f" || (has(self.spark.ui.port) ? self.spark.ui.port : {SparkUiSpec().port})"
             f" != (has(self.metricsPort) ? self.metricsPort : {DEFAULT_METRICS_PORT})",
@@ -154,8 +179,17 @@ class ConsumerSpec(Model):
 
     @model_validator(mode="after")
     def _frames_for_spark_sinks(self) -> ConsumerSpec:
-        if not self.sink.kind.writes_lines and self.pipeline.kind.shape != "frames":
+        shape = self.pipeline.kind.shape
+        if not self.sink.kind.writes_lines and shape not in ("frames", "stream"):
             raise ValueError(FRAMES_ONLY)
+        if shape == "stream":
+            if self.sink.kind.writes_lines:
+                raise ValueError(STREAM_SINKS)
+            job = self.pipeline.block
+            if job.output_mode == "update" and not (
+                self.sink.type == "foreachBatch" or (self.sink.type in UPDATE_SINKS and job.key_columns)
+            ):
+                raise ValueError(UPDATE_MODE)
         # On one port the metrics server, started first, keeps it and Spark's UI moves on unannounced.
         if self.spark.ui.enabled and self.spark.ui.port == self.metrics_port:
             raise ValueError(UI_PORT_TAKEN)

@@ -46,6 +46,7 @@ from hubshift.ownership.checkpoints import list_checkpoints
 from hubshift.ownership.scope import Scope
 from hubshift.ownership.store import LeaseStore
 from hubshift.pipelines import check_pipeline
+from hubshift.pipelines.stream import state_root
 from hubshift.sinks.folder import FolderSinkSpec
 from hubshift.spec import FailoverSpec
 
@@ -160,11 +161,23 @@ class ConsumerApp:
             if options.event_cost_seconds > 0:
                 handler = Costly(handler, options.event_cost_seconds)
             return SdkEngine(target, handler, metrics=metrics)
+        consumer = manifest.spec.consumer
+        if consumer.pipeline.kind.shape == "stream":
+            from hubshift.consumer.spark.streams import StreamEngine  # lazy: PySpark, as SparkEngine below
+
+            state = state_root(
+                consumer.pipeline.block,
+                manifest.spec.checkpoint_store,
+                os.environ,
+                ("spec", "consumer", "pipeline", "stream"),
+            )
+            drain = manifest.spec.rebalance.max_handoff_seconds
+            return StreamEngine(
+                target, options.identity, consumer, scratch, state, metrics=metrics, drain_seconds=drain
+            )
         from hubshift.consumer.spark.engine import SparkEngine  # lazy: the SDK engine runs without PySpark
 
-        return SparkEngine(
-            target, options.identity, manifest.spec.consumer, scratch, metrics=metrics, handled=handled
-        )
+        return SparkEngine(target, options.identity, consumer, scratch, metrics=metrics, handled=handled)
 
     def run(self) -> int:
         """Until SIGTERM (or the engine fails): the exit code."""

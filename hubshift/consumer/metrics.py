@@ -160,6 +160,25 @@ class ConsumerMetrics:
         self.dead_letters = Counter(
             f"{PREFIX}_dead_letters", "Events sent to the dead-letter location.", registry=r
         )
+        self.restore_seconds = Gauge(
+            f"{PREFIX}_state_restore_seconds",
+            "A streaming job's partition: from its query's start to its first committed batch (its state "
+            "restored from the partition's checkpoint).",
+            PARTITION_LABELS,
+            registry=r,
+        )
+        self.state_rows = Gauge(
+            f"{PREFIX}_state_rows",
+            "A streaming job's partition: the rows its stateful operators hold.",
+            PARTITION_LABELS,
+            registry=r,
+        )
+        self.state_bytes = Gauge(
+            f"{PREFIX}_state_bytes",
+            "A streaming job's partition: the memory its state store reports.",
+            PARTITION_LABELS,
+            registry=r,
+        )
         self.expired = Counter(
             f"{PREFIX}_events_expired",
             "Events that expired from the hub before they were read (its retention passed the checkpoint).",
@@ -331,6 +350,15 @@ class ConsumerMetrics:
         self.events.labels(*self._hub, partition).inc(events)
         if first_enqueued is not None:
             self.enqueue_to_sink.observe(max(0.0, now - first_enqueued.timestamp()))
+
+    def state_restored(self, partition: str, seconds: float) -> None:
+        """A streaming job's partition query committed its first batch this long after it started (its
+        state restored from the checkpoint, and a batch's work)."""
+        self.restore_seconds.labels(*self._hub, partition).set(max(0.0, seconds))
+
+    def state_size(self, partition: str, rows: int, size: int) -> None:
+        self.state_rows.labels(*self._hub, partition).set(rows)
+        self.state_bytes.labels(*self._hub, partition).set(size)
 
     def events_expired(self, partition: str, events: int) -> None:
         self.expired.labels(*self._hub, partition).inc(events)

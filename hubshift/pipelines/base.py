@@ -116,8 +116,9 @@ class PipelineKind(Generic[Block]):
     `connections(block, location)`: the connections it makes (`location`: where the block is);
     `check(block, environ, location)`: at a consumer's start, what it writes to (reachable, credentials);
     `build(block, context)`: the pipeline; `takes_editor`: whether editor steps may run before it; `shape`:
-    whether it writes lines from Spark's tasks (`tasks`) or a DataFrame (`frames`: what a sink Spark writes
-    itself takes)."""
+    whether it writes lines from Spark's tasks (`tasks`), a DataFrame per micro-batch (`frames`: what a
+    sink Spark writes itself takes), or is a streaming job whose state follows its partitions (`stream`: a
+    query per partition, `consumer/spark/streams.py`)."""
 
     name: str
     annotation: Any
@@ -127,7 +128,7 @@ class PipelineKind(Generic[Block]):
     connections: Callable[[Block, Location], list[NamedConnection]] = no_connections
     check: Callable[[Block, Mapping[str, str], Location], None] = no_check
     takes_editor: bool = False
-    shape: Literal["tasks", "frames"] = "tasks"
+    shape: Literal["tasks", "frames", "stream"] = "tasks"
 
 
 __all__ = [

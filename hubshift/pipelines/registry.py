@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, create_model, model_validator
 
-from hubshift.pipelines import aggregate, events, function, projection, replicate, route
+from hubshift.pipelines import aggregate, events, function, projection, replicate, route, stream
 from hubshift.pipelines.base import BuildContext, Location, Pipeline, PipelineKind
 from hubshift.pipelines.steps import MAX_STEPS, EditorStepSpec
 from hubshift.spec import Model, NamedConnection, cel
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 PIPELINES: tuple[PipelineKind[Any], ...] = (
     aggregate.KIND,
     function.KIND,
+    stream.KIND,
     events.KIND,
     replicate.KIND,
     route.KIND,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
+from hubshift.errors import UserError
 from hubshift.sinks.commits import BatchRecord, PartitionRange, WrittenFile
 from hubshift.sinks.layout import data_file, dead_letter_file, new_run
 from hubshift.spec import NamedConnection
@@ -135,6 +136,21 @@ class WriterBatch:
 Transform = Callable[["DataFrame"], PipelineResult]
 
 
+@dataclass(frozen=True)
+class StreamBatch:
+    """One micro-batch of a streaming job's query (one partition's): `app_id` names the query's checkpoint,
+    `batch_id` is Spark's (a batch run again after a crash or on the partition's next owner has the same
+    id, and the same rows); `output_mode` and `key_columns` are the job's."""
+
+    app_id: str
+    batch_id: int
+    partition: str
+    consumer_id: str
+    when: datetime
+    output_mode: str = "append"
+    key_columns: tuple[str, ...] = ()
+
+
 @runtime_checkable
 class Sink(Protocol):
     """Where a consumer's rows go: one module per sink, built from the manifest by `build_sink`. It takes a
@@ -166,6 +182,11 @@ class Sink(Protocol):
     @property
     def lines(self) -> LineWriter | None:
         """The sink's writer of lines from Spark's tasks, for a task pipeline (None: it takes rows only)."""
+        ...
+
+    def write_stream_batch(self, frame: DataFrame, batch: StreamBatch) -> list[WrittenFile]:
+        """Write one micro-batch of a streaming job's rows, once: a batch of the same query and id written
+        before (a restart, the partition's next owner running it again) writes nothing more."""
         ...
 
 
@@ -222,6 +243,9 @@ class FileSink:
 
     def task_writer(self, stem: str, when: datetime) -> FileTaskWriter:
         return FileTaskWriter(self.store, self.dead_letter_store, stem, when)
+
+    def write_stream_batch(self, frame: DataFrame, batch: StreamBatch) -> list[WrittenFile]:
+        raise UserError(f"sink {self.name} takes no streaming job's rows (the manifest's rules say which do)")
 
     def write_batch(self, events: DataFrame, transform: Transform, batch: WriterBatch) -> list[WrittenFile]:
         """The transform's rows as JSON lines (one Spark job), then the batch's commit record."""

@@ -22,13 +22,14 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from hubshift.errors import UserError, one_line
-from hubshift.sinks.base import RowSink, SinkContext, SinkKind, Transform, WriterBatch
+from hubshift.sinks.base import RowSink, SinkContext, SinkKind, StreamBatch, Transform, WriterBatch
 from hubshift.sinks.commits import WrittenFile
 from hubshift.sinks.spark_writer import (
     SparkPathSpec,
@@ -106,17 +107,48 @@ class DeltaSink(RowSink):
     def app_id(self, partition: str) -> str:
         return f"hubshift/{self.scope}/{partition}"
 
-    def write_batch(self, events: DataFrame, transform: Transform, batch: WriterBatch) -> list[WrittenFile]:
+    def _retrying(self) -> Retrying:
         def again(state: RetryCallState) -> None:
             log.info("%s: another commit came first; trying again from the table's new version", self.path)
 
-        retrying = Retrying(
+        return Retrying(
             stop=stop_after_attempt(COMMIT_ATTEMPTS),
             retry=retry_if_exception(lost_a_race),
             before_sleep=again,
             reraise=True,
         )
-        return retrying(self._commit, events, transform, batch)
+
+    def write_batch(self, events: DataFrame, transform: Transform, batch: WriterBatch) -> list[WrittenFile]:
+        return self._retrying()(self._commit, events, transform, batch)
+
+    def write_stream_batch(self, frame: DataFrame, batch: StreamBatch) -> list[WrittenFile]:
+        """A streaming job's micro-batch: one commit carrying a transaction identifier of the query
+        (`hubshift/stream/<query id>`) whose version is the batch id, so a batch run again finds itself
+        written. Append mode adds the rows; update mode merges them by the job's key columns (Delta's
+        MERGE, made idempotent by the same identifier through its session settings)."""
+        return self._retrying()(self._commit_stream, frame, batch)
+
+    def _commit_stream(
+        self, frame: DataFrame, batch: StreamBatch, *, again: bool = False
+    ) -> list[WrittenFile]:
+        app = f"hubshift/stream/{batch.app_id}"
+        table = _Table(frame.sparkSession, self.path)
+        transaction = table.start()
+        if int(transaction.txnVersion(app)) >= batch.batch_id:
+            return []  # written before: a restart, or the partition's next owner running it again
+        if table.needs_schema(transaction, frame, self.block):
+            if again:
+                raise UserError(f"Delta table {self.path}: its schema did not take the rows' columns")
+            configured_writer(frame.limit(0), "delta", self.block).save(self.path)
+            return self._commit_stream(frame, batch, again=True)
+        if batch.output_mode == "update":
+            rows = merge_rows(frame, self.path, batch.key_columns, app, batch.batch_id)
+            return [WrittenFile("output", self.name, f"{self.path} (merged)", rows)]
+        actions = table.write_files(transaction, frame)
+        rows = table.rows(actions)
+        actions.add(table.set_transaction(app, batch.batch_id))
+        version = table.commit(transaction, actions)
+        return [WrittenFile("output", self.name, f"{self.path}@v{version}", rows)]
 
     def _commit(
         self, events: DataFrame, transform: Transform, batch: WriterBatch, *, again: bool = False
@@ -144,6 +176,32 @@ class DeltaSink(RowSink):
             actions.add(table.set_transaction(self.app_id(partition), last))
         version = table.commit(transaction, actions)
         return [WrittenFile("output", self.name, f"{self.path}@v{version}", rows), *files]
+
+
+def merge_rows(frame: DataFrame, path: str, keys: Sequence[str], app: str, version: int) -> int:
+    """Upsert the rows into the table by their keys (Delta's MERGE), skipped by Delta when the table already
+    holds a commit of `app` at `version` or later: the settings that make it so are set on the batch's own
+    session (a streaming query's is a copy of the consumer's: other queries' batches never see them)."""
+    from delta.tables import DeltaTable  # lazy: PySpark loads only in a consumer
+
+    spark = frame.sparkSession
+    condition = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
+    spark.conf.set("spark.databricks.delta.write.txnAppId", app)
+    spark.conf.set("spark.databricks.delta.write.txnVersion", str(version))
+    try:
+        rows = frame.count()
+        (
+            DeltaTable.forPath(spark, path)
+            .alias("t")
+            .merge(frame.alias("s"), condition)
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+    finally:
+        spark.conf.unset("spark.databricks.delta.write.txnAppId")
+        spark.conf.unset("spark.databricks.delta.write.txnVersion")
+    return rows
 
 
 class _Table:

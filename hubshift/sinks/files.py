@@ -38,7 +38,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from hubshift.sinks.base import RowSink, SinkContext, SinkKind, Transform, WriterBatch, partition_order
+from hubshift.sinks.base import (
+    RowSink,
+    SinkContext,
+    SinkKind,
+    StreamBatch,
+    Transform,
+    WriterBatch,
+    partition_order,
+)
 from hubshift.sinks.commits import WrittenFile
 from hubshift.sinks.spark_writer import (
     SparkPathSpec,
@@ -59,6 +67,10 @@ if TYPE_CHECKING:
 HIDDEN = "_hubshift"
 STAGING, PENDING, PROGRESS = f"{HIDDEN}/staging", f"{HIDDEN}/pending", f"{HIDDEN}/progress"
 CLAIMS = f"{HIDDEN}/claims"
+# A streaming job's batches: `streams/<query id>/<batch id>` once published; their claims are keyed
+# `stream-<query id>` and build on the query's previous batch.
+STREAMS = f"{HIDDEN}/streams"
+STREAM_KEY = "stream-"
 
 
 class AnotherWriter(RuntimeError):
@@ -129,6 +141,42 @@ class FilesSink(RowSink):
         publish(folder, manifest)  # makes the rows visible
         return [WrittenFile("output", self.name, f"{self.path} ({len(moves)} files)", rows), *files]
 
+    def write_stream_batch(self, frame: DataFrame, batch: StreamBatch) -> list[WrittenFile]:
+        """A streaming job's micro-batch (append mode), published as a batch of events is (staging, a
+        manifest, a claim, the renames), its claim keyed by the query and building on its previous batch,
+        and marked done (`_hubshift/streams/<query id>/<batch id>`): a batch run again finds itself there
+        and writes nothing."""
+        folder = HadoopFolder(frame.sparkSession, self.path)
+        for manifest in folder.names(PENDING):
+            if manifest.endswith(".json"):
+                finish(folder, f"{PENDING}/{manifest}")
+        done = stream_mark(batch.app_id, batch.batch_id)
+        if folder.read_text(done) is not None:
+            return []
+        stem = f"{batch.consumer_id}-{self.run}-{batch.app_id[:8]}-s{batch.batch_id:09d}"
+        staging = f"{STAGING}/{stem}"
+        rows = frame.count()
+        configured_writer(frame, self.name, self.block).save(folder.absolute(staging))
+        staged = sorted(name for name in folder.files_under(staging) if is_data_file(name))
+        moves = [(f"{staging}/{name}", final_name(name, stem, n)) for n, name in enumerate(staged)]
+        manifest = f"{PENDING}/{stem}.json"
+        document = {
+            "stem": stem,
+            "moves": moves,
+            "progress": {},
+            "after": {f"{STREAM_KEY}{batch.app_id}": batch.batch_id - 1},
+            "marks": [done],
+        }
+        folder.write_text(manifest, json.dumps(document))
+        if not claim(folder, document):
+            abandon(folder, document, manifest)
+            raise AnotherWriter(
+                f"{self.describe()}: another consumer wrote batch {batch.batch_id} of this partition's job "
+                "meanwhile (an old owner finishing it); it is not written again"
+            )
+        publish(folder, manifest)
+        return [WrittenFile("output", self.name, f"{self.path} ({len(moves)} files)", rows)]
+
 
 def is_data_file(relative: str) -> bool:
     return _DATA_FILE.match(relative.rsplit("/", 1)[-1]) is not None
@@ -144,6 +192,18 @@ def final_name(staged: str, stem: str, number: int) -> str:
 
 def claim_name(partition: str, after: int) -> str:
     return f"{CLAIMS}/{partition}/{after:020d}"
+
+
+def stream_mark(app_id: str, batch_id: int) -> str:
+    return f"{STREAMS}/{app_id}/{batch_id:020d}"
+
+
+def moved_on(folder: HadoopFolder, key: str, after: int) -> bool:
+    """Whether the stretch after `after` was published already: a partition's progress moved past it, or a
+    streaming job's next batch was marked done."""
+    if key.startswith(STREAM_KEY):
+        return folder.read_text(stream_mark(key.removeprefix(STREAM_KEY), after + 1)) is not None
+    return progress(folder, key) != (after if after >= 0 else None)
 
 
 def claim(folder: HadoopFolder, document: dict[str, Any]) -> bool:
@@ -171,7 +231,7 @@ def take(folder: HadoopFolder, partition: str, after: int, stem: str) -> str | N
         orphan = (
             holder != stem
             and folder.read_text(f"{PENDING}/{holder}.json") is None
-            and (progress(folder, partition) if after >= 0 else None) == (after if after >= 0 else None)
+            and not moved_on(folder, partition, after)
         )
         if not orphan:
             return holder
@@ -221,6 +281,13 @@ def publish(folder: HadoopFolder, manifest: str) -> None:
         for older in folder.names(f"{CLAIMS}/{partition}") if after is not None else ():
             if older.isdigit() and int(older) < int(after):
                 folder.delete(f"{CLAIMS}/{partition}/{older}")
+    for mark in document.get("marks", []):
+        folder.create_text(mark, document["stem"])
+    for key, after in document.get("after", {}).items():
+        if key.startswith(STREAM_KEY):
+            for older in folder.names(f"{CLAIMS}/{key}"):
+                if older.isdigit() and int(older) < int(after):
+                    folder.delete(f"{CLAIMS}/{key}/{older}")
     folder.delete(f"{STAGING}/{document['stem']}", recursive=True)
     folder.delete(manifest)
 

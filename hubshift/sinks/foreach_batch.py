@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from hubshift.errors import UserError, one_line
-from hubshift.sinks.base import RowSink, SinkContext, SinkKind, Transform, WriterBatch
+from hubshift.sinks.base import RowSink, SinkContext, SinkKind, StreamBatch, Transform, WriterBatch
 from hubshift.sinks.commits import WrittenFile
 from hubshift.sinks.spark_writer import dead_letter_folder, single_output, write_dead_letters
 from hubshift.spec import Model
@@ -34,11 +34,12 @@ if TYPE_CHECKING:
 class Batch:
     """What your foreachBatch function is told of a batch besides its rows."""
 
-    id: str  # stable for the same ranges: a key for idempotent writes
-    batch_id: int  # Spark's micro-batch id in this consumer's query (not stable across restarts)
+    id: str  # stable for the same ranges (a streaming job's: the same query and batch): a key for idempotence
+    batch_id: int  # Spark's micro-batch id (a streaming job's query's own, stable across its restarts)
     consumer: str
     scope: str  # namespace/hub/consumer group
-    ranges: Mapping[str, tuple[int, int]]  # partition -> (first, last) sequence number
+    ranges: Mapping[str, tuple[int, int]]  # partition -> (first, last) sequence number; {} for a job's rows
+    partition: str | None = None  # a streaming job's: the partition whose query wrote the batch
 
 
 def batch_id_of(scope: str, ranges: Mapping[str, tuple[int, int]]) -> str:
@@ -87,6 +88,21 @@ class ForeachBatchSink(RowSink):
             raise UserError(f"foreachBatch {self.reference} failed: {one_line(error)}") from error
         rows = sum(r.events for r in batch.ranges.values())
         return [WrittenFile("output", self.name, self.reference, rows), *files]
+
+    def write_stream_batch(self, frame: DataFrame, batch: StreamBatch) -> list[WrittenFile]:
+        told = Batch(
+            f"{batch.app_id}/{batch.batch_id}",
+            batch.batch_id,
+            batch.consumer_id,
+            self.scope,
+            {},
+            batch.partition,
+        )
+        try:
+            self.function(frame, told)
+        except Exception as error:
+            raise UserError(f"foreachBatch {self.reference} failed: {one_line(error)}") from error
+        return [WrittenFile("output", self.name, self.reference, 0)]
 
 
 def checked(function: Callable[..., Any], reference: str) -> Callable[..., Any]:

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field, model_validator
 
 from hubshift.errors import UserError, one_line
-from hubshift.sinks.base import Location, RowSink, SinkContext, SinkKind, Transform, WriterBatch
+from hubshift.sinks.base import Location, RowSink, SinkContext, SinkKind, StreamBatch, Transform, WriterBatch
 from hubshift.sinks.commits import WrittenFile
 from hubshift.sinks.spark_writer import dead_letter_folder, single_output, write_dead_letters
 from hubshift.spec import MAX_SETTINGS, NamedConnection, SecretConnectionSpec, cel
@@ -123,27 +124,36 @@ class JdbcSink(RowSink):
         files = write_dead_letters(result, self.dead_letters)
         if frame is None:
             return files
-        missing = [column for column in self.block.key_columns if column not in frame.columns]
+        return [*self._upsert(frame, batch.consumer_id, self.block.key_columns), *files]
+
+    def write_stream_batch(self, frame: DataFrame, batch: StreamBatch) -> list[WrittenFile]:
+        """A streaming job's rows, upserted by its key columns (the sink's keyColumns when the job names
+        none): a batch run again rewrites the same rows."""
+        keys = list(batch.key_columns) or list(self.block.key_columns)
+        return self._upsert(frame, f"{batch.consumer_id}-{batch.partition}", keys)
+
+    def _upsert(self, frame: DataFrame, writer_id: str, key_columns: Sequence[str]) -> list[WrittenFile]:
+        missing = [column for column in key_columns if column not in frame.columns]
         if missing:
             raise UserError(
                 f"sink jdbc: the rows lack the key columns {', '.join(missing)} (keyColumns); keep them in "
                 "the transform, or name others"
             )
-        staging = self.staging_table(batch.consumer_id)
+        staging = self.staging_table(writer_id)
         writer = frame.write.format("jdbc").option("url", self.url).option("dbtable", staging)
         for key, value in {"truncate": "true", "driver": self.driver, **self.block.options}.items():
             writer = writer.option(key, value)
         try:
             writer.mode("overwrite").save()
-            rows = self._merge(events.sparkSession._jvm, staging, list(frame.columns))
+            rows = self._merge(frame.sparkSession._jvm, staging, list(frame.columns), key_columns)
         except UserError:
             raise
         except Exception as error:
             # not chained: Spark logs a failed batch's traceback, and the cause's text holds the URL
             raise UserError(f"sink jdbc: {self.describe()}: {self._clean(error)}") from None
-        return [WrittenFile("output", self.name, self.block.table, rows), *files]
+        return [WrittenFile("output", self.name, self.block.table, rows)]
 
-    def _merge(self, jvm: Any, staging: str, columns: list[str]) -> int:
+    def _merge(self, jvm: Any, staging: str, columns: list[str], key_columns: Sequence[str]) -> int:
         connection = self._connect(jvm)
         try:
             connection.setAutoCommit(False)
@@ -151,9 +161,9 @@ class JdbcSink(RowSink):
             if not self._exists(connection, self.block.table):
                 table = self.block.table
                 statement.executeUpdate(f"CREATE TABLE {table} AS SELECT * FROM {staging} WHERE 1 = 0")
-                keys = ", ".join(_q(c) for c in self.block.key_columns)
+                keys = ", ".join(_q(c) for c in key_columns)
                 statement.executeUpdate(f"ALTER TABLE {table} ADD PRIMARY KEY ({keys})")
-            merge = merge_statement(self.block.table, staging, columns, self.block.key_columns)
+            merge = merge_statement(self.block.table, staging, columns, key_columns)
             rows = int(statement.executeUpdate(merge))
             connection.commit()
             return rows
@@ -201,7 +211,7 @@ def passwords_in(url: str) -> list[str]:
     return sorted(found, key=len, reverse=True)
 
 
-def merge_statement(table: str, staging: str, columns: list[str], keys: list[str]) -> str:
+def merge_statement(table: str, staging: str, columns: list[str], keys: Sequence[str]) -> str:
     """Upsert the staging table's rows into `table` by `keys` (standard SQL MERGE)."""
     on = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in keys)
     others = [c for c in columns if c not in keys]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import Field, model_validator
 
@@ -29,6 +29,7 @@ from hubshift.sinks.commits import PartitionRange, WrittenFile
 from hubshift.spec import (
     DEFAULT_SINK_STORAGE_ENV,
     MAX_SETTINGS,
+    CelRule,
     ConnectionSpec,
     NamedConnection,
     Resolved,
@@ -54,9 +55,25 @@ MAX_PATH = 1024
 RESERVED = "options: path, mode, txnAppId, txnVersion and checkpointLocation are hubshift's to set"
 
 
-class SparkPathSpec(ConnectionSpec):
-    """A table or folder Spark writes: its path (a folder, or Azure storage over ABFS), the columns its rows
-    are partitioned by, Spark's writer options, and for an Azure path its connection string or credential."""
+PATH_CEL = (
+    cel(
+        "self.path.startsWith('abfs://') || self.path.startsWith('abfss://') || (!has(self.credential) "
+        "&& !has(self.connectionStringSecretRef) && !has(self.connectionStringEnv))",
+        LAKE_ONLY,
+        ".path",
+    ),
+    cel(
+        "!(self.path.startsWith('abfs://') || self.path.startsWith('abfss://')) || "
+        f"self.path.matches(r'{ABFS_PATH.pattern}')",
+        AZURE_PATH,
+        ".path",
+    ),
+)
+
+
+class AzurePathSpec(ConnectionSpec):
+    """A folder Spark reaches (on a volume the pods mount) or Azure storage over ABFS, with an Azure path's
+    connection string or credential."""
 
     SERVICE = "Azure Storage"
     DEFAULT_VARIABLE = DEFAULT_SINK_STORAGE_ENV
@@ -69,6 +86,26 @@ class SparkPathSpec(ConnectionSpec):
         description="A folder (/data/orders, on a volume the pods mount) or an Azure path "
         "(abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/orders).",
     )
+
+    CEL: ClassVar[tuple[CelRule, ...]] = PATH_CEL
+
+    @model_validator(mode="after")
+    def _azure_auth_with_an_azure_path(self) -> AzurePathSpec:
+        if not is_azure(self.path) and (
+            self.credential is not None
+            or self.connection_string_secret_ref is not None
+            or self.connection_string_env is not None
+        ):
+            raise ValueError(LAKE_ONLY)
+        if is_azure(self.path) and ABFS_PATH.match(self.path) is None:
+            raise ValueError(AZURE_PATH)
+        return self
+
+
+class SparkPathSpec(AzurePathSpec):
+    """A table or folder Spark writes: its path (a folder, or Azure storage over ABFS), the columns its rows
+    are partitioned by, Spark's writer options, and for an Azure path its connection string or credential."""
+
     partition_by: list[str] = Field(
         default_factory=list,
         max_length=16,
@@ -80,19 +117,7 @@ class SparkPathSpec(ConnectionSpec):
         description='Spark\'s writer options for the format (e.g. mergeSchema: "true").',
     )
 
-    CEL = (
-        cel(
-            "self.path.startsWith('abfs://') || self.path.startsWith('abfss://') || (!has(self.credential) "
-            "&& !has(self.connectionStringSecretRef) && !has(self.connectionStringEnv))",
-            LAKE_ONLY,
-            ".path",
-        ),
-        cel(
-            "!(self.path.startsWith('abfs://') || self.path.startsWith('abfss://')) || "
-            f"self.path.matches(r'{ABFS_PATH.pattern}')",
-            AZURE_PATH,
-            ".path",
-        ),
+    CEL = (  # beside the path's rules, which it inherits
         cel(
             "!has(self.options) || self.options.all(k, !(k.lowerAscii() in ["
             + ", ".join(f"'{key}'" for key in sorted(RESERVED_OPTIONS))
@@ -103,15 +128,7 @@ class SparkPathSpec(ConnectionSpec):
     )
 
     @model_validator(mode="after")
-    def _azure_auth_with_an_azure_path(self) -> SparkPathSpec:
-        if not is_azure(self.path) and (
-            self.credential is not None
-            or self.connection_string_secret_ref is not None
-            or self.connection_string_env is not None
-        ):
-            raise ValueError(LAKE_ONLY)
-        if is_azure(self.path) and ABFS_PATH.match(self.path) is None:
-            raise ValueError(AZURE_PATH)
+    def _options_left_to_hubshift(self) -> SparkPathSpec:
         if any(key.lower() in RESERVED_OPTIONS for key in self.options):
             raise ValueError(RESERVED)
         return self
@@ -121,7 +138,7 @@ def is_azure(path: str) -> bool:
     return path.startswith(("abfs://", "abfss://"))
 
 
-def path_connections(block: SparkPathSpec, location: Location) -> list[NamedConnection]:
+def path_connections(block: AzurePathSpec, location: Location) -> list[NamedConnection]:
     """An Azure path's connection (its connection string or credential); a folder makes none."""
     return [NamedConnection(location, block, "sink")] if is_azure(block.path) else []
 

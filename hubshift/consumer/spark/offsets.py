@@ -237,3 +237,48 @@ def incomplete(
             f"{r.end - 1}; the batch holds {held}"
         )
     return None
+
+
+# --- a streaming job's query: one partition, its position carried by the query's own checkpoint ----------
+
+
+def plan_partition(
+    start: SourceOffset | None,
+    partition: str,
+    entry: SourcePartition | None,
+    spooled: SpoolExtent | None,
+    max_rows: int | None,
+) -> SourceOffset:
+    """The end offset of the next micro-batch of a query that reads one partition (a streaming job's).
+
+    Its checkpoint, not the ownership epoch, says where reading stands: a new owner's query goes on from the
+    start offset whatever owner level planned it (the level is that of the epoch now, which `read()` reads).
+    A partition not owned here, or draining, plans nothing new: the start offset comes back unchanged."""
+    before = None if start is None else start.partitions.get(partition)
+    if entry is None or entry.draining:
+        return start if start is not None else SourceOffset(0)
+    if before is None:
+        if spooled is None:
+            return start if start is not None else SourceOffset(entry.owner_level)
+        begin = entry.next_sequence if entry.next_sequence is not None else spooled.first
+        before = PartitionPosition(entry.owner_level, begin, begin)
+    available = 0 if spooled is None else spooled.next - before.next_sequence
+    count = max(0, available if max_rows is None else min(available, max_rows))
+    position = PartitionPosition(entry.owner_level, before.first_sequence, before.next_sequence + count)
+    return SourceOffset(entry.owner_level, {partition: position})
+
+
+def partition_range(
+    start: SourceOffset | None, end: SourceOffset, partition: str, owner_level: int
+) -> ReadRange | None:
+    """The read of one micro-batch of a one-partition query, in the epoch `owner_level` receives now: a
+    batch planned by a previous owner and run again here reads the same sequence numbers from this
+    consumer's spool."""
+    after = end.partitions.get(partition)
+    if after is None:
+        return None
+    before = None if start is None else start.partitions.get(partition)
+    begin = after.first_sequence if before is None else before.next_sequence
+    return (
+        ReadRange(partition, owner_level, begin, after.next_sequence) if after.next_sequence > begin else None
+    )

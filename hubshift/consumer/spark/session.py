@@ -35,9 +35,16 @@ appender.console.layout.pattern = spark %p %c{1}: %m%n%ex
 """
 
 
-def build_session(spec: SparkSpec, scratch: Path, consumer_id: str, sink: Sink | None) -> SparkSession:
-    """The consumer's Spark session: a local-mode driver with hubshift's settings, the sink's, then the
-    spec's own (`session_conf`); its JVM recorded in the scratch folder (`leftovers`)."""
+def build_session(
+    spec: SparkSpec,
+    scratch: Path,
+    consumer_id: str,
+    sink: Sink | None,
+    engine_conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """The consumer's Spark session: a local-mode driver with hubshift's settings, the engine's
+    (`engine_conf`: a streaming job's state store), the sink's, then the spec's own (`session_conf`); its
+    JVM recorded in the scratch folder (`leftovers`)."""
     # Spark's Python workers must run this interpreter: it has pyarrow and hubshift.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -71,7 +78,7 @@ def build_session(spec: SparkSpec, scratch: Path, consumer_id: str, sink: Sink |
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
             "spark.driver.host", "127.0.0.1"
         )
-    for key, value in session_conf(spark_spec, sink, os.environ).items():
+    for key, value in {**(engine_conf or {}), **session_conf(spark_spec, sink, os.environ)}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -22,7 +22,15 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from hubshift.consumer.spark import spool
-from hubshift.consumer.spark.offsets import ReadRange, SourceOffset, SpoolExtent, plan_latest, plan_ranges
+from hubshift.consumer.spark.offsets import (
+    ReadRange,
+    SourceOffset,
+    SpoolExtent,
+    partition_range,
+    plan_latest,
+    plan_partition,
+    plan_ranges,
+)
 from hubshift.consumer.spark.ownership_file import read_ownership, write_planned
 from hubshift.eventhubs.rows import EVENT_SCHEMA_DDL
 
@@ -30,6 +38,8 @@ FORMAT = "hubshift_eventhubs"
 OPTION_SCRATCH = "scratch"
 OPTION_SPOOL = "spool"
 OPTION_MAX_EVENTS = "maxEventsPerTrigger"
+# A streaming job's query reads one partition (its position in the query's own checkpoint).
+OPTION_PARTITION = "partition"
 
 
 class EventRange(InputPartition):
@@ -50,12 +60,17 @@ class EventHubsStreamReader(DataSourceStreamReader):
         self.spool_root = str(options.get(OPTION_SPOOL) or f"{self.scratch}/spool")
         limit = int(options.get(OPTION_MAX_EVENTS) or 0)
         self.max_events = limit if limit > 0 else None
+        self.partition = options.get(OPTION_PARTITION) or None
         self.planned_version: int | None = None  # the source runner's own: what it last told the engine
 
     # --- source runner (driver side) ---------------------------------------------------------------
 
     def _plan(self, start: SourceOffset | None, max_rows: int | None) -> SourceOffset:
         view = read_ownership(self.scratch)
+        if self.partition is not None:
+            entry = view.partitions.get(self.partition)
+            held = None if entry is None else spool.extent(self.spool_root, self.partition, entry.owner_level)
+            return plan_partition(start, self.partition, entry, held, max_rows)
         spooled: dict[str, SpoolExtent] = {}
         for partition, entry in view.partitions.items():
             if not entry.draining:
@@ -80,6 +95,13 @@ class EventHubsStreamReader(DataSourceStreamReader):
         return self._plan(SourceOffset.from_json(start), max_rows).to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        if self.partition is not None:
+            entry = read_ownership(self.scratch).partitions.get(self.partition)
+            level = SourceOffset.from_json(end).ownership_version if entry is None else entry.owner_level
+            read = partition_range(
+                SourceOffset.from_json(start), SourceOffset.from_json(end), self.partition, level
+            )
+            return [] if read is None else [self._input(read)]
         ranges = plan_ranges(SourceOffset.from_json(start), SourceOffset.from_json(end))
         return [self._input(r) for r in ranges]
 

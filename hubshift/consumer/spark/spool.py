@@ -247,3 +247,18 @@ def trim(root: str | os.PathLike[str], partition: str, owner_level: int, committ
 
 def remove_epoch(root: str | os.PathLike[str], partition: str, owner_level: int) -> None:
     shutil.rmtree(epoch_dir(root, partition, owner_level), ignore_errors=True)
+
+
+def event_at(
+    root: str | os.PathLike[str], partition: str, owner_level: int, sequence_number: int
+) -> str | None:
+    """The offset of one spooled event (None when the spool no longer holds it, or it expired)."""
+    for segment in segments(root, partition, owner_level):
+        if segment.expired or not segment.first <= sequence_number <= segment.last:
+            continue
+        table = _load(segment)
+        if table is None:
+            return None
+        index = sequence_number - segment.first
+        return str(table.column("offset")[index].as_py())
+    return None

@@ -238,11 +238,17 @@ class SpooledPartitions:
         with self._lock:
             self._retired.append(_Retired(partition, state.owner_level, self._ownership_version))
 
-    def _remove_retired(self, planned_at: int | None) -> None:
+    def _remove_retired(self, planned_at: int | None, partition: str | None = None) -> None:
         """Remove the retired epochs that no batch reads any more: those retired at or before the version
-        `planned_at` a finished batch was planned with (None: every one, no query runs)."""
+        `planned_at` a finished batch was planned with (None: every one, no query runs), of `partition`
+        only when it is given (its own query is stopped)."""
         with self._lock:
-            done = [r for r in self._retired if planned_at is None or r.version <= planned_at]
+            done = [
+                r
+                for r in self._retired
+                if (planned_at is None or r.version <= planned_at)
+                and (partition is None or r.partition == partition)
+            ]
             self._retired = [r for r in self._retired if r not in done]
             current = {(p, s.owner_level) for p, s in self._partitions.items()}
         for retired in done:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hubshift.consumer.metrics import JvmFigures
 from hubshift.ownership.timing import epoch_seconds
@@ -100,7 +100,13 @@ class ProgressListener:
         implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
 
 
-def add_listener(spark: SparkSession, listener: ProgressListener) -> None:
+class Listener(Protocol):
+    """A Python implementation of Spark's streaming query listener (its `Java` class says which)."""
+
+    _java: Any
+
+
+def add_listener(spark: SparkSession, listener: Listener) -> None:
     """Register `listener` with the session's streaming queries (what PySpark's `addListener` does, with
     our listener in place of its converting one)."""
     from pyspark.java_gateway import ensure_callback_server_started
@@ -111,7 +117,7 @@ def add_listener(spark: SparkSession, listener: ProgressListener) -> None:
     spark._jsparkSession.streams().addListener(listener._java)
 
 
-def remove_listener(spark: SparkSession, listener: ProgressListener) -> None:
+def remove_listener(spark: SparkSession, listener: Listener) -> None:
     if listener._java is not None:
         spark._jsparkSession.streams().removeListener(listener._java)
         listener._java = None

@@ -48,6 +48,7 @@ def test_the_pipelines_of_dataframes() -> None:
     assert shapes == {
         "aggregate": "tasks",
         "function": "frames",
+        "stream": "stream",
         "events": "frames",
         "replicate": "tasks",
         "route": "tasks",
