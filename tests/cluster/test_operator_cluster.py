@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from hubshift import podtemplate as pod
-from hubshift.manifest import FRAMES_ONLY, UI_PORT_TAKEN, PartitionedConsumerSpec
+from hubshift.manifest import FRAMES_ONLY, STREAM_SINKS, UI_PORT_TAKEN, UPDATE_MODE, PartitionedConsumerSpec
 from hubshift.operator.kubernetes import crd
 from hubshift.operator.kubernetes.render import (
     CHILDREN_APPLIED,
@@ -282,6 +282,24 @@ BAD_RESOURCES: list[tuple[str, Any, list[str]]] = [
         "spark-sink-after-aggregate",
         _job({"type": "delta", "delta": {"path": "/data/homes"}}, {"type": "aggregate"}),
         ["spec.consumer.pipeline", FRAMES_ONLY],
+    ),
+    (
+        "stream-missing",
+        _job({"type": "delta", "delta": {"path": "/data/homes"}}, {"type": "stream"}),
+        ["spec.consumer.pipeline.stream", "stream (its function) is required when type is stream"],
+    ),
+    (
+        "stream-into-folder",
+        _job({"type": "folder"}, {"type": "stream", "stream": {"function": "jobs:windows"}}),
+        ["spec.consumer.sink", STREAM_SINKS],
+    ),
+    (
+        "stream-update-into-parquet",
+        _job(
+            {"type": "parquet", "parquet": {"path": "/data/p"}},
+            {"type": "stream", "stream": {"function": "jobs:windows", "outputMode": "update"}},
+        ),
+        ["spec.consumer.pipeline.stream.outputMode", UPDATE_MODE],
     ),
     *[
         (

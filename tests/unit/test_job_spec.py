@@ -12,7 +12,16 @@ import pytest
 import yaml
 
 from hubshift.errors import UserError
-from hubshift.manifest import CODE_DIR, FRAMES_ONLY, UI_PORT_TAKEN, CodeSpec, ConsumerSpec, parse_manifest
+from hubshift.manifest import (
+    CODE_DIR,
+    FRAMES_ONLY,
+    STREAM_SINKS,
+    UI_PORT_TAKEN,
+    UPDATE_MODE,
+    CodeSpec,
+    ConsumerSpec,
+    parse_manifest,
+)
 from hubshift.operator.kubernetes import crd
 from hubshift.pipelines import PIPELINES
 from hubshift.sinks import SINKS
@@ -117,6 +126,68 @@ def test_the_crds_rule_names_the_same_sinks_and_pipelines_as_the_model() -> None
     consumer_schema = crd.custom_resource_definition()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     rules = consumer_schema["properties"]["spec"]["properties"]["consumer"]["x-kubernetes-validations"]
     assert rule in rules
+
+
+# --- a streaming job goes into a sink Spark writes, update mode by key ----------------------------------
+
+STREAM = {"type": "stream", "stream": {"function": "jobs:windows"}}
+
+
+@pytest.mark.parametrize("sink", sorted(WRITER_SINKS))
+def test_a_streaming_job_goes_into_any_sink_spark_writes(sink: str) -> None:
+    consumer = parse_manifest(
+        document({"pipeline": STREAM, "sink": {"type": sink, sink: WRITER_SINKS[sink]}})
+    )
+    job = consumer.spec.consumer.pipeline
+    assert job.kind.shape == "stream" and job.block.output_mode == "append" and job.block.name == "stream"
+
+
+def test_a_streaming_job_into_a_sink_hubshift_writes_is_refused_at_apply_and_at_start() -> None:
+    assert (
+        refusal({"pipeline": STREAM, "sink": {"type": "folder"}})
+        == f"manifest: spec.consumer: {STREAM_SINKS}"
+    )
+    (rule,) = [r for r in ConsumerSpec.cel_rules() if r["message"] == STREAM_SINKS]
+    assert "'folder'" not in rule["rule"] and "'delta'" in rule["rule"]
+
+
+@pytest.mark.parametrize(
+    ("sink", "keys", "accepted"),
+    [
+        ("delta", ["home_id", "window_start"], True),
+        ("delta", [], False),
+        ("jdbc", ["home_id"], True),
+        ("parquet", ["home_id"], False),
+        ("json", [], False),
+        ("foreachBatch", [], True),
+    ],
+)
+def test_update_mode_goes_where_rows_can_be_upserted(sink: str, keys: list[str], accepted: bool) -> None:
+    job = {**STREAM, "stream": {**STREAM["stream"], "outputMode": "update", "keyColumns": keys}}  # type: ignore[dict-item]
+    consumer = {"pipeline": job, "sink": {"type": sink, sink: WRITER_SINKS[sink]}}
+    if accepted:
+        parse_manifest(document(consumer))
+    else:
+        assert refusal(consumer) == f"manifest: spec.consumer: {UPDATE_MODE}"
+    (rule,) = [r for r in ConsumerSpec.cel_rules() if r["message"] == UPDATE_MODE]
+    assert rule["fieldPath"] == ".pipeline.stream.outputMode"
+
+
+@pytest.mark.parametrize(
+    ("stream", "expected"),
+    [
+        ({"function": "no reference"}, "spec.consumer.pipeline.stream.function: String should match pattern"),
+        ({"function": "jobs:w", "outputMode": "complete"}, "spec.consumer.pipeline.stream.outputMode"),
+        ({"function": "jobs:w", "name": "Bad Name"}, "spec.consumer.pipeline.stream.name"),
+        ({"function": "jobs:w", "state": {"path": "/s", "credential": {"type": "default"}}}, "abfss://"),
+    ],
+)
+def test_a_bad_stream_block_is_one_line(stream: dict[str, Any], expected: str) -> None:
+    consumer = {
+        "pipeline": {"type": "stream", "stream": stream},
+        "sink": {"type": "delta", "delta": {"path": "/t"}},
+    }
+    assert expected in refusal(consumer)
 
 
 # --- spark.conf and spark.ui --------------------------------------------------------------------------

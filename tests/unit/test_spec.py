@@ -80,3 +80,9 @@ def test_the_pattern_examples_load(name: str) -> None:
         assert pipeline.route.default_target == "archive"
     if pipeline.projection is not None:
         assert pipeline.projection.history_table == "homes_history"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLE.parent.glob("*.yaml")))
+def test_every_example_loads(name: str) -> None:
+    """An example a person copies is a resource hubshift takes as it is."""
+    assert load_manifest(EXAMPLE.parent / name).metadata.name

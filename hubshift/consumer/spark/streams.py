@@ -177,6 +177,7 @@ class StreamEngine(SpooledPartitions):
             built = build_pipeline(self.spec.pipeline)
             assert isinstance(built, StreamPipeline)
             self.pipeline = built
+        self._check_job()
         if self.metrics is not None:
             self.metrics.enable_spark()
         self._listener = _Progress(self)
@@ -257,12 +258,39 @@ class StreamEngine(SpooledPartitions):
         if not current:
             self._stop_query(running)
 
-    def _start_query(self, partition: str, running: _Query) -> StreamingQuery:
-        assert self._spark is not None and self.pipeline is not None and self.sink is not None
+    def _check_job(self) -> None:
+        """Before anything is claimed: the job's function returns a streaming DataFrame and Spark can run it
+        in the job's output mode (a query of no partition's, started and stopped at once: Spark checks the
+        output mode when a query starts). `UserError`, one line, otherwise."""
+        assert self._spark is not None and self.pipeline is not None
         from pyspark.errors import AnalysisException
 
+        probe = self.scratch / "job-check"
+        mode = self.pipeline.block.output_mode
+        try:
+            query = (
+                self.pipeline.stream(self._events("-"))  # no partition is named "-"
+                .writeStream.format("noop")
+                .outputMode(mode)
+                .option("checkpointLocation", str(probe))
+                .start()
+            )
+        except AnalysisException as error:
+            raise UserError(self._mode_refused(error)) from None
+        query.stop()
+
+    def _mode_refused(self, error: BaseException) -> str:
+        assert self.pipeline is not None
         job = self.pipeline.block
-        events = (
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return (
+            f"stream {job.function}: Spark cannot run it in outputMode {job.output_mode}: "
+            f"{one_line(Exception(reason), limit=240).removeprefix('Exception: ')}"
+        )
+
+    def _events(self, partition: str) -> DataFrame:
+        assert self._spark is not None
+        return (
             self._spark.readStream.format(FORMAT)
             .option(OPTION_SCRATCH, str(self.scratch))
             .option(OPTION_SPOOL, str(self.spool_root))
@@ -270,7 +298,13 @@ class StreamEngine(SpooledPartitions):
             .option(OPTION_MAX_EVENTS, str(self.spec.spark.max_events_per_trigger))
             .load()
         )
-        rows = self.pipeline.stream(events)
+
+    def _start_query(self, partition: str, running: _Query) -> StreamingQuery:
+        assert self._spark is not None and self.pipeline is not None and self.sink is not None
+        from pyspark.errors import AnalysisException
+
+        job = self.pipeline.block
+        rows = self.pipeline.stream(self._events(partition))
         sink, app = self.sink, checkpoint_app_id(running.location)
 
         def write(frame: DataFrame, batch_id: int) -> None:
@@ -300,10 +334,7 @@ class StreamEngine(SpooledPartitions):
                 .start()
             )
         except AnalysisException as error:
-            raise UserError(
-                f"stream {job.function}: Spark cannot run it in output mode {job.output_mode}: "
-                f"{one_line(error)}"
-            ) from None
+            raise UserError(self._mode_refused(error)) from None
 
     def _query_name(self, partition: str) -> str:
         return f"hubshift_{self.consumer_id}_{partition}".replace("-", "_").replace(".", "_")

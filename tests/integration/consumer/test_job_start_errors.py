@@ -24,6 +24,12 @@ def enrich(frame):
 
 def write(frame):
     pass
+
+def batch_of(events):
+    return events.sparkSession.range(3)
+
+def counts_without_a_watermark(events):
+    return events.groupBy("partition").count()
 """
 
 
@@ -88,6 +94,32 @@ def test_a_foreach_batch_function_of_the_wrong_shape(emulator_factory: Any, tmp_
     assert error_line(stderr) == (
         "hubshift: error: foreachBatch jobs:write: the function must take two arguments (DataFrame, batch)"
     )
+    assert nothing_claimed(tmp_path)
+
+
+def test_a_streaming_job_that_returns_a_batch_or_cannot_run_in_its_output_mode(
+    emulator_factory: Any, spark_jars: str, tmp_path: Path
+) -> None:
+    emulator: RunningEmulator = emulator_factory(["hub:2"])
+    environ = {**consumer_environ(emulator.connection_string), "HUBSHIFT_SPARK_JARS": spark_jars}
+    sink = {"type": "delta", "delta": {"path": str(tmp_path / "table")}}
+    manifest = job(tmp_path, {"type": "stream", "stream": {"function": "jobs:batch_of"}}, sink)
+    code, stderr = consume_to_exit(manifest, environ, tmp_path)
+    assert code != 0
+    assert error_line(stderr) == (
+        "hubshift: error: stream function jobs:batch_of returned a batch DataFrame: return the events' "
+        "streaming DataFrame, transformed (a join with a table is fine: the stream's side stays streaming)"
+    )
+    manifest = job(
+        tmp_path, {"type": "stream", "stream": {"function": "jobs:counts_without_a_watermark"}}, sink
+    )
+    code, stderr = consume_to_exit(manifest, environ, tmp_path)
+    assert code != 0
+    line = error_line(stderr)
+    assert line.startswith(
+        "hubshift: error: stream jobs:counts_without_a_watermark: Spark cannot run it in outputMode append: "
+    ), line
+    assert "watermark" in line and "\n" not in line
     assert nothing_claimed(tmp_path)
 
 
