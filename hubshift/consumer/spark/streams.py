@@ -414,6 +414,8 @@ class StreamEngine(SpooledPartitions):
         if self.metrics is not None:
             rows, size = _state_size(document)
             self.metrics.state_size(partition, rows, size)
+            seconds = float(document.get("batchDuration") or 0) / 1000
+            self.metrics.handled(partition, events, seconds, None)
         if position is None:
             return
         with self._lock:
