@@ -15,17 +15,19 @@ consumer hands them off on SIGTERM; its replacement gets its share planned when 
 A rollout (strategy `Operator`, the StatefulSet `OnDelete`): a pod whose revision is not the StatefulSet's
 update revision is outdated. One at a time, lowest ordinal first:
 1. *retire* it: it leaves the plan and each of its partitions goes to the consumer planned for it: the
-   surge pod (one extra replica, when `maxReplicas` allows) for the first, the pod replaced just before
-   for each next one, so each step moves one pod's share once and as many pods read as before; without a
-   surge the first pod's share goes to the others and one pod fewer reads until the end. A retiring
-   consumer keeps every partition until the consumer planned for it is ready (read all along);
+   surge pod (one extra replica, when `maxReplicas` allows, asked in that very cycle) for the first, the
+   pod replaced just before for each next one, so each step moves one pod's share once and as many pods
+   read as before; without a surge the first pod's share goes to the others and one pod fewer reads until
+   the end. A retiring consumer keeps every partition until the consumer planned for it is ready (read
+   all along);
 2. once it holds nothing (no partition assigned, planned or leased), *delete* it (an eviction: the
    PodDisruptionBudget counts it); the StatefulSet recreates it at the new revision and it is planned again
    as soon as its old pod is gone, taking the next retiree's share;
 3. the surge pod, last, the same way, then the pool shrinks back.
 A pod is retired only while nothing else is in the way: no holddown, no pod stopping, no assignee absent,
 and at most one pod not ready, itself planned for. Paused (`rollout.hubshift.dev/paused: "true"`), no pod
-is retired or deleted; handoffs already published finish.
+is retired or deleted (nor the surge pod asked before the first retirement); handoffs already published
+finish.
 """
 
 from __future__ import annotations
@@ -141,6 +143,10 @@ def decide(observation: RolloutObservation, now: float, rollout_spec: RolloutSpe
     if rollout_spec.strategy != "Operator":
         return _progress(base, observation, now, bool(outdated), surge=False)
     surge = _surge(observation, rollout_spec, view, bool(outdated))
+    # The surge pod comes with the first retirement, for the retiree's share: asked any earlier (paused, or
+    # held up), the plan would have nothing for it (a standby when each pod reads one partition), and once
+    # ready it would be a consumer the plan never named, whose arrival starts a holddown.
+    room = not surge and bool(outdated) and _surge_allowed(observation, rollout_spec)
     desired = observation.desired_replicas + (1 if surge else 0)
     plan = set(observation.state.consumers)
     if not observation.state.generation:  # no plan published yet: nothing to replace against
@@ -161,9 +167,11 @@ def decide(observation: RolloutObservation, now: float, rollout_spec: RolloutSpe
     retiring = {p.name for p in retired if p.ready and p.name not in delete}
     waiting = ""
     if not retired and queue and not observation.paused:
-        waiting = _blocked(observation, view, desired)
+        asked = desired + (1 if room else 0)
+        waiting = _blocked(observation, view, asked)
         if not waiting:
             retiring.add(queue[0].name)
+            surge, desired = surge or room, asked
     decision = replace(
         base,
         desired_replicas=desired,
@@ -241,20 +249,25 @@ def _holds(consumer: str, observation: RolloutObservation) -> bool:
     )
 
 
-def _surge(observation: RolloutObservation, rollout_spec: RolloutSpec, view: _Pods, outdated: bool) -> bool:
-    """One extra replica while pods are replaced, when the bounds allow it, kept until the surge pod has
-    handed its share on."""
+def _surge_allowed(observation: RolloutObservation, rollout_spec: RolloutSpec) -> bool:
     desired = observation.desired_replicas
-    allowed = rollout_spec.max_surge > 0 and 1 <= desired < observation.max_replicas
-    if not allowed:
+    return rollout_spec.max_surge > 0 and 1 <= desired < observation.max_replicas
+
+
+def _surge(observation: RolloutObservation, rollout_spec: RolloutSpec, view: _Pods, outdated: bool) -> bool:
+    """Whether the extra replica of a rollout under way is kept: while pods are outdated, once it was asked
+    (with the first retirement, `decide`) or while the surge pod holds anything (a restart that lost the
+    status); once none is, until the surge pod has handed its share on."""
+    if not _surge_allowed(observation, rollout_spec):
         return False
-    if outdated:
-        return True
     previous = observation.previous
+    surging = previous is not None and previous.surge
+    if outdated:
+        return surging or _holds(view.surge_name, observation)
     # Kept until the surge pod holds nothing and its last handoff is done (then the pool shrinks back).
     handing_over = observation.state.phase is Phase.REBALANCING
     busy = view.surge_name not in view.terminating and (_holds(view.surge_name, observation) or handing_over)
-    return previous is not None and previous.surge and busy
+    return surging and busy
 
 
 def _blocked(observation: RolloutObservation, view: _Pods, desired: int) -> str:

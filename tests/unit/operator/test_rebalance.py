@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -457,6 +458,26 @@ def test_a_standby_takes_over_an_orphan_at_once() -> None:
     result = world.cycle()
     assert result.published is not None
     assert [(m.partition, m.assignee) for m in result.published.moves] == [(lost[0], "homes-4")]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a planned scale-out that only brings standbys publishes nothing, so the plan never names them: "
+    "once the StatefulSet has grown they are no longer arriving, and ready, they are unplanned newcomers",
+)
+def test_a_standby_brought_by_a_planned_scale_out_takes_over_an_orphan_at_once() -> None:
+    world = settled_world(partitions=4, consumers=4)
+    world.desired = 5  # homes-4 would be a standby: "0 partitions planned for homes-4 (no holddown)"
+    world.cycle()
+    world.run(3)
+    world.present.append("homes-4")
+    world.run(3)
+    lost = world.owned_by("homes-1")
+    world.present.remove("homes-1")
+    world.departed.add("homes-1")
+    world.cycle()
+    assert [(m.partition, m.assignee) for m in world.published[-1].moves] == [(lost[0], "homes-4")]
+    assert "Holddown" not in world.events()
 
 
 def test_orphans_during_a_holddown_keep_the_holddown_for_the_rest() -> None:

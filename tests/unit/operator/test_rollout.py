@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hubshift.operator import rebalance, rollout
@@ -72,6 +72,7 @@ class Fleet:
     unread: int = 0  # partition-seconds without an owner
     least_ready: int | None = None  # the fewest ready pods seen while rolling out
     deleted: list[str] = field(default_factory=list)
+    held_down: list[float] = field(default_factory=list)  # cycles ending with a holddown timer running
 
     @classmethod
     def settled(cls, partitions: int = 8, consumers: int = 4, **kwargs: object) -> Fleet:
@@ -80,6 +81,7 @@ class Fleet:
         fleet.run(fleet.start_seconds + 10)
         assert fleet.balanced(), fleet.owners
         fleet.published.clear()
+        fleet.held_down.clear()
         return fleet
 
     # -- the operator ----------------------------------------------------------------------------------
@@ -143,6 +145,8 @@ class Fleet:
         stored = step.state.to_record(CONFIG)
         self.record = RebalanceState.from_record(decode_assignment(encode_assignment(stored)))
         self.state = step.state
+        if step.state.holddown_until is not None:
+            self.held_down.append(self.now)
         self.memory = decision.state
         body = RolloutStatus.of(self.spec.strategy, decision).model_dump(by_alias=True, mode="json")
         self.status = body
@@ -302,6 +306,7 @@ def test_a_rollout_with_a_surge_pod_moves_each_share_once_and_keeps_every_pod_re
     assert fleet.deleted == [f"{POOL}-{i}" for i in range(4)]  # one at a time, lowest ordinal first
     assert fleet.replicas == 4 and sorted(fleet.pods) == [f"{POOL}-{i}" for i in range(4)]
     assert PublishReason.ROLLOUT in fleet.reasons() and PublishReason.HOLDDOWN_OVER not in fleet.reasons()
+    assert fleet.held_down == []
     assert fleet.events() == ["RolloutStarted", "RolloutDone"]
     assert fleet.unread == 0  # released and taken within the same second: never unread
     assert took < 5 * (fleet.start_seconds + 4)
@@ -365,6 +370,29 @@ def test_a_paused_rollout_replaces_no_pod_until_resumed() -> None:
     fleet.roll()
     assert fleet.broken == []
     assert fleet.events()[-2:] == ["RolloutResumed", "RolloutDone"]
+    assert fleet.held_down == []
+
+
+def test_a_rollout_paused_before_its_first_retirement_asks_the_surge_pod_with_it() -> None:
+    # A pod per partition: a surge pod asked before anyone is retired would be a standby the plan never
+    # names, and once ready, a newcomer whose arrival starts a holddown at the first retirement.
+    fleet = Fleet.settled(partitions=2, consumers=2, max_replicas=3, start_seconds=6)
+    fleet.revision = "r2"
+    fleet.paused = True
+    fleet.run(10)
+    assert fleet.replicas == 2 and sorted(fleet.pods) == [f"{POOL}-0", f"{POOL}-1"]
+    assert {d.desired_replicas for d in fleet.decisions} == {2}
+    assert fleet.decisions[-1].phase == "Paused" and fleet.published == []
+    fleet.paused = False
+    fleet.cycle()
+    assert fleet.replicas == 3 and fleet.decisions[-1].retiring == {f"{POOL}-0"}
+    first = fleet.published[-1]
+    assert first.reason is PublishReason.ROLLOUT
+    assert set(first.planned.values()) == {f"{POOL}-2"}  # the retiree's share waits for the surge pod
+    fleet.roll()
+    assert fleet.held_down == [] and PublishReason.HOLDDOWN_OVER not in fleet.reasons()
+    assert fleet.broken == [] and fleet.unread == 0
+    assert fleet.least_ready is not None and fleet.least_ready >= 2
 
 
 def test_the_pause_annotation() -> None:
@@ -446,6 +474,10 @@ def test_rollout_state_round_trips_through_the_status() -> None:
     kills=st.lists(st.integers(0, 60), max_size=3),
     pause=st.one_of(st.none(), st.tuples(st.integers(0, 30), st.integers(1, 20))),
 )
+# Paused in its first second, with a pod per partition: the surge pod was asked before anyone was retired,
+# a standby the plan never named, and the first retirement then started a holddown.
+@example(consumers=2, extra_partitions=0, surge=True, start_seconds=6, kills=[], pause=(0, 1))
+@example(consumers=3, extra_partitions=0, surge=True, start_seconds=2, kills=[], pause=(0, 5))
 def test_any_rollout_finishes_with_one_reader_per_partition_and_the_pods_the_plan_needs(
     consumers: int,
     extra_partitions: int,
@@ -476,4 +508,6 @@ def test_any_rollout_finishes_with_one_reader_per_partition_and_the_pods_the_pla
     assert fleet.least_ready is not None and fleet.least_ready >= floor
     assert all(pod.revision == "r2" for pod in fleet.pods.values())
     assert fleet.replicas == consumers
+    # The rollout's own changes are planned: no holddown timer ever starts, let alone runs out.
+    assert fleet.held_down == [], fleet.reasons()
     assert PublishReason.HOLDDOWN_OVER not in fleet.reasons()
