@@ -70,6 +70,10 @@ def build_session(
         .config("spark.sql.adaptive.enabled", "false")
         # The UI (when enabled) shows; it stops nothing.
         .config("spark.ui.killEnabled", "false")
+        # A Python worker (and a streaming source's runner) starting on a busy machine gets a minute to
+        # connect back, not 15 s: a streaming job's query per partition starts one runner each, and under a
+        # load of 20 on two cores they failed to connect back, failing their queries.
+        .config("spark.python.authenticate.socketTimeout", "60s")
     )
     if spark_spec.master.startswith("local"):
         # The driver's RPC and block manager have no authentication and deserialize what they are
