@@ -12,13 +12,18 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psycopg
 
 from tests.harness.ports import free_port, wait_for_port
 
 USER = "hubshift"
 DATABASE = "hubshift"
+# How long a new server may take to accept its first connection (a loaded 2-core machine: a few seconds).
+STARTUP_TIMEOUT = 60.0
 
 
 def server_binaries() -> Path | None:
@@ -139,13 +144,35 @@ def start_postgres() -> Postgres:
         **run_as,  # type: ignore[arg-type]
     )
     server = Postgres(port, process, folder, password)
-    if not wait_for_port(port, 60):
+    try:
+        connection = first_connection(server, f"postgresql://{USER}:{password}@127.0.0.1:{port}/postgres")
+    except BaseException:
         server.stop()
-        raise RuntimeError(f"PostgreSQL did not start:\n{server.log()[-2000:]}")
-    import psycopg
-
-    with psycopg.connect(
-        f"postgresql://{USER}:{password}@127.0.0.1:{port}/postgres", autocommit=True, connect_timeout=30
-    ) as connection:
+        raise
+    with connection:
         connection.execute(f"CREATE DATABASE {DATABASE}")
     return server
+
+
+def first_connection(
+    server: Postgres, conninfo: str, timeout: float = STARTUP_TIMEOUT
+) -> psycopg.Connection[tuple[object, ...]]:
+    """The first connection that PostgreSQL accepts, retried until `timeout`: the port opens before the
+    server accepts sessions (on a busy machine it answered `FATAL: the database system is starting up`
+    for a while after). Raises with the server's log when it exits or the time is up."""
+    deadline = time.monotonic() + timeout
+    if not wait_for_port(server.port, timeout):
+        raise RuntimeError(f"PostgreSQL did not open its port in {timeout:.0f} s:\n{server.log()[-2000:]}")
+    while True:
+        try:
+            return psycopg.connect(conninfo, autocommit=True, connect_timeout=10)
+        except psycopg.OperationalError as error:
+            if server.process.poll() is not None:
+                raise RuntimeError(
+                    f"PostgreSQL exited ({server.process.returncode}) while starting:\n{server.log()[-2000:]}"
+                ) from error
+            if time.monotonic() >= deadline:
+                raise RuntimeError(
+                    f"PostgreSQL accepted no connection in {timeout:.0f} s ({error}):\n{server.log()[-2000:]}"
+                ) from error
+            time.sleep(0.1)

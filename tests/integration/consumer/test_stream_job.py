@@ -6,81 +6,18 @@ window the watermark has passed is in the table once, with the count of the dist
 
 from __future__ import annotations
 
-import json
 import time
-from collections import Counter
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.eventhub import EventData, EventHubProducerClient
 
 from hubshift.emulator.launch import RunningEmulator
 from tests.fixtures.consumer import ConsumerPool, consumer_environ, consumer_manifest, wait_for
+from tests.harness.windows import Readings, windows
 
 pytestmark = pytest.mark.timeout(900)
 EXAMPLE_CODE = Path(__file__).resolve().parents[3] / "examples" / "stateful"
-T0 = datetime(2026, 11, 28, 9, 0, tzinfo=UTC)
-HOMES = [f"h{n:03d}" for n in range(12)]
-SENSORS = ("motion", "door")
-LATENESS = timedelta(seconds=30)
-WINDOW = 10
-
-
-def reading(home: str, sensor: str, second: int) -> dict[str, str]:
-    moment = T0 + timedelta(seconds=second)
-    return {
-        "homeId": home,
-        "sensorId": f"{home}-{sensor}",
-        "sensorType": sensor,
-        "eventType": "detected",
-        "eventTime": moment.strftime("%Y-%m-%dT%H:%M:%S.000Z"),
-    }
-
-
-class Sent:
-    """What was sent, per partition key (a home), for the reference counts."""
-
-    def __init__(self, connection_string: str) -> None:
-        self.producer = EventHubProducerClient.from_connection_string(connection_string, eventhub_name="hub")
-        self.readings: list[dict[str, str]] = []
-
-    def wave(self, first: int, last: int, *, repeat_every: int = 0) -> None:
-        """Every home's sensors, a reading every 3 seconds of event time from `first` to `last`, in time
-        order within each partition (a home's readings all in one: even homes in 0, odd in 1, as a partition
-        key would keep them), each `repeat_every`-th sent twice (a sensor's retry)."""
-        for partition in ("0", "1"):
-            homes = HOMES[int(partition) :: 2]
-            bodies = [
-                reading(home, sensor, second)
-                for second in range(first, last + 1, 3)
-                for home in homes
-                for sensor in SENSORS
-                for _ in range(2 if repeat_every and second % repeat_every == 0 else 1)
-            ]
-            for start in range(0, len(bodies), 200):
-                batch = self.producer.create_batch(partition_id=partition)
-                for body in bodies[start : start + 200]:
-                    batch.add(EventData(json.dumps(body)))
-                self.producer.send_batch(batch)
-            self.readings.extend(bodies)
-
-    def expected(self, flushed_at: int) -> Counter[tuple[str, str, str]]:
-        """The windows a watermark of `flushed_at` seconds minus the lateness has passed, with the count
-        of distinct readings in each."""
-        watermark = T0 + timedelta(seconds=flushed_at) - LATENESS
-        counts: Counter[tuple[str, str, str]] = Counter()
-        for body in {json.dumps(r, sort_keys=True) for r in self.readings}:
-            r = json.loads(body)
-            moment = datetime.strptime(r["eventTime"], "%Y-%m-%dT%H:%M:%S.000Z").replace(tzinfo=UTC)
-            start = T0 + timedelta(seconds=(moment - T0).seconds // WINDOW * WINDOW)
-            if start + timedelta(seconds=WINDOW) <= watermark:
-                counts[(start.isoformat(), r["homeId"], r["sensorType"])] += 1
-        return counts
-
-    def close(self) -> None:
-        self.producer.close()
 
 
 def table(path: Path) -> list[dict[str, Any]]:
@@ -92,19 +29,6 @@ def table(path: Path) -> list[dict[str, Any]]:
     except TableNotFoundError:
         return []
     return rows
-
-
-def windows(rows: list[dict[str, Any]]) -> tuple[Counter[tuple[str, str, str]], int]:
-    """The table's windows with their counts, and how many rows said a window a second time."""
-    counts: Counter[tuple[str, str, str]] = Counter()
-    twice = 0
-    for row in rows:
-        start = row["window_start"]
-        start = start.replace(tzinfo=UTC) if start.tzinfo is None else start
-        key = (start.isoformat(), row["home_id"], row["sensor_type"])
-        twice += key in counts
-        counts[key] = row["count"]
-    return counts, twice
 
 
 def test_a_stateful_job_s_windows_are_exact_through_a_handoff_and_a_kill_9(
@@ -131,7 +55,7 @@ def test_a_stateful_job_s_windows_are_exact_through_a_handoff_and_a_kill_9(
     first.wait_ready()
     wait_for(lambda: ownership.owners() == {"0": "c0", "1": "c0"}, 120, "c0 to own both partitions")
 
-    sent = Sent(emulator.connection_string)
+    sent = Readings(emulator.connection_string, "hub", ["0", "1"])
     try:
         sent.wave(0, 299, repeat_every=7)
         wait_for(lambda: len(table(path)) > 0, 300, "the first windows in the table", on_timeout=first.log)
