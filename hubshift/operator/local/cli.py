@@ -157,4 +157,4 @@ async def _watch_manifest(
             operator.apply(_manifest_with(path, identity))
             log.info("%s changed: applied", path)
         except UserError as exc:
-            log.warning("%s changed but was not applied: %s", path, exc)
+            log.warning("%s changed but was not applied: %s", path, "; ".join(str(exc).splitlines()))
