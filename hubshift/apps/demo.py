@@ -377,7 +377,7 @@ async def _demo(
     metrics.serve(metrics_port, address="127.0.0.1")
     console.print(
         f"  metrics: the operator's at http://127.0.0.1:{metrics_port}/metrics, each consumer's listed in "
-        f"{workdir / TARGETS_FILE} (Prometheus file_sd; README.md, Dashboards)"
+        f"{workdir / TARGETS_FILE} (Prometheus file_sd; docs/dashboards.md)"
     )
     page = None
     if settings.engine == "spark":
