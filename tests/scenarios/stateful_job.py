@@ -83,6 +83,8 @@ class StatefulJobScenario:
         self, scenario_cluster: ScenarioCluster, tmp_path_factory: pytest.TempPathFactory, request: Any
     ) -> Iterator[Deployment]:
         deployment = Deployment.begin(scenario_cluster, tmp_path_factory, request, "stateful")
+        deployment.namespace, deployment.system_namespace = NAMESPACE, SYSTEM_NAMESPACE
+        deployment.release, deployment.name = RELEASE, NAME
         try:
             yield deployment
         finally:

@@ -223,6 +223,8 @@ class StreamEngine(SpooledPartitions):
             start, next_sequence = StartAt(sequence_number=resumed - 1), resumed
         super().start_partition(partition, owner_level, start, next_sequence)
         running = _Query(owner_level, location, time.monotonic())
+        if self.metrics is not None:
+            self.metrics.state_restoring(partition)
         with self._lock:
             previous = self._queries.pop(partition, None)
             self._queries[partition] = running
@@ -360,6 +362,8 @@ class StreamEngine(SpooledPartitions):
                     del self._queries[partition]
                 self._partitions.pop(partition, None)
             self._stop_query(running)
+            if not running.restored and self.metrics is not None:
+                self.metrics.state_restored(partition, None)
             spool.remove_epoch(self.spool_root, partition, state.owner_level)
             self.notify(Drained(partition, state.owner_level, state.committed))
 
@@ -373,6 +377,8 @@ class StreamEngine(SpooledPartitions):
         def stop() -> None:
             if running is not None:
                 self._stop_query(running)
+                if not running.restored and self.metrics is not None:
+                    self.metrics.state_restored(partition, None)
             self._remove_retired(None, partition)  # its query is stopped: nothing reads its spool
 
         threading.Thread(target=stop, name=f"stop-{partition}", daemon=True).start()
@@ -478,6 +484,9 @@ class StreamEngine(SpooledPartitions):
                 return
         running.query = None
         running.started = time.monotonic()
+        running.restored = False  # its state is restored again from the checkpoint
+        if self.metrics is not None:
+            self.metrics.state_restoring(partition)
         self._launch(partition, running)
 
 
