@@ -203,11 +203,32 @@ class ConsumerSpec(Model):
 
 
 class PartitionedConsumerSpec(Model):
+    """What the pool reads, where it keeps its checkpoints, what each consumer runs, and how the pool is sized
+    and rebalanced."""
+
     event_hubs: EventHubsSpec
     checkpoint_store: CheckpointStoreSpec
-    consumer: ConsumerSpec = Field(default_factory=ConsumerSpec)
+    consumer: ConsumerSpec = Field(
+        default_factory=ConsumerSpec,
+        description="What each consumer pod runs: its image and resources, the engine, the pipeline and "
+        "sink, where a partition starts, how often it checkpoints.",
+    )
+    replicas: int | None = Field(
+        default=None,
+        ge=0,
+        description="Exactly this many consumers (never more than the hub's partitions), instead of "
+        "hubshift's autoscaler: what `kubectl scale pcon/NAME --replicas=N`, an HPA or a KEDA ScaledObject "
+        "set through the scale subresource. Unset (the default): spec.scaling decides. A change is planned "
+        "at once, like a scale the autoscaler decides (no holddown); scaling's min and max do not bound it; "
+        "the pause annotations still win. An HPA does not scale a target at 0 replicas: set a count before "
+        "handing the pool to one.",
+    )
     scaling: ScalingSpec = Field(default_factory=ScalingSpec)
-    rebalance: RebalanceSpec = Field(default_factory=RebalanceSpec)
+    rebalance: RebalanceSpec = Field(
+        default_factory=RebalanceSpec,
+        description="How partitions move between consumers: the strategy, the holddown and handoff times, "
+        "the pods' rollout.",
+    )
 
 
 def connections_of(spec: PartitionedConsumerSpec) -> list[NamedConnection]:

@@ -54,19 +54,43 @@ FALLBACK = "Fallback"
 PAUSED = "Paused"
 REBALANCING = "Rebalancing"
 PARTITION_OVER_CAPACITY = "PartitionOverCapacity"
+DATA_LOSS = "DataLoss"
+CHILDREN_APPLIED = "ChildrenApplied"  # in a cluster only
+OUTPUT_DURABLE = "OutputDurable"  # in a cluster only
+
+# Every condition type the status may carry, with what True means: the CRD's description of `conditions` and
+# the reference page's table (docs/reference.md) are made from it.
+CONDITION_TYPES: dict[str, str] = {
+    READY: "the pool is balanced: every partition read by its assignee (False: holddown, rebalancing, a "
+    "refused spec, a failed cycle, or a pool stopped for data loss; the reason says which)",
+    ACTIVE: "the backlog is above the activation threshold (scaling.activation), or force-activation is set",
+    FALLBACK: "the backlog could not be read, and scaling.fallback's count applies",
+    PAUSED: "a pause annotation fixes the replica count (reason BadAnnotation: one was not understood)",
+    REBALANCING: "partitions are moving between consumers, or waiting for their planned consumer (reason: "
+    "Planned, Holddown or Immediate)",
+    PARTITION_OVER_CAPACITY: "a partition receives more events per second than one consumer processes",
+    DATA_LOSS: "events expired from the hub before they were read: a partition's checkpoint is older than "
+    "the first event the hub still retains (the message names the partitions and sequence numbers; with "
+    "consumer.failOnDataLoss the pool is stopped)",
+    CHILDREN_APPLIED: "the StatefulSet and the other children are as the spec says (False: the API server "
+    "refused them, the pods run as the last accepted spec said)",
+    OUTPUT_DURABLE: "what the sink writes outlives a consumer pod (False: a folder sink on an emptyDir; "
+    "Unknown: a sink Spark writes, where its block says)",
+}
+CONDITION_TYPES_TEXT = "; ".join(f"{kind}: {meaning}" for kind, meaning in CONDITION_TYPES.items()) + "."
 
 
 class Condition(Model):
     """A Kubernetes-style condition (`kubectl wait --for=condition=Ready pcon/NAME`)."""
 
-    type: str = Field(
-        min_length=1, description="Ready, Active, Fallback, Paused, Rebalancing or PartitionOverCapacity."
-    )
-    status: Literal["True", "False", "Unknown"]
+    type: str = Field(min_length=1, description="One of " + ", ".join(CONDITION_TYPES) + ".")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(default="", description="One CamelCase word.")
     message: str = Field(default="", description="What a person needs to know.")
     last_transition_time: datetime | None = Field(default=None, description="When status last changed.")
-    observed_generation: int | None = Field(default=None, ge=0)
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The metadata.generation the condition was set for."
+    )
 
 
 class AssignedPartitions(Model):
@@ -82,8 +106,8 @@ class AssignedPartitions(Model):
 class PartitionRate(Model):
     """One partition's incoming rate (events per second, with backlog: what must be read per second)."""
 
-    partition: str
-    events_per_second: float = Field(ge=0)
+    partition: str = Field(description="Event Hubs partition id.")
+    events_per_second: float = Field(ge=0, description="Its incoming rate plus its backlog over the target.")
 
 
 class LagTargetStatus(Model):
@@ -102,7 +126,7 @@ class LagTargetStatus(Model):
 class PendingHandoff(Model):
     """A partition moving between consumers, not yet taken by its new owner."""
 
-    partition: str
+    partition: str = Field(description="Event Hubs partition id.")
     from_owner: str | None = Field(default=None, description="The consumer releasing it (none if orphaned).")
     to_owner: str = Field(min_length=1, description="The consumer taking it.")
     since: datetime | None = Field(default=None, description="When the move was published.")
@@ -150,9 +174,24 @@ class PartitionedConsumerStatus(Model):
     observed_generation: int | None = Field(
         default=None, ge=0, description="The metadata.generation this status describes."
     )
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="One per type, each with its status, reason and message: " + CONDITION_TYPES_TEXT,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
     desired_replicas: int | None = Field(default=None, ge=0, description="Replicas the control loop wants.")
     current_replicas: int | None = Field(default=None, ge=0, description="The StatefulSet's replicas.")
+    replicas: int | None = Field(
+        default=None,
+        ge=0,
+        description="The consumers asked of the runtime now (currentReplicas): the scale subresource's "
+        "status.replicas, which kubectl scale, an HPA and KEDA read.",
+    )
+    selector: str | None = Field(
+        default=None,
+        description="The label selector of the pool's consumer pods: the scale subresource's selector, with "
+        "which an HPA finds the pods whose CPU or memory it reads.",
+    )
     ready_replicas: int | None = Field(default=None, ge=0, description="Consumer pods passing readiness.")
     partition_count: int | None = Field(default=None, ge=0, description="Partitions of the Event Hub.")
     total_backlog: int | None = Field(
@@ -373,6 +412,7 @@ def build_status(
         conditions=stamped,
         desired_replicas=None if decision is None else decision.replicas,
         current_replicas=current_replicas,
+        replicas=current_replicas,
         ready_replicas=sum(1 for i in instances if i.ready and not i.terminating),
         partition_count=partition_count,
         total_backlog=total_backlog,
