@@ -115,6 +115,17 @@ class ConsumerSpec(Model):
         description="Skip the events a previous consumer of the hub this one replicates already handled.",
     )
     checkpoint: CheckpointPolicySpec = Field(default_factory=CheckpointPolicySpec)
+    fail_on_data_loss: bool = Field(
+        default=True,
+        description="What the pool does when events expired from the hub before they were read (the hub's "
+        "retention passed a partition's checkpoint), Spark's Kafka source's option of the same name: true "
+        "stops the pool (0 replicas, the DataLoss condition and a warning Event name the partitions and "
+        "sequence numbers) until the checkpoints are moved on by hand or this is set to false; false goes on "
+        "past them, counting them (hubshift_consumer_events_expired_total) and reporting them the same way. "
+        "Default true, as Spark's: a pool that had silently skipped data before now says so, and no existing "
+        "pool relied on going on. The control loop checks on every probe of the hub, before consumers start; "
+        "a consumer that meets expired events while reading counts them and goes on.",
+    )
     pipeline: PipelineSpec = Field(default_factory=PipelineSpec)
     sink: SinkSpec = Field(default_factory=SinkSpec)
     code: CodeSpec = Field(default_factory=CodeSpec)

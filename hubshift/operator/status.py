@@ -14,8 +14,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, WithJsonSchema
 
-from hubshift.operator import rebalance
+from hubshift.operator import data_loss, rebalance
 from hubshift.operator.autoscaler import Pause, ScalingDecision
+from hubshift.operator.data_loss import ExpiredStretch
 from hubshift.operator.rebalance import RebalanceState
 from hubshift.operator.rollout import RolloutDecision
 from hubshift.operator.runtime import ConsumerInstance
@@ -121,6 +122,17 @@ class LagTargetStatus(Model):
         default_factory=list,
         description="The partitions of the busiest consumer at that count: the load that drove it.",
     )
+
+
+class ExpiredEvents(Model):
+    """Events of one partition that expired from the hub before they were read."""
+
+    partition: str = Field(description="Event Hubs partition id.")
+    first_sequence_number: int = Field(
+        ge=0, description="The first event lost (the one after the checkpoint)."
+    )
+    last_sequence_number: int = Field(ge=0, description="The last one lost (before the first one retained).")
+    events: int = Field(ge=1, description="How many.")
 
 
 class PendingHandoff(Model):
@@ -242,6 +254,12 @@ class PartitionedConsumerStatus(Model):
     pending_handoffs: list[PendingHandoff] = Field(
         default_factory=list, description="Moves published but not yet done."
     )
+    expired_events: list[ExpiredEvents] = Field(
+        default_factory=list,
+        description="Partitions whose checkpoint the hub's retention passed, as the last probe saw them: "
+        "their events after the checkpoint expired unread (the DataLoss condition; "
+        "spec.consumer.failOnDataLoss).",
+    )
     last_scale_time: datetime | None = Field(default=None, description="When replicas last changed.")
     last_active_time: datetime | None = Field(
         default=None, description="When the backlog was last above the activation threshold."
@@ -333,6 +351,32 @@ def _capacity_condition(load: Mapping[str, float], capacity: float) -> Condition
     )
 
 
+def data_loss_condition(expired: Sequence[ExpiredStretch], fail: bool) -> Condition:
+    """DataLoss: True while events expired unread, naming the partitions and what the pool does about it."""
+    if not expired:
+        return Condition(
+            type=DATA_LOSS,
+            status="False",
+            reason="NoExpiredEvents",
+            message="every checkpoint is within the hub's retention",
+        )
+    lost = data_loss.describe(tuple(expired))
+    if fail:
+        return Condition(
+            type=DATA_LOSS,
+            status="True",
+            reason="PoolStopped",
+            message=f"{lost}; the pool is stopped ({data_loss.FAIL_ON_DATA_LOSS} is true): set it to false "
+            "to go on past them, or move the checkpoints on (hubshift checkpoints reset)",
+        )
+    return Condition(
+        type=DATA_LOSS,
+        status="True",
+        reason="EventsExpired",
+        message=f"{lost}; the pool goes on past them ({data_loss.FAIL_ON_DATA_LOSS} is false)",
+    )
+
+
 def _lag_target(sizing: LagSizing | None) -> LagTargetStatus | None:
     if sizing is None:
         return None
@@ -372,10 +416,13 @@ def build_status(
     rollout: RolloutStatus | None = None,
     load: Mapping[str, float] | None = None,
     capacity: float | None = None,
+    expired: Sequence[ExpiredStretch] = (),
+    fail_on_data_loss: bool = True,
 ) -> PartitionedConsumerStatus:
     """The status subresource for this cycle (pure); `more_conditions`: the runtime's about the spec;
     `load`: each partition's incoming events per second; `capacity`: events one consumer processes per
-    second (both when measured)."""
+    second (both when measured); `expired`: the events that expired unread, and `fail_on_data_loss` whether
+    that stops the pool."""
     moment = _datetime(now).replace(microsecond=0)
     handoffs = pending(state, owners)
     change = state.running
@@ -401,6 +448,9 @@ def build_status(
     conditions += more_conditions
     if load is not None and capacity:
         conditions.append(_capacity_condition(load, capacity))
+    conditions.append(data_loss_condition(expired, fail_on_data_loss))
+    if expired and fail_on_data_loss:
+        message = f"stopped for data loss; {message}"
     stamped = [
         carry_transition_time(list(previous_conditions), c, moment, observed_generation) for c in conditions
     ]
@@ -428,6 +478,15 @@ def build_status(
         planned=waiting,
         planned_until=None if state.planned_until is None else _datetime(state.planned_until),
         pending_handoffs=handoffs,
+        expired_events=[
+            ExpiredEvents(
+                partition=stretch.partition,
+                first_sequence_number=stretch.first,
+                last_sequence_number=stretch.last,
+                events=stretch.events,
+            )
+            for stretch in expired
+        ],
         last_scale_time=None if last_scale_time is None else _datetime(last_scale_time),
         last_active_time=None if last_active is None else _datetime(last_active),
         rollout=rollout,
