@@ -231,8 +231,9 @@ class PartitionedConsumerSpec(Model):
         "hubshift's autoscaler: what `kubectl scale pcon/NAME --replicas=N`, an HPA or a KEDA ScaledObject "
         "set through the scale subresource. Unset (the default): spec.scaling decides. A change is planned "
         "at once, like a scale the autoscaler decides (no holddown); scaling's min and max do not bound it; "
-        "the pause annotations still win. An HPA does not scale a target at 0 replicas: set a count before "
-        "handing the pool to one.",
+        "the pause annotations still win. The API server answers a read of /scale only once this is set (an "
+        "HPA or KEDA reads it first, and an HPA leaves a target at 0 alone): set a count (kubectl scale) "
+        "before handing the pool to one.",
     )
     scaling: ScalingSpec = Field(default_factory=ScalingSpec)
     rebalance: RebalanceSpec = Field(

@@ -64,7 +64,8 @@ OUTPUT_DURABLE = "OutputDurable"  # in a cluster only
 CONDITION_TYPES: dict[str, str] = {
     READY: "the pool is balanced: every partition read by its assignee (False: holddown, rebalancing, a "
     "refused spec, a failed cycle, or a pool stopped for data loss; the reason says which)",
-    ACTIVE: "the backlog is above the activation threshold (scaling.activation), or force-activation is set",
+    ACTIVE: "the backlog is above the activation threshold (scaling.activation), or force-activation is set "
+    "(reason SpecReplicas: spec.replicas fixes the count, whatever the backlog)",
     FALLBACK: "the backlog could not be read, and scaling.fallback's count applies",
     PAUSED: "a pause annotation fixes the replica count (reason BadAnnotation: one was not understood)",
     REBALANCING: "partitions are moving between consumers, or waiting for their planned consumer (reason: "
@@ -522,7 +523,12 @@ def _scaling_conditions(decision: ScalingDecision, pause: Pause, probe_error: st
         Condition(
             type=ACTIVE,
             status="True" if decision.active else "False",
-            reason="BacklogAboveActivation" if decision.active else "Idle",
+            # SpecReplicas: spec.replicas fixes the count (the scale subresource), whatever the backlog says
+            reason="SpecReplicas"
+            if decision.manual
+            else "BacklogAboveActivation"
+            if decision.active
+            else "Idle",
             message=decision.reason,
         ),
         Condition(

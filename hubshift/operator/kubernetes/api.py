@@ -176,6 +176,10 @@ class KubeAdapter:
     async def close(self) -> None:
         await self.client.close()
 
+    async def read_resource(self, namespace: str, name: str) -> JSON:
+        """A PartitionedConsumer as the API server has it (`HTTPStatusError` as the server answered)."""
+        return _as_dict(await self.client.get(PartitionedConsumerResource, name, namespace=namespace))
+
     # children
 
     async def apply(self, document: Mapping[str, Any]) -> JSON:
