@@ -145,6 +145,16 @@ class PendingHandoff(Model):
     since: datetime | None = Field(default=None, description="When the move was published.")
 
 
+class RestoringPartition(Model):
+    """A streaming job's partition whose new owner is restoring its state (its query has not committed its
+    first batch since it started from the partition's checkpoint)."""
+
+    partition: str = Field(description="Event Hubs partition id.")
+    consumer: str = Field(min_length=1, description="The consumer restoring it.")
+    since: datetime = Field(description="When its query started.")
+    seconds: float = Field(ge=0, description="How long it has been restoring, when the status was written.")
+
+
 class RolloutStatus(Model):
     """Where the replacement of the consumer pods stands (`spec.rebalance.rollout`)."""
 
@@ -260,6 +270,11 @@ class PartitionedConsumerStatus(Model):
         description="Partitions whose checkpoint the hub's retention passed, as the last probe saw them: "
         "their events after the checkpoint expired unread (the DataLoss condition; "
         "spec.consumer.failOnDataLoss).",
+    )
+    restoring: list[RestoringPartition] = Field(
+        default_factory=list,
+        description="A streaming job's partitions whose state their consumer is restoring (after a handoff, "
+        "a restart or a failed query), oldest first.",
     )
     last_scale_time: datetime | None = Field(default=None, description="When replicas last changed.")
     last_active_time: datetime | None = Field(
@@ -397,6 +412,19 @@ def pending(state: RebalanceState, owners: Mapping[str, str | None]) -> list[Pen
     ]
 
 
+def restoring_partitions(restoring: Mapping[str, tuple[str, float]], now: float) -> list[RestoringPartition]:
+    """The partitions being restored, oldest first (`now` and the start times are Unix times)."""
+    return [
+        RestoringPartition(
+            partition=partition,
+            consumer=consumer,
+            since=_datetime(since).replace(microsecond=0),
+            seconds=round(max(0.0, now - since), 1),
+        )
+        for partition, (consumer, since) in sorted(restoring.items(), key=lambda item: (item[1][1], item[0]))
+    ]
+
+
 def build_status(
     *,
     state: RebalanceState,
@@ -419,11 +447,12 @@ def build_status(
     capacity: float | None = None,
     expired: Sequence[ExpiredStretch] = (),
     fail_on_data_loss: bool = True,
+    restoring: Mapping[str, tuple[str, float]] | None = None,
 ) -> PartitionedConsumerStatus:
     """The status subresource for this cycle (pure); `more_conditions`: the runtime's about the spec;
     `load`: each partition's incoming events per second; `capacity`: events one consumer processes per
     second (both when measured); `expired`: the events that expired unread, and `fail_on_data_loss` whether
-    that stops the pool."""
+    that stops the pool; `restoring`: partition -> (consumer, when its query started, Unix time)."""
     moment = _datetime(now).replace(microsecond=0)
     handoffs = pending(state, owners)
     change = state.running
@@ -488,6 +517,7 @@ def build_status(
             )
             for stretch in expired
         ],
+        restoring=restoring_partitions(restoring or {}, now),
         last_scale_time=None if last_scale_time is None else _datetime(last_scale_time),
         last_active_time=None if last_active is None else _datetime(last_active),
         rollout=rollout,

@@ -148,6 +148,7 @@ class Reporter:
             capacity=observer.capacity,
             expired=decided.expired,
             fail_on_data_loss=consumer.spec.consumer.fail_on_data_loss,
+            restoring=observer.restoring,
         )
         await self._warn_data_loss(decided.expired, consumer.spec.consumer.fail_on_data_loss)
         await self.runtime.publish_status(status.to_body())
