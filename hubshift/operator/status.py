@@ -459,12 +459,15 @@ def build_status(
     waiting = assignment_by_consumer(state.planned)
     message = _message(state, len(handoffs), waiting, probe_error)
     moving = state.phase is Phase.REBALANCING or bool(waiting)
+    stopped = (
+        bool(expired) and fail_on_data_loss
+    )  # a pool stopped for data loss is not ready, balanced or not
     conditions = [
         Condition(
             type=READY,
-            status="True" if state.phase is Phase.READY else "False",
-            reason="Balanced" if state.phase is Phase.READY else state.phase.value,
-            message=message,
+            status="True" if state.phase is Phase.READY and not stopped else "False",
+            reason="DataLoss" if stopped else "Balanced" if state.phase is Phase.READY else state.phase.value,
+            message=f"stopped for data loss; {message}" if stopped else message,
         ),
         Condition(
             type=REBALANCING,
@@ -479,7 +482,7 @@ def build_status(
     if load is not None and capacity:
         conditions.append(_capacity_condition(load, capacity))
     conditions.append(data_loss_condition(expired, fail_on_data_loss))
-    if expired and fail_on_data_loss:
+    if stopped:
         message = f"stopped for data loss; {message}"
     stamped = [
         carry_transition_time(list(previous_conditions), c, moment, observed_generation) for c in conditions

@@ -500,7 +500,10 @@ def _status_lines(definition: Mapping[str, Any]) -> list[str]:
             f"`{scale['specReplicasPath']}` through `/scale`; they read `{scale['statusReplicasPath']}` and "
             f"the pods' selector `{scale['labelSelectorPath']}`. Unset `spec.replicas` "
             "(`kubectl patch pcon/NAME --type=json -p "
-            """'[{"op": "remove", "path": "/spec/replicas"}]'`) hands the pool back to `spec.scaling`.""",
+            """'[{"op": "remove", "path": "/spec/replicas"}]'`) hands the pool back to `spec.scaling`. """
+            "The API server answers a read of `/scale` only once `spec.replicas` is set, and an HPA or KEDA "
+            "reads it first: set a count once (`kubectl scale`, which patches it) before handing a pool to "
+            "one.",
         ]
     schema = status_schema(definition)
     lines += [

@@ -719,6 +719,8 @@ def test_events_expired_unread_stop_the_pool_until_fail_on_data_loss_is_off(tmp_
     loss = next(c for c in body["conditions"] if c["type"] == "DataLoss")
     assert (loss["status"], loss["reason"]) == ("True", "PoolStopped")
     assert "partition 3: 40 events (10-49)" in loss["message"]
+    ready = next(c for c in body["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "DataLoss")
     assert body["expiredEvents"] == [
         {"partition": "3", "firstSequenceNumber": 10, "lastSequenceNumber": 49, "events": 40}
     ]
@@ -733,3 +735,5 @@ def test_events_expired_unread_stop_the_pool_until_fail_on_data_loss_is_off(tmp_
     assert report.decision is not None and report.decision.replicas == 2  # goes on, still saying so
     loss = next(c for c in report.status.to_body()["conditions"] if c["type"] == "DataLoss")
     assert (loss["status"], loss["reason"]) == ("True", "EventsExpired")
+    ready = next(c for c in report.status.to_body()["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] != "DataLoss"
