@@ -98,7 +98,14 @@ else:
         "PipelineSpec",
         __base__=PipelineSpecBase,
         __doc__="The pipeline each consumer runs: `type`, its block, and the editor steps before it.",
-        type=(Literal[tuple(BY_NAME)], DEFAULT),
+        type=(
+            Literal[tuple(BY_NAME)],
+            Field(
+                DEFAULT,
+                description="Which pipeline: its block of the same name holds its settings (aggregate: the "
+                "default).",
+            ),
+        ),
         **{kind.name: (kind.annotation, kind.field) for kind in PIPELINES},
     )
 

@@ -81,7 +81,13 @@ else:
         "SinkSpec",
         __base__=SinkSpecBase,
         __doc__="Where each consumer's results, dead letters and commit records go.",
-        type=(Literal[tuple(BY_NAME)], DEFAULT),
+        type=(
+            Literal[tuple(BY_NAME)],
+            Field(
+                DEFAULT,
+                description="Which sink: its block of the same name says where (folder: the default).",
+            ),
+        ),
         **{kind.field_name: (kind.annotation, kind.field) for kind in SINKS},
     )
 
