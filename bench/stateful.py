@@ -49,7 +49,7 @@ from hubshift.manifest import load_manifest
 from hubshift.ownership.assignment import publish_assignment, read_assignment
 from hubshift.ownership.model import Assignment, Phase
 from hubshift.ownership.scope import Scope
-from hubshift.ownership.stores.locations import open_store
+from hubshift.ownership.stores.locations import open_store, sqlite_url
 from hubshift.spec import DEFAULT_EVENTHUBS_ENV
 from tests.harness.ranges import percentile
 
@@ -193,7 +193,7 @@ def hubshift_side(args: argparse.Namespace, emulator: RunningEmulator, workdir: 
     )
     environ = {**os.environ, DEFAULT_EVENTHUBS_ENV: emulator.connection_string, "HUBSHIFT_SPARK_JARS": jars()}
     spec = load_manifest(manifest).spec
-    store = open_store(f"sqlite:///{store_file}", "stateful", create=True)
+    store = open_store(sqlite_url(store_file), create=True)  # the consumers' container: the default
     scope = Scope(f"127.0.0.1:{emulator.port}", HUB, "$Default")
     partitions = [str(p) for p in range(args.partitions)]
     publish(store, scope, dict.fromkeys(partitions, "c0"), 1, Phase.READY)

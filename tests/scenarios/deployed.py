@@ -343,7 +343,7 @@ class Deployment:
             counted.update(self.totals())
             return sum(counted.values()) >= want
 
-        eventually(all_counted, timeout, lambda: f"{want} events counted (counted {sum(counted.values())})")
+        eventually(all_counted, timeout, lambda: self.describe_counts(want, sum(counted.values())))
         time.sleep(3)  # a batch committed twice would show now
         counted = self.totals()
         wrong = {k: (counted.get(k, 0), v) for k, v in expected.items() if counted.get(k, 0) != v}
@@ -355,6 +355,38 @@ class Deployment:
         return want
 
     # -- the cluster's view
+
+    def describe_counts(self, want: int, counted: int) -> str:
+        """Why the sink counts fewer events than were sent: each pod's own counts of what it skipped or
+        could not write, the checkpoints against the hub, then what `describe` shows."""
+        lines = [f"{want} events counted (counted {counted})"]
+        for pod in self.consumer_pods():
+            name = pod["metadata"]["name"]
+            try:
+                text = self.pod_metrics(name)
+            except Exception as error:  # a pod restarting: its metrics are not there
+                lines.append(f"{name}: no metrics ({error})")
+                continue
+            for family in (
+                "hubshift_consumer_events_expired_total",
+                "hubshift_consumer_dead_letters_total",
+                "hubshift_consumer_batches_total",
+                "hubshift_consumer_events_total",
+            ):
+                found = [line for line in text.splitlines() if line.startswith(family)]
+                lines.append(f"{name}: " + ("; ".join(found[:12]) if found else f"no {family}"))
+        try:
+            snapshot = self.snapshot()
+            lines.append(
+                "checkpoints: "
+                + ", ".join(
+                    f"{row.partition}@{row.checkpoint.sequence_number} ({row.owner})"
+                    for row in snapshot.partitions
+                )
+            )
+        except Exception as error:
+            lines.append(f"checkpoints unreadable: {error}")
+        return "\n".join(lines) + "\n" + self.describe("the counts above")
 
     def cr(self) -> JSON:
         return self.cluster.get("-n", self.namespace, "partitionedconsumer", self.name)
