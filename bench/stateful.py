@@ -201,6 +201,8 @@ def hubshift_side(args: argparse.Namespace, emulator: RunningEmulator, workdir: 
     first = Consumer(manifest, "c0", workdir, environ)
     second: Consumer | None = None
     try:
+        # timed from the first committed batch, as Spark's way is (its session's and queries' start left out)
+        wait(lambda: total(first.samples(), "hubshift_consumer_events_total") > 0, 600, "a first batch")
         started = time.monotonic()
         wait(
             lambda: total(first.samples(), "hubshift_consumer_events_total") >= args.events,
