@@ -38,6 +38,7 @@ __all__ = [
     "adopt_raw_messages",
     "buffer_socket_reads",
     "create_partition_consumer",
+    "link_quiet",
     "open_management_link",
     "read_partition_properties",
     "track_last",
@@ -134,6 +135,31 @@ def buffer_socket_reads(consumer: Any, turn: TurnReads | None = None) -> None:
         transport._hubshift_chunked = True
     transport._hubshift_turn = turn
     transport._hubshift_turn_began = None
+
+
+def link_quiet(consumer: Any) -> bool:
+    """Whether an SDK partition consumer has nothing to hand over or read right now: no message buffered, no
+    bytes left in its transport's read buffer or its TLS layer, its socket not readable (one `poll` with no
+    wait). False when it cannot tell (no connection yet, a WebSocket transport, another SDK version): the
+    caller then gives it a turn as before."""
+    if getattr(consumer, "_message_buffer", None):
+        return False
+    handler = getattr(consumer, "_handler", None)
+    transport: Any = getattr(getattr(handler, "_connection", None), "_transport", None)
+    if not issubclass(type(transport), SSLTransport):
+        return False
+    buffer = getattr(transport, "_read_buffer", None)
+    sock = getattr(transport, "sock", None)
+    if not isinstance(buffer, BytesIO) or sock is None:
+        return False
+    position = buffer.tell()
+    if buffer.seek(0, 2) != position:  # bytes of the next frame already read
+        buffer.seek(position)
+        return False
+    try:
+        return not _frame_arrives(sock, 0.0)
+    except (OSError, ValueError):  # a closed socket: let the turn find out
+        return False
 
 
 def _frame_arrives(sock: Any, wait: float) -> bool:

@@ -483,3 +483,35 @@ def test_whatever_the_links_hand_over_a_receiver_delivers_a_contiguous_stream(
         assert delivered[0] == start
         assert delivered == list(range(start, start + len(delivered)))
         assert receiver.last_sequence == delivered[-1]
+
+
+def test_a_quiet_link_is_one_with_nothing_buffered_and_nothing_to_read() -> None:
+    import socket
+    from collections import deque
+    from io import BytesIO
+
+    from azure.eventhub._pyamqp._transport import SSLTransport
+
+    from hubshift.eventhubs.sdk_internals import link_quiet
+
+    ours, theirs = socket.socketpair()
+    try:
+        transport: Any = SSLTransport.__new__(SSLTransport)
+        transport.sock = ours
+        transport._read_buffer = BytesIO()
+        handler = SimpleNamespace(_connection=SimpleNamespace(_transport=transport))
+        consumer = SimpleNamespace(_message_buffer=deque(), _handler=handler)
+        assert link_quiet(consumer)
+        consumer._message_buffer.append("event")  # a message handed over but not delivered yet
+        assert not link_quiet(consumer)
+        consumer._message_buffer.clear()
+        transport._read_buffer = BytesIO(b"frame")  # the next frame's bytes already read
+        assert not link_quiet(consumer)
+        transport._read_buffer.read()  # all of it consumed
+        assert link_quiet(consumer)
+        theirs.sendall(b"\x00")  # bytes on the socket
+        assert not link_quiet(consumer)
+        assert not link_quiet(SimpleNamespace(_message_buffer=deque()))  # no connection yet: cannot tell
+    finally:
+        ours.close()
+        theirs.close()
