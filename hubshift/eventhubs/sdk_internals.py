@@ -2,7 +2,8 @@
 pyproject.toml; re-run bench/throughput.py and bench/control_loop.py after any upgrade).
 
 - Partition consumers are created the way the SDK's own EventProcessor does (`_create_consumer`), so one
-  thread can take the partitions in turn (docs/consumer.md).
+  thread can take the partitions in turn (docs/consumer.md), without the keep-alive thread the SDK starts
+  for each.
 - Received messages stay raw AMQP messages instead of an `EventData` each (`adopt_raw_messages`).
 - A connection's socket is read in chunks of up to 64 KiB instead of two reads per frame, and a turn does
   not wait out the socket timeout on a quiet link (`buffer_socket_reads`).
@@ -69,6 +70,12 @@ def create_partition_consumer(
         track_last_enqueued_event_properties=True,
     )
     adopt_raw_messages(consumer)
+    # No keep-alive thread: the SDK gives every partition consumer one (keep_alive 30, which
+    # `_create_consumer` does not pass on), waking every second and every 30 s reading the connection's socket
+    # from its own thread, beside the receiving thread's reads. 1,024 partitions: 1,024 threads
+    # (bench/partitions.py). The receivers' whole turns (at least one a second) send the idle-timeout frames.
+    if hasattr(consumer, "_keep_alive"):
+        consumer._keep_alive = None
     return consumer
 
 

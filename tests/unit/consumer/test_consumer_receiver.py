@@ -515,3 +515,19 @@ def test_a_quiet_link_is_one_with_nothing_buffered_and_nothing_to_read() -> None
     finally:
         ours.close()
         theirs.close()
+
+
+def test_a_partition_consumer_starts_no_keep_alive_thread_of_its_own() -> None:
+    from azure.eventhub import EventHubConsumerClient
+
+    from hubshift.eventhubs.sdk_internals import create_partition_consumer
+
+    client = EventHubConsumerClient.from_connection_string(
+        "Endpoint=sb://127.0.0.1:1/;SharedAccessKeyName=k;SharedAccessKey=a2V5;UseDevelopmentEmulator=true",
+        consumer_group="$Default",
+        eventhub_name="hub",
+    )
+    consumer = create_partition_consumer(
+        client, "$Default", "0", "-1", lambda events: None, inclusive=False, owner_level=1, prefetch=10
+    )
+    assert consumer._keep_alive is None  # the SDK's default (30) starts a thread per link at open
