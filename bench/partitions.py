@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.rebalance import CountingProxy
+from bench.store_ops import classify
 from hubshift.ownership.timing import DEFAULT_TIMING
 from tests.harness.azurite import connection_string as azurite_connection_string
 from tests.harness.azurite import start_azurite
@@ -150,6 +152,27 @@ def producer_child(config: dict[str, Any]) -> None:
     print(f"sent {sent}", flush=True)
 
 
+# --- counting storage requests by kind -----------------------------------------------------------------
+
+
+def request_kind(head: bytes) -> str:
+    """What an HTTP request to the store is for (bench/store_ops.py's kinds: list, lease-<action>,
+    write-<record>, read), from its head: the request line and the headers."""
+    lines = head.decode("latin-1").split("\r\n")
+    method, _, rest = lines[0].partition(" ")
+    target = rest.rsplit(" ", 1)[0]
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return classify(method, target, headers)
+
+
+def per_partition_hour(requests: int, partitions: int, seconds: float) -> float | None:
+    """Requests in `seconds` by a consumer of `partitions` partitions, per partition and hour."""
+    return None if seconds <= 0 else round(requests * HOUR / partitions / seconds, 1)
+
+
 # --- one side, one size -----------------------------------------------------------------------------------
 
 
@@ -179,6 +202,8 @@ class Run:
     storage_requests_load: int = 0
     storage_per_partition_hour_idle: float | None = None
     storage_per_partition_hour_load: float | None = None
+    storage_kinds_idle: dict[str, int] = field(default_factory=dict)
+    storage_kinds_load: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -224,16 +249,25 @@ def opened_by_sdk(folder: Path) -> int:
     return len({line["partition"] for line in read_range_logs(folder) if line.get("kind") == "open"})
 
 
-def per_partition_hour(requests: int, partitions: int, seconds: float) -> float | None:
-    return None if seconds <= 0 else round(requests * HOUR / partitions / seconds, 1)
-
-
 def run_one(side: str, size: int, servers: dict[str, Any], args: argparse.Namespace, work: Path) -> Run:
     run = Run(side, size)
     hub, container = f"{PREFIX[side]}{size}", f"{PREFIX[side]}-{size}"
     folder = work / hub
     folder.mkdir(parents=True)
-    proxy = CountingProxy(servers["azurite_port"]).start_and_wait()
+    kinds: Counter[str] = Counter()
+    kinds_lock = threading.Lock()
+
+    def count_kind(head: bytes) -> None:
+        kind = request_kind(head)
+        with kinds_lock:
+            kinds[kind] += 1
+
+    def kinds_now() -> Counter[str]:
+        with kinds_lock:
+            return Counter(kinds)
+
+    proxy = CountingProxy(servers["azurite_port"], count_kind)
+    proxy.start_and_wait()
     storage = azurite_connection_string(proxy.port)
     eventhubs = servers["eventhubs"]
     ranges = folder / "ranges"
@@ -286,7 +320,9 @@ def run_one(side: str, size: int, servers: dict[str, Any], args: argparse.Namesp
 
         # idle
         cpu, requests, since = cpu_seconds(process), proxy.count, time.monotonic()
+        kinds_before = kinds_now()
         time.sleep(args.idle_seconds)
+        run.storage_kinds_idle = dict(kinds_now() - kinds_before)
         run.idle_seconds = round(time.monotonic() - since, 1)
         run.idle_cpu_percent = round((cpu_seconds(process) - cpu) / run.idle_seconds * 100, 1)
         run.storage_requests_idle = proxy.count - requests
@@ -314,6 +350,7 @@ def run_one(side: str, size: int, servers: dict[str, Any], args: argparse.Namesp
                 raise RuntimeError(f"{side} {size}: the producer did not start")
             time.sleep(2)  # the opening events handled before the window
             cpu, requests = cpu_seconds(process), proxy.count
+            kinds_before = kinds_now()
             window_start, since = time.time(), time.monotonic()
             producer.stdin.write("go\n")
             producer.stdin.flush()
@@ -322,6 +359,7 @@ def run_one(side: str, size: int, servers: dict[str, Any], args: argparse.Namesp
             window_end = time.time()
             run.busy_cpu_percent = round((cpu_seconds(process) - cpu) / run.load_seconds * 100, 1)
             run.storage_requests_load = proxy.count - requests
+            run.storage_kinds_load = dict(kinds_now() - kinds_before)
             memory = process.memory_info().rss
             run.threads = process.num_threads()
             run.sockets_eventhubs = sockets(process, servers["emulator_port"])
