@@ -188,6 +188,7 @@ class Run:
     sent: int = 0
     processed_in_window: int = 0
     busy_cpu_percent: float | None = None
+    emulator_cpu_percent: float | None = None  # the emulator's, in the same window (a bottleneck?)
     cpu_us_per_event: float | None = None  # busy CPU over the events processed in the window
     net_cpu_us_per_event: float | None = None  # the same less the idle CPU
     p50: float | None = None
@@ -350,6 +351,8 @@ def run_one(side: str, size: int, servers: dict[str, Any], args: argparse.Namesp
                 raise RuntimeError(f"{side} {size}: the producer did not start")
             time.sleep(2)  # the opening events handled before the window
             cpu, requests = cpu_seconds(process), proxy.count
+            emulator = psutil.Process(servers["emulator_pid"])
+            emulator_cpu = cpu_seconds(emulator)
             kinds_before = kinds_now()
             window_start, since = time.time(), time.monotonic()
             producer.stdin.write("go\n")
@@ -358,6 +361,9 @@ def run_one(side: str, size: int, servers: dict[str, Any], args: argparse.Namesp
             run.load_seconds = round(time.monotonic() - since, 1)
             window_end = time.time()
             run.busy_cpu_percent = round((cpu_seconds(process) - cpu) / run.load_seconds * 100, 1)
+            run.emulator_cpu_percent = round(
+                (cpu_seconds(emulator) - emulator_cpu) / run.load_seconds * 100, 1
+            )
             run.storage_requests_load = proxy.count - requests
             run.storage_kinds_load = dict(kinds_now() - kinds_before)
             memory = process.memory_info().rss
@@ -405,7 +411,8 @@ def print_run(run: Run) -> None:
         f"{run.side:8} {run.partitions:5}: open {run.open_seconds} s; idle CPU {run.idle_cpu_percent} %; "
         f"load {run.rate_per_partition:g}/s/partition ({run.sent} sent, "
         f"{run.processed_in_window} in window): "
-        f"CPU {run.busy_cpu_percent} %, {run.cpu_us_per_event} us/event (net {run.net_cpu_us_per_event}); "
+        f"CPU {run.busy_cpu_percent} % (emulator {run.emulator_cpu_percent} %), "
+        f"{run.cpu_us_per_event} us/event (net {run.net_cpu_us_per_event}); "
         f"p50 {run.p50} s p99 {run.p99} s max {run.max} s, {run.unprocessed} unprocessed; "
         f"RSS {run.rss_mib} MiB, {run.threads} threads, {run.sockets_eventhubs} hub sockets, "
         f"{run.sockets_storage} storage sockets; storage/partition-hour idle "
@@ -459,7 +466,11 @@ def main(argv: list[str] | None = None) -> int:
     emulator = start_emulator(hubs, extra_args=["--max-connections", str(connections)], startup_timeout=120)
     azurite = start_azurite()
     work = Path(tempfile.mkdtemp(prefix="hubshift-partitions-"))
-    servers = {"eventhubs": emulator.connection_string, "emulator_port": emulator.port}
+    servers = {
+        "eventhubs": emulator.connection_string,
+        "emulator_port": emulator.port,
+        "emulator_pid": emulator.pid,
+    }
     servers["azurite_port"] = azurite.port
     if args.baseline:
         baseline = work / "baseline"
