@@ -55,6 +55,13 @@ class Hub(Protocol):
     def last_enqueued(self, partition: str) -> Checkpoint | None: ...
 
 
+# One agent turn's checkpoint writes stop after this long, the rest written in the next turns (the oldest
+# written first): the membership is renewed between turns, and 1,024 partitions' writes in one turn took
+# longer than the renewal could wait (bench/partitions.py: "membership not renewed before its safe
+# deadline", every partition stopped).
+WRITES_PER_TURN_SECONDS = 2.0
+
+
 class OwnedPartitions:
     """The partitions `me` owns (read, or being drained), by partition id."""
 
@@ -292,10 +299,14 @@ class OwnedPartitions:
 
     def write_due_checkpoints(self, now: float, policy: CheckpointPolicySpec) -> None:
         """Each owned partition's due checkpoint, or its written one again with its neighbour's enqueued
-        time once known. The failures of one turn count as one (`FailureLog`): a partition that keeps
-        failing while others succeed is one run of failures, not a warning every turn."""
+        time once known, the longest unwritten first, for `WRITES_PER_TURN_SECONDS` at most. The failures
+        of one turn count as one (`FailureLog`): a partition that keeps failing while others succeed is one
+        run of failures, not a warning every turn."""
         results: list[Literal["written", "lost", "failed"]] = []
-        for partition, owned in list(self._owned.items()):
+        until = self.clock() + WRITES_PER_TURN_SECONDS
+        for partition, owned in sorted(self._owned.items(), key=lambda item: item[1].last_written):
+            if self.clock() > until:
+                break  # the rest next turn
             enqueued = self._enqueued_time(partition)
             if not owned.due(now, policy):
                 if owned.completes_checkpoint:
