@@ -28,7 +28,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -63,6 +63,10 @@ RETRY_SECONDS = 1.0
 # whose events come more often than the socket timeout) while the other partitions' events wait.
 SOCKET_TIMEOUT_SECONDS = 0.05
 CAUGHT_UP_TURN = TurnReads(follow=0.005, budget=0.05)
+# The follow waits are spent one partition after another: a pass's add up to this much at most (each
+# partition's follow is this share of it, at most CAUGHT_UP_TURN's). At 1,024 partitions with an event
+# now and then, a 5 ms wait after nearly every turn's one event made a pass of 5 s (bench/partitions.py).
+PASS_FOLLOW_SECONDS = 0.05
 # A partition that had nothing is asked again after this long; one whose link is opening, at once (with
 # this pause between rounds), until its first events or for OPENING_WINDOW_SECONDS after it was opened.
 IDLE_SECONDS = 0.1
@@ -440,7 +444,7 @@ class ReceiverPool:
                 receiver.opened_at = time.monotonic()
                 self._handshake(receiver)
             receiver.consumer.receive(True, receiver.batch_size(), None)
-            buffer_socket_reads(receiver.consumer, None if receiver.behind() else CAUGHT_UP_TURN)
+            buffer_socket_reads(receiver.consumer, None if receiver.behind() else self._caught_up_turn())
         except Exception as exc:
             if is_stolen(exc):
                 receiver.stolen = True
@@ -463,6 +467,14 @@ class ReceiverPool:
         if not receiver.behind():
             receiver.not_before = time.monotonic() + self._delivery_pause()
         return True
+
+    def _caught_up_turn(self) -> TurnReads:
+        """How a caught-up partition's turn reads: `CAUGHT_UP_TURN`, its follow at most its share of
+        `PASS_FOLLOW_SECONDS`."""
+        with self._lock:
+            receivers = max(1, len(self._receivers))
+        follow = min(CAUGHT_UP_TURN.follow, PASS_FOLLOW_SECONDS / receivers)
+        return CAUGHT_UP_TURN if follow == CAUGHT_UP_TURN.follow else replace(CAUGHT_UP_TURN, follow=follow)
 
     def _delivery_pause(self) -> float:
         """How long a caught-up partition waits after a delivery: its share of `DELIVERIES_PER_SECOND`."""

@@ -542,3 +542,16 @@ def test_a_caught_up_partition_waits_its_share_of_the_pool_s_deliveries_after_ea
     assert pool._delivery_pause() == pytest.approx(100 / DELIVERIES_PER_SECOND)
     pool._receivers = receivers * 100  # 10,000 partitions: the pause stays bounded
     assert pool._delivery_pause() == MAX_DELIVERY_PAUSE_SECONDS
+
+
+def test_the_follow_waits_of_one_pass_add_up_to_a_bounded_time() -> None:
+    from hubshift.eventhubs.receiver import PASS_FOLLOW_SECONDS
+
+    pool = StandInPool()
+    receivers: Any = [object()] * 4
+    pool._receivers = receivers
+    assert pool._caught_up_turn() == CAUGHT_UP_TURN  # few partitions: the whole follow
+    pool._receivers = receivers * 256  # 1,024
+    turn = pool._caught_up_turn()
+    assert turn.budget == CAUGHT_UP_TURN.budget
+    assert turn.follow * 1024 == pytest.approx(PASS_FOLLOW_SECONDS)
