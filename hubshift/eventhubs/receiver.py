@@ -74,13 +74,6 @@ IDLE_SECONDS = 0.1
 # receive: bench/partitions.py, 1,024 quiet partitions) but takes a whole one at least this often, so the
 # SDK's own timers (its token's renewal, the connection's idle-timeout frames) still run.
 FULL_TURN_SECONDS = 1.0
-# After a delivery, a caught-up partition's next turn waits a share of a budget of deliveries a second for
-# the whole pool (at most MAX_DELIVERY_PAUSE_SECONDS): every delivery costs about the same whatever it
-# carries (its Arrow rows, the handler or a spool segment, the metrics), and with many partitions each
-# delivery carried about one event (bench/partitions.py: 1,280 events/s over 128 partitions cost 205 us an
-# event, over 32 partitions 54 us). Its events wait on its link meanwhile; one behind is not paused.
-DELIVERIES_PER_SECOND = 500
-MAX_DELIVERY_PAUSE_SECONDS = 1.0
 OPENING_SECONDS = 0.005
 OPENING_WINDOW_SECONDS = 1.0
 # A new link's handshake (connection, CBS token, link attach) is driven in one turn for at most this long:
@@ -464,8 +457,6 @@ class ReceiverPool:
         if receiver.received == before:
             receiver.not_before = time.monotonic() + (0.0 if receiver.opening() else IDLE_SECONDS)
             return False
-        if not receiver.behind():
-            receiver.not_before = time.monotonic() + self._delivery_pause()
         return True
 
     def _caught_up_turn(self) -> TurnReads:
@@ -475,12 +466,6 @@ class ReceiverPool:
             receivers = max(1, len(self._receivers))
         follow = min(CAUGHT_UP_TURN.follow, PASS_FOLLOW_SECONDS / receivers)
         return CAUGHT_UP_TURN if follow == CAUGHT_UP_TURN.follow else replace(CAUGHT_UP_TURN, follow=follow)
-
-    def _delivery_pause(self) -> float:
-        """How long a caught-up partition waits after a delivery: its share of `DELIVERIES_PER_SECOND`."""
-        with self._lock:
-            receivers = len(self._receivers)
-        return min(MAX_DELIVERY_PAUSE_SECONDS, receivers / DELIVERIES_PER_SECOND)
 
     def _quiet(self, receiver: PartitionReceiver) -> bool:
         """A caught-up, opened link with nothing to read, whose last whole turn was less than

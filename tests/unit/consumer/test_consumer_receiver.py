@@ -533,17 +533,6 @@ def test_a_partition_consumer_starts_no_keep_alive_thread_of_its_own() -> None:
     assert consumer._keep_alive is None  # the SDK's default (30) starts a thread per link at open
 
 
-def test_a_caught_up_partition_waits_its_share_of_the_pool_s_deliveries_after_each() -> None:
-    from hubshift.eventhubs.receiver import DELIVERIES_PER_SECOND, MAX_DELIVERY_PAUSE_SECONDS
-
-    pool = StandInPool()
-    receivers: Any = [object()] * 100
-    pool._receivers = receivers
-    assert pool._delivery_pause() == pytest.approx(100 / DELIVERIES_PER_SECOND)
-    pool._receivers = receivers * 100  # 10,000 partitions: the pause stays bounded
-    assert pool._delivery_pause() == MAX_DELIVERY_PAUSE_SECONDS
-
-
 def test_the_follow_waits_of_one_pass_add_up_to_a_bounded_time() -> None:
     from hubshift.eventhubs.receiver import PASS_FOLLOW_SECONDS
 
