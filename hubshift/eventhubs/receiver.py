@@ -72,10 +72,8 @@ PASS_FOLLOW_SECONDS = 0.05
 IDLE_SECONDS = 0.1
 # A caught-up, opened link whose socket has nothing to read skips its turn (a `poll` instead of the SDK's
 # receive: bench/partitions.py, 1,024 quiet partitions) but takes a whole one at least this often, so the
-# SDK's own timers (its token's renewal, minutes ahead; the connection's idle-timeout frames, at half the
-# idle timeout the service advertises: the emulator's 240 s) still run. Once a second, 1,024 whole turns a
-# second kept idle CPU at 9-12 % of a core.
-FULL_TURN_SECONDS = 5.0
+# SDK's own timers (its token's renewal, the connection's idle-timeout frames) still run.
+FULL_TURN_SECONDS = 1.0
 OPENING_SECONDS = 0.005
 OPENING_WINDOW_SECONDS = 1.0
 # A new link's handshake (connection, CBS token, link attach) is driven in one turn for at most this long:
