@@ -24,9 +24,10 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_de
 
 from hubshift.azure_storage import BlobContainer, answered_by_account
 from hubshift.errors import UserError
-from hubshift.sinks.base import Location, ObjectStore, SinkKind, file_sink
+from hubshift.sinks.base import DEFAULT_SINK_STORAGE_ENV, ObjectStore, SinkKind, file_sink
 from hubshift.sinks.layout import join
-from hubshift.spec import DEFAULT_SINK_STORAGE_ENV, BlobStoreSpec, NamedConnection
+from hubshift.spec import BlobStoreSpec, NamedConnection
+from hubshift.spec.kinds import Location
 
 log = logging.getLogger(__name__)
 

@@ -276,4 +276,5 @@ KIND = SinkKind[DeltaSinkSpec](
     required="delta (the table's path)",
     connections=path_connections,
     build=DeltaSink,
+    update="keyed",
 )

@@ -15,9 +15,10 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from hubshift.errors import UserError
-from hubshift.sinks.base import Location, ObjectStore, PodVolume, SinkKind, file_sink
+from hubshift.sinks.base import ObjectStore, PodVolume, SinkKind, file_sink
 from hubshift.sinks.layout import TEMPORARY_PREFIX
 from hubshift.spec import QUANTITY, Model, cel
+from hubshift.spec.kinds import Location
 
 CLAIM_OR_SIZE = "set claimName or size, not both"
 CLASS_WITH_SIZE = "storageClassName goes with size"

@@ -131,4 +131,5 @@ KIND = SinkKind[ForeachBatchSinkSpec](
     field=Field(default=None, description="Your module:function(DataFrame, batch) (type foreachBatch)."),
     required="foreachBatch (the function)",
     build=ForeachBatchSink,
+    update="any",
 )

@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import Field, model_validator
 
 from hubshift.errors import UserError, one_line
-from hubshift.sinks.base import Location, RowSink, SinkContext, SinkKind, StreamBatch, Transform, WriterBatch
+from hubshift.sinks.base import RowSink, SinkContext, SinkKind, StreamBatch, Transform, WriterBatch
 from hubshift.sinks.commits import WrittenFile
 from hubshift.sinks.spark_writer import dead_letter_folder, single_output, write_dead_letters
 from hubshift.spec import MAX_SETTINGS, NamedConnection, SecretConnectionSpec, cel
+from hubshift.spec.kinds import Location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -249,4 +250,5 @@ KIND = SinkKind[JdbcSinkSpec](
     required="jdbc (the table)",
     connections=_connections,
     build=_writer,
+    update="keyed",
 )

@@ -24,10 +24,14 @@ from pydantic import Field, model_validator
 
 from hubshift.azure_storage import parse_connection_string
 from hubshift.errors import UserError
-from hubshift.sinks.base import DEAD_LETTER_REASON, Location, PipelineResult, dead_letter_line
+from hubshift.sinks.base import (
+    DEAD_LETTER_REASON,
+    DEFAULT_SINK_STORAGE_ENV,
+    PipelineResult,
+    dead_letter_line,
+)
 from hubshift.sinks.commits import PartitionRange, WrittenFile
 from hubshift.spec import (
-    DEFAULT_SINK_STORAGE_ENV,
     MAX_SETTINGS,
     CelRule,
     ConnectionSpec,
@@ -36,6 +40,7 @@ from hubshift.spec import (
     TokenCredentialSpec,
     cel,
 )
+from hubshift.spec.kinds import Location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameWriter, SparkSession

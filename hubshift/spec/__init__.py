@@ -36,9 +36,6 @@ from hubshift.spec.checkpoints import (
 )
 from hubshift.spec.connections import (
     BOTH_CREDENTIALS,
-    DEFAULT_PROJECTION_ENV,
-    DEFAULT_REPLICATE_ENV,
-    DEFAULT_SINK_STORAGE_ENV,
     ConnectionSpec,
     CredentialType,
     NamedConnection,
@@ -122,10 +119,7 @@ __all__ = [
     "CREDENTIAL_NEEDS_NAMESPACE",
     "DATA_KEY",
     "DEFAULT_EVENTHUBS_ENV",
-    "DEFAULT_PROJECTION_ENV",
     "DEFAULT_PROXY_ENV",
-    "DEFAULT_REPLICATE_ENV",
-    "DEFAULT_SINK_STORAGE_ENV",
     "DEFAULT_STORAGE_ENV",
     "DNS_SUBDOMAIN",
     "ENQUEUED_TIME_REQUIRED",

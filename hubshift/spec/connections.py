@@ -27,11 +27,6 @@ from pydantic.alias_generators import to_camel
 from hubshift.errors import UserError
 from hubshift.spec.base import DATA_KEY, DNS_SUBDOMAIN, MAX_OBJECT_NAME, CelRule, Model, cel
 
-# The default variables of the connection blocks the sinks and pipelines declare.
-DEFAULT_SINK_STORAGE_ENV = "HUBSHIFT_SINK_CONNECTION_STRING"
-DEFAULT_REPLICATE_ENV = "HUBSHIFT_REPLICATE_CONNECTION_STRING"
-DEFAULT_PROJECTION_ENV = "HUBSHIFT_PROJECTION_CONNECTION_STRING"
-
 
 class SecretKeyRefSpec(Model):
     """A key of a Kubernetes Secret in the PartitionedConsumer's namespace."""
