@@ -30,7 +30,7 @@ from hubshift.spec import CheckpointPolicySpec, StartPositionSpec
 if TYPE_CHECKING:
     from hubshift.consumer.metrics import ConsumerMetrics
 
-# The agent's logger: these lines are the ownership agent's, as they were before this module was split off.
+# The agent's logger: what an owned partition does is the ownership agent's to say (one logger to filter).
 log = logging.getLogger("hubshift.consumer.agent")
 
 # The kinds of operations whose failures `FailureLog` reports (the agent adds its own).

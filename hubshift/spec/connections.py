@@ -69,7 +69,7 @@ class TokenCredentialSpec(Model):
         return self.type if self.client_id is None else f"{self.type} (client id {self.client_id})"
 
 
-# The messages of the refusals below, shared by the models and their CEL rules.
+# A connection string and a credential together: the validator's and the CEL rule's message.
 BOTH_CREDENTIALS = (
     "set a connection string (connectionStringSecretRef, connectionStringEnv) or a credential, not both"
 )

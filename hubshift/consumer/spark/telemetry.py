@@ -53,8 +53,8 @@ def _rate(value: Any) -> float:
 class ProgressListener:
     """Each micro-batch's progress into `metrics`, as a py4j callback implementing Spark's Python listener
     interface. PySpark's own `StreamingQueryListener` turns every progress into Python objects field by
-    field, one py4j round trip each (about a tenth of the consumer's main-process CPU and as much again in
-    the JVM at a batch a second, bench/throughput.py); this one reads the progress as one JSON string.
+    field, one py4j round trip each (bench/throughput.py measures what that costs); this one reads the
+    progress as one JSON string.
 
     `rows_of(batch_id)`: the events the consumer's own batch counted, for a batch whose events a task read
     from the spool (Spark then saw no input rows, `consumer/spark/batch.py`)."""
