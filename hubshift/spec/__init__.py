@@ -8,7 +8,8 @@
 - `store`: where ownership and checkpoints live (`CheckpointStoreSpec`, `BlobStoreSpec`);
 - `checkpoints`: the start position, the checkpoint policy, the checkpoints of a hub failed over from;
 - `spark`, `pods`: each consumer's Spark, and what its pod asks of its node;
-- `scaling`, `rebalancing`: how many consumers, and how partitions move between them.
+- `scaling`, `rebalancing`: how many consumers, and how partitions move between them;
+- `kinds`: a block chosen by its type (`Kind`, `Kinds`, `Chosen`), what the pipelines and the sinks are.
 
 The resource itself (`hubshift.manifest`) puts these together with the blocks each pipeline and sink
 declares in its own module (`hubshift.pipelines`, `hubshift.sinks`). The same YAML a user `kubectl apply`s
@@ -58,6 +59,7 @@ from hubshift.spec.hub import (
     ProxySpec,
     Transport,
 )
+from hubshift.spec.kinds import Chosen, Kind, Kinds
 from hubshift.spec.pods import (
     QUANTITY,
     ResourceListSpec,
@@ -155,12 +157,15 @@ __all__ = [
     "CelRule",
     "CheckpointPolicySpec",
     "CheckpointStoreSpec",
+    "Chosen",
     "ConnectionSpec",
     "CredentialType",
     "EventHubsSpec",
     "FailoverSpec",
     "FallbackSpec",
     "HubConnectionSpec",
+    "Kind",
+    "Kinds",
     "LoadAwareSpec",
     "Model",
     "NamedConnection",
