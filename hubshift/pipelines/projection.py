@@ -37,7 +37,7 @@ from hubshift.pipelines.projection_db import PostgresProjection, SqliteProjectio
 from hubshift.pipelines.projection_tables import SOURCE_COLUMNS, ProjectionDatabase, Record, Tables
 from hubshift.pipelines.steps import EventFieldSpec
 from hubshift.sinks.base import dead_letter_text
-from hubshift.spec import Model, NamedConnection, SecretConnectionSpec, cel
+from hubshift.spec import SQL_NAME, SQL_TABLE, Model, NamedConnection, SecretConnectionSpec, cel
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -46,8 +46,6 @@ if TYPE_CHECKING:
 # A table or column name in a projection's database (optionally schema-qualified for a table).
 # The default variable of the database's connection string.
 DEFAULT_PROJECTION_ENV = "HUBSHIFT_PROJECTION_CONNECTION_STRING"
-SQL_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
-SQL_TABLE = r"^([A-Za-z_][A-Za-z0-9_]{0,62}\.)?[A-Za-z_][A-Za-z0-9_]{0,62}$"
 POSTGRES_REQUIRED = "postgres is required when database is postgres"
 _JSON_NUL = re.compile(r"(?<!\\)(\\\\)*\\u0000", re.IGNORECASE)
 
@@ -256,7 +254,7 @@ def _build(block: ProjectionSpec, context: BuildContext) -> Pipeline:
     return build_editor(ProjectionPipeline.from_spec(block, context.environ), context.editor, context.state)
 
 
-KIND = PipelineKind[ProjectionSpec](
+PIPELINE = PipelineKind[ProjectionSpec](
     name="projection",
     annotation=ProjectionSpec | None,
     field=Field(default=None, description="The database table (type projection)."),

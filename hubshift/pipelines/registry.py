@@ -24,13 +24,13 @@ if TYPE_CHECKING:
 
 PIPELINES = Kinds[PipelineKind[Any]](
     ("spec", "consumer", "pipeline"),
-    aggregate.KIND,
-    function.KIND,
-    stream.KIND,
-    events.KIND,
-    replicate.KIND,
-    route.KIND,
-    projection.KIND,
+    aggregate.PIPELINE,
+    function.PIPELINE,
+    stream.PIPELINE,
+    events.PIPELINE,
+    replicate.PIPELINE,
+    route.PIPELINE,
+    projection.PIPELINE,
 )
 
 _EDITING = PIPELINES.names(lambda kind: kind.takes_editor)

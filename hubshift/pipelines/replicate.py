@@ -253,7 +253,7 @@ def _build(block: ReplicateSpec, context: BuildContext) -> Pipeline:
     return build_editor(ReplicatePipeline.from_spec(block, context.environ), context.editor, context.state)
 
 
-KIND = PipelineKind[ReplicateSpec](
+PIPELINE = PipelineKind[ReplicateSpec](
     name="replicate",
     annotation=ReplicateSpec | None,
     field=Field(default=None, description="The target Event Hub (type replicate)."),

@@ -20,13 +20,13 @@ from hubshift.spec.kinds import Chosen, Kinds
 
 SINKS = Kinds[SinkKind[Any]](
     ("spec", "consumer", "sink"),
-    folder.KIND,
-    blob.KIND,
-    delta.KIND,
-    files.PARQUET,
-    files.JSON,
-    jdbc.KIND,
-    foreach_batch.KIND,
+    folder.SINK,
+    blob.SINK,
+    delta.SINK,
+    files.PARQUET_SINK,
+    files.JSON_SINK,
+    jdbc.SINK,
+    foreach_batch.SINK,
 )
 
 
