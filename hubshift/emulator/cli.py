@@ -10,7 +10,7 @@ import click
 
 from hubshift.emulator.broker import HubSpec
 from hubshift.emulator.config import EmulatorSettings, build_hubs
-from hubshift.emulator.server import run
+from hubshift.emulator.server import run_emulator
 
 
 @click.command("emulator")
@@ -148,4 +148,4 @@ def emulator(
     def reload() -> tuple[HubSpec, ...]:
         return build_hubs(list(hubs), list(consumer_groups), config_file)
 
-    run(settings, announce, reload)
+    run_emulator(settings, announce, reload)

@@ -47,7 +47,13 @@ from hubshift.consumer.spark.source import (
     EventHubsDataSource,
 )
 from hubshift.consumer.spark.spooling import SpooledPartitions
-from hubshift.consumer.spark.telemetry import ProgressListener, add_listener, read_jvm, remove_listener
+from hubshift.consumer.spark.telemetry import (
+    JVM_SAMPLE_SECONDS,
+    ProgressListener,
+    add_listener,
+    read_jvm,
+    remove_listener,
+)
 from hubshift.errors import one_line
 from hubshift.eventhubs.receiver import ReceiverPool
 from hubshift.eventhubs.target import EventHubsTarget
@@ -71,8 +77,6 @@ log = logging.getLogger(__name__)
 MAX_RESTARTS = 5
 # How often the query is watched: its failure, and drains the source's planning has finished.
 WATCH_SECONDS = 0.25
-# How often the driver JVM's memory and collectors are read for the metrics.
-JVM_SAMPLE_SECONDS = 5.0
 
 
 def offset_of_batch(checkpoint_dir: Path, batch_id: int) -> SourceOffset | None:

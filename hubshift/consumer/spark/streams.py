@@ -82,7 +82,6 @@ STATE_CONF = {
 # consumer gives up (a query that fails for good stops the consumer with its reason).
 MAX_RESTARTS = 5
 WATCH_SECONDS = 1.0
-JVM_SAMPLE_SECONDS = 5.0
 
 
 def checkpoint_app_id(location: str) -> str:

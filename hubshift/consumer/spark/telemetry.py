@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from hubshift.consumer.metrics import ConsumerMetrics
 
 
+# How often the driver JVM's memory and collectors are read for the metrics.
+JVM_SAMPLE_SECONDS = 5.0
+
+
 def read_jvm(spark: SparkSession) -> JvmFigures:
     """The driver JVM's memory and collectors now (a handful of py4j calls)."""
     jvm: Any = spark.sparkContext._jvm
