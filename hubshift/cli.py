@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except UserError as exc:
-        click.echo(f"hubshift: error: {exc}", err=True)
+        for line in str(exc).splitlines() or [""]:  # a manifest's problems: all of them, one line each
+            click.echo(f"hubshift: error: {line}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)

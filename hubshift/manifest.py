@@ -1,7 +1,7 @@
 """The `PartitionedConsumer` resource: its model, put together from the shared blocks (`hubshift.spec`) and
 the blocks every pipeline and sink declares (`hubshift.pipelines`, `hubshift.sinks`); its connections, the
 one list of them that credentials, Secrets and the operator's reads all come from; and reading a manifest
-(a YAML file or a parsed document) into it, or one line that names the first field at fault."""
+(a YAML file or a parsed document) into it, or every problem, one line each, naming the field (and line)."""
 
 from __future__ import annotations
 
@@ -268,12 +268,19 @@ class PartitionedConsumer(Model):
     spec: PartitionedConsumerSpec
 
 
-def parse_manifest(document: Mapping[str, Any], source: str = "manifest") -> PartitionedConsumer:
-    """Validate a manifest; a bad one raises `UserError` naming the first field at fault."""
+def parse_manifest(
+    document: Mapping[str, Any], source: str = "manifest", node: yaml.Node | None = None
+) -> PartitionedConsumer:
+    """Validate a manifest; a bad one raises `UserError` with every problem, one line each, naming the field
+    (and, given the document's YAML `node`, its line: `source:LINE: field: what is wrong`)."""
     try:
         return PartitionedConsumer.model_validate(document)
     except ValidationError as exc:
-        raise UserError(f"{source}: {describe_validation_error(exc)}") from None
+        raise UserError(
+            "\n".join(
+                f"{source}{_line_suffix(node, loc)}: {problem}" for loc, problem in validation_problems(exc)
+            )
+        ) from None
 
 
 def load_manifest(path: str | os.PathLike[str]) -> PartitionedConsumer:
@@ -283,29 +290,87 @@ def load_manifest(path: str | os.PathLike[str]) -> PartitionedConsumer:
     except OSError as exc:
         raise UserError(f"cannot read manifest {file}: {exc.strerror}") from None
     try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+        documents = list(yaml.safe_load_all(text))
+        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise UserError(f"{file}: not valid YAML{where}") from None
-    consumers = [d for d in documents if isinstance(d, dict) and d.get("kind") == KIND]
+        raise UserError(f"{file}{yaml_error_where(exc)}: not valid YAML: {yaml_error_reason(exc)}") from None
+    consumers = [
+        (document, node)
+        for document, node in zip(documents, nodes, strict=False)
+        if isinstance(document, dict) and document.get("kind") == KIND
+    ]
     if len(consumers) != 1:
         raise UserError(f"{file}: expected exactly one {KIND} document, found {len(consumers)}")
-    return parse_manifest(consumers[0], source=str(file))
+    document, node = consumers[0]
+    return parse_manifest(document, source=str(file), node=node)
 
 
-def describe_validation_error(exc: ValidationError) -> str:
-    """One line: the first error's field path in manifest spelling, and what is wrong with it."""
-    error = exc.errors()[0]
-    path = ".".join(str(part) for part in error["loc"] if not str(part).startswith("function-after"))
-    message = error["msg"].removeprefix("Value error, ")
-    if error["type"] == "extra_forbidden":
-        message = "unknown field"
-    elif error["type"] == "missing":
-        message = "required field is missing"
-    count = exc.error_count()
-    more = f" (and {count - 1} more problem{'s' if count > 2 else ''})" if count > 1 else ""
-    return f"{path or 'document'}: {message}{more}"
+def yaml_error_where(exc: yaml.YAMLError) -> str:
+    """`:LINE:COLUMN` of a YAML error (1-based, as editors count), or nothing when the parser gave none."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    return f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+
+
+def yaml_error_reason(exc: yaml.YAMLError) -> str:
+    """What the parser found wrong, in its words ("mapping values are not allowed here"), and what it was
+    reading ("while scanning a quoted scalar"). Never the marks' snippets of the file: a line may hold a
+    secret."""
+    problem = getattr(exc, "problem", None)
+    context = getattr(exc, "context", None)
+    context_mark = getattr(exc, "context_mark", None)
+    parts = [str(problem)] if problem else []
+    if problem and str(problem).startswith("expected <block end>"):
+        parts.append("a line indented differently from the lines beside it")
+    if context:
+        began = f" that began on line {context_mark.line + 1}" if context_mark else ""
+        parts.append(f"{context}{began}")
+    return "; ".join(parts) if parts else type(exc).__name__
+
+
+def validation_problems(exc: ValidationError) -> list[tuple[tuple[str | int, ...], str]]:
+    """Every problem of a validation error, in document order, each as its location and one line: the
+    field's path in manifest spelling, and what is wrong with it. Never the input itself (it may hold a
+    secret)."""
+    problems: list[tuple[tuple[str | int, ...], str]] = []
+    for error in exc.errors():
+        loc = tuple(part for part in error["loc"] if not str(part).startswith("function-after"))
+        path = ".".join(str(part) for part in loc)
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown field"
+        elif error["type"] == "missing":
+            message = "required field is missing"
+        elif error["type"] in ("model_type", "dict_type"):
+            message = "expected a map of fields"
+        line = f"{path or 'document'}: {message}"
+        if all(line != seen for _, seen in problems):
+            problems.append((loc, line))
+    return problems
+
+
+def _line_suffix(node: yaml.Node | None, loc: tuple[str | int, ...]) -> str:
+    """`:LINE` of the field at `loc` in the document's YAML node: the key's line where the field is written,
+    else the line of the nearest enclosing block that is (a missing field: the block it belongs in)."""
+    if node is None:
+        return ""
+    line = node.start_mark.line
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            entry = next(
+                (
+                    (key, value)
+                    for key, value in node.value
+                    if isinstance(key, yaml.ScalarNode) and key.value == str(part)
+                ),
+                None,
+            )
+            if entry is None:
+                continue  # a union's tag in the path, or a field not written
+            line, node = entry[0].start_mark.line, entry[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line
+    return f":{line + 1}"
 
 
 def with_credential(

@@ -470,7 +470,7 @@ def _print_release(
     console.print(
         f"hubshift holds no lease in {args.scope} now: the Azure SDK's EventProcessor with "
         "BlobCheckpointStore on this container continues from these checkpoints. Keep the pool paused while "
-        "it reads; to come back, stop it first (README: Handing a consumer group over)."
+        "it reads; to come back, stop it first (docs/checkpoints.md)."
     )
 
 

@@ -38,7 +38,7 @@ from hubshift.consumer.http import ConsumerHTTPServer
 from hubshift.consumer.metrics import ConsumerMetrics
 from hubshift.consumer.ranges import BatchHandler, Costly, RangeLog
 from hubshift.consumer.sdk_engine import SdkEngine
-from hubshift.errors import UserError
+from hubshift.errors import UserError, require_extra
 from hubshift.eventhubs.management import EventHubsManagement
 from hubshift.eventhubs.target import EventHubsTarget
 from hubshift.manifest import CodeSpec, PartitionedConsumer
@@ -120,6 +120,8 @@ class ConsumerApp:
             stop_follow_seconds=options.stop_follow_seconds,
         )
         use_code(spec.consumer.code)
+        if options.engine == "spark":
+            require_extra("pyspark", "spark", "the Spark engine (consumer.engine: spark)")
         target = event_hubs_target(spec.event_hubs, environ)
         management = EventHubsManagement(target, retry_total=1)
         management.probe()

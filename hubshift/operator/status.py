@@ -108,6 +108,16 @@ class PendingHandoff(Model):
     since: datetime | None = Field(default=None, description="When the move was published.")
 
 
+class RestoringPartition(Model):
+    """A streaming job's partition whose new owner is restoring its state (its query has not committed its
+    first batch since it started from the partition's checkpoint)."""
+
+    partition: str
+    consumer: str = Field(min_length=1, description="The consumer restoring it.")
+    since: datetime = Field(description="When its query started.")
+    seconds: float = Field(ge=0, description="How long it has been restoring, when the status was written.")
+
+
 class RolloutStatus(Model):
     """Where the replacement of the consumer pods stands (`spec.rebalance.rollout`)."""
 
@@ -202,6 +212,11 @@ class PartitionedConsumerStatus(Model):
     )
     pending_handoffs: list[PendingHandoff] = Field(
         default_factory=list, description="Moves published but not yet done."
+    )
+    restoring: list[RestoringPartition] = Field(
+        default_factory=list,
+        description="A streaming job's partitions whose state their consumer is restoring (after a handoff, "
+        "a restart or a failed query), oldest first.",
     )
     last_scale_time: datetime | None = Field(default=None, description="When replicas last changed.")
     last_active_time: datetime | None = Field(
@@ -313,6 +328,19 @@ def pending(state: RebalanceState, owners: Mapping[str, str | None]) -> list[Pen
     ]
 
 
+def restoring_partitions(restoring: Mapping[str, tuple[str, float]], now: float) -> list[RestoringPartition]:
+    """The partitions being restored, oldest first (`now` and the start times are Unix times)."""
+    return [
+        RestoringPartition(
+            partition=partition,
+            consumer=consumer,
+            since=_datetime(since).replace(microsecond=0),
+            seconds=round(max(0.0, now - since), 1),
+        )
+        for partition, (consumer, since) in sorted(restoring.items(), key=lambda item: (item[1][1], item[0]))
+    ]
+
+
 def build_status(
     *,
     state: RebalanceState,
@@ -333,10 +361,11 @@ def build_status(
     rollout: RolloutStatus | None = None,
     load: Mapping[str, float] | None = None,
     capacity: float | None = None,
+    restoring: Mapping[str, tuple[str, float]] | None = None,
 ) -> PartitionedConsumerStatus:
     """The status subresource for this cycle (pure); `more_conditions`: the runtime's about the spec;
     `load`: each partition's incoming events per second; `capacity`: events one consumer processes per
-    second (both when measured)."""
+    second (both when measured); `restoring`: partition -> (consumer, when its query started, Unix time)."""
     moment = _datetime(now).replace(microsecond=0)
     handoffs = pending(state, owners)
     change = state.running
@@ -388,6 +417,7 @@ def build_status(
         planned=waiting,
         planned_until=None if state.planned_until is None else _datetime(state.planned_until),
         pending_handoffs=handoffs,
+        restoring=restoring_partitions(restoring or {}, now),
         last_scale_time=None if last_scale_time is None else _datetime(last_scale_time),
         last_active_time=None if last_active is None else _datetime(last_active),
         rollout=rollout,

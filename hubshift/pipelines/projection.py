@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
-from hubshift.errors import UserError
+from hubshift.errors import UserError, require_extra
 from hubshift.pipelines.base import BuildContext, Location, Pipeline, PipelineKind, TaskResult
 from hubshift.pipelines.editor import build_editor
 from hubshift.pipelines.edits import Event, FieldReader
@@ -231,6 +231,7 @@ def open_database(
     """The database a projection block names (not yet connected)."""
     if spec.database == "postgres":
         assert spec.postgres is not None  # the model requires it for database postgres
+        require_extra("psycopg", "postgres", "spec.consumer.pipeline.projection: database postgres")
         resolved = _connections(spec, LOCATION)[0].resolve(environ)
         return PostgresProjection(resolved.connection_string or "", tables, resolved.variable or "")
     return SqliteProjection(str(Path(spec.sqlite.path).absolute()), tables)

@@ -77,6 +77,12 @@ STATE_CONF = {
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
     ),
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    # Every partition's query has its own RocksDB instances (one per stateful operator and shuffle
+    # partition), each with 64 MB write buffers by default: unbounded, four partitions of a windowed dedupe
+    # took a 1.5 GiB pod's memory and the kernel killed the JVM. One budget for all of them (`spark.conf`
+    # may set another).
+    "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
+    "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "256",
 }
 # A partition's query that fails is started again from its checkpoint this many times in a row before the
 # consumer gives up (a query that fails for good stops the consumer with its reason).
@@ -222,6 +228,8 @@ class StreamEngine(SpooledPartitions):
             start, next_sequence = StartAt(sequence_number=resumed - 1), resumed
         super().start_partition(partition, owner_level, start, next_sequence)
         running = _Query(owner_level, location, time.monotonic())
+        if self.metrics is not None:
+            self.metrics.state_restoring(partition)
         with self._lock:
             previous = self._queries.pop(partition, None)
             self._queries[partition] = running
@@ -359,6 +367,8 @@ class StreamEngine(SpooledPartitions):
                     del self._queries[partition]
                 self._partitions.pop(partition, None)
             self._stop_query(running)
+            if not running.restored and self.metrics is not None:
+                self.metrics.state_restored(partition, None)
             spool.remove_epoch(self.spool_root, partition, state.owner_level)
             self.notify(Drained(partition, state.owner_level, state.committed))
 
@@ -372,6 +382,8 @@ class StreamEngine(SpooledPartitions):
         def stop() -> None:
             if running is not None:
                 self._stop_query(running)
+                if not running.restored and self.metrics is not None:
+                    self.metrics.state_restored(partition, None)
             self._remove_retired(None, partition)  # its query is stopped: nothing reads its spool
 
         threading.Thread(target=stop, name=f"stop-{partition}", daemon=True).start()
@@ -440,6 +452,8 @@ class StreamEngine(SpooledPartitions):
     # --- the queries' health --------------------------------------------------------------------------
 
     def _watch(self) -> None:
+        from py4j.protocol import Py4JNetworkError  # lazy: PySpark's gateway, as pyspark itself here
+
         sampled = 0.0
         while not self._closing.wait(WATCH_SECONDS):
             if self.metrics is not None and self._spark is not None and time.monotonic() - sampled > 5:
@@ -450,8 +464,14 @@ class StreamEngine(SpooledPartitions):
                     log.debug("reading the JVM's figures: %r", exc)
             with self._lock:
                 running = list(self._queries.items())
-            for partition, query in running:
-                self._check(partition, query)
+            try:
+                for partition, query in running:
+                    self._check(partition, query)
+            except (Py4JNetworkError, ConnectionError) as exc:
+                # The driver JVM is gone (killed for memory, most often): nothing can run any more; the
+                # consumer stops and its pod starts again, every partition's state in its checkpoint.
+                self.notify(EngineFailed(f"Spark's driver JVM is gone ({one_line(exc, limit=160)})"))
+                return
 
     def _check(self, partition: str, running: _Query) -> None:
         """A partition's query that stopped on its own failed: started again from its checkpoint after a
@@ -477,6 +497,9 @@ class StreamEngine(SpooledPartitions):
                 return
         running.query = None
         running.started = time.monotonic()
+        running.restored = False  # its state is restored again from the checkpoint
+        if self.metrics is not None:
+            self.metrics.state_restoring(partition)
         self._launch(partition, running)
 
 

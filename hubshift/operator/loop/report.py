@@ -133,6 +133,7 @@ class Reporter:
             rollout=RolloutStatus.of(consumer.spec.rebalance.rollout.strategy, decided.rollout),
             load=figures.load,
             capacity=observer.capacity,
+            restoring=observer.restoring,
         )
         await self.runtime.publish_status(status.to_body())
         return status

@@ -19,6 +19,7 @@ from hubshift.eventhubs.model import PartitionInfo
 from hubshift.manifest import PartitionedConsumer, parse_manifest
 from hubshift.operator import autoscaler
 from hubshift.operator.cadence import BUSY_CYCLE_SECONDS, next_cycle_in
+from hubshift.operator.consumer_http import ConsumerFigures
 from hubshift.operator.loop import ControlLoop, CycleInputs, CycleReport
 from hubshift.operator.observe import backlog_per_partition, lease_owners, present_consumers
 from hubshift.operator.partition_lag import PartitionLag
@@ -613,11 +614,11 @@ def test_the_lag_target_gives_a_hot_partition_a_consumer_and_keeps_the_others_un
     runtime, probe, clock = FakeRuntime(), FakeProbe(8), Clock()
     started = clock.now
 
-    async def work(address: str) -> tuple[float, float]:
+    async def work(address: str) -> ConsumerFigures:
         busy = (clock.now - started) / 2  # every consumer busy half the time, at 100 events a busy second
-        return 100.0 * busy, busy
+        return ConsumerFigures((100.0 * busy, busy), {})
 
-    monkeypatch.setattr("hubshift.operator.loop.observer.consumer_work", work)
+    monkeypatch.setattr("hubshift.operator.loop.observer.consumer_figures", work)
     harness = make_harness(store, runtime, probe, clock)
     target = {"unprocessedEventsPerReplica": 1_000_000, "lagSeconds": 5}
     harness.loop.apply(manifest_with({"strategy": "loadAware"}, minReplicas=2, maxReplicas=8, target=target))
