@@ -371,21 +371,7 @@ def build_status(
     change = state.running
     waiting = assignment_by_consumer(state.planned)
     message = _message(state, len(handoffs), waiting, probe_error)
-    moving = state.phase is Phase.REBALANCING or bool(waiting)
-    conditions = [
-        Condition(
-            type=READY,
-            status="True" if state.phase is Phase.READY else "False",
-            reason="Balanced" if state.phase is Phase.READY else state.phase.value,
-            message=message,
-        ),
-        Condition(
-            type=REBALANCING,
-            status="True" if moving else "False",
-            reason=CHANGE_REASONS[change] if moving and change is not None else "NoHandoffs",
-            message=f"{len(handoffs)} partitions moving; {len(state.planned)} planned, not ready yet",
-        ),
-    ]
+    conditions = _rebalance_conditions(state, message, len(handoffs), bool(waiting))
     if decision is not None:
         conditions += _scaling_conditions(decision, pause, probe_error)
     conditions += more_conditions
@@ -422,6 +408,28 @@ def build_status(
         last_active_time=None if last_active is None else _datetime(last_active),
         rollout=rollout,
     )
+
+
+def _rebalance_conditions(
+    state: RebalanceState, message: str, handoffs: int, waiting: bool
+) -> list[Condition]:
+    """Ready (the phase) and Rebalancing (partitions moving, or planned for consumers not ready yet)."""
+    moving = state.phase is Phase.REBALANCING or waiting
+    change = state.running
+    return [
+        Condition(
+            type=READY,
+            status="True" if state.phase is Phase.READY else "False",
+            reason="Balanced" if state.phase is Phase.READY else state.phase.value,
+            message=message,
+        ),
+        Condition(
+            type=REBALANCING,
+            status="True" if moving else "False",
+            reason=CHANGE_REASONS[change] if moving and change is not None else "NoHandoffs",
+            message=f"{handoffs} partitions moving; {len(state.planned)} planned, not ready yet",
+        ),
+    ]
 
 
 def _message(
