@@ -8,6 +8,7 @@ PySpark is imported only inside `add_listener`, which a running Spark engine cal
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
 
     from hubshift.consumer.metrics import ConsumerMetrics
 
+
+log = logging.getLogger(__name__)
 
 # How often the driver JVM's memory and collectors are read for the metrics.
 JVM_SAMPLE_SECONDS = 5.0
@@ -125,3 +128,15 @@ def remove_listener(spark: SparkSession, listener: Listener) -> None:
     if listener._java is not None:
         spark._jsparkSession.streams().removeListener(listener._java)
         listener._java = None
+
+
+def release_session(spark: SparkSession | None, listener: Listener | None, *, stop: bool) -> None:
+    """At an engine's end: its progress listener off the session (a session shared with others, a session
+    builder's, keeps no listener of ours), and the session stopped when it is the engine's own (`stop`)."""
+    if listener is not None and spark is not None:
+        try:
+            remove_listener(spark, listener)
+        except Exception as exc:
+            log.debug("removing the progress listener: %r", exc)
+    if spark is not None and stop:
+        spark.stop()
