@@ -123,6 +123,17 @@ class ConsumerSpec(Model):
         description="Skip the events a previous consumer of the hub this one replicates already handled.",
     )
     checkpoint: CheckpointPolicySpec = Field(default_factory=CheckpointPolicySpec)
+    fail_on_data_loss: bool = Field(
+        default=True,
+        description="What the pool does when events expired from the hub before they were read (the hub's "
+        "retention passed a partition's checkpoint), Spark's Kafka source's option of the same name: true "
+        "stops the pool (0 replicas, the DataLoss condition and a warning Event name the partitions and "
+        "sequence numbers) until the checkpoints are moved on by hand or this is set to false; false goes on "
+        "past them, counting them (hubshift_consumer_events_expired_total) and reporting them the same way. "
+        "Default true, as Spark's: a pool that had silently skipped data before now says so, and no existing "
+        "pool relied on going on. The control loop checks on every probe of the hub, before consumers start; "
+        "a consumer that meets expired events while reading counts them and goes on.",
+    )
     pipeline: PipelineSpec = Field(default_factory=PipelineSpec)
     sink: SinkSpec = Field(default_factory=SinkSpec)
     code: CodeSpec = Field(default_factory=CodeSpec)
@@ -212,11 +223,33 @@ class ConsumerSpec(Model):
 
 
 class PartitionedConsumerSpec(Model):
+    """What the pool reads, where it keeps its checkpoints, what each consumer runs, and how the pool is sized
+    and rebalanced."""
+
     event_hubs: EventHubsSpec
     checkpoint_store: CheckpointStoreSpec
-    consumer: ConsumerSpec = Field(default_factory=ConsumerSpec)
+    consumer: ConsumerSpec = Field(
+        default_factory=ConsumerSpec,
+        description="What each consumer pod runs: its image and resources, the engine, the pipeline and "
+        "sink, where a partition starts, how often it checkpoints.",
+    )
+    replicas: int | None = Field(
+        default=None,
+        ge=0,
+        description="Exactly this many consumers (never more than the hub's partitions), instead of "
+        "hubshift's autoscaler: what `kubectl scale pcon/NAME --replicas=N`, an HPA or a KEDA ScaledObject "
+        "set through the scale subresource. Unset (the default): spec.scaling decides. A change is planned "
+        "at once, like a scale the autoscaler decides (no holddown); scaling's min and max do not bound it; "
+        "the pause annotations still win. The API server answers a read of /scale only once this is set (an "
+        "HPA or KEDA reads it first, and an HPA leaves a target at 0 alone): set a count (kubectl scale) "
+        "before handing the pool to one.",
+    )
     scaling: ScalingSpec = Field(default_factory=ScalingSpec)
-    rebalance: RebalanceSpec = Field(default_factory=RebalanceSpec)
+    rebalance: RebalanceSpec = Field(
+        default_factory=RebalanceSpec,
+        description="How partitions move between consumers: the strategy, the holddown and handoff times, "
+        "the pods' rollout.",
+    )
 
 
 def connections_of(spec: PartitionedConsumerSpec) -> list[NamedConnection]:

@@ -242,6 +242,7 @@ class ScalingDecision:
     recommendation: int | None  # what the backlog alone asked for; None when not read
     state: ScalingState
     sizing: LagSizing | None = None  # what the lag target asked for, and why; None: the events target
+    manual: bool = False  # `spec.replicas` fixed the count (kubectl scale, an HPA, KEDA), not the autoscaler
 
 
 # --- the decision -----------------------------------------------------------------------------------------
@@ -308,6 +309,45 @@ def decide_replicas(
     desired, blocked = _directional_pause(current, desired, pause)
     reason = f"{goal} -> {recommendation}{why}{blocked}"
     return decided(desired, reason, rec=recommendation, sizing=sizing)
+
+
+def decide_pool_size(
+    requested: int | None,
+    scaling: ScalingSpec,
+    state: ScalingState,
+    observation: ScalingObservation,
+    now: float,
+    pause: Pause = NO_PAUSE,
+) -> ScalingDecision:
+    """How many consumers to run now, when `spec.replicas` (`requested`) may fix the count: unset, the
+    autoscaler decides (`decide_replicas`); set, exactly that many, never more than the partitions, with
+    neither scaling's bounds nor its behaviour in the way (an HPA or KEDA behind the scale subresource has
+    its own). The pause annotations still win, as they do over the autoscaler. The count goes into the
+    history as a recommendation, so a pool handed back to the autoscaler (`spec.replicas` unset) starts
+    from it and scales down only after the scale-down window, as after a decision of its own."""
+    if requested is None or pause.replicas is not None or pause.paused:
+        return decide_replicas(scaling, state, observation, now, pause)
+    partitions = observation.partition_count
+    current = state.replicas if state.replicas is not None else observation.current_replicas
+    backlog = observation.backlog
+    active = pause.force_activation or (
+        backlog is not None and backlog > scaling.activation.unprocessed_events
+    )
+    booked = replace(
+        state,
+        created_at=_first(state.created_at, observation.created_at, now),
+        failures=0 if backlog is not None else state.failures + 1,
+        last_active_at=now if active else state.last_active_at,
+    )
+    replicas = max(0, min(requested, partitions))
+    reason = f"spec.replicas {requested}"
+    if replicas != requested:
+        reason += f", at most the hub's {partitions} partitions"
+    reason += f" -> {replicas}"
+    if backlog is not None:
+        reason += f" (backlog {backlog})"
+    decision = _finish(scaling, booked, current, replicas, reason, now, active=active, rec=replicas)
+    return replace(decision, manual=True)
 
 
 def _lag_sizing(

@@ -58,6 +58,8 @@ class PostgresSpec(SecretConnectionSpec):
 
 
 class SqliteDatabaseSpec(Model):
+    """The projection's SQLite database (database sqlite)."""
+
     path: str = Field(default="hubshift-projection.db", min_length=1, description="The SQLite file.")
 
 

@@ -79,6 +79,7 @@ else:
         "PipelineSpec",
         PipelineSpecBase,
         "The pipeline each consumer runs: `type`, its block, and the editor steps before it.",
+        "Which pipeline: its block of the same name holds its settings (aggregate: the default).",
     )
 
 

@@ -57,6 +57,8 @@ class FolderVolumeSpec(Model):
 
 
 class FolderSinkSpec(Model):
+    """A folder of files (type folder, the default): on this machine, or on a pod's volume."""
+
     path: str = Field(default="hubshift-output", description="Folder the results are written under.")
     volume: FolderVolumeSpec = Field(
         default_factory=FolderVolumeSpec,

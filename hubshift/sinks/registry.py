@@ -54,7 +54,10 @@ if TYPE_CHECKING:
     SinkSpec = SinkSpecBase
 else:
     SinkSpec = SINKS.model(
-        "SinkSpec", SinkSpecBase, "Where each consumer's results, dead letters and commit records go."
+        "SinkSpec",
+        SinkSpecBase,
+        "Where each consumer's results, dead letters and commit records go.",
+        "Which sink: its block of the same name says where (folder: the default).",
     )
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
-from pydantic import create_model, model_validator
+from pydantic import Field, create_model, model_validator
 
 from hubshift.spec.base import CelRule, Model, cel
 from hubshift.spec.connections import NamedConnection
@@ -85,12 +85,13 @@ class Kinds(Generic[K]):
             if kind.required is not None
         )
 
-    def model(self, name: str, base: type[M], doc: str) -> type[M]:
-        """`base` with `type` (one of the kinds' names, the first by default) and one optional block per
-        kind: the model the manifest and the CRD read."""
+    def model(self, name: str, base: type[M], doc: str, type_description: str) -> type[M]:
+        """`base` with `type` (one of the kinds' names, the first by default; `type_description`: what the
+        schema says of it) and one optional block per kind: the model the manifest and the CRD read."""
         choices: Any = Literal.__getitem__(tuple(self.by_name))
+        chosen = (choices, Field(self.default, description=type_description))
         blocks: dict[str, Any] = {kind.field_name: (kind.annotation, kind.field) for kind in self.kinds}
-        return create_model(name, __base__=base, __doc__=doc, type=(choices, self.default), **blocks)
+        return create_model(name, __base__=base, __doc__=doc, type=chosen, **blocks)
 
 
 class Chosen(Model):

@@ -24,6 +24,10 @@ import yaml
 from hubshift import __version__, sinks
 from hubshift.errors import UserError
 from hubshift.manifest import PartitionedConsumer, connections_of, credentials_of, parse_manifest
+
+# The conditions of the status in a cluster, named with the others in `status.CONDITION_TYPES`.
+from hubshift.operator.status import CHILDREN_APPLIED as CHILDREN_APPLIED
+from hubshift.operator.status import OUTPUT_DURABLE as OUTPUT_DURABLE
 from hubshift.operator.status import Condition
 from hubshift.podtemplate import (
     CODE_DIR,
@@ -589,9 +593,6 @@ def render_children(
 
 
 # --- what the status says of the children ----------------------------------------------------------------
-
-CHILDREN_APPLIED = "ChildrenApplied"  # conditions of the status in a cluster
-OUTPUT_DURABLE = "OutputDurable"
 
 
 def applied_condition(refusal: str | None) -> Condition:
