@@ -248,6 +248,25 @@ class ScalingDecision:
 # --- the decision -----------------------------------------------------------------------------------------
 
 
+def _booked(
+    scaling: ScalingSpec, state: ScalingState, observation: ScalingObservation, now: float, pause: Pause
+) -> tuple[ScalingState, bool]:
+    """The history with this observation in it (when the pool was created, the probes failed in a row, when
+    it was last active), and whether it is active now (the backlog above the activation threshold, or
+    forced)."""
+    backlog = observation.backlog
+    active = pause.force_activation or (
+        backlog is not None and backlog > scaling.activation.unprocessed_events
+    )
+    booked = replace(
+        state,
+        created_at=_first(state.created_at, observation.created_at, now),
+        failures=0 if backlog is not None else state.failures + 1,
+        last_active_at=now if active else state.last_active_at,
+    )
+    return booked, active
+
+
 def decide_replicas(
     scaling: ScalingSpec,
     state: ScalingState,
@@ -259,15 +278,7 @@ def decide_replicas(
     partitions = observation.partition_count
     current = state.replicas if state.replicas is not None else observation.current_replicas
     backlog = observation.backlog
-    active = pause.force_activation or (
-        backlog is not None and backlog > scaling.activation.unprocessed_events
-    )
-    booked = replace(
-        state,
-        created_at=_first(state.created_at, observation.created_at, now),
-        failures=0 if backlog is not None else state.failures + 1,
-        last_active_at=now if active else state.last_active_at,
-    )
+    booked, active = _booked(scaling, state, observation, now, pause)
 
     low, high = replica_bounds(scaling, partitions)
 
@@ -330,15 +341,7 @@ def decide_pool_size(
     partitions = observation.partition_count
     current = state.replicas if state.replicas is not None else observation.current_replicas
     backlog = observation.backlog
-    active = pause.force_activation or (
-        backlog is not None and backlog > scaling.activation.unprocessed_events
-    )
-    booked = replace(
-        state,
-        created_at=_first(state.created_at, observation.created_at, now),
-        failures=0 if backlog is not None else state.failures + 1,
-        last_active_at=now if active else state.last_active_at,
-    )
+    booked, active = _booked(scaling, state, observation, now, pause)
     replicas = max(0, min(requested, partitions))
     reason = f"spec.replicas {requested}"
     if replicas != requested:
