@@ -14,13 +14,14 @@ FROM ${BASE_IMAGE} AS deps
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/hubshift
 WORKDIR /src
-# Dependencies first, from pyproject.toml alone (an empty README.md and package stand in), so neither a
+# Dependencies first (with every extra: `all` is PySpark, Delta and pandas for the Spark engine, psycopg for a
+# PostgreSQL projection), from pyproject.toml alone (an empty README.md and package stand in), so neither a
 # code nor a README change reinstalls PySpark. The placeholder and its build output (build/, *.egg-info)
 # go again: setuptools would otherwise reuse build/lib/hubshift/__init__.py (newer than the sources
 # copied next) in the install below, and `hubshift --version` would fail.
 COPY pyproject.toml ./
 RUN mkdir hubshift && touch README.md hubshift/__init__.py \
- && /opt/hubshift/bin/pip install . \
+ && /opt/hubshift/bin/pip install '.[all]' \
  && /opt/hubshift/bin/pip uninstall -y hubshift \
  && rm -rf README.md hubshift build hubshift.egg-info
 

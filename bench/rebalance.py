@@ -19,10 +19,10 @@ Sides (`--sides`, default all three):
   listing, one conditional write per owned partition) takes longer than the sleep: 0.1 s is the fastest
   cadence. The expiry must cover a renewal cycle plus the second Last-Modified drops: measured with
   `--probe-tuning` (eight balanced processors, 60-90 s once balanced, 64 events/s, this 2-core machine
-  under load; README, "Rebalancing"): an expiry of 1 s steals constantly, 1.5 s now and then (0 to 6 moves
-  at intervals of 0.05-0.25 s, constantly at 0.5 s), 2 s never did at intervals up to 0.5 s (a 1 s
-  interval needs 2.5 s). Its price: about 230 storage requests a second for eight processors (74 at 0.5 s,
-  41 at 1 s).
+  under load; docs/benchmarks.md, "Rebalancing"): an expiry of 1 s steals constantly, 1.5 s now and then
+  (0 to 6 moves at intervals of 0.05-0.25 s, constantly at 0.5 s), 2 s never did at intervals up to 0.5 s
+  (a 1 s interval needs 2.5 s). Its price: about 230 storage requests a second for eight processors (74 at
+  0.5 s, 41 at 1 s).
 
 Scenarios (`--scenarios`, default all): 1->8 consumers, 8->4 graceful, 8->4 crash (kill -9, the four do
 not come back), 0->8 cold start. Each scenario of each side reads its own fresh hub (32 partitions) while a

@@ -157,11 +157,13 @@ def wait(condition: Any, timeout: float, what: str) -> float:
     return time.monotonic() - started
 
 
-def publish(store: Any, scope: Scope, owners: dict[str, str], generation: int) -> None:
+def publish(
+    store: Any, scope: Scope, owners: dict[str, str], generation: int, phase: Phase = Phase.REBALANCING
+) -> None:
+    """A generation of the assignment, as the operator publishes it."""
     record = read_assignment(store, scope)
-    assignment = Assignment(
-        generation, owners, Phase.REBALANCING, 2, datetime.now(UTC), max_handoff_seconds=120.0
-    )
+    replicas = len(set(owners.values()))
+    assignment = Assignment(generation, owners, phase, replicas, datetime.now(UTC), max_handoff_seconds=120.0)
     publish_assignment(store, scope, assignment, etag=record.etag if record else None)
 
 
@@ -194,10 +196,10 @@ def hubshift_side(args: argparse.Namespace, emulator: RunningEmulator, workdir: 
     store = open_store(f"sqlite:///{store_file}", "stateful", create=True)
     scope = Scope(f"127.0.0.1:{emulator.port}", HUB, "$Default")
     partitions = [str(p) for p in range(args.partitions)]
-    publish(store, scope, dict.fromkeys(partitions, "c0"), 1)
+    publish(store, scope, dict.fromkeys(partitions, "c0"), 1, Phase.READY)
     del spec
     first = Consumer(manifest, "c0", workdir, environ)
-    second = Consumer(manifest, "c1", workdir, environ)
+    second: Consumer | None = None
     try:
         started = time.monotonic()
         wait(
@@ -206,6 +208,9 @@ def hubshift_side(args: argparse.Namespace, emulator: RunningEmulator, workdir: 
             "hubshift's consumer to commit every event",
         )
         seconds = time.monotonic() - started
+        # The second consumer joins once the first has read everything: named in no generation yet, it
+        # waits for one (a consumer that joins while the first is starting could balance on its own).
+        second = Consumer(manifest, "c1", workdir, environ)
         handoffs = []
         owners = dict.fromkeys(partitions, "c0")
         for generation, partition in enumerate(partitions[: args.handoffs], start=2):
@@ -216,8 +221,8 @@ def hubshift_side(args: argparse.Namespace, emulator: RunningEmulator, workdir: 
             decided = time.monotonic()
             publish(store, scope, owners, generation)
             took = wait(
-                lambda p=partition: (
-                    p in by_partition(second.samples(), "hubshift_consumer_state_restore_seconds")
+                lambda p=partition, c=second: (
+                    p in by_partition(c.samples(), "hubshift_consumer_state_restore_seconds")
                 ),
                 600,
                 f"partition {partition}'s first batch on c1",
@@ -240,7 +245,8 @@ def hubshift_side(args: argparse.Namespace, emulator: RunningEmulator, workdir: 
         }
     finally:
         first.stop()
-        second.stop()
+        if second is not None:
+            second.stop()
         store.close()
 
 
@@ -278,7 +284,7 @@ def plain_worker(workdir: Path, connection_string: str, port: int, partitions: i
         OPTION_SPOOL,
         EventHubsDataSource,
     )
-    from hubshift.consumer.spark.spooling import SpooledPartitions
+    from hubshift.consumer.spark.spooling import Reading, SpooledPartitions
     from hubshift.consumer.spark.streams import STATE_CONF, committed_next
     from hubshift.eventhubs.receiver import StartAt
     from hubshift.eventhubs.target import EventHubsTarget
@@ -289,7 +295,7 @@ def plain_worker(workdir: Path, connection_string: str, port: int, partitions: i
     spec = ConsumerSpec.model_validate({"spark": {**spark_block(argparse.Namespace(batch=batch))}})
     target = EventHubsTarget(connection_string, f"127.0.0.1:{port}", HUB, "plain")
     scratch = workdir / "plain-scratch"
-    reader = SpooledPartitions(target, "plain", spec, scratch)
+    reader = SpooledPartitions(Reading(target, "plain", spec, scratch))
     reader.notify = lambda event: None
     sink = build_sink(
         SinkSpec.model_validate({"type": "delta", "delta": {"path": str(workdir / "plain-table")}})

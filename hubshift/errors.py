@@ -1,5 +1,6 @@
 """Errors a person can act on: the command line prints their message as one line and exits non-zero."""
 
+import importlib.util
 from collections.abc import Mapping
 
 
@@ -24,3 +25,16 @@ def one_line(error: BaseException, *, limit: int = 300, hide: Mapping[str, str] 
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def require_extra(module: str, extra: str, needed_by: str) -> None:
+    """`UserError` naming the pip extra to install when `module` is not installed: the operator and the
+    commands install without PySpark, Delta, pandas and psycopg (pyproject.toml's optional dependencies)."""
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise UserError(
+            f"{needed_by} needs {module}, which is not installed: pip install 'hubshift[{extra}]'"
+        )

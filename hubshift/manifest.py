@@ -1,7 +1,7 @@
 """The `PartitionedConsumer` resource: its model, put together from the shared blocks (`hubshift.spec`) and
 the blocks every pipeline and sink declares (`hubshift.pipelines`, `hubshift.sinks`); its connections, the
 one list of them that credentials, Secrets and the operator's reads all come from; and reading a manifest
-(a YAML file or a parsed document) into it, or one line that names the first field at fault."""
+(a YAML file or a parsed document) into it, or every problem, one line each, naming the field (and line)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from hubshift.errors import UserError
-from hubshift.pipelines import PIPELINES, PipelineSpec, pipeline_connections
+from hubshift.pipelines import PIPELINES, PipelineSpec
 from hubshift.podtemplate import CODE_DIR, PORT_TAKEN, PodDisruptionBudgetSpec, PodTemplateSpec, port_rule
-from hubshift.sinks import SINKS, SinkSpec, sink_connections
+from hubshift.sinks import SINKS, SinkSpec
 from hubshift.spec import (
     DNS_SUBDOMAIN,
     KIND,
@@ -44,20 +44,28 @@ _CONNECTION_STRING_FIELDS = ("connectionStringSecretRef", "connectionStringEnv")
 
 
 UI_PORT_TAKEN = "spark.ui.port: the Spark UI and metricsPort need ports of their own"
-_ROWS_ONLY = [kind.name for kind in SINKS if not kind.writes_lines]
-_ROW_PIPELINES = [kind.name for kind in PIPELINES if kind.shape in ("frames", "stream")]
-_STREAMS = [kind.name for kind in PIPELINES if kind.shape == "stream"]
+_ROWS_ONLY = SINKS.names(lambda kind: not kind.writes_lines)
+_ROW_PIPELINES = PIPELINES.names(lambda kind: kind.shape in ("frames", "stream"))
 FRAMES_ONLY = (
     f"a sink Spark writes ({', '.join(_ROWS_ONLY)}) takes pipeline type {', '.join(_ROW_PIPELINES[:-1])} "
     f"or {_ROW_PIPELINES[-1]}"
 )
 STREAM_SINKS = f"pipeline type stream writes to a sink Spark writes ({', '.join(_ROWS_ONLY)})"
-# What a streaming job's output mode may go into: update mode is an upsert by key columns.
-UPDATE_SINKS = ("delta", "jdbc", "foreachBatch")
+# What a streaming job's output mode update may go into, as each sink declares it (`SinkKind.update`).
+_KEYED = SINKS.names(lambda kind: kind.update == "keyed")
+_ANY_UPDATE = SINKS.names(lambda kind: kind.update == "any")
+_APPEND_ONLY = SINKS.names(lambda kind: not kind.writes_lines and kind.update is None)
 UPDATE_MODE = (
-    "stream.outputMode update goes into delta or jdbc with stream.keyColumns (the rows' key), or into your "
-    "foreachBatch function; parquet and json take append"
+    f"stream.outputMode update goes into {' or '.join(_KEYED)} with stream.keyColumns (the rows' key), or "
+    f"into your {' or '.join(_ANY_UPDATE)} function; {' and '.join(_APPEND_ONLY)} take append"
 )
+
+
+def _sink_is(names: list[str]) -> str:
+    """CEL: the sink's type is one of `names` (set)."""
+    if len(names) == 1:
+        return f"self.sink.type == '{names[0]}'"
+    return f"self.sink.type in [{', '.join(repr(name) for name in names)}]"
 
 
 class CodeSpec(Model):
@@ -115,6 +123,17 @@ class ConsumerSpec(Model):
         description="Skip the events a previous consumer of the hub this one replicates already handled.",
     )
     checkpoint: CheckpointPolicySpec = Field(default_factory=CheckpointPolicySpec)
+    fail_on_data_loss: bool = Field(
+        default=True,
+        description="What the pool does when events expired from the hub before they were read (the hub's "
+        "retention passed a partition's checkpoint), Spark's Kafka source's option of the same name: true "
+        "stops the pool (0 replicas, the DataLoss condition and a warning Event name the partitions and "
+        "sequence numbers) until the checkpoints are moved on by hand or this is set to false; false goes on "
+        "past them, counting them (hubshift_consumer_events_expired_total) and reporting them the same way. "
+        "Default true, as Spark's: a pool that had silently skipped data before now says so, and no existing "
+        "pool relied on going on. The control loop checks on every probe of the hub, before consumers start; "
+        "a consumer that meets expired events while reading counts them and goes on.",
+    )
     pipeline: PipelineSpec = Field(default_factory=PipelineSpec)
     sink: SinkSpec = Field(default_factory=SinkSpec)
     code: CodeSpec = Field(default_factory=CodeSpec)
@@ -162,7 +181,7 @@ class ConsumerSpec(Model):
         cel(
             "!has(self.pipeline) || !has(self.pipeline.stream) || !has(self.pipeline.stream.outputMode) || "
             "self.pipeline.stream.outputMode != 'update' || (has(self.sink) && has(self.sink.type) && "
-            "(self.sink.type == 'foreachBatch' || (self.sink.type in ['delta', 'jdbc'] && "
+            f"({_sink_is(_ANY_UPDATE)} || ({_sink_is(_KEYED)} && "
             "has(self.pipeline.stream.keyColumns) && size(self.pipeline.stream.keyColumns) > 0)))",
             UPDATE_MODE,
             ".pipeline.stream.outputMode",
@@ -186,8 +205,9 @@ class ConsumerSpec(Model):
             if self.sink.kind.writes_lines:
                 raise ValueError(STREAM_SINKS)
             job = self.pipeline.block
+            update = self.sink.kind.update
             if job.output_mode == "update" and not (
-                self.sink.type == "foreachBatch" or (self.sink.type in UPDATE_SINKS and job.key_columns)
+                update == "any" or (update == "keyed" and job.key_columns)
             ):
                 raise ValueError(UPDATE_MODE)
         # On one port the metrics server, started first, keeps it and Spark's UI moves on unannounced.
@@ -203,11 +223,33 @@ class ConsumerSpec(Model):
 
 
 class PartitionedConsumerSpec(Model):
+    """What the pool reads, where it keeps its checkpoints, what each consumer runs, and how the pool is sized
+    and rebalanced."""
+
     event_hubs: EventHubsSpec
     checkpoint_store: CheckpointStoreSpec
-    consumer: ConsumerSpec = Field(default_factory=ConsumerSpec)
+    consumer: ConsumerSpec = Field(
+        default_factory=ConsumerSpec,
+        description="What each consumer pod runs: its image and resources, the engine, the pipeline and "
+        "sink, where a partition starts, how often it checkpoints.",
+    )
+    replicas: int | None = Field(
+        default=None,
+        ge=0,
+        description="Exactly this many consumers (never more than the hub's partitions), instead of "
+        "hubshift's autoscaler: what `kubectl scale pcon/NAME --replicas=N`, an HPA or a KEDA ScaledObject "
+        "set through the scale subresource. Unset (the default): spec.scaling decides. A change is planned "
+        "at once, like a scale the autoscaler decides (no holddown); scaling's min and max do not bound it; "
+        "the pause annotations still win. The API server answers a read of /scale only once this is set (an "
+        "HPA or KEDA reads it first, and an HPA leaves a target at 0 alone): set a count (kubectl scale) "
+        "before handing the pool to one.",
+    )
     scaling: ScalingSpec = Field(default_factory=ScalingSpec)
-    rebalance: RebalanceSpec = Field(default_factory=RebalanceSpec)
+    rebalance: RebalanceSpec = Field(
+        default_factory=RebalanceSpec,
+        description="How partitions move between consumers: the strategy, the holddown and handoff times, "
+        "the pods' rollout.",
+    )
 
 
 def connections_of(spec: PartitionedConsumerSpec) -> list[NamedConnection]:
@@ -219,8 +261,8 @@ def connections_of(spec: PartitionedConsumerSpec) -> list[NamedConnection]:
     connections = [
         NamedConnection(("spec", "eventHubs"), spec.event_hubs, "source"),
         *spec.checkpoint_store.connections(("spec", "checkpointStore"), "store"),
-        *sink_connections(consumer.sink),
-        *pipeline_connections(consumer.pipeline),
+        *consumer.sink.connections(),
+        *consumer.pipeline.connections(),
     ]
     if consumer.failover is not None:
         location = ("spec", "consumer", "failover", "checkpointStore")
@@ -259,12 +301,19 @@ class PartitionedConsumer(Model):
     spec: PartitionedConsumerSpec
 
 
-def parse_manifest(document: Mapping[str, Any], source: str = "manifest") -> PartitionedConsumer:
-    """Validate a manifest; a bad one raises `UserError` naming the first field at fault."""
+def parse_manifest(
+    document: Mapping[str, Any], source: str = "manifest", node: yaml.Node | None = None
+) -> PartitionedConsumer:
+    """Validate a manifest; a bad one raises `UserError` with every problem, one line each, naming the field
+    (and, given the document's YAML `node`, its line: `source:LINE: field: what is wrong`)."""
     try:
         return PartitionedConsumer.model_validate(document)
     except ValidationError as exc:
-        raise UserError(f"{source}: {describe_validation_error(exc)}") from None
+        raise UserError(
+            "\n".join(
+                f"{source}{_line_suffix(node, loc)}: {problem}" for loc, problem in validation_problems(exc)
+            )
+        ) from None
 
 
 def load_manifest(path: str | os.PathLike[str]) -> PartitionedConsumer:
@@ -274,29 +323,87 @@ def load_manifest(path: str | os.PathLike[str]) -> PartitionedConsumer:
     except OSError as exc:
         raise UserError(f"cannot read manifest {file}: {exc.strerror}") from None
     try:
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+        documents = list(yaml.safe_load_all(text))
+        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise UserError(f"{file}: not valid YAML{where}") from None
-    consumers = [d for d in documents if isinstance(d, dict) and d.get("kind") == KIND]
+        raise UserError(f"{file}{yaml_error_where(exc)}: not valid YAML: {yaml_error_reason(exc)}") from None
+    consumers = [
+        (document, node)
+        for document, node in zip(documents, nodes, strict=False)
+        if isinstance(document, dict) and document.get("kind") == KIND
+    ]
     if len(consumers) != 1:
         raise UserError(f"{file}: expected exactly one {KIND} document, found {len(consumers)}")
-    return parse_manifest(consumers[0], source=str(file))
+    document, node = consumers[0]
+    return parse_manifest(document, source=str(file), node=node)
 
 
-def describe_validation_error(exc: ValidationError) -> str:
-    """One line: the first error's field path in manifest spelling, and what is wrong with it."""
-    error = exc.errors()[0]
-    path = ".".join(str(part) for part in error["loc"] if not str(part).startswith("function-after"))
-    message = error["msg"].removeprefix("Value error, ")
-    if error["type"] == "extra_forbidden":
-        message = "unknown field"
-    elif error["type"] == "missing":
-        message = "required field is missing"
-    count = exc.error_count()
-    more = f" (and {count - 1} more problem{'s' if count > 2 else ''})" if count > 1 else ""
-    return f"{path or 'document'}: {message}{more}"
+def yaml_error_where(exc: yaml.YAMLError) -> str:
+    """`:LINE:COLUMN` of a YAML error (1-based, as editors count), or nothing when the parser gave none."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    return f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+
+
+def yaml_error_reason(exc: yaml.YAMLError) -> str:
+    """What the parser found wrong, in its words ("mapping values are not allowed here"), and what it was
+    reading ("while scanning a quoted scalar"). Never the marks' snippets of the file: a line may hold a
+    secret."""
+    problem = getattr(exc, "problem", None)
+    context = getattr(exc, "context", None)
+    context_mark = getattr(exc, "context_mark", None)
+    parts = [str(problem)] if problem else []
+    if problem and str(problem).startswith("expected <block end>"):
+        parts.append("a line indented differently from the lines beside it")
+    if context:
+        began = f" that began on line {context_mark.line + 1}" if context_mark else ""
+        parts.append(f"{context}{began}")
+    return "; ".join(parts) if parts else type(exc).__name__
+
+
+def validation_problems(exc: ValidationError) -> list[tuple[tuple[str | int, ...], str]]:
+    """Every problem of a validation error, in document order, each as its location and one line: the
+    field's path in manifest spelling, and what is wrong with it. Never the input itself (it may hold a
+    secret)."""
+    problems: list[tuple[tuple[str | int, ...], str]] = []
+    for error in exc.errors():
+        loc = tuple(part for part in error["loc"] if not str(part).startswith("function-after"))
+        path = ".".join(str(part) for part in loc)
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown field"
+        elif error["type"] == "missing":
+            message = "required field is missing"
+        elif error["type"] in ("model_type", "dict_type"):
+            message = "expected a map of fields"
+        line = f"{path or 'document'}: {message}"
+        if all(line != seen for _, seen in problems):
+            problems.append((loc, line))
+    return problems
+
+
+def _line_suffix(node: yaml.Node | None, loc: tuple[str | int, ...]) -> str:
+    """`:LINE` of the field at `loc` in the document's YAML node: the key's line where the field is written,
+    else the line of the nearest enclosing block that is (a missing field: the block it belongs in)."""
+    if node is None:
+        return ""
+    line = node.start_mark.line
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            entry = next(
+                (
+                    (key, value)
+                    for key, value in node.value
+                    if isinstance(key, yaml.ScalarNode) and key.value == str(part)
+                ),
+                None,
+            )
+            if entry is None:
+                continue  # a union's tag in the path, or a field not written
+            line, node = entry[0].start_mark.line, entry[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line
+    return f":{line + 1}"
 
 
 def with_credential(

@@ -166,7 +166,9 @@ class TolerationSpec(Model):
 
     key: str | None = Field(default=None, max_length=317, description="The taint's key; none: every key.")
     operator: Literal["Exists", "Equal"] | None = Field(default=None, description="Default Equal.")
-    value: str | None = Field(default=None, max_length=63)
+    value: str | None = Field(
+        default=None, max_length=63, description="The taint's value, with operator Equal."
+    )
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         default=None, description="None: every effect."
     )
@@ -176,14 +178,19 @@ class TolerationSpec(Model):
 class LocalObjectReferenceSpec(Model):
     """An object in the resource's namespace, by name (an image pull Secret)."""
 
-    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="The object's name, in the resource's namespace.",
+    )
 
 
 class EnvVarSpec(KubeObject):
     """An environment variable of the consumer container (`value` or `valueFrom`, as in a Pod), e.g. from a
     Secret: `{name: API_TOKEN, valueFrom: {secretKeyRef: {name: api, key: token}}}`."""
 
-    name: str = Field(min_length=1, max_length=256, pattern=ENV_NAME)
+    name: str = Field(min_length=1, max_length=256, pattern=ENV_NAME, description="The variable's name.")
 
     CEL = (cel(f"!(self.name in {_quoted(OWN_ENV)})", OWN_ENV_MESSAGE, ".name"),)
 
@@ -237,7 +244,12 @@ class VolumeSpec(Model):
     """A pod volume (a Pod's `volumes[]`) with one of the sources the restricted Pod Security Standard
     allows, each kept as Kubernetes writes it; mount it with `volumeMounts` (or in a sidecar)."""
 
-    name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL)
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=DNS_LABEL,
+        description="The volume's name, as volumeMounts name it.",
+    )
     config_map: KubeDict | None = _source("A ConfigMap's keys as files: `{name: sites}`.")
     secret: KubeDict | None = _source("A Secret's keys as files: `{secretName: ca-bundle}`.")
     persistent_volume_claim: KubeDict | None = _source("An existing claim: `{claimName: data}`.")
@@ -296,7 +308,12 @@ class VolumeMountSpec(KubeObject):
     """A volume mounted in the consumer container (`readOnly`, `subPath` as in a Pod)."""
 
     name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL, description="A volume of `volumes`.")
-    mount_path: str = Field(min_length=2, max_length=1024, pattern=ABSOLUTE_PATH)
+    mount_path: str = Field(
+        min_length=2,
+        max_length=1024,
+        pattern=ABSOLUTE_PATH,
+        description="An absolute path in the container (not one of hubshift's own).",
+    )
 
     CEL = (cel(_mount_rule(), OWN_MOUNT_MESSAGE, ".mountPath"),)
 
@@ -317,8 +334,10 @@ class ContainerPortSpec(Model):
     """A port a sidecar or init container listens on, in the pod's network only: a node's port or address
     (`hostPort`, `hostIP`) is refused."""
 
-    container_port: int = Field(ge=1, le=65535)
-    name: str | None = Field(default=None, min_length=1, max_length=15)
+    container_port: int = Field(ge=1, le=65535, description="The port the container listens on.")
+    name: str | None = Field(
+        default=None, min_length=1, max_length=15, description="A name a Service or a probe may use."
+    )
     protocol: Literal["TCP", "UDP", "SCTP"] | None = Field(default=None, description="Default TCP.")
     host_port: int | None = Field(default=None, description="Refused: a port of the node.")
     host_ip: str | None = Field(default=None, alias="hostIP", description="Refused: an address of the node.")
@@ -346,8 +365,10 @@ class ContainerSecuritySpec(Model):
     (the restricted Pod Security Standard)."""
 
     run_as_user: int | None = Field(default=None, ge=1, description="Another non-root user id.")
-    run_as_group: int | None = Field(default=None, ge=0)
-    read_only_root_filesystem: bool | None = None
+    run_as_group: int | None = Field(default=None, ge=0, description="The primary group id.")
+    read_only_root_filesystem: bool | None = Field(
+        default=None, description="Mount the container's root filesystem read-only."
+    )
 
 
 class ContainerSpec(KubeObject):
@@ -355,8 +376,13 @@ class ContainerSpec(KubeObject):
     `volumeMounts` of `volumes` or of hubshift's own volumes, `restartPolicy: Always` for a native sidecar
     among init containers), with the restricted security context."""
 
-    name: str = Field(min_length=1, max_length=63, pattern=DNS_LABEL)
-    image: str = Field(min_length=1, pattern=r"^\S+$")
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=DNS_LABEL,
+        description="The container's name (not the consumer's).",
+    )
+    image: str = Field(min_length=1, pattern=r"^\S+$", description="The container's image.")
     ports: list[ContainerPortSpec] = Field(default_factory=list, max_length=MAX_ITEMS)
     security_context: ContainerSecuritySpec | None = None
 
@@ -402,7 +428,12 @@ class PodTemplateSpec(Model):
         description="Replaces hubshift's spread (at most one pod more per node than on any other, as a "
         "preference); [] for none. Select the pool's pods with the label hubshift.dev/consumer: NAME.",
     )
-    priority_class_name: str | None = Field(default=None, max_length=253, pattern=DNS_SUBDOMAIN)
+    priority_class_name: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="The pods' PriorityClass (which pods a full node evicts first).",
+    )
     image_pull_secrets: list[LocalObjectReferenceSpec] = Field(
         default_factory=list, max_length=MAX_ITEMS, description="Secrets to pull the images with."
     )

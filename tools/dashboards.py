@@ -1,7 +1,7 @@
 """Writes the Grafana dashboards in charts/hubshift/dashboards/ (plain JSON files, and the chart's
 ConfigMaps): the fleet overview and the per-consumer drill-down. The panels are declared once here, so
 every panel gets the same datasource variable, ids, grid and legend; `--check` fails when a file differs
-from what this script writes (the unit tier runs it). README.md's "Dashboards" describes each panel.
+from what this script writes (the unit tier runs it). docs/dashboards.md describes each panel.
 
 `--schema` checks the files against Grafana's own dashboard schema, as the lint tier does: the
 `Dashboard` type and each panel type's `Options` of the npm package @grafana/schema (Apache-2.0: the types

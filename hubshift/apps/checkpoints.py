@@ -40,7 +40,7 @@ from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import StoreError
 from hubshift.spec.resource import PAUSED_REPLICAS_ANNOTATION
 
-Kind = Literal["start", "end", "time", "sequence"]
+ResetKind = Literal["start", "end", "time", "sequence"]
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class ResetTo:
     """Where a reset moves each partition: its start, its end, the first event enqueued at or after `time`,
     or the event `sequence` (the next one read)."""
 
-    kind: Kind
+    kind: ResetKind
     time: datetime | None = None
     sequence: int | None = None
 
@@ -470,7 +470,7 @@ def _print_release(
     console.print(
         f"hubshift holds no lease in {args.scope} now: the Azure SDK's EventProcessor with "
         "BlobCheckpointStore on this container continues from these checkpoints. Keep the pool paused while "
-        "it reads; to come back, stop it first (README: Handing a consumer group over)."
+        "it reads; to come back, stop it first (docs/checkpoints.md)."
     )
 
 

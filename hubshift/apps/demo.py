@@ -36,7 +36,7 @@ from hubshift.apps.demo_view import DemoFigures, render
 from hubshift.apps.produce import HubSender, LoadSpec, RateProfile, produce_load
 from hubshift.apps.views_page import ViewsServer
 from hubshift.emulator.launch import start_emulator
-from hubshift.errors import UserError
+from hubshift.errors import UserError, require_extra
 from hubshift.log import configure_logging
 from hubshift.manifest import PartitionedConsumer, load_manifest
 from hubshift.operator.local.processes import TARGETS_FILE, free_port
@@ -129,6 +129,8 @@ def run_demo(settings: DemoSettings) -> int:
             "the Spark consumers need Java 17 (no java found): install a JRE 17, or run "
             "`hubshift demo --engine sdk` (no Spark, no aggregates)"
         )
+    if settings.engine == "spark":
+        require_extra("pyspark", "spark", "the Spark consumers (or `hubshift demo --engine sdk`)")
 
     console = Console(stderr=False)
     temporary = settings.workdir is None
@@ -375,7 +377,7 @@ async def _demo(
     metrics.serve(metrics_port, address="127.0.0.1")
     console.print(
         f"  metrics: the operator's at http://127.0.0.1:{metrics_port}/metrics, each consumer's listed in "
-        f"{workdir / TARGETS_FILE} (Prometheus file_sd; README.md, Dashboards)"
+        f"{workdir / TARGETS_FILE} (Prometheus file_sd; docs/dashboards.md)"
     )
     page = None
     if settings.engine == "spark":

@@ -40,9 +40,11 @@ _WHERE = (
 )
 
 
-def group_options(hub_use: str) -> Callable[[Command], Command]:
+def group_options(hub_use: str, *, required: bool = True) -> Callable[[Command], Command]:
     """The options naming a consumer group's records and its hub; `hub_use`: what the command reads the hub
-    for (the help of --eventhubs and --credential)."""
+    for (the help of --eventhubs and --credential); `required`: False for a command that can take them from
+    elsewhere (a manifest, a resource), which then checks them itself (`GroupArgs.missing`)."""
+    where = _WHERE if required else tuple(_optional(option) for option in _WHERE)
     reading = (
         click.option(
             "--eventhubs",
@@ -58,11 +60,30 @@ def group_options(hub_use: str) -> Callable[[Command], Command]:
     )
 
     def decorate(command: Command) -> Command:
-        for option in reversed((*_WHERE, *reading)):
+        for option in reversed((*where, *reading)):
             command = option(command)
         return command
 
     return decorate
+
+
+def _optional(option: Callable[[Command], Command]) -> Callable[[Command], Command]:
+    """The same option, not required (click keeps its settings on the decorator's closure: rebuilt here)."""
+
+    def decorate(command: Command) -> Command:
+        command = option(command)
+        params = getattr(command, "__click_params__", None)
+        if params:
+            params[-1].required = False
+        return command
+
+    return decorate
+
+
+def missing(options: Mapping[str, Any]) -> list[str]:
+    """The options naming the records that were not given (--store, --namespace, --hub)."""
+    names = {"store": "--store", "fqns": "--namespace", "hub": "--hub"}
+    return [flag for key, flag in names.items() if not options.get(key)]
 
 
 @dataclass(frozen=True)

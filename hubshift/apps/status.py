@@ -1,33 +1,64 @@
 """`hubshift status`: the ownership table of a hub's consumer group, its checkpoints and the assignment;
 with the hub's connection string (`--eventhubs`) or a token credential (`--credential`), each partition's
 backlog and lag in seconds, decided as the control loop decides them (`operator/partition_lag.py`, from the
-times the owners write beside their checkpoints: no event is read)."""
+times the owners write beside their checkpoints: no event is read).
+
+The records are named by the options (`--store`, `--namespace`, `--hub`), or by what names them already: a
+manifest (`-f FILE`: its blocks, their connection strings from the variables they name) or a resource in a
+cluster (`pcon/NAME`, read with the person's kubeconfig, the connection strings from the Secrets it names);
+then the hub is always read."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from hubshift.apps.group import GroupArgs, group_options
+from hubshift.apps.group import GroupArgs, group_options, missing
+from hubshift.connections import chosen_identity, event_hubs_target, open_checkpoint_store, ownership_scope
 from hubshift.errors import UserError
 from hubshift.eventhubs.management import read_partitions
 from hubshift.eventhubs.model import PartitionInfo
+from hubshift.manifest import PartitionedConsumer, load_manifest, with_credential
 from hubshift.operator.observe import backlog_per_partition
 from hubshift.operator.partition_lag import PartitionLag, lag_per_partition, worst_lag
 from hubshift.ownership.model import OwnershipSnapshot
 from hubshift.ownership.snapshot import take_snapshot
-from hubshift.ownership.store import StoreError
+from hubshift.ownership.store import LeaseStore, StoreError
+from hubshift.spec import Role
 from hubshift.spec.checkpoints import StartPositionSpec
+
+# The connections `hubshift status` opens of a manifest or resource: the hub and the checkpoint store.
+STATUS_ROLES: tuple[Role, ...] = ("source", "store")
 
 
 @click.command(name="status")
-@group_options("adds each partition's backlog and lag in seconds")
+@click.argument("resource", required=False, metavar="[pcon/NAME]")
+@click.option(
+    "-f",
+    "--filename",
+    "manifest",
+    default=None,
+    metavar="FILE",
+    help="A PartitionedConsumer manifest naming the hub, consumer group and store (instead of --store, "
+    "--namespace and --hub); their connection strings from the variables it names.",
+)
+@click.option(
+    "-n",
+    "--resource-namespace",
+    default=None,
+    help="With pcon/NAME: the resource's Kubernetes namespace (default: the kubeconfig context's).",
+)
+@click.option("--kubeconfig", default=None, help="With pcon/NAME: the kubeconfig (default: $KUBECONFIG).")
+@click.option("--context", default=None, help="With pcon/NAME: the kubeconfig context (default: current).")
+@group_options("adds each partition's backlog and lag in seconds", required=False)
 @click.option(
     "--start",
     type=click.Choice(["earliest", "latest"]),
@@ -36,9 +67,30 @@ from hubshift.spec.checkpoints import StartPositionSpec
     help="Where a partition without a checkpoint starts (the manifest's startPosition): its backlog.",
 )
 @click.option("--output", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def status(start: str, output: str, **options: Any) -> None:
+def status(
+    resource: str | None,
+    manifest: str | None,
+    resource_namespace: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    start: str,
+    output: str,
+    **options: Any,
+) -> None:
     """Show partition owners, checkpoints, the assignment and its phase (and, with --eventhubs or
-    --credential, the backlog and lag in seconds of each partition)."""
+    --credential, the backlog and lag in seconds of each partition). Name the records with --store,
+    --namespace and --hub, or with a manifest (-f FILE) or a resource in the cluster (pcon/NAME), whose
+    hub is then always read."""
+    if resource is not None or manifest is not None:
+        named, read = named_records(resource, manifest, resource_namespace, kubeconfig, context, options)
+        show(named, read, output)
+        return
+    absent = missing(options)
+    if absent:
+        raise UserError(
+            f"name the consumer group's records: {', '.join(absent)} (or a manifest, -f FILE, or a resource "
+            "in the cluster, pcon/NAME)"
+        )
     args = GroupArgs.from_options(options)
     scope = args.scope
     lease_store = args.open_store()
@@ -57,6 +109,10 @@ def status(start: str, output: str, **options: Any) -> None:
             StartPositionSpec(type="latest" if start == "latest" else "earliest"),
             time.time(),
         )
+    show(snapshot, lag, output)
+
+
+def show(snapshot: OwnershipSnapshot, lag: Lag | None, output: str) -> None:
     if output == "json":
         click.echo(json.dumps(status_document(snapshot, lag), indent=2))
     else:
@@ -64,6 +120,68 @@ def status(start: str, output: str, **options: Any) -> None:
 
 
 Lag = tuple[dict[str, int], dict[str, PartitionLag]]
+
+
+def named_records(
+    resource: str | None,
+    manifest: str | None,
+    resource_namespace: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    options: dict[str, Any],
+) -> tuple[OwnershipSnapshot, Lag]:
+    """The records and lag of the consumer group a manifest or a resource names, read with the connection
+    strings it names (or `--credential` in their place)."""
+    if resource is not None and manifest is not None:
+        raise UserError("give a manifest (-f FILE) or a resource (pcon/NAME), not both")
+    given = [flag for key, flag in (("fqns", "--namespace"), ("hub", "--hub")) if options.get(key)]
+    if given:
+        raise UserError(f"{' and '.join(given)}: the {'manifest' if manifest else 'resource'} names them")
+    identity = chosen_identity(options.get("credential"), options.get("client_id"))
+    environ = dict(os.environ)
+    if manifest is not None:
+        consumer = load_manifest(manifest)
+    else:
+        consumer, secrets = resource_with_secrets(
+            str(resource), resource_namespace, kubeconfig, context, with_secrets=identity is None
+        )
+        environ.update(secrets)
+    if identity is not None:
+        consumer = with_credential(consumer, identity, STATUS_ROLES)
+    spec = consumer.spec
+    target = event_hubs_target(spec.event_hubs, environ)
+    scope = ownership_scope(target)
+    lease_store = _open(lambda: open_checkpoint_store(spec.checkpoint_store, environ, create=False), scope)
+    try:
+        snapshot = take_snapshot(lease_store, scope)
+    except StoreError as exc:
+        raise UserError(f"cannot read the ownership records of {scope}: {exc}") from None
+    finally:
+        lease_store.close()
+    partitions = asyncio.run(read_partitions(target))
+    return snapshot, hub_lag(snapshot, partitions, spec.consumer.start_position, time.time())
+
+
+def _open(opener: Callable[[], LeaseStore], scope: object) -> LeaseStore:
+    try:
+        return opener()
+    except StoreError as exc:
+        raise UserError(f"cannot open the checkpoint store of {scope}: {exc}") from None
+
+
+def resource_with_secrets(
+    reference: str, namespace: str | None, kubeconfig: str | None, context: str | None, *, with_secrets: bool
+) -> tuple[PartitionedConsumer, dict[str, str]]:
+    """A resource in a cluster (`pcon/NAME`) and the connection strings of its hub and store."""
+    # lazy: the Kubernetes client only for a resource (the other ways of `hubshift status` never need it)
+    from hubshift.operator.kubernetes import lookup
+
+    name = lookup.parse_reference(reference)
+    return asyncio.run(
+        lookup.read_consumer(
+            name, namespace, STATUS_ROLES, kubeconfig=kubeconfig, context=context, secrets=with_secrets
+        )
+    )
 
 
 def hub_lag(

@@ -38,7 +38,7 @@ from hubshift.consumer.http import ConsumerHTTPServer
 from hubshift.consumer.metrics import ConsumerMetrics
 from hubshift.consumer.ranges import BatchHandler, Costly, RangeLog
 from hubshift.consumer.sdk_engine import SdkEngine
-from hubshift.errors import UserError
+from hubshift.errors import UserError, require_extra
 from hubshift.eventhubs.management import EventHubsManagement
 from hubshift.eventhubs.target import EventHubsTarget
 from hubshift.manifest import CodeSpec, PartitionedConsumer
@@ -120,6 +120,8 @@ class ConsumerApp:
             stop_follow_seconds=options.stop_follow_seconds,
         )
         use_code(spec.consumer.code)
+        if options.engine == "spark":
+            require_extra("pyspark", "spark", "the Spark engine (consumer.engine: spark)")
         target = event_hubs_target(spec.event_hubs, environ)
         management = EventHubsManagement(target, retry_total=1)
         management.probe()
@@ -161,7 +163,10 @@ class ConsumerApp:
             if options.event_cost_seconds > 0:
                 handler = Costly(handler, options.event_cost_seconds)
             return SdkEngine(target, handler, metrics=metrics)
+        from hubshift.consumer.spark.spooling import Reading  # lazy: as the Spark engines below
+
         consumer = manifest.spec.consumer
+        reading = Reading(target, options.identity, consumer, scratch, metrics)
         if consumer.pipeline.kind.shape == "stream":
             from hubshift.consumer.spark.streams import StreamEngine  # lazy: PySpark, as SparkEngine below
 
@@ -172,12 +177,10 @@ class ConsumerApp:
                 ("spec", "consumer", "pipeline", "stream"),
             )
             drain = manifest.spec.rebalance.max_handoff_seconds
-            return StreamEngine(
-                target, options.identity, consumer, scratch, state, metrics=metrics, drain_seconds=drain
-            )
+            return StreamEngine(reading, state, drain_seconds=drain)
         from hubshift.consumer.spark.engine import SparkEngine  # lazy: the SDK engine runs without PySpark
 
-        return SparkEngine(target, options.identity, consumer, scratch, metrics=metrics, handled=handled)
+        return SparkEngine(reading, handled=handled)
 
     def run(self) -> int:
         """Until SIGTERM (or the engine fails): the exit code."""

@@ -167,6 +167,13 @@ class ConsumerMetrics:
             PARTITION_LABELS,
             registry=r,
         )
+        self.restoring = Gauge(
+            f"{PREFIX}_state_restoring_since_seconds",
+            "A streaming job's partition whose query has not committed its first batch yet (its state being "
+            "restored from the partition's checkpoint): when that query started, as a Unix time.",
+            PARTITION_LABELS,
+            registry=r,
+        )
         self.state_rows = Gauge(
             f"{PREFIX}_state_rows",
             "A streaming job's partition: the rows its stateful operators hold.",
@@ -351,10 +358,16 @@ class ConsumerMetrics:
         if first_enqueued is not None:
             self.enqueue_to_sink.observe(max(0.0, now - first_enqueued.timestamp()))
 
-    def state_restored(self, partition: str, seconds: float) -> None:
+    def state_restoring(self, partition: str) -> None:
+        """A streaming job's partition query starts: its state is restored until its first batch commits."""
+        self.restoring.labels(*self._hub, partition).set(self.clock())
+
+    def state_restored(self, partition: str, seconds: float | None) -> None:
         """A streaming job's partition query committed its first batch this long after it started (its
-        state restored from the checkpoint, and a batch's work)."""
-        self.restore_seconds.labels(*self._hub, partition).set(max(0.0, seconds))
+        state restored from the checkpoint, and a batch's work); None: it stopped before that."""
+        _remove(self.restoring, *self._hub, partition)
+        if seconds is not None:
+            self.restore_seconds.labels(*self._hub, partition).set(max(0.0, seconds))
 
     def state_size(self, partition: str, rows: int, size: int) -> None:
         self.state_rows.labels(*self._hub, partition).set(rows)

@@ -30,12 +30,12 @@ from hubshift.spec import CheckpointPolicySpec, StartPositionSpec
 if TYPE_CHECKING:
     from hubshift.consumer.metrics import ConsumerMetrics
 
-# The agent's logger: these lines are the ownership agent's, as they were before this module was split off.
+# The agent's logger: what an owned partition does is the ownership agent's to say (one logger to filter).
 log = logging.getLogger("hubshift.consumer.agent")
 
 # The kinds of operations whose failures `FailureLog` reports (the agent adds its own).
 CLAIM = "claim"
-CHECKPOINT = "checkpoint"
+CHECKPOINT_WRITE = "checkpoint"
 RELEASE = "release"
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
@@ -324,7 +324,7 @@ class OwnedPartitions:
                 if self.metrics:
                     self.metrics.checkpoint_written(partition)
         if "written" in results and "failed" not in results:
-            log_line(self.failures.succeeded(CHECKPOINT, now))
+            log_line(self.failures.succeeded(CHECKPOINT_WRITE, now))
 
     def _write(
         self,
@@ -346,7 +346,7 @@ class OwnedPartitions:
         except StoreError as exc:
             if self.metrics:
                 self.metrics.checkpoint_failed()
-            log_line(self.failures.failed(CHECKPOINT, str(exc), now, where=f"partition {partition}"))
+            log_line(self.failures.failed(CHECKPOINT_WRITE, str(exc), now, where=f"partition {partition}"))
             return "failed"
         return "written"
 

@@ -11,7 +11,7 @@ import click
 from hubshift.emulator.broker import HubSpec
 from hubshift.emulator.config import EmulatorSettings, build_hubs
 from hubshift.emulator.context import ConnectionLimits
-from hubshift.emulator.server import run
+from hubshift.emulator.server import run_emulator
 
 
 @click.command("emulator")
@@ -158,4 +158,4 @@ def emulator(
     def reload() -> tuple[HubSpec, ...]:
         return build_hubs(list(hubs), list(consumer_groups), config_file)
 
-    run(settings, announce, reload)
+    run_emulator(settings, announce, reload)

@@ -53,11 +53,12 @@ log = logging.getLogger(__name__)
 # How a receiver reads: events per delivered batch (a spool segment) and AMQP credit.
 MAX_BATCH = 1000
 PREFETCH = 1000
-RETRY_SECONDS = 1.0
+# A receiver whose read failed is opened again this much later.
+REOPEN_SECONDS = 1.0
 # How long a read may wait on a partition's socket (the SDK's default is 0.2 s): a handshake's steps, the
 # rest of a frame whose first bytes came, and every read of a partition behind (its backlog comes as fast
 # as credit goes back: a pause on its socket is a round trip, and a turn that gave up on it would pause the
-# partition for IDLE_SECONDS). A partition caught up is read a burst a turn (`CAUGHT_UP_TURN`,
+# partition for QUIET_SECONDS). A partition caught up is read a burst a turn (`CAUGHT_UP_TURN`,
 # `buffer_socket_reads`): its first frame only if it is there already, each further one if it comes within
 # 5 ms, and for at most 50 ms; the thread's idle wait paces the loop, not one quiet socket (nor one link
 # whose events come more often than the socket timeout) while the other partitions' events wait.
@@ -69,7 +70,7 @@ CAUGHT_UP_TURN = TurnReads(follow=0.005, budget=0.05)
 PASS_FOLLOW_SECONDS = 0.05
 # A partition that had nothing is asked again after this long; one whose link is opening, at once (with
 # this pause between rounds), until its first events or for OPENING_WINDOW_SECONDS after it was opened.
-IDLE_SECONDS = 0.1
+QUIET_SECONDS = 0.1
 # A caught-up, opened link whose socket has nothing to read skips its turn (a `poll` instead of the SDK's
 # receive: bench/partitions.py, 1,024 quiet partitions) but takes a whole one at least this often, so the
 # SDK's own timers (its token's renewal, the connection's idle-timeout frames) still run.
@@ -421,14 +422,14 @@ class ReceiverPool:
                 # buffers fill: fewer, larger deliveries cost less per event.
                 # (Only links due now: one waiting out a failure's retry pause is not worth turning for.)
                 opening = any(r.opening() and r.due(time.monotonic()) for r in receivers)
-                self._wake.wait(OPENING_SECONDS if opening else IDLE_SECONDS / 2)
+                self._wake.wait(OPENING_SECONDS if opening else QUIET_SECONDS / 2)
                 self._wake.clear()
 
     def _turn(self, receiver: PartitionReceiver) -> bool:
         """One round of AMQP work for one partition; True when it delivered events."""
         before = receiver.received
         if self._quiet(receiver):
-            receiver.not_before = time.monotonic() + IDLE_SECONDS
+            receiver.not_before = time.monotonic() + QUIET_SECONDS
             return False
         receiver.full_turn_at = time.monotonic()
         try:
@@ -451,11 +452,11 @@ class ReceiverPool:
                 return False
             self._report_failure(receiver, exc)
             self._release(receiver)
-            receiver.not_before = time.monotonic() + RETRY_SECONDS
+            receiver.not_before = time.monotonic() + REOPEN_SECONDS
             return False
         self._failure = None
         if receiver.received == before:
-            receiver.not_before = time.monotonic() + (0.0 if receiver.opening() else IDLE_SECONDS)
+            receiver.not_before = time.monotonic() + (0.0 if receiver.opening() else QUIET_SECONDS)
             return False
         return True
 

@@ -88,8 +88,8 @@ def link_opened(consumer: Any) -> bool:
 
 def adopt_raw_messages(consumer: Any) -> None:
     """Make an SDK partition consumer deliver its raw AMQP messages instead of wrapping each in an
-    `EventData` (its message, properties and annotation views: about a third of the receiving thread's
-    CPU, measured with py-spy in bench/throughput.py). The last message of each batch is still wrapped
+    `EventData` (its message, properties and annotation views: a large share of the receiving thread's
+    CPU, bench/throughput.py). The last message of each batch is still wrapped
     (`track_last`): the SDK resumes from it after a retried link failure, and it carries the
     last-enqueued-event properties."""
     buffer = getattr(consumer, "_message_buffer", None)
@@ -116,11 +116,11 @@ def buffer_socket_reads(consumer: Any, turn: TurnReads | None = None) -> None:
     reads (`turn`: how it ends; None: as pyamqp's, on a socket timeout).
 
     pyamqp reads every frame with two `recv_into` calls, its 8-byte header and then its body, each a system
-    call (two with the socket's timeout) and a trip through the interpreter: about a fifth of the receiving
-    thread's CPU for a hub's small events (`bench/throughput.py`; the plain receive loop goes 15-40 % faster
-    with this read, same process, alternating runs). The chunked read hands the frame reader the same bytes
-    and leaves what it read past a frame in the transport's own read buffer, which pyamqp's frame reader
-    already consults first and restores after a timeout, so its timeout and error handling stay as they are.
+    call (two with the socket's timeout) and a trip through the interpreter, a large share of the receiving
+    thread's CPU for a hub's small events (`bench/throughput.py` measures it). The chunked read hands the
+    frame reader the same bytes and leaves what it read past a frame in the transport's own read buffer,
+    which pyamqp's frame reader already consults first and restores after a timeout, so its timeout and
+    error handling stay as they are.
     Idempotent and cheap: called after every turn, it also covers a connection the SDK re-opened. WebSocket
     transports (which already read whole messages) and other SDK versions are left alone.
 

@@ -1,11 +1,13 @@
 """The operator's HTTP calls to its consumers: the nudge (`POST /assignment`: read the assignment record
 now), the readiness probe the local runtime uses (`GET /readyz`) and the work a consumer did, for its
-capacity (`GET /metrics`). Short timeouts: a consumer that does not answer lists the store on its own
-within its list interval, and its capacity is measured from the others."""
+capacity, with the partitions whose state it is restoring (`GET /metrics`). Short timeouts: a consumer
+that does not answer lists the store on its own within its list interval, and its capacity is measured
+from the others."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -17,6 +19,7 @@ WORK_TIMEOUT_SECONDS = 1.0
 # hubshift/consumer/metrics.py's); every series of each is summed, whatever its labels.
 EVENTS_SAMPLE = "hubshift_consumer_events_total"
 BUSY_SAMPLE = "hubshift_consumer_batch_duration_seconds_sum"
+RESTORING_SAMPLE = "hubshift_consumer_state_restoring_since_seconds"
 
 Nudger = Callable[[str, int], Awaitable[bool]]
 
@@ -35,9 +38,19 @@ async def consumer_ready(address: str, timeout: float = READY_TIMEOUT_SECONDS) -
     return None if status is None else status == 200
 
 
-async def consumer_work(address: str, timeout: float = WORK_TIMEOUT_SECONDS) -> tuple[float, float] | None:
-    """`GET http://<address>/metrics`: (events processed, seconds spent processing them) so far; None when
-    it did not answer or does not export both."""
+@dataclass(frozen=True)
+class ConsumerFigures:
+    """What one consumer's `/metrics` says: its work (events processed, seconds spent processing them; None
+    when it does not export both) and a streaming job's partitions whose state it is restoring (partition ->
+    when its query started, as a Unix time)."""
+
+    work: tuple[float, float] | None
+    restoring: dict[str, float]
+
+
+async def consumer_figures(address: str, timeout: float = WORK_TIMEOUT_SECONDS) -> ConsumerFigures | None:
+    """`GET http://<address>/metrics`: its work and the partitions it is restoring; None when it did not
+    answer or answered something else than an exposition."""
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session,
@@ -45,7 +58,8 @@ async def consumer_work(address: str, timeout: float = WORK_TIMEOUT_SECONDS) -> 
         ):
             if response.status != 200:
                 return None
-            return parse_work(await response.text())
+            text = await response.text()
+        return ConsumerFigures(parse_work(text), parse_restoring(text))
     except (TimeoutError, aiohttp.ClientError, ValueError):
         return None
 
@@ -60,6 +74,16 @@ def parse_work(exposition: str) -> tuple[float, float] | None:
     if EVENTS_SAMPLE not in totals or BUSY_SAMPLE not in totals:
         return None
     return totals[EVENTS_SAMPLE], totals[BUSY_SAMPLE]
+
+
+def parse_restoring(exposition: str) -> dict[str, float]:
+    """Partition -> when its query started restoring its state (a Unix time), from a Prometheus exposition."""
+    return {
+        str(sample.labels["partition"]): sample.value
+        for family in text_string_to_metric_families(exposition)
+        for sample in family.samples
+        if sample.name == RESTORING_SAMPLE and "partition" in sample.labels
+    }
 
 
 async def _status(method: str, url: str, timeout: float, **kwargs: object) -> int | None:

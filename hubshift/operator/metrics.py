@@ -111,6 +111,13 @@ class OperatorMetrics:
             LABELS,
             registry=r,
         )
+        self.expired_unread = Gauge(
+            f"{PREFIX}_expired_unread_events",
+            "Events that expired from the hub before they were read, over the partitions whose checkpoint "
+            "the hub's retention passed (as the last probe saw them; 0: none).",
+            LABELS,
+            registry=r,
+        )
         self._define_loop_metrics(r)
         self._hubs: dict[tuple[str, str], tuple[str, str]] = {}  # resource -> (hub, consumer group)
         self._define_load_metrics(r)
@@ -300,6 +307,7 @@ class OperatorMetrics:
             self.paused,
             self.fallback_active,
             self.unowned,
+            self.expired_unread,
             self.phase_duration,
             self.phase_bound,
             self.capacity,

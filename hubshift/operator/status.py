@@ -14,8 +14,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, WithJsonSchema
 
-from hubshift.operator import rebalance
+from hubshift.operator import data_loss, rebalance
 from hubshift.operator.autoscaler import Pause, ScalingDecision
+from hubshift.operator.data_loss import ExpiredStretch
 from hubshift.operator.rebalance import RebalanceState
 from hubshift.operator.rollout import RolloutDecision
 from hubshift.operator.runtime import ConsumerInstance
@@ -54,19 +55,44 @@ FALLBACK = "Fallback"
 PAUSED = "Paused"
 REBALANCING = "Rebalancing"
 PARTITION_OVER_CAPACITY = "PartitionOverCapacity"
+DATA_LOSS = "DataLoss"
+CHILDREN_APPLIED = "ChildrenApplied"  # in a cluster only
+OUTPUT_DURABLE = "OutputDurable"  # in a cluster only
+
+# Every condition type the status may carry, with what True means: the CRD's description of `conditions` and
+# the reference page's table (docs/reference.md) are made from it.
+CONDITION_TYPES: dict[str, str] = {
+    READY: "the pool is balanced: every partition read by its assignee (False: holddown, rebalancing, a "
+    "refused spec, a failed cycle, or a pool stopped for data loss; the reason says which)",
+    ACTIVE: "the backlog is above the activation threshold (scaling.activation), or force-activation is set "
+    "(reason SpecReplicas: spec.replicas fixes the count, whatever the backlog)",
+    FALLBACK: "the backlog could not be read, and scaling.fallback's count applies",
+    PAUSED: "a pause annotation fixes the replica count (reason BadAnnotation: one was not understood)",
+    REBALANCING: "partitions are moving between consumers, or waiting for their planned consumer (reason: "
+    "Planned, Holddown or Immediate)",
+    PARTITION_OVER_CAPACITY: "a partition receives more events per second than one consumer processes",
+    DATA_LOSS: "events expired from the hub before they were read: a partition's checkpoint is older than "
+    "the first event the hub still retains (the message names the partitions and sequence numbers; with "
+    "consumer.failOnDataLoss the pool is stopped)",
+    CHILDREN_APPLIED: "the StatefulSet and the other children are as the spec says (False: the API server "
+    "refused them, the pods run as the last accepted spec said)",
+    OUTPUT_DURABLE: "what the sink writes outlives a consumer pod (False: a folder sink on an emptyDir; "
+    "Unknown: a sink Spark writes, where its block says)",
+}
+CONDITION_TYPES_TEXT = "; ".join(f"{kind}: {meaning}" for kind, meaning in CONDITION_TYPES.items()) + "."
 
 
 class Condition(Model):
     """A Kubernetes-style condition (`kubectl wait --for=condition=Ready pcon/NAME`)."""
 
-    type: str = Field(
-        min_length=1, description="Ready, Active, Fallback, Paused, Rebalancing or PartitionOverCapacity."
-    )
-    status: Literal["True", "False", "Unknown"]
+    type: str = Field(min_length=1, description="One of " + ", ".join(CONDITION_TYPES) + ".")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(default="", description="One CamelCase word.")
     message: str = Field(default="", description="What a person needs to know.")
     last_transition_time: datetime | None = Field(default=None, description="When status last changed.")
-    observed_generation: int | None = Field(default=None, ge=0)
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The metadata.generation the condition was set for."
+    )
 
 
 class AssignedPartitions(Model):
@@ -82,8 +108,8 @@ class AssignedPartitions(Model):
 class PartitionRate(Model):
     """One partition's incoming rate (events per second, with backlog: what must be read per second)."""
 
-    partition: str
-    events_per_second: float = Field(ge=0)
+    partition: str = Field(description="Event Hubs partition id.")
+    events_per_second: float = Field(ge=0, description="Its incoming rate plus its backlog over the target.")
 
 
 class LagTargetStatus(Model):
@@ -99,13 +125,34 @@ class LagTargetStatus(Model):
     )
 
 
+class ExpiredEvents(Model):
+    """Events of one partition that expired from the hub before they were read."""
+
+    partition: str = Field(description="Event Hubs partition id.")
+    first_sequence_number: int = Field(
+        ge=0, description="The first event lost (the one after the checkpoint)."
+    )
+    last_sequence_number: int = Field(ge=0, description="The last one lost (before the first one retained).")
+    events: int = Field(ge=1, description="How many.")
+
+
 class PendingHandoff(Model):
     """A partition moving between consumers, not yet taken by its new owner."""
 
-    partition: str
+    partition: str = Field(description="Event Hubs partition id.")
     from_owner: str | None = Field(default=None, description="The consumer releasing it (none if orphaned).")
     to_owner: str = Field(min_length=1, description="The consumer taking it.")
     since: datetime | None = Field(default=None, description="When the move was published.")
+
+
+class RestoringPartition(Model):
+    """A streaming job's partition whose new owner is restoring its state (its query has not committed its
+    first batch since it started from the partition's checkpoint)."""
+
+    partition: str = Field(description="Event Hubs partition id.")
+    consumer: str = Field(min_length=1, description="The consumer restoring it.")
+    since: datetime = Field(description="When its query started.")
+    seconds: float = Field(ge=0, description="How long it has been restoring, when the status was written.")
 
 
 class RolloutStatus(Model):
@@ -150,9 +197,24 @@ class PartitionedConsumerStatus(Model):
     observed_generation: int | None = Field(
         default=None, ge=0, description="The metadata.generation this status describes."
     )
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="One per type, each with its status, reason and message: " + CONDITION_TYPES_TEXT,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
     desired_replicas: int | None = Field(default=None, ge=0, description="Replicas the control loop wants.")
     current_replicas: int | None = Field(default=None, ge=0, description="The StatefulSet's replicas.")
+    replicas: int | None = Field(
+        default=None,
+        ge=0,
+        description="The consumers asked of the runtime now (currentReplicas): the scale subresource's "
+        "status.replicas, which kubectl scale, an HPA and KEDA read.",
+    )
+    selector: str | None = Field(
+        default=None,
+        description="The label selector of the pool's consumer pods: the scale subresource's selector, with "
+        "which an HPA finds the pods whose CPU or memory it reads.",
+    )
     ready_replicas: int | None = Field(default=None, ge=0, description="Consumer pods passing readiness.")
     partition_count: int | None = Field(default=None, ge=0, description="Partitions of the Event Hub.")
     total_backlog: int | None = Field(
@@ -202,6 +264,17 @@ class PartitionedConsumerStatus(Model):
     )
     pending_handoffs: list[PendingHandoff] = Field(
         default_factory=list, description="Moves published but not yet done."
+    )
+    expired_events: list[ExpiredEvents] = Field(
+        default_factory=list,
+        description="Partitions whose checkpoint the hub's retention passed, as the last probe saw them: "
+        "their events after the checkpoint expired unread (the DataLoss condition; "
+        "spec.consumer.failOnDataLoss).",
+    )
+    restoring: list[RestoringPartition] = Field(
+        default_factory=list,
+        description="A streaming job's partitions whose state their consumer is restoring (after a handoff, "
+        "a restart or a failed query), oldest first.",
     )
     last_scale_time: datetime | None = Field(default=None, description="When replicas last changed.")
     last_active_time: datetime | None = Field(
@@ -294,6 +367,32 @@ def _capacity_condition(load: Mapping[str, float], capacity: float) -> Condition
     )
 
 
+def data_loss_condition(expired: Sequence[ExpiredStretch], fail: bool) -> Condition:
+    """DataLoss: True while events expired unread, naming the partitions and what the pool does about it."""
+    if not expired:
+        return Condition(
+            type=DATA_LOSS,
+            status="False",
+            reason="NoExpiredEvents",
+            message="every checkpoint is within the hub's retention",
+        )
+    lost = data_loss.describe(tuple(expired))
+    if fail:
+        return Condition(
+            type=DATA_LOSS,
+            status="True",
+            reason="PoolStopped",
+            message=f"{lost}; the pool is stopped ({data_loss.FAIL_ON_DATA_LOSS} is true): set it to false "
+            "to go on past them, or move the checkpoints on (hubshift checkpoints reset)",
+        )
+    return Condition(
+        type=DATA_LOSS,
+        status="True",
+        reason="EventsExpired",
+        message=f"{lost}; the pool goes on past them ({data_loss.FAIL_ON_DATA_LOSS} is false)",
+    )
+
+
 def _lag_target(sizing: LagSizing | None) -> LagTargetStatus | None:
     if sizing is None:
         return None
@@ -310,6 +409,19 @@ def pending(state: RebalanceState, owners: Mapping[str, str | None]) -> list[Pen
         PendingHandoff(partition=p, from_owner=owners.get(p), to_owner=assignee, since=since)
         for p in rebalance.pending_handoffs(state, owners)
         if (assignee := state.assignment.get(p)) is not None
+    ]
+
+
+def restoring_partitions(restoring: Mapping[str, tuple[str, float]], now: float) -> list[RestoringPartition]:
+    """The partitions being restored, oldest first (`now` and the start times are Unix times)."""
+    return [
+        RestoringPartition(
+            partition=partition,
+            consumer=consumer,
+            since=_datetime(since).replace(microsecond=0),
+            seconds=round(max(0.0, now - since), 1),
+        )
+        for partition, (consumer, since) in sorted(restoring.items(), key=lambda item: (item[1][1], item[0]))
     ]
 
 
@@ -333,35 +445,29 @@ def build_status(
     rollout: RolloutStatus | None = None,
     load: Mapping[str, float] | None = None,
     capacity: float | None = None,
+    expired: Sequence[ExpiredStretch] = (),
+    fail_on_data_loss: bool = True,
+    restoring: Mapping[str, tuple[str, float]] | None = None,
 ) -> PartitionedConsumerStatus:
     """The status subresource for this cycle (pure); `more_conditions`: the runtime's about the spec;
     `load`: each partition's incoming events per second; `capacity`: events one consumer processes per
-    second (both when measured)."""
+    second (both when measured); `expired`: the events that expired unread, and `fail_on_data_loss` whether
+    that stops the pool; `restoring`: partition -> (consumer, when its query started, Unix time)."""
     moment = _datetime(now).replace(microsecond=0)
     handoffs = pending(state, owners)
     change = state.running
     waiting = assignment_by_consumer(state.planned)
     message = _message(state, len(handoffs), waiting, probe_error)
-    moving = state.phase is Phase.REBALANCING or bool(waiting)
-    conditions = [
-        Condition(
-            type=READY,
-            status="True" if state.phase is Phase.READY else "False",
-            reason="Balanced" if state.phase is Phase.READY else state.phase.value,
-            message=message,
-        ),
-        Condition(
-            type=REBALANCING,
-            status="True" if moving else "False",
-            reason=CHANGE_REASONS[change] if moving and change is not None else "NoHandoffs",
-            message=f"{len(handoffs)} partitions moving; {len(state.planned)} planned, not ready yet",
-        ),
-    ]
+    stopped = bool(expired) and fail_on_data_loss  # stopped for data loss: not ready, balanced or not
+    conditions = _rebalance_conditions(state, message, len(handoffs), bool(waiting), stopped)
     if decision is not None:
         conditions += _scaling_conditions(decision, pause, probe_error)
     conditions += more_conditions
     if load is not None and capacity:
         conditions.append(_capacity_condition(load, capacity))
+    conditions.append(data_loss_condition(expired, fail_on_data_loss))
+    if stopped:
+        message = f"stopped for data loss; {message}"
     stamped = [
         carry_transition_time(list(previous_conditions), c, moment, observed_generation) for c in conditions
     ]
@@ -373,6 +479,7 @@ def build_status(
         conditions=stamped,
         desired_replicas=None if decision is None else decision.replicas,
         current_replicas=current_replicas,
+        replicas=current_replicas,
         ready_replicas=sum(1 for i in instances if i.ready and not i.terminating),
         partition_count=partition_count,
         total_backlog=total_backlog,
@@ -388,10 +495,44 @@ def build_status(
         planned=waiting,
         planned_until=None if state.planned_until is None else _datetime(state.planned_until),
         pending_handoffs=handoffs,
+        expired_events=[_expired_events(stretch) for stretch in expired],
+        restoring=restoring_partitions(restoring or {}, now),
         last_scale_time=None if last_scale_time is None else _datetime(last_scale_time),
         last_active_time=None if last_active is None else _datetime(last_active),
         rollout=rollout,
     )
+
+
+def _expired_events(stretch: ExpiredStretch) -> ExpiredEvents:
+    return ExpiredEvents(
+        partition=stretch.partition,
+        first_sequence_number=stretch.first,
+        last_sequence_number=stretch.last,
+        events=stretch.events,
+    )
+
+
+def _rebalance_conditions(
+    state: RebalanceState, message: str, handoffs: int, waiting: bool, stopped: bool
+) -> list[Condition]:
+    """Ready (the phase; never while the pool is `stopped` for data loss) and Rebalancing (partitions moving,
+    or planned for consumers not ready yet)."""
+    moving = state.phase is Phase.REBALANCING or waiting
+    change = state.running
+    return [
+        Condition(
+            type=READY,
+            status="True" if state.phase is Phase.READY and not stopped else "False",
+            reason="DataLoss" if stopped else "Balanced" if state.phase is Phase.READY else state.phase.value,
+            message=f"stopped for data loss; {message}" if stopped else message,
+        ),
+        Condition(
+            type=REBALANCING,
+            status="True" if moving else "False",
+            reason=CHANGE_REASONS[change] if moving and change is not None else "NoHandoffs",
+            message=f"{handoffs} partitions moving; {len(state.planned)} planned, not ready yet",
+        ),
+    ]
 
 
 def _message(
@@ -423,7 +564,12 @@ def _scaling_conditions(decision: ScalingDecision, pause: Pause, probe_error: st
         Condition(
             type=ACTIVE,
             status="True" if decision.active else "False",
-            reason="BacklogAboveActivation" if decision.active else "Idle",
+            # SpecReplicas: spec.replicas fixes the count (the scale subresource), whatever the backlog says
+            reason="SpecReplicas"
+            if decision.manual
+            else "BacklogAboveActivation"
+            if decision.active
+            else "Idle",
             message=decision.reason,
         ),
         Condition(

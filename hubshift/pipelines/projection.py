@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
-from hubshift.errors import UserError
+from hubshift.errors import UserError, require_extra
 from hubshift.pipelines.base import BuildContext, Location, Pipeline, PipelineKind, TaskResult
 from hubshift.pipelines.editor import build_editor
 from hubshift.pipelines.edits import Event, FieldReader
@@ -37,15 +37,15 @@ from hubshift.pipelines.projection_db import PostgresProjection, SqliteProjectio
 from hubshift.pipelines.projection_tables import SOURCE_COLUMNS, ProjectionDatabase, Record, Tables
 from hubshift.pipelines.steps import EventFieldSpec
 from hubshift.sinks.base import dead_letter_text
-from hubshift.spec import DEFAULT_PROJECTION_ENV, Model, NamedConnection, SecretConnectionSpec, cel
+from hubshift.spec import SQL_NAME, SQL_TABLE, Model, NamedConnection, SecretConnectionSpec, cel
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
 # A table or column name in a projection's database (optionally schema-qualified for a table).
-SQL_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
-SQL_TABLE = r"^([A-Za-z_][A-Za-z0-9_]{0,62}\.)?[A-Za-z_][A-Za-z0-9_]{0,62}$"
+# The default variable of the database's connection string.
+DEFAULT_PROJECTION_ENV = "HUBSHIFT_PROJECTION_CONNECTION_STRING"
 POSTGRES_REQUIRED = "postgres is required when database is postgres"
 _JSON_NUL = re.compile(r"(?<!\\)(\\\\)*\\u0000", re.IGNORECASE)
 
@@ -58,6 +58,8 @@ class PostgresSpec(SecretConnectionSpec):
 
 
 class SqliteDatabaseSpec(Model):
+    """The projection's SQLite database (database sqlite)."""
+
     path: str = Field(default="hubshift-projection.db", min_length=1, description="The SQLite file.")
 
 
@@ -231,6 +233,7 @@ def open_database(
     """The database a projection block names (not yet connected)."""
     if spec.database == "postgres":
         assert spec.postgres is not None  # the model requires it for database postgres
+        require_extra("psycopg", "postgres", "spec.consumer.pipeline.projection: database postgres")
         resolved = _connections(spec, LOCATION)[0].resolve(environ)
         return PostgresProjection(resolved.connection_string or "", tables, resolved.variable or "")
     return SqliteProjection(str(Path(spec.sqlite.path).absolute()), tables)
@@ -254,7 +257,7 @@ def _build(block: ProjectionSpec, context: BuildContext) -> Pipeline:
     return build_editor(ProjectionPipeline.from_spec(block, context.environ), context.editor, context.state)
 
 
-KIND = PipelineKind[ProjectionSpec](
+PIPELINE = PipelineKind[ProjectionSpec](
     name="projection",
     annotation=ProjectionSpec | None,
     field=Field(default=None, description="The database table (type projection)."),

@@ -15,13 +15,13 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from hubshift.errors import UserError
-from hubshift.sinks.base import Location, ObjectStore, PodVolume, SinkKind, file_sink
-from hubshift.sinks.layout import TEMPORARY_PREFIX
+from hubshift.sinks.base import ObjectStore, PodVolume, SinkKind, file_sink
+from hubshift.sinks.layout import DEAD_LETTERS, TEMPORARY_PREFIX
 from hubshift.spec import QUANTITY, Model, cel
+from hubshift.spec.kinds import Location
 
 CLAIM_OR_SIZE = "set claimName or size, not both"
 CLASS_WITH_SIZE = "storageClassName goes with size"
-DEFAULT_DEAD_LETTER = "dead-letter"
 
 
 class FolderVolumeSpec(Model):
@@ -57,6 +57,8 @@ class FolderVolumeSpec(Model):
 
 
 class FolderSinkSpec(Model):
+    """A folder of files (type folder, the default): on this machine, or on a pod's volume."""
+
     path: str = Field(default="hubshift-output", description="Folder the results are written under.")
     volume: FolderVolumeSpec = Field(
         default_factory=FolderVolumeSpec,
@@ -128,7 +130,7 @@ def _stores(
     block: FolderSinkSpec, dead_letter_path: str | None, environ: Mapping[str, str], location: Location
 ) -> tuple[ObjectStore, ObjectStore]:
     root = Path(block.path)
-    dead_root = Path(dead_letter_path) if dead_letter_path else root / DEFAULT_DEAD_LETTER
+    dead_root = Path(dead_letter_path) if dead_letter_path else root / DEAD_LETTERS
     return FolderStore(root), FolderStore(dead_root)
 
 
@@ -149,7 +151,7 @@ def _volume(block: FolderSinkSpec, dead_letter_path: str | None, work_dir: str) 
     return PodVolume(mount_path, volume.claim_name, volume.size, volume.storage_class_name)
 
 
-KIND = SinkKind[FolderSinkSpec](
+SINK = SinkKind[FolderSinkSpec](
     name="folder",
     annotation=FolderSinkSpec,
     field=Field(default_factory=FolderSinkSpec),

@@ -19,7 +19,11 @@ ENQUEUED_TIME_REQUIRED = "enqueuedTime is required when type is enqueuedTime"
 class StartPositionSpec(Model):
     """Where a partition with no checkpoint starts."""
 
-    type: Literal["earliest", "latest", "enqueuedTime"] = "earliest"
+    type: Literal["earliest", "latest", "enqueuedTime"] = Field(
+        default="earliest",
+        description="earliest: the first event the hub retains; latest: only events enqueued after the "
+        "start; enqueuedTime: the first event enqueued at or after enqueuedTime.",
+    )
     enqueued_time: datetime | None = Field(default=None, description="For type enqueuedTime (RFC 3339).")
 
     CEL = (

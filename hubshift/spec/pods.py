@@ -16,5 +16,13 @@ class ResourceListSpec(Model):
 
 
 class ResourcesSpec(Model):
-    requests: ResourceListSpec = Field(default_factory=lambda: ResourceListSpec(cpu="1", memory="2Gi"))
-    limits: ResourceListSpec = Field(default_factory=lambda: ResourceListSpec(memory="3Gi"))
+    """The consumer container's CPU and memory (a Pod's `resources`): Spark's driver and the receivers."""
+
+    requests: ResourceListSpec = Field(
+        default_factory=lambda: ResourceListSpec(cpu="1", memory="2Gi"),
+        description="What the scheduler reserves on a node for each consumer pod.",
+    )
+    limits: ResourceListSpec = Field(
+        default_factory=lambda: ResourceListSpec(memory="3Gi"),
+        description="The most a consumer pod may use (over its memory limit it is killed).",
+    )

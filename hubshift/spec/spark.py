@@ -43,6 +43,8 @@ class SparkUiSpec(Model):
 
 
 class SparkSpec(Model):
+    """The Spark session of each consumer (engine spark): its master, triggers and settings."""
+
     master: str = Field(default="local[*]", description="Spark master; consumers run a local-mode driver.")
     trigger_interval_seconds: float = Field(default=1.0, gt=0, description="Micro-batch trigger interval.")
     max_events_per_trigger: int = Field(

@@ -42,6 +42,9 @@ class SqliteStoreSpec(Model):
 
 
 class CheckpointStoreSpec(Model):
+    """Where the partitions' leases, checkpoints and hubshift's assignment record are kept: one Blob container
+    (or SQLite file) per PartitionedConsumer."""
+
     blob: BlobStoreSpec | None = Field(default=None, description="Azure Blob storage (leases, checkpoints).")
     sqlite: SqliteStoreSpec | None = Field(default=None, description="A local SQLite file instead of Blob.")
 

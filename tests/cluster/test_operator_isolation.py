@@ -121,7 +121,7 @@ def test_a_refused_edit_leaves_the_control_loop_on_the_accepted_spec(
     control_plane: ControlPlane, kube_namespace: str, start_operator: Any
 ) -> None:
     """The precondition of the issue's exfiltration: when the API server refused a running pool's new
-    StatefulSet, the pods stayed as they were (as the README says) but the control loop reopened with the
+    StatefulSet, the pods stayed as they were (docs/kubernetes.md) but the control loop reopened with the
     new spec and read the Secret it names. Here the loop is opened as the operator's own opener is, up to its
     first request (reading the spec's Secrets), and the audit log shows which Secrets it read."""
     ns = kube_namespace

@@ -233,6 +233,11 @@ class Deployment:
     watch: PodWatch | None = None
     operator_logs: list[str] = field(default_factory=list)  # of operator pods already replaced
     monitored_since: float | None = None  # when the Prometheus Operator's Prometheus was asked for
+    # where the scenario's release and resource are (another scenario names its own)
+    namespace: str = NAMESPACE
+    system_namespace: str = SYSTEM_NAMESPACE
+    release: str = RELEASE
+    name: str = NAME
 
     # -- order
 
@@ -352,19 +357,19 @@ class Deployment:
     # -- the cluster's view
 
     def cr(self) -> JSON:
-        return self.cluster.get("-n", NAMESPACE, "partitionedconsumer", NAME)
+        return self.cluster.get("-n", self.namespace, "partitionedconsumer", self.name)
 
     def consumer_pods(self) -> list[JSON]:
-        pods = self.cluster.get("-n", NAMESPACE, "pods", "-l", f"{CONSUMER_LABEL}={NAME}")["items"]
+        pods = self.cluster.get("-n", self.namespace, "pods", "-l", f"{CONSUMER_LABEL}={self.name}")["items"]
         return sorted(pods, key=lambda pod: pod["metadata"]["name"])
 
     def operator_pods(self) -> list[JSON]:
-        selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=operator"
-        items: list[JSON] = self.cluster.get("-n", SYSTEM_NAMESPACE, "pods", "-l", selector)["items"]
+        selector = f"app.kubernetes.io/instance={self.release},app.kubernetes.io/component=operator"
+        items: list[JSON] = self.cluster.get("-n", self.system_namespace, "pods", "-l", selector)["items"]
         return items
 
     def pod_metrics(self, pod: str) -> str:
-        return self.cluster.proxy_get(NAMESPACE, pod, METRICS_PORT, "/metrics")
+        return self.cluster.proxy_get(self.namespace, pod, METRICS_PORT, "/metrics")
 
     def balanced(self, consumers: Sequence[str]) -> OwnershipSnapshot | None:
         """Phase Ready over exactly these Ready pods, each holding an even share of the partitions as the
@@ -390,24 +395,26 @@ class Deployment:
         """What a person would look at when `what` did not happen: status, pods, events, logs."""
         parts = [what]
         for args in (
-            ("-n", NAMESPACE, "get", "pcon,sts,pods", "-o", "wide"),
-            ("-n", SYSTEM_NAMESPACE, "get", "pods", "-o", "wide"),
-            ("-n", NAMESPACE, "get", "events", "--sort-by=.lastTimestamp"),
+            ("-n", self.namespace, "get", "pcon,sts,pods", "-o", "wide"),
+            ("-n", self.system_namespace, "get", "pods", "-o", "wide"),
+            ("-n", self.namespace, "get", "events", "--sort-by=.lastTimestamp"),
         ):
             result = self.cluster.kubectl(*args, check=False)
             parts.append(f"$ kubectl {' '.join(args)}\n{result.stdout[-3000:]}{result.stderr[-500:]}")
-        status = self.cluster.kubectl("-n", NAMESPACE, "get", "pcon", NAME, "-o", "json", check=False)
+        status = self.cluster.kubectl(
+            "-n", self.namespace, "get", "pcon", self.name, "-o", "json", check=False
+        )
         if status.returncode == 0:
             parts.append("status: " + json.dumps(json.loads(status.stdout).get("status"), indent=1)[-2500:])
         for pod in self.operator_pods():
             parts.append(f"--- operator {pod['metadata']['name']}\n{self.operator_log(pod)[-3000:]}")
         for pod in self.consumer_pods():
             name = pod["metadata"]["name"]
-            parts.append(f"--- {name}\n{self.cluster.logs(NAMESPACE, name)[-2000:]}")
+            parts.append(f"--- {name}\n{self.cluster.logs(self.namespace, name)[-2000:]}")
         return "\n".join(parts)
 
     def operator_log(self, pod: JSON) -> str:
-        return self.cluster.logs(SYSTEM_NAMESPACE, pod["metadata"]["name"])
+        return self.cluster.logs(self.system_namespace, pod["metadata"]["name"])
 
     def wait(self, probe: Any, timeout: float, what: str) -> Any:
         return eventually(probe, timeout, lambda: self.describe(what))

@@ -64,7 +64,8 @@ def stateful_example(cluster: ScenarioCluster) -> JSON:
     delta["connectionStringSecretRef"] = storage_ref
     if cluster.image.reference != ConsumerSpec().image:
         consumer["image"] = cluster.image.reference
-    consumer["resources"] = {"requests": {"cpu": "100m", "memory": "768Mi"}, "limits": {"memory": "1536Mi"}}
+    # a query per partition: each its own Python source runner beside the JVM (four at first, on one pod)
+    consumer["resources"] = {"requests": {"cpu": "100m", "memory": "1Gi"}, "limits": {"memory": "3Gi"}}
     consumer["spark"].update(
         master="local[2]", driverMemory="512m", shufflePartitions=1, triggerIntervalSeconds=2,
         maxEventsPerTrigger=2000,
@@ -83,6 +84,8 @@ class StatefulJobScenario:
         self, scenario_cluster: ScenarioCluster, tmp_path_factory: pytest.TempPathFactory, request: Any
     ) -> Iterator[Deployment]:
         deployment = Deployment.begin(scenario_cluster, tmp_path_factory, request, "stateful")
+        deployment.namespace, deployment.system_namespace = NAMESPACE, SYSTEM_NAMESPACE
+        deployment.release, deployment.name = RELEASE, NAME
         try:
             yield deployment
         finally:

@@ -5,6 +5,7 @@ spec's own `spark.conf`; secrets among them redacted wherever Spark shows its se
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,6 +25,7 @@ JARS_ENV = "HUBSHIFT_SPARK_JARS"
 # Spark's own `spark.redaction.regex` and hadoop-azure's account keys, which it misses: the UI's Environment
 # page would show an Azure sink's key (spark.hadoop.fs.azure.account.key.<host>) as it is.
 REDACTION = r"(?i)secret|password|token|access[.]?key|fs[.]azure[.]account[.]key"
+HADOOP_PREFIX = "spark.hadoop."
 LOG4J_PROPERTIES = """\
 rootLogger.level = error
 rootLogger.appenderRef.stderr.ref = console
@@ -65,8 +67,8 @@ def build_session(
         .config("spark.sql.warehouse.dir", str(scratch / "spark-warehouse"))
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
         .config("spark.sql.streaming.stopTimeout", "10s")
-        # Each micro-batch is planned anew; adaptive execution costs ~15% of that fixed per-batch CPU and
-        # has nothing to coalesce with a couple of shuffle partitions.
+        # Each micro-batch is planned anew: adaptive execution adds to that fixed per-batch cost and has
+        # nothing to coalesce with a couple of shuffle partitions.
         .config("spark.sql.adaptive.enabled", "false")
         # The UI (when enabled) shows; it stops nothing.
         .config("spark.ui.killEnabled", "false")
@@ -82,13 +84,32 @@ def build_session(
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
             "spark.driver.host", "127.0.0.1"
         )
-    for key, value in {**(engine_conf or {}), **session_conf(spark_spec, sink, os.environ)}.items():
+    at_launch, secret = split_secrets({**(engine_conf or {}), **session_conf(spark_spec, sink, os.environ)})
+    for key, value in at_launch.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     jvm: Any = spark._jvm
+    hadoop: Any = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in secret.items():
+        hadoop.set(key, value)
     leftovers.record(scratch, int(jvm.java.lang.ProcessHandle.current().pid()))
     return spark
+
+
+def split_secrets(conf: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The settings the JVM is launched with, and the Hadoop settings whose names say they are secret
+    (hadoop-azure's account keys, OAuth client secrets), without their `spark.hadoop.` prefix: those are set
+    on the running context's Hadoop configuration instead. PySpark launches the JVM with every builder
+    setting on its command line, which anyone who can list the node's processes reads."""
+    at_launch: dict[str, str] = {}
+    secret: dict[str, str] = {}
+    for key, value in conf.items():
+        if key.startswith(HADOOP_PREFIX) and re.search(REDACTION, key):
+            secret[key.removeprefix(HADOOP_PREFIX)] = value
+        else:
+            at_launch[key] = value
+    return at_launch, secret
 
 
 def session_conf(spark: SparkSpec, sink: Sink | None, environ: Mapping[str, str]) -> dict[str, str]:

@@ -32,7 +32,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hubshift.consumer.engine import Committed, Drained, EngineFailed
@@ -47,12 +46,10 @@ from hubshift.consumer.spark.source import (
     OPTION_SPOOL,
     EventHubsDataSource,
 )
-from hubshift.consumer.spark.spooling import SpooledPartitions
-from hubshift.consumer.spark.telemetry import add_listener, read_jvm, remove_listener
+from hubshift.consumer.spark.spooling import Reading, SpooledPartitions
+from hubshift.consumer.spark.telemetry import add_listener, read_jvm, release_session
 from hubshift.errors import UserError, one_line
-from hubshift.eventhubs.receiver import ReceiverPool, StartAt
-from hubshift.eventhubs.target import EventHubsTarget
-from hubshift.manifest import ConsumerSpec
+from hubshift.eventhubs.receiver import StartAt
 from hubshift.ownership.model import Checkpoint
 from hubshift.pipelines import build_pipeline
 from hubshift.pipelines.stream import StateRoot, StreamPipeline
@@ -64,7 +61,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-    from hubshift.consumer.metrics import ConsumerMetrics
     from hubshift.sinks.base import Sink
 
 log = logging.getLogger(__name__)
@@ -77,12 +73,17 @@ STATE_CONF = {
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
     ),
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    # Every partition's query has its own RocksDB instances (one per stateful operator and shuffle
+    # partition), each with 64 MB write buffers by default: unbounded, four partitions of a windowed dedupe
+    # took a 1.5 GiB pod's memory and the kernel killed the JVM. One budget for all of them (`spark.conf`
+    # may set another).
+    "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
+    "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "256",
 }
 # A partition's query that fails is started again from its checkpoint this many times in a row before the
 # consumer gives up (a query that fails for good stops the consumer with its reason).
 MAX_RESTARTS = 5
 WATCH_SECONDS = 1.0
-JVM_SAMPLE_SECONDS = 5.0
 
 
 def checkpoint_app_id(location: str) -> str:
@@ -130,22 +131,16 @@ class StreamEngine(SpooledPartitions):
 
     def __init__(
         self,
-        target: EventHubsTarget,
-        consumer_id: str,
-        spec: ConsumerSpec,
-        scratch: Path,
+        reading: Reading,
         state: StateRoot,
         *,
         pipeline: StreamPipeline | None = None,
         sink: Sink | None = None,
-        metrics: ConsumerMetrics | None = None,
-        pool: ReceiverPool | None = None,
         session_builder: Callable[[], SparkSession] | None = None,
         drain_seconds: float = 60.0,
     ) -> None:
-        super().__init__(target, consumer_id, spec, scratch, metrics=metrics, pool=pool)
+        super().__init__(reading)
         self.state = state
-        self.scope = f"{target.fqns}/{target.hub}/{target.consumer_group}".lower()
         self.pipeline = pipeline
         self.sink = sink
         self.drain_seconds = drain_seconds
@@ -159,10 +154,7 @@ class StreamEngine(SpooledPartitions):
     # --- life cycle --------------------------------------------------------------------------------
 
     def start(self, notify: Any) -> None:
-        self.notify = notify
-        self.scratch.mkdir(parents=True, exist_ok=True)
-        self.spool_root.mkdir(parents=True, exist_ok=True)
-        self._write_ownership()
+        self.open_spool(notify)
         if self.sink is None:
             self.sink = build_sink(self.spec.sink, scope=self.scope)
         engine_conf = {**STATE_CONF, **{f"spark.hadoop.{k}": v for k, v in self.state.settings.items()}}
@@ -195,13 +187,7 @@ class StreamEngine(SpooledPartitions):
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
         for running in queries:
             self._stop_query(running)
-        if self._listener is not None and self._spark is not None:
-            try:
-                remove_listener(self._spark, self._listener)
-            except Exception as exc:
-                log.debug("removing the progress listener: %r", exc)
-        if self._spark is not None and self._session_builder is None:
-            self._spark.stop()
+        release_session(self._spark, self._listener, stop=self._session_builder is None)
         if self._monitor is not None:
             self._monitor.join(timeout=5)
 
@@ -223,6 +209,8 @@ class StreamEngine(SpooledPartitions):
             start, next_sequence = StartAt(sequence_number=resumed - 1), resumed
         super().start_partition(partition, owner_level, start, next_sequence)
         running = _Query(owner_level, location, time.monotonic())
+        if self.metrics is not None:
+            self.metrics.state_restoring(partition)
         with self._lock:
             previous = self._queries.pop(partition, None)
             self._queries[partition] = running
@@ -360,6 +348,8 @@ class StreamEngine(SpooledPartitions):
                     del self._queries[partition]
                 self._partitions.pop(partition, None)
             self._stop_query(running)
+            if not running.restored and self.metrics is not None:
+                self.metrics.state_restored(partition, None)
             spool.remove_epoch(self.spool_root, partition, state.owner_level)
             self.notify(Drained(partition, state.owner_level, state.committed))
 
@@ -373,6 +363,8 @@ class StreamEngine(SpooledPartitions):
         def stop() -> None:
             if running is not None:
                 self._stop_query(running)
+                if not running.restored and self.metrics is not None:
+                    self.metrics.state_restored(partition, None)
             self._remove_retired(None, partition)  # its query is stopped: nothing reads its spool
 
         threading.Thread(target=stop, name=f"stop-{partition}", daemon=True).start()
@@ -441,6 +433,8 @@ class StreamEngine(SpooledPartitions):
     # --- the queries' health --------------------------------------------------------------------------
 
     def _watch(self) -> None:
+        from py4j.protocol import Py4JNetworkError  # lazy: PySpark's gateway, as pyspark itself here
+
         sampled = 0.0
         while not self._closing.wait(WATCH_SECONDS):
             if self.metrics is not None and self._spark is not None and time.monotonic() - sampled > 5:
@@ -451,8 +445,14 @@ class StreamEngine(SpooledPartitions):
                     log.debug("reading the JVM's figures: %r", exc)
             with self._lock:
                 running = list(self._queries.items())
-            for partition, query in running:
-                self._check(partition, query)
+            try:
+                for partition, query in running:
+                    self._check(partition, query)
+            except (Py4JNetworkError, ConnectionError) as exc:
+                # The driver JVM is gone (killed for memory, most often): nothing can run any more; the
+                # consumer stops and its pod starts again, every partition's state in its checkpoint.
+                self.notify(EngineFailed(f"Spark's driver JVM is gone ({one_line(exc, limit=160)})"))
+                return
 
     def _check(self, partition: str, running: _Query) -> None:
         """A partition's query that stopped on its own failed: started again from its checkpoint after a
@@ -478,6 +478,9 @@ class StreamEngine(SpooledPartitions):
                 return
         running.query = None
         running.started = time.monotonic()
+        running.restored = False  # its state is restored again from the checkpoint
+        if self.metrics is not None:
+            self.metrics.state_restoring(partition)
         self._launch(partition, running)
 
 

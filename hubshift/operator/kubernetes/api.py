@@ -32,7 +32,7 @@ from lightkube.types import PatchType
 from pydantic import SecretStr
 
 from hubshift.errors import UserError
-from hubshift.operator.kubernetes.render import CONSUMER_LABEL, MANAGER, Owner, selector_labels
+from hubshift.operator.kubernetes.render import CONSUMER_LABEL, JSON, MANAGER, Owner, selector_labels
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.podtemplate import METRICS_PORT_NAME
 from hubshift.spec import (
@@ -46,7 +46,6 @@ from hubshift.spec import (
     SecretKeyRefSpec,
 )
 
-JSON = dict[str, Any]
 logger = logging.getLogger(__name__)
 
 PartitionedConsumerResource = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
@@ -79,6 +78,12 @@ def _shown(text: str) -> str:
 def consumer_pod_labels(consumer_name: str) -> dict[str, str]:
     """The labels that select one PartitionedConsumer's consumer pods."""
     return {**selector_labels(consumer_name), CONSUMER_LABEL: consumer_name}
+
+
+def consumer_pod_selector(consumer_name: str) -> str:
+    """`consumer_pod_labels` as a label selector string (`status.selector`, which the scale subresource
+    hands an HPA to find the pool's pods)."""
+    return ",".join(f"{key}={value}" for key, value in sorted(consumer_pod_labels(consumer_name).items()))
 
 
 # --- pods as the control loop sees them ------------------------------------------------------------
@@ -169,6 +174,10 @@ class KubeAdapter:
 
     async def close(self) -> None:
         await self.client.close()
+
+    async def read_resource(self, namespace: str, name: str) -> JSON:
+        """A PartitionedConsumer as the API server has it (`HTTPStatusError` as the server answered)."""
+        return _as_dict(await self.client.get(PartitionedConsumerResource, name, namespace=namespace))
 
     # children
 
@@ -329,12 +338,13 @@ class KubeAdapter:
         await self.client.create(cast(Event, Event.from_dict(event)))
 
     async def apply_status(self, owner: Owner, status: Mapping[str, Any]) -> None:
-        """Replace the status fields this operator owns with `status` (server-side apply on /status)."""
+        """Replace the status fields this operator owns with `status` (server-side apply on /status), with
+        the pods' selector the scale subresource reads."""
         body = {
             "apiVersion": API_VERSION,
             "kind": KIND,
             "metadata": {"name": owner.name, "namespace": owner.namespace},
-            "status": dict(status),
+            "status": {**status, "selector": consumer_pod_selector(owner.name)},
         }
         await self.client.patch(
             PartitionedConsumerResource.Status,

@@ -346,9 +346,8 @@ async def open_cluster_loop(
     operator's `reservations`, a resource younger than another on the same hub and consumer group is
     refused."""
     refusals = (access or AccessPolicy()).refusals(consumer.metadata.namespace, identity_reads(consumer))
-    if refusals:
-        more = f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""
-        raise UserError(refusals[0] + more)
+    if refusals:  # every one, one line each: an administrator fixes them in one edit of operator.access
+        raise UserError("\n".join(refusals))
     environment = await runtime.connection_environment(consumer)
     owner = runtime.owner
     driver = Driver(uid=owner.uid, resource=f"PartitionedConsumer {owner.namespace}/{owner.name}")

@@ -24,6 +24,10 @@ import yaml
 from hubshift import __version__, sinks
 from hubshift.errors import UserError
 from hubshift.manifest import PartitionedConsumer, connections_of, credentials_of, parse_manifest
+
+# The conditions of the status in a cluster, named with the others in `status.CONDITION_TYPES`.
+from hubshift.operator.status import CHILDREN_APPLIED as CHILDREN_APPLIED
+from hubshift.operator.status import OUTPUT_DURABLE as OUTPUT_DURABLE
 from hubshift.operator.status import Condition
 from hubshift.podtemplate import (
     CODE_DIR,
@@ -590,9 +594,6 @@ def render_children(
 
 # --- what the status says of the children ----------------------------------------------------------------
 
-CHILDREN_APPLIED = "ChildrenApplied"  # conditions of the status in a cluster
-OUTPUT_DURABLE = "OutputDurable"
-
 
 def applied_condition(refusal: str | None) -> Condition:
     """Whether the children the spec renders now were applied; False with the API server's refusal while
@@ -620,7 +621,7 @@ def output_condition(consumer: PartitionedConsumer) -> Condition:
     if volume is not None:
         message = f"the {sink.type} sink writes to a persistent volume mounted at {volume.mount_path}"
         return Condition(type=OUTPUT_DURABLE, status="True", reason="PersistentVolume", message=message)
-    services = sorted({named.connection.SERVICE for named in sinks.sink_connections(sink)})
+    services = sorted({named.connection.SERVICE for named in sink.connections()})
     if services:
         message = f"the {sink.type} sink writes to {' and '.join(services)}"
         return Condition(type=OUTPUT_DURABLE, status="True", reason="StorageService", message=message)

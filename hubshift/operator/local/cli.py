@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from hubshift.connections import chosen_identity, credential_options
-from hubshift.errors import UserError
+from hubshift.errors import UserError, require_extra
 from hubshift.log import configure_logging
 from hubshift.manifest import PartitionedConsumer, load_manifest, with_credential
 from hubshift.operator.local.processes import TARGETS_FILE
@@ -70,6 +70,8 @@ def run(
             f"--workdir {folder}: {exc.strerror or exc} (choose a folder you can write)"
         ) from None
     engine = engine or consumer.spec.consumer.engine
+    if engine == "spark":
+        require_extra("pyspark", "spark", "the Spark consumers (or --engine sdk)")
     code = asyncio.run(_run(Path(manifest_path), consumer, folder, engine, duration, metrics_port, identity))
     if code:
         raise SystemExit(code)
@@ -157,4 +159,4 @@ async def _watch_manifest(
             operator.apply(_manifest_with(path, identity))
             log.info("%s changed: applied", path)
         except UserError as exc:
-            log.warning("%s changed but was not applied: %s", path, exc)
+            log.warning("%s changed but was not applied: %s", path, "; ".join(str(exc).splitlines()))

@@ -1,8 +1,9 @@
 """What the control loop decides each cycle with the pure decisions, and keeps between cycles: the replica
-count (`autoscaler.decide_replicas`, its state kept in the store by `ScalingRecord`), the rollout
-(`rollout.decide`) and the rebalance step (`rebalance.step`), whose state it writes to the assignment record
-(compare-and-swap; a lost swap reads the record again and decides again) before anything acts on it. It
-also holds this resource's reservation of its scope, and refuses to drive a scope another resource drives."""
+count (`autoscaler.decide_pool_size`: `spec.replicas` when set, else the autoscaler; its state kept in the
+store by `ScalingRecord`), the rollout (`rollout.decide`) and the rebalance step (`rebalance.step`), whose
+state it writes to the assignment record (compare-and-swap; a lost swap reads the record again and decides
+again) before anything acts on it. It also holds this resource's reservation of its scope, and refuses to
+drive a scope another resource drives."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from dataclasses import dataclass, replace
 
 from hubshift.errors import UserError
 from hubshift.manifest import PartitionedConsumer
-from hubshift.operator import autoscaler, rebalance, rollout
+from hubshift.operator import autoscaler, data_loss, rebalance, rollout
 from hubshift.operator.autoscaler import Pause, ScalingDecision, ScalingObservation, ScalingState
+from hubshift.operator.data_loss import ExpiredStretch
 from hubshift.operator.loop.inputs import ConsumersSeen, CycleInputs
 from hubshift.operator.loop.observer import Observer
 from hubshift.operator.observe import backlog_per_partition, lease_owners, present_consumers
@@ -47,6 +49,7 @@ class Decisions:
     step: Step
     owners: dict[str, str | None]
     rollout: RolloutDecision
+    expired: tuple[ExpiredStretch, ...] = ()  # events that expired unread, as the last probe saw them
 
 
 class Decider:
@@ -79,6 +82,7 @@ class Decider:
         self.decision: ScalingDecision | None = None
         self.rebalance_state: RebalanceState | None = None
         self.rollout_state: RolloutState | None = None  # as the last cycle left it (also in the status)
+        self.expired: tuple[ExpiredStretch, ...] = ()  # kept while the hub cannot be read
 
     async def refuse_if_reserved(self) -> None:
         """An older resource of this operator consumes the same hub and consumer group: this one's pods are
@@ -110,9 +114,16 @@ class Decider:
     ) -> Decisions:
         """The replica count, then the rollout and the rebalance step for it (its state written)."""
         decision = await self.replica_decision(consumer, now, seen.current_replicas, pause, seen.inputs)
+        observer = self.observer
+        if observer.partitions is not None and observer.snapshot is not None:
+            self.expired = data_loss.expired_unread(observer.partitions, observer.snapshot)
+        if decision is not None:
+            decision = data_loss.stop_the_pool(
+                decision, self.expired, consumer.spec.consumer.fail_on_data_loss
+            )
         desired = decision.replicas if decision is not None else seen.current_replicas
         step, owners, replacing = await self.rebalance_step(consumer, now, seen, desired, clock)
-        return Decisions(decision, step, owners, replacing)
+        return Decisions(decision, step, owners, replacing, self.expired)
 
     async def replica_decision(
         self, consumer: PartitionedConsumer, now: float, current: int, pause: Pause, inputs: CycleInputs
@@ -140,7 +151,8 @@ class Decider:
         )
         if partition_count == 0:
             return self.decision
-        decision = autoscaler.decide_replicas(
+        decision = autoscaler.decide_pool_size(
+            consumer.spec.replicas,
             consumer.spec.scaling,
             self.scaling_state or ScalingState(),
             ScalingObservation(backlog, partition_count, current, inputs.created_at, figures),

@@ -11,7 +11,7 @@ from typing import Any
 
 from hubshift.eventhubs.management import ProbeError
 from hubshift.eventhubs.model import PartitionInfo
-from hubshift.operator.consumer_http import consumer_work
+from hubshift.operator.consumer_http import consumer_figures
 from hubshift.operator.load import (
     HubSample,
     WorkSample,
@@ -60,6 +60,8 @@ class Observer:
         self.hub_samples: list[HubSample] = []
         self.work_samples: list[WorkSample] = []
         self.capacity: float | None = None
+        # a streaming job's partitions whose state a consumer is restoring: partition -> (consumer, since)
+        self.restoring: dict[str, tuple[str, float]] = {}
         # lag in seconds: events read by the loop itself, partition -> (sequence number, enqueued time), and
         # the reads tried, partition -> (sequence number, when)
         self.lag_read: dict[str, tuple[int, float]] = {}
@@ -89,12 +91,23 @@ class Observer:
             log.warning("%s: backlog unreadable: %s", self.labels[1], exc)
 
     async def measure_work(self, now: float, instances: Sequence[ConsumerInstance], window: float) -> None:
-        """At each probe, what every ready consumer has processed and for how long: their capacity."""
+        """At each probe, what every ready consumer has processed and for how long (their capacity), and the
+        partitions whose state any consumer is restoring (a consumer restoring may not be ready yet)."""
         if not self.probed(now):
             return
-        reachable = [i for i in instances if i.address and i.ready and not i.terminating]
-        answers = await asyncio.gather(*(consumer_work(str(i.address)) for i in reachable))
-        work = {i.name: answer for i, answer in zip(reachable, answers, strict=True) if answer is not None}
+        reachable = [i for i in instances if i.address and not i.terminating]
+        answers = await asyncio.gather(*(consumer_figures(str(i.address)) for i in reachable))
+        work = {
+            i.name: answer.work
+            for i, answer in zip(reachable, answers, strict=True)
+            if answer is not None and answer.work is not None and i.ready
+        }
+        self.restoring = {
+            partition: (i.name, since)
+            for i, answer in zip(reachable, answers, strict=True)
+            if answer is not None
+            for partition, since in answer.restoring.items()
+        }
         self.work_samples = within([*self.work_samples, WorkSample(now, work)], now, window)
         capacity = consumer_capacity(self.work_samples, now, window)
         if capacity is not None:

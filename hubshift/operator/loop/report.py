@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from hubshift.manifest import PartitionedConsumer
 from hubshift.operator.autoscaler import Pause, ScalingDecision
 from hubshift.operator.cadence import phase_bound
+from hubshift.operator.data_loss import ExpiredStretch
 from hubshift.operator.loop.decider import Decisions
 from hubshift.operator.loop.inputs import ConsumersSeen
 from hubshift.operator.loop.observer import Observer
@@ -23,12 +24,15 @@ from hubshift.operator.status import (
     ResourcePhase,
     RolloutStatus,
     build_status,
+    data_loss_condition,
     over_capacity,
 )
 from hubshift.ownership.model import Phase
 
 # The Event the loop records when a partition receives more than a consumer processes.
 OVER_CAPACITY_EVENT = "PartitionOverCapacity"
+# The Event the loop records when events of a partition expired from the hub before they were read.
+DATA_LOSS_EVENT = "DataLoss"
 
 
 @dataclass
@@ -75,6 +79,7 @@ class Reporter:
         self.labels = labels  # (namespace, resource name)
         self.phase_since: tuple[str, float] | None = None  # (phase, when it began) for the metrics
         self.over_capacity: list[str] = []  # the partitions over a consumer's capacity at the last cycle
+        self.expired_seen: set[tuple[str, int]] = set()  # (partition, last expired) at the last cycle
 
     async def figures(
         self, consumer: PartitionedConsumer, now: float, owners: Mapping[str, str | None]
@@ -99,6 +104,14 @@ class Reporter:
             )
             await self.runtime.record_event(OVER_CAPACITY_EVENT, message, warning=True)
         self.over_capacity = over
+
+    async def _warn_data_loss(self, expired: tuple[ExpiredStretch, ...], fail: bool) -> None:
+        """A warning Event when events of a partition are newly found expired unread (or more of them)."""
+        seen = {(stretch.partition, stretch.last) for stretch in expired}
+        if expired and not seen <= self.expired_seen:
+            condition = data_loss_condition(expired, fail)
+            await self.runtime.record_event(DATA_LOSS_EVENT, condition.message, warning=True)
+        self.expired_seen = seen
 
     async def publish_status(
         self,
@@ -133,7 +146,11 @@ class Reporter:
             rollout=RolloutStatus.of(consumer.spec.rebalance.rollout.strategy, decided.rollout),
             load=figures.load,
             capacity=observer.capacity,
+            expired=decided.expired,
+            fail_on_data_loss=consumer.spec.consumer.fail_on_data_loss,
+            restoring=observer.restoring,
         )
+        await self._warn_data_loss(decided.expired, consumer.spec.consumer.fail_on_data_loss)
         await self.runtime.publish_status(status.to_body())
         return status
 
@@ -148,7 +165,7 @@ class Reporter:
     ) -> None:
         """The operator's metrics of this cycle."""
         state = decided.step.state
-        self._export_replicas(consumer, state, decided.scaling_decision, instances, current, figures)
+        self._export_replicas(consumer, state, decided, instances, current, figures)
         if self.metrics is not None:
             self.metrics.set_load(*self.labels, figures.load, self.observer.capacity)
         self._export_ownership(consumer, state, decided.owners, now)
@@ -157,15 +174,16 @@ class Reporter:
         self,
         consumer: PartitionedConsumer,
         state: RebalanceState,
-        decision: ScalingDecision | None,
+        decided: Decisions,
         instances: Sequence[ConsumerInstance],
         current: int,
         figures: Figures,
     ) -> None:
-        """The replica counts, the hub's partitions, backlog and lag, and the phase."""
+        """The replica counts, the hub's partitions, backlog and lag, the phase and the events lost."""
         metrics = self.metrics
         if metrics is None:
             return
+        decision, expired = decided.scaling_decision, decided.expired
         namespace, name = self.labels
         if decision is not None:
             metrics.desired_replicas.labels(namespace, name).set(decision.replicas)
@@ -181,6 +199,7 @@ class Reporter:
         if figures.lag is not None:
             metrics.set_lag(namespace, name, {p: x.seconds for p, x in figures.lag.items()})
         metrics.set_phase(namespace, name, ResourcePhase(state.phase.value))
+        metrics.expired_unread.labels(namespace, name).set(sum(stretch.events for stretch in expired))
 
     def _export_ownership(
         self,

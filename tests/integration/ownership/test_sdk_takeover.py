@@ -5,7 +5,7 @@ hubshift's consumers read and checkpoint; one stops (SIGTERM: it releases), one 
 leases stay). `hubshift release` is refused while the killed one's membership lives, then breaks its
 leases. The SDK's processor (`EventHubConsumerClient` + `BlobCheckpointStore`) takes every partition over
 and starts right after hubshift's checkpoints (no replay beyond them, nothing lost), checkpointing as it
-goes (no 412: no lease is left). Back again as the README says: the SDK stopped, a hubshift consumer
+goes (no 412: no lease is left). Back again as docs/checkpoints.md says: the SDK stopped, a hubshift consumer
 claims the partitions and starts right after the SDK's checkpoints."""
 
 from __future__ import annotations

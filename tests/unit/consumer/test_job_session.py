@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hubshift.consumer.app import use_code
-from hubshift.consumer.spark.session import JARS_ENV, session_conf
+from hubshift.consumer.spark.session import JARS_ENV, session_conf, split_secrets
 from hubshift.errors import UserError
 from hubshift.manifest import CODE_DIR, CodeSpec
 from hubshift.sinks import SinkSpec, build_sink
@@ -210,3 +210,15 @@ def test_the_spark_ui_redacts_the_account_key_and_what_spark_redacts_itself(jars
     ):
         assert pattern.search(spark_default), spark_default
     assert not pattern.search("spark.sql.shuffle.partitions")
+
+
+def test_an_account_key_is_not_on_the_jvms_command_line(jars: dict[str, str]) -> None:
+    """PySpark launches the JVM with every builder setting as a `--conf` argument, which anyone listing the
+    node's processes reads: the Hadoop settings whose names say they are secret are held back and set on the
+    running context's Hadoop configuration instead."""
+    block = {"path": "abfss://t@lake.dfs.core.windows.net/orders", "connectionStringEnv": "LAKE"}
+    delta = build_sink(SinkSpec.model_validate({"type": "delta", "delta": block}), {"LAKE": LAKE_CONNECTION})
+    at_launch, secret = split_secrets(session_conf(SparkSpec(), delta, jars))
+    assert secret == {"fs.azure.account.key.lake.dfs.core.windows.net": KEY}
+    assert KEY not in at_launch.values()
+    assert at_launch["spark.hadoop.fs.azure.account.auth.type.lake.dfs.core.windows.net"] == "SharedKey"

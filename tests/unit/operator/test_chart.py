@@ -319,6 +319,34 @@ def test_alert_rules_are_one_source_and_read_exported_metrics() -> None:
     assert "expr:" not in template  # no rule is written twice
 
 
+RUNBOOKS = CHART.parents[1] / "docs" / "runbooks.md"
+RUNBOOK_PAGE = "https://github.com/hubshift/hubshift/blob/main/docs/runbooks.md"
+
+
+def test_every_alert_links_its_runbook_section_which_says_what_it_means_and_what_to_do() -> None:
+    page = RUNBOOKS.read_text()
+    sections = dict(
+        (match.group(1), match.group(2))
+        for match in re.finditer(r"^## (\w+)\n(.*?)(?=^## |\Z)", page, re.M | re.S)
+    )
+    names = [rule["alert"] for rule in alert_rules()]
+    assert sorted(sections) == sorted(names)  # one section per alert, none left over
+    for rule in alert_rules():
+        name = rule["alert"]
+        assert rule["annotations"]["runbook_url"] == f"{RUNBOOK_PAGE}#{name.lower()}"  # GitHub's anchor
+        for part in ("**Means.**", "**Check.**", "**Do.**"):
+            assert part in sections[name], f"{name}: its runbook has no {part}"
+
+
+def test_alerts_for_data_loss_dead_letters_failed_batches_and_failed_checkpoint_writes() -> None:
+    exprs = {rule["alert"]: rule["expr"] for rule in alert_rules()}
+    assert "hubshift_expired_unread_events" in exprs["HubshiftDataLoss"]
+    assert "hubshift_consumer_events_expired_total" in exprs["HubshiftDataLoss"]
+    assert "hubshift_consumer_dead_letters_total" in exprs["HubshiftDeadLetters"]
+    assert 'hubshift_consumer_batches_total{result="failed"}' in exprs["HubshiftBatchesFailing"]
+    assert 'hubshift_consumer_checkpoints_total{result="failed"}' in exprs["HubshiftCheckpointWritesFailing"]
+
+
 # --- with a helm binary -----------------------------------------------------------------------------------
 
 
@@ -758,3 +786,12 @@ def test_the_notes_warn_of_a_cluster_wide_install_and_say_how_to_confine_it(
     )
     assert "The operator manages PartitionedConsumers in: ops." in confined
     assert "WARNING" not in confined
+
+
+def test_runbook_base_url_points_every_alert_at_a_copy_of_the_runbooks(helm: str, tmp_path: Path) -> None:
+    wiki = "https://wiki.example.com/hubshift/runbooks"
+    values = {"metrics": {"prometheusRule": {"enabled": True, "runbookBaseUrl": wiki}}}
+    (rule,) = [d for d in render(helm, tmp_path, values) if d["kind"] == "PrometheusRule"]
+    links = [r["annotations"]["runbook_url"] for g in rule["spec"]["groups"] for r in g["rules"]]
+    names = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert links == [f"{wiki}#{name.lower()}" for name in names]

@@ -19,6 +19,7 @@ from hubshift.eventhubs.model import PartitionInfo
 from hubshift.manifest import PartitionedConsumer, parse_manifest
 from hubshift.operator import autoscaler
 from hubshift.operator.cadence import BUSY_CYCLE_SECONDS, next_cycle_in
+from hubshift.operator.consumer_http import ConsumerFigures
 from hubshift.operator.loop import ControlLoop, CycleInputs, CycleReport
 from hubshift.operator.observe import backlog_per_partition, lease_owners, present_consumers
 from hubshift.operator.partition_lag import PartitionLag
@@ -613,11 +614,11 @@ def test_the_lag_target_gives_a_hot_partition_a_consumer_and_keeps_the_others_un
     runtime, probe, clock = FakeRuntime(), FakeProbe(8), Clock()
     started = clock.now
 
-    async def work(address: str) -> tuple[float, float]:
+    async def work(address: str) -> ConsumerFigures:
         busy = (clock.now - started) / 2  # every consumer busy half the time, at 100 events a busy second
-        return 100.0 * busy, busy
+        return ConsumerFigures((100.0 * busy, busy), {})
 
-    monkeypatch.setattr("hubshift.operator.loop.observer.consumer_work", work)
+    monkeypatch.setattr("hubshift.operator.loop.observer.consumer_figures", work)
     harness = make_harness(store, runtime, probe, clock)
     target = {"unprocessedEventsPerReplica": 1_000_000, "lagSeconds": 5}
     harness.loop.apply(manifest_with({"strategy": "loadAware"}, minReplicas=2, maxReplicas=8, target=target))
@@ -656,3 +657,83 @@ def caught_up(store: SqliteLeaseStore, assignment: dict[str, str | None], last: 
             join_pool(store, SCOPE, consumer, clock=lambda: 0.0)
             lease = claim_partition(store, SCOPE, partition, consumer, force=True)
             write_checkpoint(store, lease, Checkpoint(str(last[partition] * 10), last[partition]))
+
+
+def manifest_replicas(replicas: int | None, fail_on_data_loss: bool = True) -> PartitionedConsumer:
+    """`manifest()` with spec.replicas (what the scale subresource sets) and consumer.failOnDataLoss."""
+    document = manifest().model_dump(by_alias=True, mode="json", exclude_none=True)
+    document["spec"]["consumer"]["failOnDataLoss"] = fail_on_data_loss
+    if replicas is not None:
+        document["spec"]["replicas"] = replicas
+    return parse_manifest(document)
+
+
+def test_spec_replicas_is_planned_at_once_whatever_the_autoscaler_would_say(harness: Harness) -> None:
+    harness.settle()
+    harness.clock.now += 1  # inside the polling interval: the change applies without a probe
+    harness.loop.apply(manifest_replicas(4))  # kubectl scale pcon/homes --replicas=4 (maxReplicas is 4)
+    report = harness.cycle()
+    assert report.decision is not None and report.decision.replicas == 4 and report.decision.manual
+    assert harness.runtime.replica_count == 4
+    assert report.state.running is ChangeKind.PLANNED  # planned like an autoscaler decision: no holddown
+    assert sorted(set(report.state.planned.values())) == ["homes-2", "homes-3"]
+    assert report.status.to_body()["replicas"] == 4
+
+    harness.clock.now += 1
+    harness.loop.apply(manifest_replicas(20))  # more than the hub's 8 partitions
+    assert harness.cycle().decision.replicas == 8  # type: ignore[union-attr]
+
+    harness.clock.now += 1
+    harness.loop.apply(manifest_replicas(None))  # handed back to the autoscaler: its maxReplicas again,
+    report = harness.cycle()  # and its scale-down window keeps it from the 2 the backlog asks for
+    assert report.decision is not None and not report.decision.manual and report.decision.replicas == 4
+
+
+class ExpiringProbe(FakeProbe):
+    """The hub's retention has passed the checkpoints of some partitions (`beginning` per partition)."""
+
+    def __init__(self, partitions: int) -> None:
+        super().__init__(partitions)
+        self.beginning: dict[str, int] = {}
+
+    async def partitions(self) -> dict[str, PartitionInfo]:
+        self.calls += 1
+        return {
+            p: PartitionInfo(p, self.beginning.get(p, 0), last, last < 0) for p, last in self.last.items()
+        }
+
+
+def test_events_expired_unread_stop_the_pool_until_fail_on_data_loss_is_off(tmp_path: Path) -> None:
+    store = SqliteLeaseStore(tmp_path / "store.db")
+    probe = ExpiringProbe(8)
+    harness = make_harness(store, FakeRuntime(), probe, Clock())
+    probe.last = {p: 99 for p in probe.last}
+    harness.settle()
+    snapshot_with(store, {"3": 9}, owner="homes-0")  # its owner checkpointed partition 3 at 9
+    probe.beginning["3"] = 50  # retention passed it: 10-49 are gone
+    harness.clock.now += 10  # the next probe
+    report = harness.cycle()
+    assert report.decision is not None and report.decision.replicas == 0  # drained, then scaled to 0
+    body = report.status.to_body()
+    assert body["desiredReplicas"] == 0 and body["message"].startswith("stopped for data loss")
+    loss = next(c for c in body["conditions"] if c["type"] == "DataLoss")
+    assert (loss["status"], loss["reason"]) == ("True", "PoolStopped")
+    assert "partition 3: 40 events (10-49)" in loss["message"]
+    ready = next(c for c in body["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "DataLoss")
+    assert body["expiredEvents"] == [
+        {"partition": "3", "firstSequenceNumber": 10, "lastSequenceNumber": 49, "events": 40}
+    ]
+    assert [reason for reason, _ in harness.runtime.events].count("DataLoss") == 1
+    harness.clock.now += 10
+    assert harness.cycle().decision.replicas == 0  # type: ignore[union-attr]  # stays stopped, one Event
+    assert [reason for reason, _ in harness.runtime.events].count("DataLoss") == 1
+
+    harness.loop.apply(manifest_replicas(None, fail_on_data_loss=False))
+    harness.clock.now += 1
+    report = harness.cycle()
+    assert report.decision is not None and report.decision.replicas == 2  # goes on, still saying so
+    loss = next(c for c in report.status.to_body()["conditions"] if c["type"] == "DataLoss")
+    assert (loss["status"], loss["reason"]) == ("True", "EventsExpired")
+    ready = next(c for c in report.status.to_body()["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] != "DataLoss"

@@ -14,6 +14,7 @@ import yaml
 
 from hubshift.errors import UserError
 from hubshift.manifest import PartitionedConsumerSpec, parse_manifest
+from hubshift.operator import status
 from hubshift.operator.kubernetes import crd
 from hubshift.operator.status import (
     AssignedPartitions,
@@ -74,7 +75,14 @@ def test_names_and_columns() -> None:
     assert names["kind"] == "PartitionedConsumer"
     version = definition["spec"]["versions"][0]
     assert version["name"] == "v1alpha1"
-    assert version["subresources"] == {"status": {}}
+    assert version["subresources"] == {
+        "status": {},
+        "scale": {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        },
+    }
     columns = {column["name"]: column["jsonPath"] for column in version["additionalPrinterColumns"]}
     assert columns == {
         "Hub": ".spec.eventHubs.hub",
@@ -267,3 +275,25 @@ def test_a_full_status_fits_the_declared_schema() -> None:
     jsonschema.Draft4Validator(root_schema()["properties"]["status"]).validate(status)
     assert status["pendingHandoffs"][0] == {"partition": "1", "fromOwner": "homes-0", "toOwner": "homes-3"}
     assert "holddownUntil" not in status  # unset fields are left out, so applying the status clears them
+
+
+def test_the_scale_subresource_points_at_fields_the_schema_declares() -> None:
+    version = crd.custom_resource_definition()["spec"]["versions"][0]
+    root = version["schema"]["openAPIV3Schema"]
+    scale = version["subresources"]["scale"]
+    spec_replicas = root["properties"]["spec"]["properties"]["replicas"]
+    assert spec_replicas["type"] == "integer" and "default" not in spec_replicas  # unset: the autoscaler
+    assert root["properties"]["status"]["properties"]["replicas"]["type"] == "integer"
+    assert root["properties"]["status"]["properties"]["selector"]["type"] == "string"  # a selector string
+    assert {path.rsplit(".", 1)[-1] for path in scale.values()} == {"replicas", "selector"}
+
+
+def test_conditions_are_a_list_map_keyed_by_type_and_every_type_is_documented() -> None:
+    root = crd.custom_resource_definition()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    conditions = root["properties"]["status"]["properties"]["conditions"]
+    assert conditions["x-kubernetes-list-type"] == "map"
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+    assert "type" in conditions["items"]["required"]  # a map key must be required
+    for kind in status.CONDITION_TYPES:
+        assert f"{kind}: " in conditions["description"]
+        assert kind in conditions["items"]["properties"]["type"]["description"]

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from hubshift.consumer.metrics import ConsumerMetrics
 from hubshift.operator.autoscaler import Pause, ScalingDecision, ScalingState
-from hubshift.operator.consumer_http import parse_work
+from hubshift.operator.consumer_http import parse_restoring, parse_work
 from hubshift.operator.load import (
     HubSample,
     PartitionLoad,
@@ -19,7 +19,7 @@ from hubshift.operator.load import (
 )
 from hubshift.operator.rebalance import RebalanceState
 from hubshift.operator.sizing import LoadFigures, size_for_lag
-from hubshift.operator.status import build_status
+from hubshift.operator.status import build_status, restoring_partitions
 
 
 def samples(rates: list[float], every: float = 5.0, start: float = 0.0) -> list[HubSample]:
@@ -113,6 +113,31 @@ def test_the_operator_reads_a_consumers_work_from_its_own_exposition() -> None:
     body, _ = metrics.render()
     assert parse_work(body.decode()) == (400.0, 2.0)
     assert parse_work("# nothing here\n") is None
+
+
+def test_the_operator_reads_the_partitions_a_consumer_is_restoring_from_its_exposition() -> None:
+    """A streaming job's partition is restoring from its query's start to its first committed batch; one
+    that stops before that is no longer named."""
+    now = [1_000.0]
+    metrics = ConsumerMetrics("homes-0", process_metrics=False, clock=lambda: now[0])
+    metrics.state_restoring("3")
+    now[0] = 1_010.0
+    metrics.state_restoring("5")
+    assert parse_restoring(metrics.render()[0].decode()) == {"3": 1_000.0, "5": 1_010.0}
+    metrics.state_restored("3", 12.5)
+    metrics.state_restored("5", None)
+    body = metrics.render()[0].decode()
+    assert parse_restoring(body) == {}
+    assert "hubshift_consumer_state_restore_seconds{" in body and "12.5" in body
+
+
+def test_status_lists_the_partitions_being_restored_oldest_first() -> None:
+    restoring = restoring_partitions({"7": ("homes-1", 1_000.0), "2": ("homes-0", 990.0)}, now=1_004.0)
+    assert [(r.partition, r.consumer, r.seconds) for r in restoring] == [
+        ("2", "homes-0", 14.0),
+        ("7", "homes-1", 4.0),
+    ]
+    assert restoring[0].since.isoformat() == "1970-01-01T00:16:30+00:00"
 
 
 def test_status_names_the_partitions_no_consumer_keeps_up_with() -> None:
