@@ -147,9 +147,10 @@ def runs(scenario: str, side: str) -> bool:
 class CountingProxy(threading.Thread):
     """A TCP proxy in front of Azurite that counts HTTP requests (request line + headers + body)."""
 
-    def __init__(self, upstream_port: int) -> None:
+    def __init__(self, upstream_port: int, on_request: Callable[[bytes], None] | None = None) -> None:
         super().__init__(daemon=True, name="counting-proxy")
         self.upstream_port = upstream_port
+        self.on_request = on_request  # each request's head (request line and headers), as it passes
         self.count = 0
         self.port = 0
         self._ready = threading.Event()
@@ -184,6 +185,8 @@ class CountingProxy(threading.Thread):
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
                 self.count += 1
+                if self.on_request is not None:
+                    self.on_request(head)
                 length = 0
                 for line in head.split(b"\r\n")[1:]:
                     name, _, value = line.partition(b":")

@@ -187,7 +187,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from hubshift.emulator.launch import running_emulator
-    from hubshift.spec import DEFAULT_PROJECTION_ENV, DEFAULT_REPLICATE_ENV
+    from hubshift.pipelines.projection import DEFAULT_PROJECTION_ENV
+    from hubshift.pipelines.replicate import DEFAULT_REPLICATE_ENV
     from tests.harness.postgres import missing_reason, start_postgres
 
     workdir = Path(tempfile.mkdtemp(prefix="hubshift-bench-replicate-"))

@@ -286,7 +286,7 @@ def plain_worker(workdir: Path, connection_string: str, port: int, partitions: i
         OPTION_SPOOL,
         EventHubsDataSource,
     )
-    from hubshift.consumer.spark.spooling import SpooledPartitions
+    from hubshift.consumer.spark.spooling import Reading, SpooledPartitions
     from hubshift.consumer.spark.streams import STATE_CONF, committed_next
     from hubshift.eventhubs.receiver import StartAt
     from hubshift.eventhubs.target import EventHubsTarget
@@ -297,7 +297,7 @@ def plain_worker(workdir: Path, connection_string: str, port: int, partitions: i
     spec = ConsumerSpec.model_validate({"spark": {**spark_block(argparse.Namespace(batch=batch))}})
     target = EventHubsTarget(connection_string, f"127.0.0.1:{port}", HUB, "plain")
     scratch = workdir / "plain-scratch"
-    reader = SpooledPartitions(target, "plain", spec, scratch)
+    reader = SpooledPartitions(Reading(target, "plain", spec, scratch))
     reader.notify = lambda event: None
     sink = build_sink(
         SinkSpec.model_validate({"type": "delta", "delta": {"path": str(workdir / "plain-table")}})

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
 
 import click
 
@@ -51,29 +50,13 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module_name, attribute = target.split(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith("hubshift"):
-                return _unavailable(cmd_name)
-            raise
-        command = getattr(module, attribute, None)
-        if not isinstance(command, click.Command):
-            return _unavailable(cmd_name)
+        command: click.Command = getattr(importlib.import_module(module_name), attribute)
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, HELP.get(name, "")) for name in self.list_commands(ctx)]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
-
-
-def _unavailable(name: str) -> click.Command:
-    @click.command(name=name, help=f"{HELP.get(name, '')} (not built yet)")
-    def missing(**_: Any) -> None:
-        raise UserError(f"`hubshift {name}` is not part of this build yet")
-
-    return missing
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

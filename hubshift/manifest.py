@@ -15,9 +15,9 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from hubshift.errors import UserError
-from hubshift.pipelines import PIPELINES, PipelineSpec, pipeline_connections
+from hubshift.pipelines import PIPELINES, PipelineSpec
 from hubshift.podtemplate import CODE_DIR, PORT_TAKEN, PodDisruptionBudgetSpec, PodTemplateSpec, port_rule
-from hubshift.sinks import SINKS, SinkSpec, sink_connections
+from hubshift.sinks import SINKS, SinkSpec
 from hubshift.spec import (
     DNS_SUBDOMAIN,
     KIND,
@@ -44,20 +44,28 @@ _CONNECTION_STRING_FIELDS = ("connectionStringSecretRef", "connectionStringEnv")
 
 
 UI_PORT_TAKEN = "spark.ui.port: the Spark UI and metricsPort need ports of their own"
-_ROWS_ONLY = [kind.name for kind in SINKS if not kind.writes_lines]
-_ROW_PIPELINES = [kind.name for kind in PIPELINES if kind.shape in ("frames", "stream")]
-_STREAMS = [kind.name for kind in PIPELINES if kind.shape == "stream"]
+_ROWS_ONLY = SINKS.names(lambda kind: not kind.writes_lines)
+_ROW_PIPELINES = PIPELINES.names(lambda kind: kind.shape in ("frames", "stream"))
 FRAMES_ONLY = (
     f"a sink Spark writes ({', '.join(_ROWS_ONLY)}) takes pipeline type {', '.join(_ROW_PIPELINES[:-1])} "
     f"or {_ROW_PIPELINES[-1]}"
 )
 STREAM_SINKS = f"pipeline type stream writes to a sink Spark writes ({', '.join(_ROWS_ONLY)})"
-# What a streaming job's output mode may go into: update mode is an upsert by key columns.
-UPDATE_SINKS = ("delta", "jdbc", "foreachBatch")
+# What a streaming job's output mode update may go into, as each sink declares it (`SinkKind.update`).
+_KEYED = SINKS.names(lambda kind: kind.update == "keyed")
+_ANY_UPDATE = SINKS.names(lambda kind: kind.update == "any")
+_APPEND_ONLY = SINKS.names(lambda kind: not kind.writes_lines and kind.update is None)
 UPDATE_MODE = (
-    "stream.outputMode update goes into delta or jdbc with stream.keyColumns (the rows' key), or into your "
-    "foreachBatch function; parquet and json take append"
+    f"stream.outputMode update goes into {' or '.join(_KEYED)} with stream.keyColumns (the rows' key), or "
+    f"into your {' or '.join(_ANY_UPDATE)} function; {' and '.join(_APPEND_ONLY)} take append"
 )
+
+
+def _sink_is(names: list[str]) -> str:
+    """CEL: the sink's type is one of `names` (set)."""
+    if len(names) == 1:
+        return f"self.sink.type == '{names[0]}'"
+    return f"self.sink.type in [{', '.join(repr(name) for name in names)}]"
 
 
 class CodeSpec(Model):
@@ -173,7 +181,7 @@ class ConsumerSpec(Model):
         cel(
             "!has(self.pipeline) || !has(self.pipeline.stream) || !has(self.pipeline.stream.outputMode) || "
             "self.pipeline.stream.outputMode != 'update' || (has(self.sink) && has(self.sink.type) && "
-            "(self.sink.type == 'foreachBatch' || (self.sink.type in ['delta', 'jdbc'] && "
+            f"({_sink_is(_ANY_UPDATE)} || ({_sink_is(_KEYED)} && "
             "has(self.pipeline.stream.keyColumns) && size(self.pipeline.stream.keyColumns) > 0)))",
             UPDATE_MODE,
             ".pipeline.stream.outputMode",
@@ -197,8 +205,9 @@ class ConsumerSpec(Model):
             if self.sink.kind.writes_lines:
                 raise ValueError(STREAM_SINKS)
             job = self.pipeline.block
+            update = self.sink.kind.update
             if job.output_mode == "update" and not (
-                self.sink.type == "foreachBatch" or (self.sink.type in UPDATE_SINKS and job.key_columns)
+                update == "any" or (update == "keyed" and job.key_columns)
             ):
                 raise ValueError(UPDATE_MODE)
         # On one port the metrics server, started first, keeps it and Spark's UI moves on unannounced.
@@ -252,8 +261,8 @@ def connections_of(spec: PartitionedConsumerSpec) -> list[NamedConnection]:
     connections = [
         NamedConnection(("spec", "eventHubs"), spec.event_hubs, "source"),
         *spec.checkpoint_store.connections(("spec", "checkpointStore"), "store"),
-        *sink_connections(consumer.sink),
-        *pipeline_connections(consumer.pipeline),
+        *consumer.sink.connections(),
+        *consumer.pipeline.connections(),
     ]
     if consumer.failover is not None:
         location = ("spec", "consumer", "failover", "checkpointStore")

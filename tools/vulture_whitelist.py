@@ -7,6 +7,7 @@ import kopf
 from azure.eventhub._consumer import EventHubConsumer
 from azure.eventhub._pyamqp._transport import SSLTransport
 
+from bench.partitions import Run
 from bench.rebalance import Outcome
 from hubshift.apps.produce import send_load
 from hubshift.consumer.spark.telemetry import ProgressListener
@@ -174,6 +175,8 @@ Target.capabilities
 # results file.
 Outcome.processed
 Outcome.planned_moves
+Run.storage_kinds_idle
+Run.storage_kinds_load
 
 # Spark calls its Python listener interface's methods through py4j, which reads the interface it
 # implements from `Java.implements` (consumer/spark/telemetry.py's ProgressListener).

@@ -40,7 +40,7 @@ from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import StoreError
 from hubshift.spec.resource import PAUSED_REPLICAS_ANNOTATION
 
-Kind = Literal["start", "end", "time", "sequence"]
+ResetKind = Literal["start", "end", "time", "sequence"]
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class ResetTo:
     """Where a reset moves each partition: its start, its end, the first event enqueued at or after `time`,
     or the event `sequence` (the next one read)."""
 
-    kind: Kind
+    kind: ResetKind
     time: datetime | None = None
     sequence: int | None = None
 

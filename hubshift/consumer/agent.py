@@ -57,6 +57,10 @@ log = logging.getLogger(__name__)
 
 # The kinds of operations whose failures `FailureLog` reports (`owned.py` has the partitions' own).
 RENEWAL = "membership renewal"
+# One listing's claims stop after this long and go on after the next listing (at the claim retry): the
+# membership is renewed between turns, and a first claim is five requests, 1,024 of them took longer than
+# the renewal could wait (bench/partitions.py).
+CLAIMS_PER_TURN_SECONDS = 2.0
 LISTING = "listing the ownership table"
 HUB_PARTITIONS = "reading the hub's partition ids"
 
@@ -412,7 +416,13 @@ class OwnershipAgent:
         for partition in step.drains:
             self._owned.drain(partition)
         claims = step.claims if claim else ()  # a consumer stopping takes nothing more
-        claimed = [self._owned.claim(c, snapshot, self.settings.start) for c in claims]
+        claimed: list[bool] = []
+        until = self.clock() + CLAIMS_PER_TURN_SECONDS
+        for claim_ in claims:
+            if self.clock() > until:  # the rest after the next listing, at the claim retry
+                claimed.append(False)
+                break
+            claimed.append(self._owned.claim(claim_, snapshot, self.settings.start))
         self._schedule.listed(now, waiting=bool(step.waiting) or not all(claimed) or not claim)
 
     def _list(self, now: float) -> OwnershipSnapshot | None:

@@ -163,7 +163,10 @@ class ConsumerApp:
             if options.event_cost_seconds > 0:
                 handler = Costly(handler, options.event_cost_seconds)
             return SdkEngine(target, handler, metrics=metrics)
+        from hubshift.consumer.spark.spooling import Reading  # lazy: as the Spark engines below
+
         consumer = manifest.spec.consumer
+        reading = Reading(target, options.identity, consumer, scratch, metrics)
         if consumer.pipeline.kind.shape == "stream":
             from hubshift.consumer.spark.streams import StreamEngine  # lazy: PySpark, as SparkEngine below
 
@@ -174,12 +177,10 @@ class ConsumerApp:
                 ("spec", "consumer", "pipeline", "stream"),
             )
             drain = manifest.spec.rebalance.max_handoff_seconds
-            return StreamEngine(
-                target, options.identity, consumer, scratch, state, metrics=metrics, drain_seconds=drain
-            )
+            return StreamEngine(reading, state, drain_seconds=drain)
         from hubshift.consumer.spark.engine import SparkEngine  # lazy: the SDK engine runs without PySpark
 
-        return SparkEngine(target, options.identity, consumer, scratch, metrics=metrics, handled=handled)
+        return SparkEngine(reading, handled=handled)
 
     def run(self) -> int:
         """Until SIGTERM (or the engine fails): the exit code."""

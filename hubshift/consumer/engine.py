@@ -1,9 +1,10 @@
 """What the ownership agent needs from a reading engine: start, drain and stop one partition, and hear
 back what was committed.
 
-Two engines implement it: `engine_spark.SparkEngine` (receivers → spool → the Spark streaming query →
-pipeline and sink) and `engine_sdk.SdkEngine` (receivers → a plain handler, no Spark: the rebalance
-benchmark's consumer mode). The agent (`agent.py`) drives either the same way and owns every store write.
+Two engines implement it: `spark/engine.py`'s `SparkEngine` (receivers → spool → the Spark streaming query
+→ pipeline and sink; `spark/streams.py`'s `StreamEngine` for a streaming job) and `sdk_engine.SdkEngine`
+(receivers → a plain handler, no Spark: the rebalance benchmark's consumer mode). The agent (`agent.py`)
+drives either the same way and owns every store write.
 """
 
 from __future__ import annotations

@@ -30,12 +30,12 @@ from hubshift.spec import CheckpointPolicySpec, StartPositionSpec
 if TYPE_CHECKING:
     from hubshift.consumer.metrics import ConsumerMetrics
 
-# The agent's logger: these lines are the ownership agent's, as they were before this module was split off.
+# The agent's logger: what an owned partition does is the ownership agent's to say (one logger to filter).
 log = logging.getLogger("hubshift.consumer.agent")
 
 # The kinds of operations whose failures `FailureLog` reports (the agent adds its own).
 CLAIM = "claim"
-CHECKPOINT = "checkpoint"
+CHECKPOINT_WRITE = "checkpoint"
 RELEASE = "release"
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
@@ -53,6 +53,13 @@ class Hub(Protocol):
     def partition_ids(self) -> list[str]: ...
 
     def last_enqueued(self, partition: str) -> Checkpoint | None: ...
+
+
+# One agent turn's checkpoint writes stop after this long, the rest written in the next turns (the oldest
+# written first): the membership is renewed between turns, and 1,024 partitions' writes in one turn took
+# longer than the renewal could wait (bench/partitions.py: "membership not renewed before its safe
+# deadline", every partition stopped).
+WRITES_PER_TURN_SECONDS = 2.0
 
 
 class OwnedPartitions:
@@ -292,10 +299,14 @@ class OwnedPartitions:
 
     def write_due_checkpoints(self, now: float, policy: CheckpointPolicySpec) -> None:
         """Each owned partition's due checkpoint, or its written one again with its neighbour's enqueued
-        time once known. The failures of one turn count as one (`FailureLog`): a partition that keeps
-        failing while others succeed is one run of failures, not a warning every turn."""
+        time once known, the longest unwritten first, for `WRITES_PER_TURN_SECONDS` at most. The failures
+        of one turn count as one (`FailureLog`): a partition that keeps failing while others succeed is one
+        run of failures, not a warning every turn."""
         results: list[Literal["written", "lost", "failed"]] = []
-        for partition, owned in list(self._owned.items()):
+        until = self.clock() + WRITES_PER_TURN_SECONDS
+        for partition, owned in sorted(self._owned.items(), key=lambda item: item[1].last_written):
+            if self.clock() > until:
+                break  # the rest next turn
             enqueued = self._enqueued_time(partition)
             if not owned.due(now, policy):
                 if owned.completes_checkpoint:
@@ -313,7 +324,7 @@ class OwnedPartitions:
                 if self.metrics:
                     self.metrics.checkpoint_written(partition)
         if "written" in results and "failed" not in results:
-            log_line(self.failures.succeeded(CHECKPOINT, now))
+            log_line(self.failures.succeeded(CHECKPOINT_WRITE, now))
 
     def _write(
         self,
@@ -335,7 +346,7 @@ class OwnedPartitions:
         except StoreError as exc:
             if self.metrics:
                 self.metrics.checkpoint_failed()
-            log_line(self.failures.failed(CHECKPOINT, str(exc), now, where=f"partition {partition}"))
+            log_line(self.failures.failed(CHECKPOINT_WRITE, str(exc), now, where=f"partition {partition}"))
             return "failed"
         return "written"
 

@@ -10,7 +10,8 @@ import click
 
 from hubshift.emulator.broker import HubSpec
 from hubshift.emulator.config import EmulatorSettings, build_hubs
-from hubshift.emulator.server import run
+from hubshift.emulator.context import ConnectionLimits
+from hubshift.emulator.server import run_emulator
 
 
 @click.command("emulator")
@@ -94,6 +95,13 @@ from hubshift.emulator.server import run
     "SEGMENT:POSITION; clients must treat offsets as opaque strings).",
 )
 @click.option(
+    "--max-connections",
+    type=click.IntRange(min=1),
+    default=ConnectionLimits().max_connections,
+    show_default=True,
+    help="Sockets open at once, every listener's together (a consumer holds one per partition it reads).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="warning",
@@ -116,6 +124,7 @@ def emulator(
     jwt_audiences: tuple[str, ...],
     jwt_issuers: tuple[str, ...],
     geo_offsets: bool,
+    max_connections: int,
     log_level: str,
 ) -> None:
     """Start a local Event Hubs that the azure-eventhub SDK talks to; prints its connection string (and,
@@ -139,6 +148,7 @@ def emulator(
         jwt_audiences=jwt_audiences,
         jwt_issuers=jwt_issuers,
         geo_offsets=geo_offsets,
+        limits=ConnectionLimits(max_connections=max_connections),
     )
 
     def announce(line: str) -> None:
@@ -148,4 +158,4 @@ def emulator(
     def reload() -> tuple[HubSpec, ...]:
         return build_hubs(list(hubs), list(consumer_groups), config_file)
 
-    run(settings, announce, reload)
+    run_emulator(settings, announce, reload)

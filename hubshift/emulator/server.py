@@ -1,6 +1,6 @@
 """The emulator server: listens on a TCP port, serves AMQP connections (and AMQP over WebSockets on the same
-port, `websocket.py`) on one asyncio loop, expires events on a timer. `run` is the command line's entry;
-`EmulatorThread` runs it inside another process (tests that want no subprocess)."""
+port, `websocket.py`) on one asyncio loop, expires events on a timer. `run_emulator` is the command line's
+entry; `EmulatorThread` runs it inside another process (tests that want no subprocess)."""
 
 from __future__ import annotations
 
@@ -207,7 +207,7 @@ async def serve(
         await server.stop()
 
 
-def run(
+def run_emulator(
     settings: EmulatorSettings,
     on_ready: Callable[[str], None],
     reload: Callable[[], Iterable[HubSpec]] | None = None,

@@ -28,7 +28,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,7 @@ from hubshift.eventhubs.sdk_internals import (
     buffer_socket_reads,
     create_partition_consumer,
     link_opened,
+    link_quiet,
     track_last,
 )
 from hubshift.eventhubs.target import EventHubsTarget, describe_error, sdk_client
@@ -52,19 +53,28 @@ log = logging.getLogger(__name__)
 # How a receiver reads: events per delivered batch (a spool segment) and AMQP credit.
 MAX_BATCH = 1000
 PREFETCH = 1000
-RETRY_SECONDS = 1.0
+# A receiver whose read failed is opened again this much later.
+REOPEN_SECONDS = 1.0
 # How long a read may wait on a partition's socket (the SDK's default is 0.2 s): a handshake's steps, the
 # rest of a frame whose first bytes came, and every read of a partition behind (its backlog comes as fast
 # as credit goes back: a pause on its socket is a round trip, and a turn that gave up on it would pause the
-# partition for IDLE_SECONDS). A partition caught up is read a burst a turn (`CAUGHT_UP_TURN`,
+# partition for QUIET_SECONDS). A partition caught up is read a burst a turn (`CAUGHT_UP_TURN`,
 # `buffer_socket_reads`): its first frame only if it is there already, each further one if it comes within
 # 5 ms, and for at most 50 ms; the thread's idle wait paces the loop, not one quiet socket (nor one link
 # whose events come more often than the socket timeout) while the other partitions' events wait.
 SOCKET_TIMEOUT_SECONDS = 0.05
 CAUGHT_UP_TURN = TurnReads(follow=0.005, budget=0.05)
+# The follow waits are spent one partition after another: a pass's add up to this much at most (each
+# partition's follow is this share of it, at most CAUGHT_UP_TURN's). At 1,024 partitions with an event
+# now and then, a 5 ms wait after nearly every turn's one event made a pass of 5 s (bench/partitions.py).
+PASS_FOLLOW_SECONDS = 0.05
 # A partition that had nothing is asked again after this long; one whose link is opening, at once (with
 # this pause between rounds), until its first events or for OPENING_WINDOW_SECONDS after it was opened.
-IDLE_SECONDS = 0.1
+QUIET_SECONDS = 0.1
+# A caught-up, opened link whose socket has nothing to read skips its turn (a `poll` instead of the SDK's
+# receive: bench/partitions.py, 1,024 quiet partitions) but takes a whole one at least this often, so the
+# SDK's own timers (its token's renewal, the connection's idle-timeout frames) still run.
+FULL_TURN_SECONDS = 1.0
 OPENING_SECONDS = 0.005
 OPENING_WINDOW_SECONDS = 1.0
 # A new link's handshake (connection, CBS token, link attach) is driven in one turn for at most this long:
@@ -190,6 +200,7 @@ class PartitionReceiver:
         self.consumer: Any = None
         self.not_before = 0.0
         self.opened_at: float | None = None
+        self.full_turn_at = 0.0  # when its link last had a whole turn (the SDK's receive)
         # first sequence number of a delivered batch -> that event's enqueued time (the consumer's lag in
         # seconds: the checkpoint's neighbour is usually the first event of a batch already received)
         self._batch_starts: OrderedDict[int, dt.datetime] = OrderedDict()
@@ -411,19 +422,23 @@ class ReceiverPool:
                 # buffers fill: fewer, larger deliveries cost less per event.
                 # (Only links due now: one waiting out a failure's retry pause is not worth turning for.)
                 opening = any(r.opening() and r.due(time.monotonic()) for r in receivers)
-                self._wake.wait(OPENING_SECONDS if opening else IDLE_SECONDS / 2)
+                self._wake.wait(OPENING_SECONDS if opening else QUIET_SECONDS / 2)
                 self._wake.clear()
 
     def _turn(self, receiver: PartitionReceiver) -> bool:
         """One round of AMQP work for one partition; True when it delivered events."""
         before = receiver.received
+        if self._quiet(receiver):
+            receiver.not_before = time.monotonic() + QUIET_SECONDS
+            return False
+        receiver.full_turn_at = time.monotonic()
         try:
             if receiver.consumer is None:
                 self._open(receiver)
                 receiver.opened_at = time.monotonic()
                 self._handshake(receiver)
             receiver.consumer.receive(True, receiver.batch_size(), None)
-            buffer_socket_reads(receiver.consumer, None if receiver.behind() else CAUGHT_UP_TURN)
+            buffer_socket_reads(receiver.consumer, None if receiver.behind() else self._caught_up_turn())
         except Exception as exc:
             if is_stolen(exc):
                 receiver.stolen = True
@@ -437,13 +452,32 @@ class ReceiverPool:
                 return False
             self._report_failure(receiver, exc)
             self._release(receiver)
-            receiver.not_before = time.monotonic() + RETRY_SECONDS
+            receiver.not_before = time.monotonic() + REOPEN_SECONDS
             return False
         self._failure = None
         if receiver.received == before:
-            receiver.not_before = time.monotonic() + (0.0 if receiver.opening() else IDLE_SECONDS)
+            receiver.not_before = time.monotonic() + (0.0 if receiver.opening() else QUIET_SECONDS)
             return False
         return True
+
+    def _caught_up_turn(self) -> TurnReads:
+        """How a caught-up partition's turn reads: `CAUGHT_UP_TURN`, its follow at most its share of
+        `PASS_FOLLOW_SECONDS`."""
+        with self._lock:
+            receivers = max(1, len(self._receivers))
+        follow = min(CAUGHT_UP_TURN.follow, PASS_FOLLOW_SECONDS / receivers)
+        return CAUGHT_UP_TURN if follow == CAUGHT_UP_TURN.follow else replace(CAUGHT_UP_TURN, follow=follow)
+
+    def _quiet(self, receiver: PartitionReceiver) -> bool:
+        """A caught-up, opened link with nothing to read, whose last whole turn was less than
+        `FULL_TURN_SECONDS` ago: its turn can be skipped. The SDK's receive of a quiet link costs tens of
+        microseconds, ten times a second per partition: with 1,024 partitions most of the idle CPU."""
+        consumer = receiver.consumer
+        if consumer is None or receiver.opening() or receiver.behind() or not link_opened(consumer):
+            return False
+        if time.monotonic() - receiver.full_turn_at >= FULL_TURN_SECONDS:
+            return False
+        return link_quiet(consumer)
 
     def _handshake(self, receiver: PartitionReceiver) -> None:
         """Drive a new link's handshake to its end (at most `HANDSHAKE_SECONDS`) in this turn: one step per

@@ -2,7 +2,8 @@
 pyproject.toml; re-run bench/throughput.py and bench/control_loop.py after any upgrade).
 
 - Partition consumers are created the way the SDK's own EventProcessor does (`_create_consumer`), so one
-  thread can take the partitions in turn (docs/consumer.md).
+  thread can take the partitions in turn (docs/consumer.md), without the keep-alive thread the SDK starts
+  for each.
 - Received messages stay raw AMQP messages instead of an `EventData` each (`adopt_raw_messages`).
 - A connection's socket is read in chunks of up to 64 KiB instead of two reads per frame, and a turn does
   not wait out the socket timeout on a quiet link (`buffer_socket_reads`).
@@ -38,6 +39,7 @@ __all__ = [
     "adopt_raw_messages",
     "buffer_socket_reads",
     "create_partition_consumer",
+    "link_quiet",
     "open_management_link",
     "read_partition_properties",
     "track_last",
@@ -68,6 +70,12 @@ def create_partition_consumer(
         track_last_enqueued_event_properties=True,
     )
     adopt_raw_messages(consumer)
+    # No keep-alive thread: the SDK gives every partition consumer one (keep_alive 30, which
+    # `_create_consumer` does not pass on), waking every second and every 30 s reading the connection's socket
+    # from its own thread, beside the receiving thread's reads. 1,024 partitions: 1,024 threads
+    # (bench/partitions.py). The receivers' whole turns (at least one a second) send the idle-timeout frames.
+    if hasattr(consumer, "_keep_alive"):
+        consumer._keep_alive = None
     return consumer
 
 
@@ -80,8 +88,8 @@ def link_opened(consumer: Any) -> bool:
 
 def adopt_raw_messages(consumer: Any) -> None:
     """Make an SDK partition consumer deliver its raw AMQP messages instead of wrapping each in an
-    `EventData` (its message, properties and annotation views: about a third of the receiving thread's
-    CPU, measured with py-spy in bench/throughput.py). The last message of each batch is still wrapped
+    `EventData` (its message, properties and annotation views: a large share of the receiving thread's
+    CPU, bench/throughput.py). The last message of each batch is still wrapped
     (`track_last`): the SDK resumes from it after a retried link failure, and it carries the
     last-enqueued-event properties."""
     buffer = getattr(consumer, "_message_buffer", None)
@@ -108,11 +116,11 @@ def buffer_socket_reads(consumer: Any, turn: TurnReads | None = None) -> None:
     reads (`turn`: how it ends; None: as pyamqp's, on a socket timeout).
 
     pyamqp reads every frame with two `recv_into` calls, its 8-byte header and then its body, each a system
-    call (two with the socket's timeout) and a trip through the interpreter: about a fifth of the receiving
-    thread's CPU for a hub's small events (`bench/throughput.py`; the plain receive loop goes 15-40 % faster
-    with this read, same process, alternating runs). The chunked read hands the frame reader the same bytes
-    and leaves what it read past a frame in the transport's own read buffer, which pyamqp's frame reader
-    already consults first and restores after a timeout, so its timeout and error handling stay as they are.
+    call (two with the socket's timeout) and a trip through the interpreter, a large share of the receiving
+    thread's CPU for a hub's small events (`bench/throughput.py` measures it). The chunked read hands the
+    frame reader the same bytes and leaves what it read past a frame in the transport's own read buffer,
+    which pyamqp's frame reader already consults first and restores after a timeout, so its timeout and
+    error handling stay as they are.
     Idempotent and cheap: called after every turn, it also covers a connection the SDK re-opened. WebSocket
     transports (which already read whole messages) and other SDK versions are left alone.
 
@@ -134,6 +142,31 @@ def buffer_socket_reads(consumer: Any, turn: TurnReads | None = None) -> None:
         transport._hubshift_chunked = True
     transport._hubshift_turn = turn
     transport._hubshift_turn_began = None
+
+
+def link_quiet(consumer: Any) -> bool:
+    """Whether an SDK partition consumer has nothing to hand over or read right now: no message buffered, no
+    bytes left in its transport's read buffer or its TLS layer, its socket not readable (one `poll` with no
+    wait). False when it cannot tell (no connection yet, a WebSocket transport, another SDK version): the
+    caller then gives it a turn as before."""
+    if getattr(consumer, "_message_buffer", None):
+        return False
+    handler = getattr(consumer, "_handler", None)
+    transport: Any = getattr(getattr(handler, "_connection", None), "_transport", None)
+    if not issubclass(type(transport), SSLTransport):
+        return False
+    buffer = getattr(transport, "_read_buffer", None)
+    sock = getattr(transport, "sock", None)
+    if not isinstance(buffer, BytesIO) or sock is None:
+        return False
+    position = buffer.tell()
+    if buffer.seek(0, 2) != position:  # bytes of the next frame already read
+        buffer.seek(position)
+        return False
+    try:
+        return not _frame_arrives(sock, 0.0)
+    except (OSError, ValueError):  # a closed socket: let the turn find out
+        return False
 
 
 def _frame_arrives(sock: Any, wait: float) -> bool:

@@ -248,6 +248,25 @@ class ScalingDecision:
 # --- the decision -----------------------------------------------------------------------------------------
 
 
+def _booked(
+    scaling: ScalingSpec, state: ScalingState, observation: ScalingObservation, now: float, pause: Pause
+) -> tuple[ScalingState, bool]:
+    """The history with this observation in it (when the pool was created, the probes failed in a row, when
+    it was last active), and whether it is active now (the backlog above the activation threshold, or
+    forced)."""
+    backlog = observation.backlog
+    active = pause.force_activation or (
+        backlog is not None and backlog > scaling.activation.unprocessed_events
+    )
+    booked = replace(
+        state,
+        created_at=_first(state.created_at, observation.created_at, now),
+        failures=0 if backlog is not None else state.failures + 1,
+        last_active_at=now if active else state.last_active_at,
+    )
+    return booked, active
+
+
 def decide_replicas(
     scaling: ScalingSpec,
     state: ScalingState,
@@ -259,15 +278,7 @@ def decide_replicas(
     partitions = observation.partition_count
     current = state.replicas if state.replicas is not None else observation.current_replicas
     backlog = observation.backlog
-    active = pause.force_activation or (
-        backlog is not None and backlog > scaling.activation.unprocessed_events
-    )
-    booked = replace(
-        state,
-        created_at=_first(state.created_at, observation.created_at, now),
-        failures=0 if backlog is not None else state.failures + 1,
-        last_active_at=now if active else state.last_active_at,
-    )
+    booked, active = _booked(scaling, state, observation, now, pause)
 
     low, high = replica_bounds(scaling, partitions)
 
@@ -330,15 +341,7 @@ def decide_pool_size(
     partitions = observation.partition_count
     current = state.replicas if state.replicas is not None else observation.current_replicas
     backlog = observation.backlog
-    active = pause.force_activation or (
-        backlog is not None and backlog > scaling.activation.unprocessed_events
-    )
-    booked = replace(
-        state,
-        created_at=_first(state.created_at, observation.created_at, now),
-        failures=0 if backlog is not None else state.failures + 1,
-        last_active_at=now if active else state.last_active_at,
-    )
+    booked, active = _booked(scaling, state, observation, now, pause)
     replicas = max(0, min(requested, partitions))
     reason = f"spec.replicas {requested}"
     if replicas != requested:
@@ -421,13 +424,13 @@ def _behave(
 
     desired = stabilized
     if stabilized > current:
-        limit = _scale_up_limit(current, state.scale_events, up, now)
+        limit = _scale_limit(current, state.scale_events, up, now, rising=True)
         if limit is not None and limit < stabilized:
             desired = max(limit, current)
             desired = _aligned_between(partitions, current + 1, desired, prefer="high", fallback=desired)
             why += f", scale-up limited to {desired}"
     elif stabilized < current:
-        limit = _scale_down_limit(current, state.scale_events, down, now)
+        limit = _scale_limit(current, state.scale_events, down, now, rising=False)
         if limit is not None and limit > stabilized:
             desired = min(limit, current)
             desired = _aligned_between(partitions, desired, current - 1, prefer="low", fallback=desired)
@@ -435,41 +438,31 @@ def _behave(
     return min(max(desired, low), high), why
 
 
-def _scale_up_limit(
-    current: int, events: Iterable[ScaleEvent], rules: ScalingRulesSpec, now: float
+def _scale_limit(
+    current: int, events: Iterable[ScaleEvent], rules: ScalingRulesSpec, now: float, *, rising: bool
 ) -> int | None:
+    """How far HPA's policies let the count go up (`rising`) or down from `current` now: each policy's bound
+    from the count before the changes its period holds; "Max" selects the policy allowing the biggest
+    change (rising: the highest ceiling; falling: the lowest floor)."""
     if rules.select_policy == "Disabled":
         return current
+    sign = 1 if rising else -1
     proposals = []
     for policy in rules.policies:
-        added = sum(e.change for e in events if e.change > 0 and e.at > now - policy.period_seconds)
-        start = current - added
+        moved = sum(
+            abs(e.change) for e in events if e.change * sign > 0 and e.at > now - policy.period_seconds
+        )
+        start = current - sign * moved
         if policy.type == "Pods":
-            proposals.append(start + policy.value)
-        else:
+            proposals.append(start + sign * policy.value)
+        elif rising:
             proposals.append(math.ceil(start * (1 + policy.value / 100)))
-    if not proposals:
-        return None
-    return max(proposals) if rules.select_policy == "Max" else min(proposals)
-
-
-def _scale_down_limit(
-    current: int, events: Iterable[ScaleEvent], rules: ScalingRulesSpec, now: float
-) -> int | None:
-    if rules.select_policy == "Disabled":
-        return current
-    proposals = []
-    for policy in rules.policies:
-        removed = sum(-e.change for e in events if e.change < 0 and e.at > now - policy.period_seconds)
-        start = current + removed
-        if policy.type == "Pods":
-            proposals.append(start - policy.value)
         else:
             proposals.append(int(start * (1 - policy.value / 100)))
     if not proposals:
         return None
-    # "Max" selects the policy allowing the biggest change, i.e. the lowest floor.
-    return min(proposals) if rules.select_policy == "Max" else max(proposals)
+    biggest = rules.select_policy == "Max"
+    return max(proposals) if biggest == rising else min(proposals)
 
 
 def _aligned_between(partitions: int, low: int, high: int, *, prefer: str, fallback: int) -> int:

@@ -458,24 +458,8 @@ def build_status(
     change = state.running
     waiting = assignment_by_consumer(state.planned)
     message = _message(state, len(handoffs), waiting, probe_error)
-    moving = state.phase is Phase.REBALANCING or bool(waiting)
-    stopped = (
-        bool(expired) and fail_on_data_loss
-    )  # a pool stopped for data loss is not ready, balanced or not
-    conditions = [
-        Condition(
-            type=READY,
-            status="True" if state.phase is Phase.READY and not stopped else "False",
-            reason="DataLoss" if stopped else "Balanced" if state.phase is Phase.READY else state.phase.value,
-            message=f"stopped for data loss; {message}" if stopped else message,
-        ),
-        Condition(
-            type=REBALANCING,
-            status="True" if moving else "False",
-            reason=CHANGE_REASONS[change] if moving and change is not None else "NoHandoffs",
-            message=f"{len(handoffs)} partitions moving; {len(state.planned)} planned, not ready yet",
-        ),
-    ]
+    stopped = bool(expired) and fail_on_data_loss  # stopped for data loss: not ready, balanced or not
+    conditions = _rebalance_conditions(state, message, len(handoffs), bool(waiting), stopped)
     if decision is not None:
         conditions += _scaling_conditions(decision, pause, probe_error)
     conditions += more_conditions
@@ -511,20 +495,44 @@ def build_status(
         planned=waiting,
         planned_until=None if state.planned_until is None else _datetime(state.planned_until),
         pending_handoffs=handoffs,
-        expired_events=[
-            ExpiredEvents(
-                partition=stretch.partition,
-                first_sequence_number=stretch.first,
-                last_sequence_number=stretch.last,
-                events=stretch.events,
-            )
-            for stretch in expired
-        ],
+        expired_events=[_expired_events(stretch) for stretch in expired],
         restoring=restoring_partitions(restoring or {}, now),
         last_scale_time=None if last_scale_time is None else _datetime(last_scale_time),
         last_active_time=None if last_active is None else _datetime(last_active),
         rollout=rollout,
     )
+
+
+def _expired_events(stretch: ExpiredStretch) -> ExpiredEvents:
+    return ExpiredEvents(
+        partition=stretch.partition,
+        first_sequence_number=stretch.first,
+        last_sequence_number=stretch.last,
+        events=stretch.events,
+    )
+
+
+def _rebalance_conditions(
+    state: RebalanceState, message: str, handoffs: int, waiting: bool, stopped: bool
+) -> list[Condition]:
+    """Ready (the phase; never while the pool is `stopped` for data loss) and Rebalancing (partitions moving,
+    or planned for consumers not ready yet)."""
+    moving = state.phase is Phase.REBALANCING or waiting
+    change = state.running
+    return [
+        Condition(
+            type=READY,
+            status="True" if state.phase is Phase.READY and not stopped else "False",
+            reason="DataLoss" if stopped else "Balanced" if state.phase is Phase.READY else state.phase.value,
+            message=f"stopped for data loss; {message}" if stopped else message,
+        ),
+        Condition(
+            type=REBALANCING,
+            status="True" if moving else "False",
+            reason=CHANGE_REASONS[change] if moving and change is not None else "NoHandoffs",
+            message=f"{handoffs} partitions moving; {len(state.planned)} planned, not ready yet",
+        ),
+    ]
 
 
 def _message(

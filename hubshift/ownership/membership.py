@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from hubshift.ownership.records import OWNER
 from hubshift.ownership.scope import Scope, consumer_id
 from hubshift.ownership.store import BlobNotFound, LeaseLost, LeaseStore
 from hubshift.ownership.timing import DEFAULT_TIMING, Timing
-
-OWNER = "ownerid"
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,6 @@
 declared as a `PipelineKind`), listed in `registry.PIPELINES`. PySpark is imported only where a pipeline runs,
 so the operator reads the declarations without loading it."""
 
-from hubshift.pipelines.registry import (
-    PIPELINES,
-    PipelineSpec,
-    build_pipeline,
-    check_pipeline,
-    pipeline_connections,
-)
+from hubshift.pipelines.registry import PIPELINES, PipelineSpec, build_pipeline, check_pipeline
 
-__all__ = ["PIPELINES", "PipelineSpec", "build_pipeline", "check_pipeline", "pipeline_connections"]
+__all__ = ["PIPELINES", "PipelineSpec", "build_pipeline", "check_pipeline"]

@@ -248,7 +248,7 @@ def _build(block: AggregateSpec, context: BuildContext) -> AggregatePipeline:
     return AggregatePipeline.from_spec(block)
 
 
-KIND = PipelineKind[AggregateSpec](
+PIPELINE = PipelineKind[AggregateSpec](
     name="aggregate",
     annotation=AggregateSpec,
     field=Field(default_factory=AggregateSpec),

@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from hubshift.pipelines.aggregate import OUTPUT
 from hubshift.sinks.base import ObjectStore, format_time
 from hubshift.sinks.commits import BatchRecord, select_counted
 from hubshift.sinks.layout import COMMITS, VIEWS
-
-OUTPUT = "aggregates"
 
 # (window start, home, sensor type)
 WindowKey = tuple[datetime, str, str]

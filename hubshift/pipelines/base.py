@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from hubshift.sinks.base import DEAD_LETTER_REASON, LineGroups, Output, PipelineResult
-from hubshift.spec import NamedConnection
+from hubshift.spec.kinds import Block, Kind, Location
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -85,10 +85,6 @@ class EditingPipeline(TaskPipeline, Protocol):
         ...
 
 
-Block = TypeVar("Block")
-Location = tuple[str | int, ...]
-
-
 @dataclass(frozen=True)
 class BuildContext:
     """What building a pipeline may use besides its block: the environment connection strings come from,
@@ -100,32 +96,20 @@ class BuildContext:
     editor: Sequence[EditorStepSpec] = ()
 
 
-def no_connections(block: Any, location: Location) -> list[NamedConnection]:
-    return []
-
-
 def no_check(block: Any, environ: Mapping[str, str], location: Location) -> None:
     return None
 
 
-@dataclass(frozen=True)
-class PipelineKind(Generic[Block]):
-    """A pipeline type as a manifest names it (`spec.consumer.pipeline.type`), with everything the parts need
-    of it. `annotation` and `field`: its block, `spec.consumer.pipeline.<name>` (a model, or text);
-    `required`: what the block is, for the refusal when the type is set without it (None: it has a default);
-    `connections(block, location)`: the connections it makes (`location`: where the block is);
-    `check(block, environ, location)`: at a consumer's start, what it writes to (reachable, credentials);
-    `build(block, context)`: the pipeline; `takes_editor`: whether editor steps may run before it; `shape`:
-    whether it writes lines from Spark's tasks (`tasks`), a DataFrame per micro-batch (`frames`: what a
-    sink Spark writes itself takes), or is a streaming job whose state follows its partitions (`stream`: a
-    query per partition, `consumer/spark/streams.py`)."""
+@dataclass(frozen=True, kw_only=True)
+class PipelineKind(Kind[Block]):
+    """A pipeline type as a manifest names it (`spec.consumer.pipeline.type`, a `Kind`), with what the parts
+    need of it besides its block and connections: `check(block, environ, location)`: at a consumer's start,
+    what it writes to (reachable, credentials); `build(block, context)`: the pipeline; `takes_editor`:
+    whether editor steps may run before it; `shape`: whether it writes lines from Spark's tasks (`tasks`), a
+    DataFrame per micro-batch (`frames`: what a sink Spark writes itself takes), or is a streaming job whose
+    state follows its partitions (`stream`: a query per partition, `consumer/spark/streams.py`)."""
 
-    name: str
-    annotation: Any
-    field: Any  # pydantic's Field(...): its FieldInfo, typed as its default by pydantic
     build: Callable[[Block, BuildContext], Pipeline]
-    required: str | None = None
-    connections: Callable[[Block, Location], list[NamedConnection]] = no_connections
     check: Callable[[Block, Mapping[str, str], Location], None] = no_check
     takes_editor: bool = False
     shape: Literal["tasks", "frames", "stream"] = "tasks"

@@ -30,7 +30,7 @@ def _build(block: object, context: BuildContext) -> EventsPipeline:
     return EventsPipeline()
 
 
-KIND = PipelineKind[object](
+PIPELINE = PipelineKind[object](
     name="events",
     annotation=bool | None,
     field=Field(default=None, description="Nothing to set (type events: the events as they are)."),

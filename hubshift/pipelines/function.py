@@ -69,7 +69,7 @@ def _build(block: str, context: BuildContext) -> FunctionPipeline:
     return FunctionPipeline(block)
 
 
-KIND = PipelineKind[str](
+PIPELINE = PipelineKind[str](
     name="function",
     annotation=str | None,
     field=Field(

@@ -37,15 +37,15 @@ from hubshift.pipelines.projection_db import PostgresProjection, SqliteProjectio
 from hubshift.pipelines.projection_tables import SOURCE_COLUMNS, ProjectionDatabase, Record, Tables
 from hubshift.pipelines.steps import EventFieldSpec
 from hubshift.sinks.base import dead_letter_text
-from hubshift.spec import DEFAULT_PROJECTION_ENV, Model, NamedConnection, SecretConnectionSpec, cel
+from hubshift.spec import SQL_NAME, SQL_TABLE, Model, NamedConnection, SecretConnectionSpec, cel
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
 # A table or column name in a projection's database (optionally schema-qualified for a table).
-SQL_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
-SQL_TABLE = r"^([A-Za-z_][A-Za-z0-9_]{0,62}\.)?[A-Za-z_][A-Za-z0-9_]{0,62}$"
+# The default variable of the database's connection string.
+DEFAULT_PROJECTION_ENV = "HUBSHIFT_PROJECTION_CONNECTION_STRING"
 POSTGRES_REQUIRED = "postgres is required when database is postgres"
 _JSON_NUL = re.compile(r"(?<!\\)(\\\\)*\\u0000", re.IGNORECASE)
 
@@ -257,7 +257,7 @@ def _build(block: ProjectionSpec, context: BuildContext) -> Pipeline:
     return build_editor(ProjectionPipeline.from_spec(block, context.environ), context.editor, context.state)
 
 
-KIND = PipelineKind[ProjectionSpec](
+PIPELINE = PipelineKind[ProjectionSpec](
     name="projection",
     annotation=ProjectionSpec | None,
     field=Field(default=None, description="The database table (type projection)."),

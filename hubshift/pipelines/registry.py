@@ -9,44 +9,41 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import Field, create_model, model_validator
+from pydantic import Field, model_validator
 
 from hubshift.pipelines import aggregate, events, function, projection, replicate, route, stream
 from hubshift.pipelines.base import BuildContext, Location, Pipeline, PipelineKind
 from hubshift.pipelines.steps import MAX_STEPS, EditorStepSpec
-from hubshift.spec import Model, NamedConnection, cel
+from hubshift.spec import cel
+from hubshift.spec.kinds import Chosen, Kinds
 
 if TYPE_CHECKING:
     from hubshift.sinks.base import ObjectStore
 
-PIPELINES: tuple[PipelineKind[Any], ...] = (
-    aggregate.KIND,
-    function.KIND,
-    stream.KIND,
-    events.KIND,
-    replicate.KIND,
-    route.KIND,
-    projection.KIND,
+PIPELINES = Kinds[PipelineKind[Any]](
+    ("spec", "consumer", "pipeline"),
+    aggregate.PIPELINE,
+    function.PIPELINE,
+    stream.PIPELINE,
+    events.PIPELINE,
+    replicate.PIPELINE,
+    route.PIPELINE,
+    projection.PIPELINE,
 )
-BY_NAME: Mapping[str, PipelineKind[Any]] = {kind.name: kind for kind in PIPELINES}
-DEFAULT = aggregate.KIND.name
-LOCATION: Location = ("spec", "consumer", "pipeline")
 
-_EDITING = [kind.name for kind in PIPELINES if kind.takes_editor]
+_EDITING = PIPELINES.names(lambda kind: kind.takes_editor)
 EDITOR_NEEDS = f"editor goes with type {', '.join(_EDITING[:-1])} or {_EDITING[-1]}"
 
 
-def _required(kind: PipelineKind[Any]) -> str:
-    return f"{kind.required} is required when type is {kind.name}"
-
-
-class PipelineSpecBase(Model):
+class PipelineSpecBase(Chosen):
     """What every pipeline block shares: the type, and the editor steps run before the pipelines that take
     them. `PipelineSpec` adds one block per pipeline of `PIPELINES`."""
 
-    type: str = DEFAULT
+    KINDS = PIPELINES
+
+    type: str = PIPELINES.default
     editor: list[EditorStepSpec] = Field(
         default_factory=list,
         max_length=MAX_STEPS,
@@ -55,15 +52,7 @@ class PipelineSpecBase(Model):
     )
 
     CEL = (
-        *(
-            cel(
-                f"!has(self.type) || self.type != '{kind.name}' || has(self.{kind.name})",
-                _required(kind),
-                f".{kind.name}",
-            )
-            for kind in PIPELINES
-            if kind.required is not None
-        ),
+        *PIPELINES.required_rules(),
         cel(
             "!has(self.editor) || size(self.editor) == 0 || "
             f"(has(self.type) && self.type in [{', '.join(repr(name) for name in _EDITING)}])",
@@ -74,19 +63,11 @@ class PipelineSpecBase(Model):
 
     @property
     def kind(self) -> PipelineKind[Any]:
-        return BY_NAME[self.type]
-
-    @property
-    def block(self) -> Any:
-        """The block of the chosen pipeline (`spec.consumer.pipeline.<type>`)."""
-        return getattr(self, self.type)
+        return PIPELINES[self.type]
 
     @model_validator(mode="after")
-    def _block_given(self) -> PipelineSpecBase:
-        kind = self.kind
-        if kind.required is not None and self.block is None:
-            raise ValueError(_required(kind))
-        if self.editor and not kind.takes_editor:
+    def _editor_taken(self) -> PipelineSpecBase:
+        if self.editor and not self.kind.takes_editor:
             raise ValueError(EDITOR_NEEDS)
         return self
 
@@ -94,28 +75,17 @@ class PipelineSpecBase(Model):
 if TYPE_CHECKING:
     PipelineSpec = PipelineSpecBase
 else:
-    PipelineSpec = create_model(
+    PipelineSpec = PIPELINES.model(
         "PipelineSpec",
-        __base__=PipelineSpecBase,
-        __doc__="The pipeline each consumer runs: `type`, its block, and the editor steps before it.",
-        type=(
-            Literal[tuple(BY_NAME)],
-            Field(
-                DEFAULT,
-                description="Which pipeline: its block of the same name holds its settings (aggregate: the "
-                "default).",
-            ),
-        ),
-        **{kind.name: (kind.annotation, kind.field) for kind in PIPELINES},
+        PipelineSpecBase,
+        "The pipeline each consumer runs: `type`, its block, and the editor steps before it.",
+        "Which pipeline: its block of the same name holds its settings (aggregate: the default).",
     )
 
 
-def pipeline_connections(spec: PipelineSpecBase, location: Location = LOCATION) -> list[NamedConnection]:
-    """The connections the chosen pipeline makes (a block of another type, left over, makes none)."""
-    return list(spec.kind.connections(spec.block, (*location, spec.type)))
-
-
-def check_pipeline(spec: PipelineSpecBase, environ: Mapping[str, str], location: Location = LOCATION) -> None:
+def check_pipeline(
+    spec: PipelineSpecBase, environ: Mapping[str, str], location: Location = PIPELINES.location
+) -> None:
     """At a consumer's start: what the chosen pipeline writes to (reachable, credentials, tables)."""
     spec.kind.check(spec.block, environ, (*location, spec.type))
 
@@ -129,4 +99,4 @@ def build_pipeline(
     return spec.kind.build(spec.block, context)
 
 
-__all__ = ["PIPELINES", "PipelineSpec", "build_pipeline", "check_pipeline", "pipeline_connections"]
+__all__ = ["PIPELINES", "PipelineSpec", "build_pipeline", "check_pipeline"]

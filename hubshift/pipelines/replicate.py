@@ -35,12 +35,14 @@ from hubshift.eventhubs.target import EventHubsTarget, resolve_target
 from hubshift.pipelines.base import BuildContext, Location, Pipeline, PipelineKind, TaskResult
 from hubshift.pipelines.editor import build_editor
 from hubshift.sinks.base import dead_letter_text
-from hubshift.spec import DEFAULT_REPLICATE_ENV, HubConnectionSpec, NamedConnection
+from hubshift.spec import HubConnectionSpec, NamedConnection
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
+# The default variable of the target hub's connection string (replicate, route).
+DEFAULT_REPLICATE_ENV = "HUBSHIFT_REPLICATE_CONNECTION_STRING"
 REPL_ENQUEUE_TIME = "repl-enqueue-time"
 REPL_SEQUENCE = "repl-sequence"
 REPL_OFFSET = "repl-offset"
@@ -251,7 +253,7 @@ def _build(block: ReplicateSpec, context: BuildContext) -> Pipeline:
     return build_editor(ReplicatePipeline.from_spec(block, context.environ), context.editor, context.state)
 
 
-KIND = PipelineKind[ReplicateSpec](
+PIPELINE = PipelineKind[ReplicateSpec](
     name="replicate",
     annotation=ReplicateSpec | None,
     field=Field(default=None, description="The target Event Hub (type replicate)."),

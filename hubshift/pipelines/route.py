@@ -368,7 +368,7 @@ def _build(block: RouteSpec, context: BuildContext) -> Pipeline:
     return build_editor(route, context.editor, context.state, finish=route.with_sql if route.sql else None)
 
 
-KIND = PipelineKind[RouteSpec](
+PIPELINE = PipelineKind[RouteSpec](
     name="route",
     annotation=RouteSpec | None,
     field=Field(default=None, description="Targets and rules (type route)."),

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 DEFAULT_STATE_ENV = "HUBSHIFT_STATE_CONNECTION_STRING"
-NAME = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
+JOB_NAME = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
 UserStream = Callable[["DataFrame"], "DataFrame"]
 
 
@@ -69,7 +69,7 @@ class StreamJobSpec(Model):
     )
     name: str = Field(
         default="stream",
-        pattern=NAME,
+        pattern=JOB_NAME,
         description="Names the job's state: a new name starts every partition's state afresh.",
     )
     state: StatePathSpec | None = Field(
@@ -174,7 +174,7 @@ def _build(block: StreamJobSpec, context: BuildContext) -> StreamPipeline:
     return StreamPipeline(block)
 
 
-KIND = PipelineKind[StreamJobSpec](
+PIPELINE = PipelineKind[StreamJobSpec](
     name="stream",
     annotation=StreamJobSpec | None,
     field=Field(

@@ -5,7 +5,7 @@ results, dead letters and commit records go."""
 from hubshift.sinks.base import FileSink, ObjectStore, Sink
 from hubshift.sinks.blob import BlobStore
 from hubshift.sinks.folder import FolderStore
-from hubshift.sinks.registry import SINKS, SinkSpec, build_sink, build_store, sink_connections, sink_volume
+from hubshift.sinks.registry import SINKS, SinkSpec, build_sink, build_store, sink_volume
 
 __all__ = [
     "SINKS",
@@ -17,6 +17,5 @@ __all__ = [
     "SinkSpec",
     "build_sink",
     "build_store",
-    "sink_connections",
     "sink_volume",
 ]

@@ -18,18 +18,22 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from hubshift.errors import UserError
 from hubshift.sinks.commits import BatchRecord, PartitionRange, WrittenFile
 from hubshift.sinks.layout import data_file, dead_letter_file, new_run
-from hubshift.spec import NamedConnection
+from hubshift.spec.kinds import Block, Kind, Location
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType
 
+
+# The default variable of a sink's Azure Storage connection string (blob; delta, parquet, json at an Azure
+# path).
+DEFAULT_SINK_STORAGE_ENV = "HUBSHIFT_SINK_CONNECTION_STRING"
 
 # Timestamps in every JSON line: UTC, milliseconds, `Z`.
 JSON_OPTIONS = {"timeZone": "UTC", "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"}
@@ -483,9 +487,6 @@ def sink_summary(files: list[WrittenFile]) -> tuple[Mapping[str, int], int]:
 
 # --- how a manifest declares a sink ------------------------------------------------------------------
 
-Block = TypeVar("Block")
-Location = tuple[str | int, ...]
-
 
 @dataclass(frozen=True)
 class PodVolume:
@@ -496,10 +497,6 @@ class PodVolume:
     claim_name: str | None = None
     size: str | None = None
     storage_class_name: str | None = None
-
-
-def no_connections(block: Any, location: Location) -> list[NamedConnection]:
-    return []
 
 
 def no_volume(block: Any, dead_letter_path: str | None, work_dir: str) -> PodVolume | None:
@@ -538,29 +535,21 @@ def file_sink(name: str, stores: Stores) -> Callable[[Any, SinkContext], FileSin
     return build
 
 
-@dataclass(frozen=True)
-class SinkKind(Generic[Block]):
-    """A sink type as a manifest names it (`spec.consumer.sink.type`), with everything the parts need of it.
-    `annotation` and `field`: its block, `spec.consumer.sink.<name>`; `required`: what the block is, for the
-    refusal when the type is set without it (None: it has a default); `build(block, context)`: the `Sink`;
-    `stores(block, dead_letter_path, environ, location)`, for a sink hubshift writes as files: where results
-    and commit records go and where dead letters go (it takes any pipeline's lines, and the output's
-    readers and the editor's state use the same stores); `connections(block, location)`; `volume(block,
-    dead_letter_path, work_dir)`: what a pod must mount (`UserError` for a configuration no pod can write)."""
+@dataclass(frozen=True, kw_only=True)
+class SinkKind(Kind[Block]):
+    """A sink type as a manifest names it (`spec.consumer.sink.type`, a `Kind`), with what the parts need of
+    it besides its block and connections: `build(block, context)`: the `Sink`; `stores(block,
+    dead_letter_path, environ, location)`, for a sink hubshift writes as files: where results and commit
+    records go and where dead letters go (it takes any pipeline's lines, and the output's readers and the
+    editor's state use the same stores); `volume(block, dead_letter_path, work_dir)`: what a pod must mount
+    (`UserError` for a configuration no pod can write); `update`: how it takes a streaming job's output mode
+    update (`keyed`: an upsert by the job's key columns; `any`: its function does what it does; None: it
+    takes append only)."""
 
-    name: str
-    annotation: Any
-    field: Any  # pydantic's Field(...): its FieldInfo, typed as its default by pydantic
     build: Callable[[Block, SinkContext], Sink]
     stores: Stores | None = None
-    required: str | None = None
-    connections: Callable[[Block, Location], list[NamedConnection]] = no_connections
     volume: Callable[[Block, str | None, str], PodVolume | None] = no_volume
-    attribute: str = ""  # the block's Python name where its manifest name is taken (`json` of pydantic)
-
-    @property
-    def field_name(self) -> str:
-        return self.attribute or self.name
+    update: Literal["keyed", "any"] | None = None
 
     @property
     def writes_lines(self) -> bool:

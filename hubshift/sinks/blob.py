@@ -24,14 +24,15 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_de
 
 from hubshift.azure_storage import BlobContainer, answered_by_account
 from hubshift.errors import UserError
-from hubshift.sinks.base import Location, ObjectStore, SinkKind, file_sink
-from hubshift.sinks.layout import join
-from hubshift.spec import DEFAULT_SINK_STORAGE_ENV, BlobStoreSpec, NamedConnection
+from hubshift.sinks.base import DEFAULT_SINK_STORAGE_ENV, ObjectStore, SinkKind, file_sink
+from hubshift.sinks.layout import DEAD_LETTERS, join
+from hubshift.spec import BlobStoreSpec, NamedConnection
+from hubshift.spec.kinds import Location
 
 log = logging.getLogger(__name__)
 
 # How long a write may keep failing before the micro-batch gives up; one request's own time limits.
-RETRY_SECONDS = 300.0
+WRITE_RETRY_SECONDS = 300.0
 CONNECTION_TIMEOUT_SECONDS = 5
 READ_TIMEOUT_SECONDS = 20
 
@@ -54,7 +55,7 @@ class BlobStore:
 
     container: BlobContainer
     prefix: str = ""
-    retry_seconds: float = RETRY_SECONDS
+    retry_seconds: float = WRITE_RETRY_SECONDS
     _client: ContainerClient | None = field(default=None, init=False, repr=False, compare=False)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -164,9 +165,6 @@ def _transient(error: BaseException) -> bool:
     return False
 
 
-DEFAULT_DEAD_LETTER = "dead-letter"
-
-
 def _connections(block: BlobSinkSpec, location: Location) -> list[NamedConnection]:
     return [NamedConnection(location, block, "sink")]
 
@@ -179,11 +177,11 @@ def _stores(
 
     resolved = _connections(block, location)[0].resolve(environ)
     store = BlobStore(blob_container(block, resolved), block.prefix.strip("/"))
-    dead_prefix = dead_letter_path or "/".join(p for p in (store.prefix, DEFAULT_DEAD_LETTER) if p)
+    dead_prefix = dead_letter_path or "/".join(p for p in (store.prefix, DEAD_LETTERS) if p)
     return store, replace(store, prefix=dead_prefix.strip("/"))
 
 
-KIND = SinkKind[BlobSinkSpec](
+SINK = SinkKind[BlobSinkSpec](
     name="blob",
     annotation=BlobSinkSpec | None,
     field=Field(default=None),

@@ -29,19 +29,16 @@ from pydantic import Field
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from hubshift.errors import UserError, one_line
-from hubshift.sinks.base import RowSink, SinkContext, SinkKind, StreamBatch, Transform, WriterBatch
+from hubshift.sinks.base import SinkContext, SinkKind, StreamBatch, Transform, WriterBatch
 from hubshift.sinks.commits import WrittenFile
 from hubshift.sinks.spark_writer import (
+    PathSink,
     SparkPathSpec,
-    check_writable,
     configured_writer,
-    dead_letter_folder,
-    hadoop_settings,
     not_yet_written,
     path_connections,
-    single_output,
+    rows_to_write,
     to_write,
-    write_dead_letters,
 )
 
 if TYPE_CHECKING:
@@ -83,26 +80,19 @@ class DeltaSinkSpec(SparkPathSpec):
     job")."""
 
 
-class DeltaSink(RowSink):
+class DeltaSink(PathSink):
     name = "delta"
 
     def __init__(self, block: DeltaSinkSpec, context: SinkContext) -> None:
-        self.block = block
+        super().__init__(block, context)
         self.path = block.path
         self.scope = context.scope
-        self.dead_letters = dead_letter_folder(block.path, context.dead_letter_path)
-        connections = path_connections(block, context.location)
-        resolved = connections[0].resolve(context.environ) if connections else None
-        self.settings = {} if resolved is None else hadoop_settings(block.path, resolved, context.environ)
-
-    def check(self, spark: SparkSession) -> None:
-        check_writable(spark, self.path, self.name)
 
     def describe(self) -> str:
         return f"Delta table {self.path}"
 
     def spark_conf(self) -> dict[str, str]:
-        return {**SESSION_CONF, **{f"spark.hadoop.{key}": value for key, value in self.settings.items()}}
+        return {**SESSION_CONF, **self.hadoop_conf()}
 
     def app_id(self, partition: str) -> str:
         return f"hubshift/{self.scope}/{partition}"
@@ -160,8 +150,7 @@ class DeltaSink(RowSink):
         if not todo:
             return []  # a replay: everything this batch holds is in the table already
         result = transform(not_yet_written(events, {p: v for p, v in written.items() if v >= 0}))
-        frame = single_output(result, self.name)
-        files = write_dead_letters(result, self.dead_letters)
+        frame, files = rows_to_write(result, self.name, self.dead_letters)
         if frame is not None and table.needs_schema(transaction, frame, self.block):
             if again:
                 raise UserError(f"Delta table {self.path}: its schema did not take the rows' columns")
@@ -218,7 +207,7 @@ class _Table:
         """A transaction on the table's latest version (-1: the table does not exist yet)."""
         return self.log.startTransaction()
 
-    def needs_schema(self, transaction: Any, frame: DataFrame, block: DeltaSinkSpec) -> bool:
+    def needs_schema(self, transaction: Any, frame: DataFrame, block: SparkPathSpec) -> bool:
         """Whether the table must be created, or widened with the frame's new columns, first."""
         if int(transaction.readVersion()) < 0:
             return True
@@ -267,7 +256,7 @@ class _Table:
         return int(transaction.commit(self.converters.asScala(actions).toList(), operation))
 
 
-KIND = SinkKind[DeltaSinkSpec](
+SINK = SinkKind[DeltaSinkSpec](
     name="delta",
     annotation=DeltaSinkSpec | None,
     field=Field(
@@ -276,4 +265,5 @@ KIND = SinkKind[DeltaSinkSpec](
     required="delta (the table's path)",
     connections=path_connections,
     build=DeltaSink,
+    update="keyed",
 )

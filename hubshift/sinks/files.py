@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from hubshift.sinks.base import (
-    RowSink,
     SinkContext,
     SinkKind,
     StreamBatch,
@@ -49,16 +48,13 @@ from hubshift.sinks.base import (
 )
 from hubshift.sinks.commits import WrittenFile
 from hubshift.sinks.spark_writer import (
+    PathSink,
     SparkPathSpec,
-    check_writable,
     configured_writer,
-    dead_letter_folder,
-    hadoop_settings,
     not_yet_written,
     path_connections,
-    single_output,
+    rows_to_write,
     to_write,
-    write_dead_letters,
 )
 
 if TYPE_CHECKING:
@@ -85,24 +81,17 @@ class FilesSinkSpec(SparkPathSpec):
     """A folder of Spark's files (Parquet or JSON lines), a reader of which never sees a row twice."""
 
 
-class FilesSink(RowSink):
+class FilesSink(PathSink):
     def __init__(self, format_name: str, block: FilesSinkSpec, context: SinkContext) -> None:
+        super().__init__(block, context)
         self.name = format_name
-        self.block = block
         self.path = block.path.rstrip("/")
-        self.dead_letters = dead_letter_folder(block.path, context.dead_letter_path)
-        connections = path_connections(block, context.location)
-        resolved = connections[0].resolve(context.environ) if connections else None
-        self.settings = {} if resolved is None else hadoop_settings(block.path, resolved, context.environ)
-
-    def check(self, spark: SparkSession) -> None:
-        check_writable(spark, self.path, self.name)
 
     def describe(self) -> str:
         return f"{self.name} files in {self.path}"
 
     def spark_conf(self) -> dict[str, str]:
-        return {f"spark.hadoop.{key}": value for key, value in self.settings.items()}
+        return self.hadoop_conf()
 
     def write_batch(self, events: DataFrame, transform: Transform, batch: WriterBatch) -> list[WrittenFile]:
         folder = HadoopFolder(events.sparkSession, self.path)
@@ -114,8 +103,7 @@ class FilesSink(RowSink):
         if not todo:
             return []
         result = transform(not_yet_written(events, written))
-        frame = single_output(result, self.name)
-        files = write_dead_letters(result, self.dead_letters)
+        frame, files = rows_to_write(result, self.name, self.dead_letters)
         staging = f"{STAGING}/{batch.stem}"
         moves: list[tuple[str, str]] = []
         rows = 0
@@ -417,7 +405,7 @@ def _json(block: FilesSinkSpec, context: SinkContext) -> FilesSink:
     return FilesSink("json", block, context)
 
 
-PARQUET = SinkKind[FilesSinkSpec](
+PARQUET_SINK = SinkKind[FilesSinkSpec](
     name="parquet",
     annotation=FilesSinkSpec | None,
     field=Field(default=None, description="Parquet files in a folder (type parquet); no row twice."),
@@ -425,7 +413,7 @@ PARQUET = SinkKind[FilesSinkSpec](
     connections=path_connections,
     build=_parquet,
 )
-JSON = SinkKind[FilesSinkSpec](
+JSON_SINK = SinkKind[FilesSinkSpec](
     name="json",
     annotation=FilesSinkSpec | None,
     field=Field(default=None, alias="json", description="JSON lines in a folder (type json); no row twice."),

@@ -15,13 +15,13 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from hubshift.errors import UserError
-from hubshift.sinks.base import Location, ObjectStore, PodVolume, SinkKind, file_sink
-from hubshift.sinks.layout import TEMPORARY_PREFIX
+from hubshift.sinks.base import ObjectStore, PodVolume, SinkKind, file_sink
+from hubshift.sinks.layout import DEAD_LETTERS, TEMPORARY_PREFIX
 from hubshift.spec import QUANTITY, Model, cel
+from hubshift.spec.kinds import Location
 
 CLAIM_OR_SIZE = "set claimName or size, not both"
 CLASS_WITH_SIZE = "storageClassName goes with size"
-DEFAULT_DEAD_LETTER = "dead-letter"
 
 
 class FolderVolumeSpec(Model):
@@ -130,7 +130,7 @@ def _stores(
     block: FolderSinkSpec, dead_letter_path: str | None, environ: Mapping[str, str], location: Location
 ) -> tuple[ObjectStore, ObjectStore]:
     root = Path(block.path)
-    dead_root = Path(dead_letter_path) if dead_letter_path else root / DEFAULT_DEAD_LETTER
+    dead_root = Path(dead_letter_path) if dead_letter_path else root / DEAD_LETTERS
     return FolderStore(root), FolderStore(dead_root)
 
 
@@ -151,7 +151,7 @@ def _volume(block: FolderSinkSpec, dead_letter_path: str | None, work_dir: str) 
     return PodVolume(mount_path, volume.claim_name, volume.size, volume.storage_class_name)
 
 
-KIND = SinkKind[FolderSinkSpec](
+SINK = SinkKind[FolderSinkSpec](
     name="folder",
     annotation=FolderSinkSpec,
     field=Field(default_factory=FolderSinkSpec),

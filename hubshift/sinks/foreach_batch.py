@@ -22,7 +22,7 @@ from pydantic import Field
 from hubshift.errors import UserError, one_line
 from hubshift.sinks.base import RowSink, SinkContext, SinkKind, StreamBatch, Transform, WriterBatch
 from hubshift.sinks.commits import WrittenFile
-from hubshift.sinks.spark_writer import dead_letter_folder, single_output, write_dead_letters
+from hubshift.sinks.spark_writer import dead_letter_folder, rows_to_write
 from hubshift.spec import Model
 from hubshift.usercode import FUNCTION_REFERENCE, load_function
 
@@ -75,9 +75,7 @@ class ForeachBatchSink(RowSink):
         return {}
 
     def write_batch(self, events: DataFrame, transform: Transform, batch: WriterBatch) -> list[WrittenFile]:
-        result = transform(events)
-        frame = single_output(result, self.name)
-        files = write_dead_letters(result, self.dead_letters)
+        frame, files = rows_to_write(transform(events), self.name, self.dead_letters)
         if frame is None:
             return files
         ranges = {p: (r.first_sequence_number, r.last_sequence_number) for p, r in batch.ranges.items()}
@@ -125,10 +123,11 @@ def checked(function: Callable[..., Any], reference: str) -> Callable[..., Any]:
     return function
 
 
-KIND = SinkKind[ForeachBatchSinkSpec](
+SINK = SinkKind[ForeachBatchSinkSpec](
     name="foreachBatch",
     annotation=ForeachBatchSinkSpec | None,
     field=Field(default=None, description="Your module:function(DataFrame, batch) (type foreachBatch)."),
     required="foreachBatch (the function)",
     build=ForeachBatchSink,
+    update="any",
 )

@@ -20,17 +20,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import Field, model_validator
 
 from hubshift.errors import UserError, one_line
-from hubshift.sinks.base import Location, RowSink, SinkContext, SinkKind, StreamBatch, Transform, WriterBatch
+from hubshift.sinks.base import RowSink, SinkContext, SinkKind, StreamBatch, Transform, WriterBatch
 from hubshift.sinks.commits import WrittenFile
-from hubshift.sinks.spark_writer import dead_letter_folder, single_output, write_dead_letters
-from hubshift.spec import MAX_SETTINGS, NamedConnection, SecretConnectionSpec, cel
+from hubshift.sinks.spark_writer import dead_letter_folder, rows_to_write
+from hubshift.spec import MAX_SETTINGS, SQL_NAME, SQL_TABLE, NamedConnection, SecretConnectionSpec, cel
+from hubshift.spec.kinds import Location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 DEFAULT_JDBC_ENV = "HUBSHIFT_JDBC_URL"
-SQL_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
-SQL_TABLE = r"^([A-Za-z_][A-Za-z0-9_]{0,62}\.)?[A-Za-z_][A-Za-z0-9_]{0,62}$"
 # Options that would put a secret in the manifest, or that hubshift sets itself.
 REFUSED_OPTIONS = frozenset({"url", "dbtable", "query", "password", "user"})
 NO_SECRET_OPTIONS = (
@@ -119,9 +118,7 @@ class JdbcSink(RowSink):
         return f"{schema}.{name}" if schema else name
 
     def write_batch(self, events: DataFrame, transform: Transform, batch: WriterBatch) -> list[WrittenFile]:
-        result = transform(events)
-        frame = single_output(result, self.name)
-        files = write_dead_letters(result, self.dead_letters)
+        frame, files = rows_to_write(transform(events), self.name, self.dead_letters)
         if frame is None:
             return files
         return [*self._upsert(frame, batch.consumer_id, self.block.key_columns), *files]
@@ -240,7 +237,7 @@ def _writer(block: JdbcSinkSpec, context: SinkContext) -> JdbcSink:
     return JdbcSink(block, context)
 
 
-KIND = SinkKind[JdbcSinkSpec](
+SINK = SinkKind[JdbcSinkSpec](
     name="jdbc",
     annotation=JdbcSinkSpec | None,
     field=Field(
@@ -249,4 +246,5 @@ KIND = SinkKind[JdbcSinkSpec](
     required="jdbc (the table)",
     connections=_connections,
     build=_writer,
+    update="keyed",
 )

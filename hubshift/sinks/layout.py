@@ -19,6 +19,8 @@ from datetime import datetime
 
 COMMITS = "_batches"
 VIEWS = "views"
+# Where a folder or blob sink's dead letters go unless `deadLetterPath` says: beside its outputs.
+DEAD_LETTERS = "dead-letter"
 DATA_SUFFIX = ".jsonl"
 COMMIT_SUFFIX = ".json"
 # In-progress uploads (folder sink) start with this and are never listed.

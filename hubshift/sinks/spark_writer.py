@@ -24,10 +24,16 @@ from pydantic import Field, model_validator
 
 from hubshift.azure_storage import parse_connection_string
 from hubshift.errors import UserError
-from hubshift.sinks.base import DEAD_LETTER_REASON, Location, PipelineResult, dead_letter_line
+from hubshift.sinks.base import (
+    DEAD_LETTER_REASON,
+    DEFAULT_SINK_STORAGE_ENV,
+    PipelineResult,
+    RowSink,
+    SinkContext,
+    dead_letter_line,
+)
 from hubshift.sinks.commits import PartitionRange, WrittenFile
 from hubshift.spec import (
-    DEFAULT_SINK_STORAGE_ENV,
     MAX_SETTINGS,
     CelRule,
     ConnectionSpec,
@@ -36,6 +42,7 @@ from hubshift.spec import (
     TokenCredentialSpec,
     cel,
 )
+from hubshift.spec.kinds import Location
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
@@ -317,6 +324,37 @@ def write_dead_letters(result: PipelineResult, folder: str) -> list[WrittenFile]
     finally:
         lines.unpersist()
     return [WrittenFile("dead-letter", "dead-letter", folder, count)] if count else []
+
+
+class PathSink(RowSink):
+    """What the sinks Spark writes at a path share (`delta`, `parquet`, `json`): the block, where dead letters
+    go, the Hadoop settings with which an Azure path is reached, and the start-up check that the path is
+    writable. A subclass sets `name` and `path`."""
+
+    name: str
+    path: str
+
+    def __init__(self, block: SparkPathSpec, context: SinkContext) -> None:
+        self.block = block
+        self.dead_letters = dead_letter_folder(block.path, context.dead_letter_path)
+        connections = path_connections(block, context.location)
+        resolved = connections[0].resolve(context.environ) if connections else None
+        self.settings = {} if resolved is None else hadoop_settings(block.path, resolved, context.environ)
+
+    def check(self, spark: SparkSession) -> None:
+        check_writable(spark, self.path, self.name)
+
+    def hadoop_conf(self) -> dict[str, str]:
+        """The Hadoop settings as the Spark session takes them (`spark.hadoop.*`)."""
+        return {f"spark.hadoop.{key}": value for key, value in self.settings.items()}
+
+
+def rows_to_write(
+    result: PipelineResult, sink: str, dead_letters: str
+) -> tuple[DataFrame | None, list[WrittenFile]]:
+    """A pipeline's result in a Spark sink: the one frame to write (`single_output`; None: none), once its
+    dead letters are written to `dead_letters` (the files written)."""
+    return single_output(result, sink), write_dead_letters(result, dead_letters)
 
 
 def dead_letter_folder(path: str, configured: str | None) -> str:

@@ -8,7 +8,8 @@
 - `store`: where ownership and checkpoints live (`CheckpointStoreSpec`, `BlobStoreSpec`);
 - `checkpoints`: the start position, the checkpoint policy, the checkpoints of a hub failed over from;
 - `spark`, `pods`: each consumer's Spark, and what its pod asks of its node;
-- `scaling`, `rebalancing`: how many consumers, and how partitions move between them.
+- `scaling`, `rebalancing`: how many consumers, and how partitions move between them;
+- `kinds`: a block chosen by its type (`Kind`, `Kinds`, `Chosen`), what the pipelines and the sinks are.
 
 The resource itself (`hubshift.manifest`) puts these together with the blocks each pipeline and sink
 declares in its own module (`hubshift.pipelines`, `hubshift.sinks`). The same YAML a user `kubectl apply`s
@@ -24,6 +25,8 @@ from hubshift.spec.base import (
     MAX_HOST_LENGTH,
     MAX_OBJECT_NAME,
     MAX_SETTINGS,
+    SQL_NAME,
+    SQL_TABLE,
     CelRule,
     Model,
     cel,
@@ -36,9 +39,6 @@ from hubshift.spec.checkpoints import (
 )
 from hubshift.spec.connections import (
     BOTH_CREDENTIALS,
-    DEFAULT_PROJECTION_ENV,
-    DEFAULT_REPLICATE_ENV,
-    DEFAULT_SINK_STORAGE_ENV,
     ConnectionSpec,
     CredentialType,
     NamedConnection,
@@ -61,6 +61,7 @@ from hubshift.spec.hub import (
     ProxySpec,
     Transport,
 )
+from hubshift.spec.kinds import Chosen, Kind, Kinds
 from hubshift.spec.pods import (
     QUANTITY,
     ResourceListSpec,
@@ -122,10 +123,7 @@ __all__ = [
     "CREDENTIAL_NEEDS_NAMESPACE",
     "DATA_KEY",
     "DEFAULT_EVENTHUBS_ENV",
-    "DEFAULT_PROJECTION_ENV",
     "DEFAULT_PROXY_ENV",
-    "DEFAULT_REPLICATE_ENV",
-    "DEFAULT_SINK_STORAGE_ENV",
     "DEFAULT_STORAGE_ENV",
     "DNS_SUBDOMAIN",
     "ENQUEUED_TIME_REQUIRED",
@@ -152,6 +150,8 @@ __all__ = [
     "QUANTITY",
     "ROLLOUT_PAUSED_ANNOTATION",
     "SHORT_NAME",
+    "SQL_NAME",
+    "SQL_TABLE",
     "STOP_FOLLOW_SECONDS",
     "STOP_MARGIN_SECONDS",
     "STORAGE_ACCOUNT_URL",
@@ -161,12 +161,15 @@ __all__ = [
     "CelRule",
     "CheckpointPolicySpec",
     "CheckpointStoreSpec",
+    "Chosen",
     "ConnectionSpec",
     "CredentialType",
     "EventHubsSpec",
     "FailoverSpec",
     "FallbackSpec",
     "HubConnectionSpec",
+    "Kind",
+    "Kinds",
     "LoadAwareSpec",
     "Model",
     "NamedConnection",

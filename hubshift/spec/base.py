@@ -23,6 +23,10 @@ HOST = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(:[0-9]{
 # The longest HOST.
 MAX_HOST_LENGTH = 253 + len(":65535")
 
+# A SQL identifier as PostgreSQL keeps it (at most 63 characters), and a table name with an optional schema.
+SQL_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
+SQL_TABLE = r"^([A-Za-z_][A-Za-z0-9_]{0,62}\.)?[A-Za-z_][A-Za-z0-9_]{0,62}$"
+
 # A CEL rule of a model, for the API server: `rule`, `message` (the model's own), optionally `fieldPath`.
 CelRule = dict[str, str]
 

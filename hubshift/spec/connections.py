@@ -27,11 +27,6 @@ from pydantic.alias_generators import to_camel
 from hubshift.errors import UserError
 from hubshift.spec.base import DATA_KEY, DNS_SUBDOMAIN, MAX_OBJECT_NAME, CelRule, Model, cel
 
-# The default variables of the connection blocks the sinks and pipelines declare.
-DEFAULT_SINK_STORAGE_ENV = "HUBSHIFT_SINK_CONNECTION_STRING"
-DEFAULT_REPLICATE_ENV = "HUBSHIFT_REPLICATE_CONNECTION_STRING"
-DEFAULT_PROJECTION_ENV = "HUBSHIFT_PROJECTION_CONNECTION_STRING"
-
 
 class SecretKeyRefSpec(Model):
     """A key of a Kubernetes Secret in the PartitionedConsumer's namespace."""
@@ -74,7 +69,7 @@ class TokenCredentialSpec(Model):
         return self.type if self.client_id is None else f"{self.type} (client id {self.client_id})"
 
 
-# The messages of the refusals below, shared by the models and their CEL rules.
+# A connection string and a credential together: the validator's and the CEL rule's message.
 BOTH_CREDENTIALS = (
     "set a connection string (connectionStringSecretRef, connectionStringEnv) or a credential, not both"
 )

@@ -77,6 +77,28 @@ def worst_wait(lines: Iterable[Mapping[str, Any]], since: float, until: float) -
     return max(waits) if waits else None
 
 
+def event_latencies(lines: Iterable[Mapping[str, Any]], since: float, until: float) -> list[float]:
+    """Enqueue-to-processed seconds of every event enqueued in [since, until), at its first processing: a
+    batch line's handling time (`at`) minus each event's enqueued time, the events taken as evenly spread
+    between the batch's first and last enqueued times (lines without them, or not batches, are skipped)."""
+    first_seen: dict[tuple[str, int], float] = {}
+    for line in lines:
+        if line.get("kind", "batch") != "batch" or line.get("firstEnqueued") is None:
+            continue
+        first, last = int(line["first"]), int(line["last"])
+        begun, ended = float(line["firstEnqueued"]), float(line["lastEnqueued"])
+        span = max(last - first, 1)
+        for sequence in range(first, last + 1):
+            enqueued = begun + (ended - begun) * (sequence - first) / span
+            if not since <= enqueued < until:
+                continue
+            latency = max(0.0, float(line["at"]) - enqueued)
+            key = (str(line["partition"]), sequence)
+            if key not in first_seen or latency < first_seen[key]:
+                first_seen[key] = latency
+    return list(first_seen.values())
+
+
 def percentile(values: Iterable[float], fraction: float) -> float | None:
     """The nearest-rank percentile (`fraction` 0.5 for the median, 0.99 for p99); None without values."""
     ordered = sorted(values)

@@ -9,7 +9,7 @@ batch's events, parses and counts them and writes its files (Arrow, in the task'
 reports the partitions' sequence ranges. When the driver knows the batch's reads (`SpoolRead`: from Spark's
 offset log) and the pipeline takes the events as they are, the task reads them from the spool itself:
 the same segments the source's `read()` would have given Spark, without their trip through the JVM
-(Arrow to rows and back: about 40% of the consumer's CPU per event, bench/throughput.py).
+(Arrow to rows and back, the largest cost per event; bench/throughput.py measures it).
 A `FramePipeline` (a user's function) caches the batch, reads the ranges (one small job), then the sink
 writes the function's result (a second job). The commit record goes last, from the driver. When
 `process_batch` returns, everything it reports is durable in the sink, so the consumer may checkpoint
@@ -195,9 +195,8 @@ def _task_job(
     prepared: DataFrame, task: BatchTask | SpoolTask
 ) -> tuple[dict[str, PartitionRange], list[WrittenFile]]:
     # One task counts the whole batch: the source still reads each partition on its own (one input
-    # partition each), but every further task is one more round trip to a Python worker and its fixed
-    # cost. On 2 cores, one task instead of two: Spark's JVM -12% and its Python workers -30% of CPU, the
-    # consumer +13% events/s (bench/throughput.py). A partition's rows stay in one task either way.
+    # partition each), but every further task is one more round trip to a Python worker with its fixed
+    # cost (bench/throughput.py measures it). A partition's rows stay in one task either way.
     rows = prepared.coalesce(1).mapInArrow(task, TASK_RESULT_SCHEMA).collect()
     ranges = merge_ranges(
         PartitionRange(

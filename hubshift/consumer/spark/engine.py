@@ -46,12 +46,15 @@ from hubshift.consumer.spark.source import (
     OPTION_SPOOL,
     EventHubsDataSource,
 )
-from hubshift.consumer.spark.spooling import SpooledPartitions
-from hubshift.consumer.spark.telemetry import ProgressListener, add_listener, read_jvm, remove_listener
+from hubshift.consumer.spark.spooling import Reading, SpooledPartitions
+from hubshift.consumer.spark.telemetry import (
+    JVM_SAMPLE_SECONDS,
+    ProgressListener,
+    add_listener,
+    read_jvm,
+    release_session,
+)
 from hubshift.errors import one_line
-from hubshift.eventhubs.receiver import ReceiverPool
-from hubshift.eventhubs.target import EventHubsTarget
-from hubshift.manifest import ConsumerSpec
 from hubshift.ownership.model import Checkpoint
 from hubshift.pipelines import build_pipeline
 from hubshift.sinks import build_sink, build_store
@@ -61,7 +64,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-    from hubshift.consumer.metrics import ConsumerMetrics
     from hubshift.pipelines.base import Pipeline
     from hubshift.sinks.base import Sink
 
@@ -71,8 +73,6 @@ log = logging.getLogger(__name__)
 MAX_RESTARTS = 5
 # How often the query is watched: its failure, and drains the source's planning has finished.
 WATCH_SECONDS = 0.25
-# How often the driver JVM's memory and collectors are read for the metrics.
-JVM_SAMPLE_SECONDS = 5.0
 
 
 def offset_of_batch(checkpoint_dir: Path, batch_id: int) -> SourceOffset | None:
@@ -91,19 +91,14 @@ class SparkEngine(SpooledPartitions):
 
     def __init__(
         self,
-        target: EventHubsTarget,
-        consumer_id: str,
-        spec: ConsumerSpec,
-        scratch: Path,
+        reading: Reading,
         *,
         pipeline: Pipeline | None = None,
         sink: Sink | None = None,
-        metrics: ConsumerMetrics | None = None,
-        pool: ReceiverPool | None = None,
         session_builder: Callable[[], SparkSession] | None = None,
         handled: Mapping[str, int] | None = None,
     ) -> None:
-        super().__init__(target, consumer_id, spec, scratch, metrics=metrics, pool=pool)
+        super().__init__(reading)
         self.pipeline = pipeline
         self.sink = sink
         # After a failover: per partition, the old hub's checkpoint (pipelines/failover.py).
@@ -124,13 +119,9 @@ class SparkEngine(SpooledPartitions):
     # --- life cycle --------------------------------------------------------------------------------
 
     def start(self, notify: Notify) -> None:
-        self.notify = notify
-        self.scratch.mkdir(parents=True, exist_ok=True)
-        self.spool_root.mkdir(parents=True, exist_ok=True)
-        self._write_ownership()
+        self.open_spool(notify)
         if self.sink is None:
-            scope = f"{self.target.fqns}/{self.target.hub}/{self.target.consumer_group}".lower()
-            self.sink = build_sink(self.spec.sink, scope=scope)
+            self.sink = build_sink(self.spec.sink, scope=self.scope)
         self._spark = (
             self._session_builder()
             if self._session_builder
@@ -247,13 +238,7 @@ class SparkEngine(SpooledPartitions):
                 self._query.stop()
             except Exception as exc:
                 log.debug("stopping the query: %r", exc)
-        if self._listener is not None and self._spark is not None:
-            try:  # a session shared with others (a session builder's) keeps no listener of ours
-                remove_listener(self._spark, self._listener)
-            except Exception as exc:
-                log.debug("removing the progress listener: %r", exc)
-        if self._spark is not None and self._session_builder is None:
-            self._spark.stop()
+        release_session(self._spark, self._listener, stop=self._session_builder is None)
         if self._monitor is not None:
             self._monitor.join(timeout=5)
 

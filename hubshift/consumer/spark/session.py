@@ -67,8 +67,8 @@ def build_session(
         .config("spark.sql.warehouse.dir", str(scratch / "spark-warehouse"))
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
         .config("spark.sql.streaming.stopTimeout", "10s")
-        # Each micro-batch is planned anew; adaptive execution costs ~15% of that fixed per-batch CPU and
-        # has nothing to coalesce with a couple of shuffle partitions.
+        # Each micro-batch is planned anew: adaptive execution adds to that fixed per-batch cost and has
+        # nothing to coalesce with a couple of shuffle partitions.
         .config("spark.sql.adaptive.enabled", "false")
         # The UI (when enabled) shows; it stops nothing.
         .config("spark.ui.killEnabled", "false")

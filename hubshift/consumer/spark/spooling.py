@@ -57,27 +57,33 @@ class _Partition:
     start: StartAt = field(default_factory=StartAt)  # where the epoch's receiving began
 
 
+@dataclass(frozen=True)
+class Reading:
+    """What a Spark engine reads with: the hub, this consumer's id and spec, its scratch folder (the spool,
+    Spark's own files), its metrics, and the receivers (None: a pool of its own)."""
+
+    target: EventHubsTarget
+    consumer_id: str
+    spec: ConsumerSpec
+    scratch: Path
+    metrics: ConsumerMetrics | None = None
+    pool: ReceiverPool | None = None
+
+
 class SpooledPartitions:
     """The partitions an engine reads: their receivers, their spool folders and the ownership file."""
 
-    def __init__(
-        self,
-        target: EventHubsTarget,
-        consumer_id: str,
-        spec: ConsumerSpec,
-        scratch: Path,
-        *,
-        metrics: ConsumerMetrics | None = None,
-        pool: ReceiverPool | None = None,
-    ) -> None:
-        self.target = target
+    def __init__(self, reading: Reading) -> None:
+        self.target = target = reading.target
         self.notify: Notify = not_started
-        self.consumer_id = consumer_id
-        self.spec = spec
-        self.scratch = scratch
-        self.spool_root = scratch / "spool"
-        self.metrics = metrics
-        self._pool = pool or ReceiverPool(target)
+        self.consumer_id = reading.consumer_id
+        self.spec = spec = reading.spec
+        self.scratch = reading.scratch
+        self.spool_root = reading.scratch / "spool"
+        self.metrics = reading.metrics
+        self._pool = reading.pool or ReceiverPool(target)
+        # The hub and consumer group the events come from: what names the sink's writes.
+        self.scope = f"{target.fqns}/{target.hub}/{target.consumer_group}".lower()
         self._lock = threading.RLock()
         self._partitions: dict[str, _Partition] = {}
         self._ownership_version = 0
@@ -85,6 +91,13 @@ class SpooledPartitions:
         self._retired: list[_Retired] = []
         # Receivers stay at most this far ahead of what was committed (per partition).
         self.max_ahead = max(2 * spec.spark.max_events_per_trigger, 20_000)
+
+    def open_spool(self, notify: Notify) -> None:
+        """At the engine's start: whom to tell, the scratch folder and the spool, the ownership file."""
+        self.notify = notify
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        self.spool_root.mkdir(parents=True, exist_ok=True)
+        self._write_ownership()
 
     def start_partition(
         self, partition: str, owner_level: int, start: StartAt, next_sequence: int | None

@@ -32,7 +32,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hubshift.consumer.engine import Committed, Drained, EngineFailed
@@ -47,12 +46,10 @@ from hubshift.consumer.spark.source import (
     OPTION_SPOOL,
     EventHubsDataSource,
 )
-from hubshift.consumer.spark.spooling import SpooledPartitions
-from hubshift.consumer.spark.telemetry import add_listener, read_jvm, remove_listener
+from hubshift.consumer.spark.spooling import Reading, SpooledPartitions
+from hubshift.consumer.spark.telemetry import add_listener, read_jvm, release_session
 from hubshift.errors import UserError, one_line
-from hubshift.eventhubs.receiver import ReceiverPool, StartAt
-from hubshift.eventhubs.target import EventHubsTarget
-from hubshift.manifest import ConsumerSpec
+from hubshift.eventhubs.receiver import StartAt
 from hubshift.ownership.model import Checkpoint
 from hubshift.pipelines import build_pipeline
 from hubshift.pipelines.stream import StateRoot, StreamPipeline
@@ -64,7 +61,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-    from hubshift.consumer.metrics import ConsumerMetrics
     from hubshift.sinks.base import Sink
 
 log = logging.getLogger(__name__)
@@ -88,7 +84,6 @@ STATE_CONF = {
 # consumer gives up (a query that fails for good stops the consumer with its reason).
 MAX_RESTARTS = 5
 WATCH_SECONDS = 1.0
-JVM_SAMPLE_SECONDS = 5.0
 
 
 def checkpoint_app_id(location: str) -> str:
@@ -136,22 +131,16 @@ class StreamEngine(SpooledPartitions):
 
     def __init__(
         self,
-        target: EventHubsTarget,
-        consumer_id: str,
-        spec: ConsumerSpec,
-        scratch: Path,
+        reading: Reading,
         state: StateRoot,
         *,
         pipeline: StreamPipeline | None = None,
         sink: Sink | None = None,
-        metrics: ConsumerMetrics | None = None,
-        pool: ReceiverPool | None = None,
         session_builder: Callable[[], SparkSession] | None = None,
         drain_seconds: float = 60.0,
     ) -> None:
-        super().__init__(target, consumer_id, spec, scratch, metrics=metrics, pool=pool)
+        super().__init__(reading)
         self.state = state
-        self.scope = f"{target.fqns}/{target.hub}/{target.consumer_group}".lower()
         self.pipeline = pipeline
         self.sink = sink
         self.drain_seconds = drain_seconds
@@ -165,10 +154,7 @@ class StreamEngine(SpooledPartitions):
     # --- life cycle --------------------------------------------------------------------------------
 
     def start(self, notify: Any) -> None:
-        self.notify = notify
-        self.scratch.mkdir(parents=True, exist_ok=True)
-        self.spool_root.mkdir(parents=True, exist_ok=True)
-        self._write_ownership()
+        self.open_spool(notify)
         if self.sink is None:
             self.sink = build_sink(self.spec.sink, scope=self.scope)
         engine_conf = {**STATE_CONF, **{f"spark.hadoop.{k}": v for k, v in self.state.settings.items()}}
@@ -201,13 +187,7 @@ class StreamEngine(SpooledPartitions):
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
         for running in queries:
             self._stop_query(running)
-        if self._listener is not None and self._spark is not None:
-            try:
-                remove_listener(self._spark, self._listener)
-            except Exception as exc:
-                log.debug("removing the progress listener: %r", exc)
-        if self._spark is not None and self._session_builder is None:
-            self._spark.stop()
+        release_session(self._spark, self._listener, stop=self._session_builder is None)
         if self._monitor is not None:
             self._monitor.join(timeout=5)
 

@@ -8,6 +8,7 @@ PySpark is imported only inside `add_listener`, which a running Spark engine cal
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -19,6 +20,12 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from hubshift.consumer.metrics import ConsumerMetrics
+
+
+log = logging.getLogger(__name__)
+
+# How often the driver JVM's memory and collectors are read for the metrics.
+JVM_SAMPLE_SECONDS = 5.0
 
 
 def read_jvm(spark: SparkSession) -> JvmFigures:
@@ -53,8 +60,8 @@ def _rate(value: Any) -> float:
 class ProgressListener:
     """Each micro-batch's progress into `metrics`, as a py4j callback implementing Spark's Python listener
     interface. PySpark's own `StreamingQueryListener` turns every progress into Python objects field by
-    field, one py4j round trip each (about a tenth of the consumer's main-process CPU and as much again in
-    the JVM at a batch a second, bench/throughput.py); this one reads the progress as one JSON string.
+    field, one py4j round trip each (bench/throughput.py measures what that costs); this one reads the
+    progress as one JSON string.
 
     `rows_of(batch_id)`: the events the consumer's own batch counted, for a batch whose events a task read
     from the spool (Spark then saw no input rows, `consumer/spark/batch.py`)."""
@@ -121,3 +128,15 @@ def remove_listener(spark: SparkSession, listener: Listener) -> None:
     if listener._java is not None:
         spark._jsparkSession.streams().removeListener(listener._java)
         listener._java = None
+
+
+def release_session(spark: SparkSession | None, listener: Listener | None, *, stop: bool) -> None:
+    """At an engine's end: its progress listener off the session (a session shared with others, a session
+    builder's, keeps no listener of ours), and the session stopped when it is the engine's own (`stop`)."""
+    if listener is not None and spark is not None:
+        try:
+            remove_listener(spark, listener)
+        except Exception as exc:
+            log.debug("removing the progress listener: %r", exc)
+    if spark is not None and stop:
+        spark.stop()

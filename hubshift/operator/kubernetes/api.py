@@ -32,7 +32,7 @@ from lightkube.types import PatchType
 from pydantic import SecretStr
 
 from hubshift.errors import UserError
-from hubshift.operator.kubernetes.render import CONSUMER_LABEL, MANAGER, Owner, selector_labels
+from hubshift.operator.kubernetes.render import CONSUMER_LABEL, JSON, MANAGER, Owner, selector_labels
 from hubshift.operator.runtime import ConsumerInstance
 from hubshift.podtemplate import METRICS_PORT_NAME
 from hubshift.spec import (
@@ -46,7 +46,6 @@ from hubshift.spec import (
     SecretKeyRefSpec,
 )
 
-JSON = dict[str, Any]
 logger = logging.getLogger(__name__)
 
 PartitionedConsumerResource = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)

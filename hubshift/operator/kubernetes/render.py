@@ -621,7 +621,7 @@ def output_condition(consumer: PartitionedConsumer) -> Condition:
     if volume is not None:
         message = f"the {sink.type} sink writes to a persistent volume mounted at {volume.mount_path}"
         return Condition(type=OUTPUT_DURABLE, status="True", reason="PersistentVolume", message=message)
-    services = sorted({named.connection.SERVICE for named in sinks.sink_connections(sink)})
+    services = sorted({named.connection.SERVICE for named in sink.connections()})
     if services:
         message = f"the {sink.type} sink writes to {' and '.join(services)}"
         return Condition(type=OUTPUT_DURABLE, status="True", reason="StorageService", message=message)

@@ -13,6 +13,7 @@ from azure.eventhub import EventData, EventHubProducerClient
 
 from hubshift.consumer.spark import spool
 from hubshift.consumer.spark.engine import SparkEngine
+from hubshift.consumer.spark.spooling import Reading
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.eventhubs.receiver import StartAt
 from hubshift.eventhubs.target import EventHubsTarget
@@ -34,7 +35,7 @@ def test_a_partition_stops_reading_max_ahead_of_its_commits(
             producer.send_batch(batch)
     target = EventHubsTarget(emulator.connection_string, f"127.0.0.1:{emulator.port}", "hub", "$Default")
     spec = ConsumerSpec.model_validate({"spark": {"maxEventsPerTrigger": 5000}})
-    engine = SparkEngine(target, "c0", spec, tmp_path)
+    engine = SparkEngine(Reading(target, "c0", spec, tmp_path))
     assert engine.max_ahead == 20_000
     try:
         engine.start_partition("0", 1, StartAt(sequence_number=-1), 0)

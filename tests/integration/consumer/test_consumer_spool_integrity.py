@@ -22,6 +22,7 @@ from azure.eventhub import EventData, EventHubProducerClient
 from hubshift.consumer.spark import spool
 from hubshift.consumer.spark.engine import SparkEngine
 from hubshift.consumer.spark.offsets import PartitionPosition, SourceOffset
+from hubshift.consumer.spark.spooling import Reading
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.eventhubs.receiver import ReceiverPool, StartAt
 from hubshift.eventhubs.target import EventHubsTarget
@@ -60,7 +61,7 @@ def test_a_partition_stopped_under_a_batch_keeps_its_spool_until_no_batch_reads_
     emulator = emulator_factory(["hub:1"])
     send(emulator.connection_string, "0", 10, 30, pause=0.05)
     target = EventHubsTarget(emulator.connection_string, f"127.0.0.1:{emulator.port}", "hub", "$Default")
-    engine = SparkEngine(target, "c0", ConsumerSpec(), tmp_path)  # its receivers and spool; no query
+    engine = SparkEngine(Reading(target, "c0", ConsumerSpec(), tmp_path))  # its receivers and spool; no query
     try:
         engine.start_partition("0", 1, StartAt(sequence_number=-1), 0)
         deadline = time.monotonic() + 60

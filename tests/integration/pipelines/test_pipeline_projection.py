@@ -18,8 +18,8 @@ import pytest
 from hubshift.consumer.spark.batch import process_batch
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.pipelines import PipelineSpec, build_pipeline
+from hubshift.pipelines.projection import DEFAULT_PROJECTION_ENV
 from hubshift.sinks import FileSink, FolderStore
-from hubshift.spec import DEFAULT_PROJECTION_ENV
 from tests.fixtures.consumer import (
     ConsumerPool,
     all_in_sink,

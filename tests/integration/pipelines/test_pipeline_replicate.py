@@ -15,9 +15,8 @@ import pytest
 from hubshift.consumer.spark.batch import process_batch
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.eventhubs.target import EventHubsTarget
-from hubshift.pipelines.replicate import ReplicatePipeline
+from hubshift.pipelines.replicate import DEFAULT_REPLICATE_ENV, ReplicatePipeline
 from hubshift.sinks import FileSink, FolderStore
-from hubshift.spec import DEFAULT_REPLICATE_ENV
 from tests.fixtures.consumer import (
     ConsumerPool,
     consume_to_exit,

@@ -16,8 +16,8 @@ from hubshift.consumer.spark.batch import process_batch
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.pipelines import PipelineSpec, build_pipeline
 from hubshift.pipelines.base import EditingPipeline, TaskPipeline
+from hubshift.pipelines.replicate import DEFAULT_REPLICATE_ENV
 from hubshift.sinks import FileSink, FolderStore
-from hubshift.spec import DEFAULT_REPLICATE_ENV
 from tests.fixtures.hubs import read_hub
 from tests.fixtures.spark import event_row
 

@@ -17,8 +17,7 @@ import pytest
 
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.eventhubs.target import EventHubsTarget
-from hubshift.pipelines.replicate import ReplicatePipeline
-from hubshift.spec import DEFAULT_REPLICATE_ENV
+from hubshift.pipelines.replicate import DEFAULT_REPLICATE_ENV, ReplicatePipeline
 from tests.fixtures.consumer import (
     ConsumerPool,
     committed_at_least,

@@ -483,3 +483,64 @@ def test_whatever_the_links_hand_over_a_receiver_delivers_a_contiguous_stream(
         assert delivered[0] == start
         assert delivered == list(range(start, start + len(delivered)))
         assert receiver.last_sequence == delivered[-1]
+
+
+def test_a_quiet_link_is_one_with_nothing_buffered_and_nothing_to_read() -> None:
+    import socket
+    from collections import deque
+    from io import BytesIO
+
+    from azure.eventhub._pyamqp._transport import SSLTransport
+
+    from hubshift.eventhubs.sdk_internals import link_quiet
+
+    ours, theirs = socket.socketpair()
+    try:
+        transport: Any = SSLTransport.__new__(SSLTransport)
+        transport.sock = ours
+        transport._read_buffer = BytesIO()
+        handler = SimpleNamespace(_connection=SimpleNamespace(_transport=transport))
+        consumer = SimpleNamespace(_message_buffer=deque(), _handler=handler)
+        assert link_quiet(consumer)
+        consumer._message_buffer.append("event")  # a message handed over but not delivered yet
+        assert not link_quiet(consumer)
+        consumer._message_buffer.clear()
+        transport._read_buffer = BytesIO(b"frame")  # the next frame's bytes already read
+        assert not link_quiet(consumer)
+        transport._read_buffer.read()  # all of it consumed
+        assert link_quiet(consumer)
+        theirs.sendall(b"\x00")  # bytes on the socket
+        assert not link_quiet(consumer)
+        assert not link_quiet(SimpleNamespace(_message_buffer=deque()))  # no connection yet: cannot tell
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_a_partition_consumer_starts_no_keep_alive_thread_of_its_own() -> None:
+    from azure.eventhub import EventHubConsumerClient
+
+    from hubshift.eventhubs.sdk_internals import create_partition_consumer
+
+    client = EventHubConsumerClient.from_connection_string(
+        "Endpoint=sb://127.0.0.1:1/;SharedAccessKeyName=k;SharedAccessKey=a2V5;UseDevelopmentEmulator=true",
+        consumer_group="$Default",
+        eventhub_name="hub",
+    )
+    consumer = create_partition_consumer(
+        client, "$Default", "0", "-1", lambda events: None, inclusive=False, owner_level=1, prefetch=10
+    )
+    assert consumer._keep_alive is None  # the SDK's default (30) starts a thread per link at open
+
+
+def test_the_follow_waits_of_one_pass_add_up_to_a_bounded_time() -> None:
+    from hubshift.eventhubs.receiver import PASS_FOLLOW_SECONDS
+
+    pool = StandInPool()
+    receivers: Any = [object()] * 4
+    pool._receivers = receivers
+    assert pool._caught_up_turn() == CAUGHT_UP_TURN  # few partitions: the whole follow
+    pool._receivers = receivers * 256  # 1,024
+    turn = pool._caught_up_turn()
+    assert turn.budget == CAUGHT_UP_TURN.budget
+    assert turn.follow * 1024 == pytest.approx(PASS_FOLLOW_SECONDS)

@@ -11,7 +11,14 @@ import pyarrow as pa
 
 from hubshift.consumer.ranges import Costly, RangeLog
 from hubshift.eventhubs.rows import EVENT_ARROW_SCHEMA
-from tests.harness.ranges import count_replays, handoff_gaps, percentile, read_range_logs, worst_wait
+from tests.harness.ranges import (
+    count_replays,
+    event_latencies,
+    handoff_gaps,
+    percentile,
+    read_range_logs,
+    worst_wait,
+)
 
 
 def test_overlaps_count_as_replays_per_partition() -> None:
@@ -93,3 +100,17 @@ def test_a_line_says_when_the_batch_was_enqueued_and_costly_work_takes_its_time(
     (line,) = read_range_logs(tmp_path)
     assert (line["first"], line["last"], line["events"], line["ownerLevel"]) == (7, 9, 3, 2)
     assert (line["firstEnqueued"], line["lastEnqueued"]) == (enqueued[0].timestamp(), enqueued[2].timestamp())
+
+
+def test_event_latencies_spread_a_batch_and_keep_each_events_first_processing() -> None:
+    lines = [
+        # events 0..4 enqueued 100.0..104.0, handled at 105: 5, 4, 3, 2, 1 s
+        {"partition": "0", "first": 0, "last": 4, "firstEnqueued": 100.0, "lastEnqueued": 104.0, "at": 105.0},
+        # 3..4 again later (a replay): their first processing counts
+        {"partition": "0", "first": 3, "last": 4, "firstEnqueued": 103.0, "lastEnqueued": 104.0, "at": 110.0},
+        # one event, enqueued after the window
+        {"partition": "1", "first": 0, "last": 0, "firstEnqueued": 120.0, "lastEnqueued": 120.0, "at": 121.0},
+        {"kind": "open", "partition": "2"},
+    ]
+    assert sorted(event_latencies(lines, 101.0, 120.0)) == [1.0, 2.0, 3.0, 4.0]
+    assert event_latencies(lines, 0.0, 1.0) == []

@@ -14,6 +14,7 @@ import yaml
 from hubshift.errors import UserError
 from hubshift.manifest import parse_manifest
 from hubshift.sinks import SinkSpec, build_sink
+from hubshift.sinks.base import DEFAULT_SINK_STORAGE_ENV
 from hubshift.sinks.delta import SESSION_CONF, DeltaSink
 from hubshift.sinks.files import FilesSink
 from hubshift.sinks.spark_writer import (
@@ -25,7 +26,7 @@ from hubshift.sinks.spark_writer import (
     hadoop_settings,
     is_azure,
 )
-from hubshift.spec import DEFAULT_SINK_STORAGE_ENV, Resolved, TokenCredentialSpec
+from hubshift.spec import Resolved, TokenCredentialSpec
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "homes.yaml"
 KEY = "c2VjcmV0LWFjY291bnQta2V5LWZvci10ZXN0cw=="
