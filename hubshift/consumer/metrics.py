@@ -302,6 +302,10 @@ class ConsumerMetrics:
                 self._checkpointed_at.pop(partition, None)
                 _remove(self.backlog, *self._hub, partition)
                 _remove(self.lag, *self._hub, partition)
+            for partition in new - self._owned:
+                # at 0 from the start, so `increase()` sees the first expiry and alerts can tell "none
+                # expired" from "not exported"
+                self.expired.labels(*self._hub, partition)
             self._owned = new
             self.owned.set(len(new))
 

@@ -73,7 +73,7 @@ def test_the_documented_series_counts_are_what_the_registries_export() -> None:
         ConsumerMetrics("homes-1").registry, "python_"
     )
     assert per_partition == 3
-    assert per_owned == 4
+    assert per_owned == 5
     figures = {
         "operator per partition": per_partition,
         "operator per resource": per_pool - build_info,
