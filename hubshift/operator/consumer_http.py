@@ -50,48 +50,45 @@ class ConsumerFigures:
 
 async def consumer_figures(address: str, timeout: float = WORK_TIMEOUT_SECONDS) -> ConsumerFigures | None:
     """`GET http://<address>/metrics`: its work and the partitions it is restoring; None when it did not
-    answer or answered something else than an exposition."""
+    answer 200."""
+    answer = await _request("GET", f"http://{address}/metrics", timeout, read=True)
+    if answer is None or answer[0] != 200:
+        return None
     try:
-        async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session,
-            session.get(f"http://{address}/metrics") as response,
-        ):
-            if response.status != 200:
-                return None
-            text = await response.text()
-        return ConsumerFigures(parse_work(text), parse_restoring(text))
-    except (TimeoutError, aiohttp.ClientError, ValueError):
+        return parse_figures(answer[1])
+    except ValueError:  # not an exposition
         return None
 
 
-def parse_work(exposition: str) -> tuple[float, float] | None:
-    """(events processed, seconds spent processing them) from a Prometheus exposition."""
+def parse_figures(exposition: str) -> ConsumerFigures:
+    """The work (events processed, seconds spent processing them, each summed over its series; None unless
+    both are exported) and the partitions being restored, from a Prometheus exposition, in one pass."""
     totals: dict[str, float] = {}
+    restoring: dict[str, float] = {}
     for family in text_string_to_metric_families(exposition):
         for sample in family.samples:
             if sample.name in (EVENTS_SAMPLE, BUSY_SAMPLE):
                 totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
-    if EVENTS_SAMPLE not in totals or BUSY_SAMPLE not in totals:
-        return None
-    return totals[EVENTS_SAMPLE], totals[BUSY_SAMPLE]
+            elif sample.name == RESTORING_SAMPLE and "partition" in sample.labels:
+                restoring[str(sample.labels["partition"])] = sample.value
+    work = (totals[EVENTS_SAMPLE], totals[BUSY_SAMPLE]) if len(totals) == 2 else None
+    return ConsumerFigures(work, restoring)
 
 
-def parse_restoring(exposition: str) -> dict[str, float]:
-    """Partition -> when its query started restoring its state (a Unix time), from a Prometheus exposition."""
-    return {
-        str(sample.labels["partition"]): sample.value
-        for family in text_string_to_metric_families(exposition)
-        for sample in family.samples
-        if sample.name == RESTORING_SAMPLE and "partition" in sample.labels
-    }
+async def _status(method: str, url: str, timeout: float, json: object = None) -> int | None:
+    answer = await _request(method, url, timeout, json=json)
+    return None if answer is None else answer[0]
 
 
-async def _status(method: str, url: str, timeout: float, **kwargs: object) -> int | None:
+async def _request(
+    method: str, url: str, timeout: float, *, json: object = None, read: bool = False
+) -> tuple[int, str] | None:
+    """(status, body when `read`) of one request; None when it did not answer in time."""
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session,
-            session.request(method, url, **kwargs) as response,  # type: ignore[arg-type]
+            session.request(method, url, json=json) as response,
         ):
-            return response.status
+            return response.status, await response.text() if read else ""
     except (TimeoutError, aiohttp.ClientError, ValueError):
         return None

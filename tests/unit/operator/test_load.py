@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from hubshift.consumer.metrics import ConsumerMetrics
 from hubshift.operator.autoscaler import Pause, ScalingDecision, ScalingState
-from hubshift.operator.consumer_http import parse_restoring, parse_work
+from hubshift.operator.consumer_http import parse_figures
 from hubshift.operator.load import (
     HubSample,
     PartitionLoad,
@@ -111,8 +111,8 @@ def test_the_operator_reads_a_consumers_work_from_its_own_exposition() -> None:
     metrics.handled("0", 300, 1.5, None)
     metrics.handled("1", 100, 0.5, None)
     body, _ = metrics.render()
-    assert parse_work(body.decode()) == (400.0, 2.0)
-    assert parse_work("# nothing here\n") is None
+    assert parse_figures(body.decode()).work == (400.0, 2.0)
+    assert parse_figures("# nothing here\n").work is None
 
 
 def test_the_operator_reads_the_partitions_a_consumer_is_restoring_from_its_exposition() -> None:
@@ -123,11 +123,11 @@ def test_the_operator_reads_the_partitions_a_consumer_is_restoring_from_its_expo
     metrics.state_restoring("3")
     now[0] = 1_010.0
     metrics.state_restoring("5")
-    assert parse_restoring(metrics.render()[0].decode()) == {"3": 1_000.0, "5": 1_010.0}
+    assert parse_figures(metrics.render()[0].decode()).restoring == {"3": 1_000.0, "5": 1_010.0}
     metrics.state_restored("3", 12.5)
     metrics.state_restored("5", None)
     body = metrics.render()[0].decode()
-    assert parse_restoring(body) == {}
+    assert parse_figures(body).restoring == {}
     assert "hubshift_consumer_state_restore_seconds{" in body and "12.5" in body
 
 
