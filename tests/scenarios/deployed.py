@@ -388,6 +388,22 @@ class Deployment:
             lines.append(f"checkpoints unreadable: {error}")
         return "\n".join(lines) + "\n" + self.describe("the counts above")
 
+    def kill_container(self, pod_name: str, timeout: float) -> JSON:
+        """SIGKILL the pod's container from the node side (no SIGTERM, no drain, no release) and wait until
+        it has restarted and is Ready; its container status then."""
+        pod = self.cluster.get("-n", self.namespace, "pod", pod_name)
+        (status,) = pod["status"]["containerStatuses"]
+        restarts = status["restartCount"]
+        self.cluster.kill_container(pod["spec"]["nodeName"], status["containerID"].split("://", 1)[1])
+
+        def restarted() -> JSON | None:
+            again = self.cluster.get("-n", self.namespace, "pod", pod_name)
+            (now,) = again["status"]["containerStatuses"]
+            return now if now["restartCount"] > restarts and pod_ready(again) else None
+
+        found: JSON = self.wait(restarted, timeout, f"{pod_name}'s container restarted and Ready")
+        return found
+
     def cr(self) -> JSON:
         return self.cluster.get("-n", self.namespace, "partitionedconsumer", self.name)
 
@@ -710,19 +726,8 @@ class DeployedScenarios:
             deployment.figure("deleted_pod_to_balanced_seconds", time.monotonic() - started)
 
             # homes-0's container SIGKILLed from the node side: no SIGTERM, no drain, no release.
-            pod = cluster.get("-n", NAMESPACE, "pod", f"{NAME}-0")
-            (status,) = pod["status"]["containerStatuses"]
-            restarts = status["restartCount"]
             started = time.monotonic()
-            cluster.kill_container(pod["spec"]["nodeName"], status["containerID"].split("://", 1)[1])
-
-            def restarted() -> bool:
-                again = cluster.get("-n", NAMESPACE, "pod", f"{NAME}-0")
-                (now,) = again["status"]["containerStatuses"]
-                return now["restartCount"] > restarts and pod_ready(again)
-
-            deployment.wait(restarted, POD_START_SECONDS, "homes-0's container restarted and Ready")
-            last = cluster.get("-n", NAMESPACE, "pod", f"{NAME}-0")["status"]["containerStatuses"][0]
+            last = deployment.kill_container(f"{NAME}-0", POD_START_SECONDS)
             assert last["lastState"]["terminated"]["exitCode"] == 137, last  # 128 + SIGKILL
             deployment.wait(
                 lambda: deployment.balanced(consumers), POD_START_SECONDS, "homes-0 back, balanced"
