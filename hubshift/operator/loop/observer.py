@@ -92,15 +92,16 @@ class Observer:
 
     async def measure_work(self, now: float, instances: Sequence[ConsumerInstance], window: float) -> None:
         """At each probe, what every ready consumer has processed and for how long (their capacity), and the
-        partitions whose state any consumer is restoring (a consumer restoring may not be ready yet)."""
+        partitions whose state they are restoring (a consumer is ready once it reads, before its partitions'
+        queries commit)."""
         if not self.probed(now):
             return
-        reachable = [i for i in instances if i.address and not i.terminating]
+        reachable = [i for i in instances if i.address and i.ready and not i.terminating]
         answers = await asyncio.gather(*(consumer_figures(str(i.address)) for i in reachable))
         work = {
             i.name: answer.work
             for i, answer in zip(reachable, answers, strict=True)
-            if answer is not None and answer.work is not None and i.ready
+            if answer is not None and answer.work is not None
         }
         self.restoring = {
             partition: (i.name, since)
