@@ -119,9 +119,9 @@ class ReceiveGap(RuntimeError):
 def in_order(sequence: Any, expected: int | None, *, fresh: bool) -> tuple[int, int, int | None, bool]:
     """Which rows of a received batch to deliver, from its sequence numbers (a numpy array): `(begin, end,
     expired_from, hole)`. Rows `[begin, end)` follow `expected` without a hole (repeats of events before
-    `expected` are dropped when they lead the batch); `expired_from`: on a `fresh` link (nothing delivered
-    since it opened), the first sequence number the hub no longer had when the link started later than
-    `expected` (events `[expired_from, sequence[begin])` expired), else None; `hole`: events after `end`
+    `expected` are dropped when they lead the batch); `expired_from`: on a `fresh` link (nothing received
+    since it opened) whose first event is later than `expected`, the first sequence number the hub no longer
+    had (events `[expired_from, sequence[0])` expired), else None; `hole`: events after `end`
     were dropped because a sequence number was missing (or repeated amid the batch)."""
     count = len(sequence)
     if count == 0:
@@ -136,7 +136,9 @@ def in_order(sequence: Any, expected: int | None, *, fresh: bool) -> tuple[int, 
     expired_from = None
     first = int(sequence[begin])
     if expected is not None and first > expected:
-        if not fresh:
+        if not fresh or begin > 0:
+            # a hole: the link had events before `expected` (or delivered since it opened), so the hub
+            # still held the missing ones; only a fresh link's very first event can say they expired
             return begin, begin, None, True
         expired_from = expected
     steps = np.diff(sequence[begin:])
@@ -284,6 +286,7 @@ class PartitionReceiver:
         begin, end, expired_from, hole = in_order(
             batch.column("sequence_number").to_numpy(), expected, fresh=self.link_fresh
         )
+        self.link_fresh = False  # its first events came: what the hub had first is known
         if end > begin:
             if begin or end < batch.num_rows:
                 batch = batch.slice(begin, end - begin)
@@ -294,7 +297,6 @@ class PartitionReceiver:
             self.deliver(batch)
             self.last_sequence = first + batch.num_rows - 1
             self.received += batch.num_rows
-            self.link_fresh = False
         if hole:
             after = self.last_sequence if self.last_sequence is not None else expected
             raise ReceiveGap(

@@ -449,6 +449,8 @@ def test_repeats_in_front_of_a_batch_are_dropped_and_a_hole_ends_the_delivery() 
     assert order([5, 6, 9, 10], 5) == (0, 2, None, True)  # a hole amid the batch
     assert order([8, 9], 5) == (0, 0, None, True)  # a hole in front, on a link that delivered already
     assert order([8, 9], 5, fresh=True) == (0, 2, 5, False)  # a new link started later: 5-7 expired
+    # a new link that started earlier than asked: the hub still had 6-7, so their absence is a hole
+    assert order([3, 4, 8, 9], 6, fresh=True) == (2, 2, None, True)
 
 
 @given(
@@ -460,7 +462,16 @@ def test_whatever_the_links_hand_over_a_receiver_delivers_a_contiguous_stream(
 ) -> None:
     """Any sequence of batches (repeats, overlaps, holes, as re-opened links and the SDK's buffer give them)
     comes out as one contiguous stream from the start position, every hole ending a delivery; a hole is
-    passed over only on a link opened again, and then reported as expired before the delivery after it."""
+    passed over only on a link opened again whose first event comes after it (the hub no longer had those
+    events), and then reported as expired before the delivery after it."""
+    link_first: list[int] = []  # the first sequence number of each link's first batch: what the hub had
+
+    def expired(first: int, last: int) -> None:
+        assert last < link_first[-1], (
+            f"{first}-{last} reported expired, yet the link began at {link_first[-1]}"
+        )
+        delivered.extend(range(first, last + 1))
+
     receiver = PartitionReceiver(
         StandInPool(),
         "0",
@@ -469,16 +480,22 @@ def test_whatever_the_links_hand_over_a_receiver_delivers_a_contiguous_stream(
         lambda b: None,
         lambda *_: None,
         lambda: True,
-        on_expired=lambda first, last: delivered.extend(range(first, last + 1)),
+        on_expired=expired,
     )
     delivered: list[int] = []
     receiver.deliver = lambda batch: delivered.extend(batch.column("sequence_number").to_pylist())
     receiver.consumer = SimpleNamespace()
+    opened = True
     for first, count in chunks:
+        if opened:  # a link's first batch
+            link_first.append(first)
+            opened = False
         try:
             receiver.on_events([received(n, b"x")._message for n in range(first, first + count)])
         except ReceiveGap:
-            receiver.link_fresh = True  # the pool opens the link again after the last delivered event
+            receiver.link_fresh = opened = (
+                True  # the pool opens the link again after the last delivered event
+            )
     if delivered:  # the events and the expired stretches, in the order they were reported
         assert delivered[0] == start
         assert delivered == list(range(start, start + len(delivered)))
