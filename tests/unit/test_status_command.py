@@ -62,6 +62,7 @@ def test_a_manifest_names_the_store_the_hub_and_the_start_position(
         "-f", str(manifest), "--output", "json", HUBSHIFT_EVENTHUBS_CONNECTION_STRING=CONNECTION_STRING
     )
     assert result.exception is None, result.output
+    assert SECRET not in result.output
     document = yaml.safe_load(result.output)
     assert (document["namespace"], document["hub"], document["consumerGroup"]) == (
         "ns.servicebus.windows.net",
@@ -88,11 +89,19 @@ def test_a_manifest_and_a_resource_or_retyped_names_are_refused(tmp_path: Path) 
     assert str(retyped.exception) == "--hub: the manifest names them"
 
 
-def test_a_missing_connection_string_names_the_variable_and_never_a_secret(tmp_path: Path) -> None:
+def test_a_missing_connection_string_names_the_variable(tmp_path: Path) -> None:
     result = run("-f", str(write_manifest(tmp_path)), HUBSHIFT_EVENTHUBS_CONNECTION_STRING="")
     assert isinstance(result.exception, UserError)
     assert "HUBSHIFT_EVENTHUBS_CONNECTION_STRING" in str(result.exception)
     assert "\n" not in str(result.exception)
+
+
+def test_a_malformed_connection_string_is_refused_without_its_key(tmp_path: Path) -> None:
+    result = run(
+        "-f", str(write_manifest(tmp_path)), HUBSHIFT_EVENTHUBS_CONNECTION_STRING=f"Endpoint=;{SECRET}"
+    )
+    assert isinstance(result.exception, UserError)
+    assert "c2VjcmV0LWRvLW5vdC1zaG93" not in str(result.exception)
 
 
 @pytest.mark.parametrize(
