@@ -23,8 +23,8 @@ from hubshift.emulator.performatives import (
     SaslInit,
     SaslMechanisms,
     SaslOutcome,
-    Source,
-    Target,
+    SourceTerminus,
+    TargetTerminus,
     Transfer,
 )
 from hubshift.manifest import PartitionedConsumer
@@ -157,19 +157,19 @@ SaslInit.initial_response
 SaslChallenge.challenge
 SaslOutcome.outcome_code
 SaslOutcome.additional_data
-Source.durable
-Source.expiry_policy
-Source.dynamic
-Source.dynamic_node_properties
-Source.distribution_mode
-Source.default_outcome
-Source.outcomes
-Source.capabilities
-Target.durable
-Target.expiry_policy
-Target.dynamic
-Target.dynamic_node_properties
-Target.capabilities
+SourceTerminus.durable
+SourceTerminus.expiry_policy
+SourceTerminus.dynamic
+SourceTerminus.dynamic_node_properties
+SourceTerminus.distribution_mode
+SourceTerminus.default_outcome
+SourceTerminus.outcomes
+SourceTerminus.capabilities
+TargetTerminus.durable
+TargetTerminus.expiry_policy
+TargetTerminus.dynamic
+TargetTerminus.dynamic_node_properties
+TargetTerminus.capabilities
 
 # Benchmark results written whole to JSON (dataclasses.asdict): every field is read by whoever reads the
 # results file.
