@@ -37,7 +37,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -76,6 +75,7 @@ from hubshift.sinks import FolderStore
 from hubshift.spec import DEFAULT_EVENTHUBS_ENV, DEFAULT_STORAGE_ENV
 from tests.harness.azurite import start_azurite
 from tests.harness.ranges import count_replays, read_range_logs
+from tests.harness.spark_jars import spark_jars_folder
 
 RESULTS = Path(__file__).resolve().parent / "results" / "chaos.json"
 HUB = "homes"
@@ -293,7 +293,7 @@ class Chaos:
             },
         )
         if args.job != "aggregate":
-            environ[JARS_ENV] = spark_jars()
+            environ[JARS_ENV] = spark_jars_folder()
         consumer = load_manifest(manifest_path)
         operator = LocalOperator(
             manifest_path, consumer, workdir / "run", engine=args.engine, environ=environ
@@ -561,12 +561,6 @@ async def hub_holds(connection_string: str, port: int) -> set[Key]:
     target = EventHubsTarget(connection_string, f"127.0.0.1:{port}", HUB, "$Default")
     partitions = await read_partitions(target)
     return {(p, s) for p, info in partitions.items() for s in range(info.beginning, info.last_enqueued + 1)}
-
-
-def spark_jars() -> str:
-    """Delta Lake's and hadoop-azure's jars (tools/spark-jars: fetched once, then cached)."""
-    tool = Path(__file__).resolve().parents[1] / "tools" / "spark-jars"
-    return subprocess.run([str(tool)], check=True, capture_output=True, text=True).stdout.strip()
 
 
 def main() -> None:

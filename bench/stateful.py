@@ -52,6 +52,7 @@ from hubshift.ownership.scope import Scope
 from hubshift.ownership.stores.locations import open_store, sqlite_url
 from hubshift.spec import DEFAULT_EVENTHUBS_ENV
 from tests.harness.ranges import percentile
+from tests.harness.spark_jars import spark_jars_folder
 
 RESULTS = Path(__file__).resolve().parent / "results" / "stateful.json"
 HUB = "stateful"
@@ -191,13 +192,16 @@ def hubshift_side(args: argparse.Namespace, emulator: RunningEmulator, workdir: 
             }
         )
     )
-    environ = {**os.environ, DEFAULT_EVENTHUBS_ENV: emulator.connection_string, "HUBSHIFT_SPARK_JARS": jars()}
-    spec = load_manifest(manifest).spec
+    environ = {
+        **os.environ,
+        DEFAULT_EVENTHUBS_ENV: emulator.connection_string,
+        "HUBSHIFT_SPARK_JARS": spark_jars_folder(),
+    }
+    load_manifest(manifest)  # a manifest the consumers refuse would fail each of them alone
     store = open_store(sqlite_url(store_file), create=True)  # the consumers' container: the default
     scope = Scope(f"127.0.0.1:{emulator.port}", HUB, "$Default")
     partitions = [str(p) for p in range(args.partitions)]
     publish(store, scope, dict.fromkeys(partitions, "c0"), 1, Phase.READY)
-    del spec
     first = Consumer(manifest, "c0", workdir, environ)
     second: Consumer | None = None
     try:
@@ -260,11 +264,6 @@ def spark_block(args: argparse.Namespace) -> dict[str, Any]:
         "driverMemory": "1g",
         "shufflePartitions": 2,
     }
-
-
-def jars() -> str:
-    tool = Path(__file__).resolve().parents[1] / "tools" / "spark-jars"
-    return subprocess.run([str(tool)], check=True, capture_output=True, text=True).stdout.strip()
 
 
 # --- Spark's own way: one query over every partition, restarted to rescale ---------------------------------
@@ -368,7 +367,7 @@ def plain_side(args: argparse.Namespace, emulator: RunningEmulator, workdir: Pat
         str(args.batch),
     ]
 
-    environ = {**os.environ, "HUBSHIFT_SPARK_JARS": jars()}
+    environ = {**os.environ, "HUBSHIFT_SPARK_JARS": spark_jars_folder()}
 
     def start() -> subprocess.Popen[str]:
         return subprocess.Popen(
@@ -398,7 +397,7 @@ def plain_side(args: argparse.Namespace, emulator: RunningEmulator, workdir: Pat
         worker.wait(300)
         worker = start()
         assert worker.stdout is not None
-        send(emulator_of(args), args.partitions, args.partitions * 10, first=10**9 + len(restarts) * 1000)
+        send(emulator, args.partitions, args.partitions * 10, first=10**9 + len(restarts) * 1000)
         for line in worker.stdout:
             if int(line.split()[2]) > 0:
                 restarts.append(
@@ -417,20 +416,10 @@ def plain_side(args: argparse.Namespace, emulator: RunningEmulator, workdir: Pat
     }
 
 
-_EMULATOR: RunningEmulator | None = None
-
-
-def emulator_of(args: argparse.Namespace) -> RunningEmulator:
-    assert _EMULATOR is not None
-    return _EMULATOR
-
-
 def run_once(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    global _EMULATOR
     (workdir / "job").mkdir()
     (workdir / "job" / "stateful_job.py").write_text(JOB)
     emulator = start_emulator([f"{HUB}:{args.partitions}"], consumer_groups=["plain"], partition_size_mb=1024)
-    _EMULATOR = emulator
     try:
         send(emulator, args.partitions, args.events)
         plain = plain_side(args, emulator, workdir)
