@@ -178,8 +178,27 @@ def final_name(staged: str, stem: str, number: int) -> str:
     return f"{folder + '/' if folder else ''}part-{stem}-{number:05d}{extension}"
 
 
-def claim_name(partition: str, after: int) -> str:
-    return f"{CLAIMS}/{partition}/{after:020d}"
+def claim_name(partition: str, after: int, generation: int = 0) -> str:
+    """A claim on a partition's stretch after `after`: generations `<after>.<n>`, the newest the one that
+    holds (`take`)."""
+    return f"{CLAIMS}/{partition}/{after:020d}.{generation}"
+
+
+def claim_after(name: str) -> int | None:
+    """The `after` a claim's file name is for (None: not a claim's name)."""
+    try:
+        return int(name.split(".", 1)[0])
+    except ValueError:
+        return None
+
+
+def generations(folder: HadoopFolder, partition: str, after: int) -> list[int]:
+    """The generations of a stretch's claims there are, oldest first."""
+    prefix = f"{after:020d}."
+    found = (
+        name.removeprefix(prefix) for name in folder.names(f"{CLAIMS}/{partition}") if name.startswith(prefix)
+    )
+    return sorted(int(n) for n in found if n.isdigit())
 
 
 def stream_mark(app_id: str, batch_id: int) -> str:
@@ -206,24 +225,26 @@ def claim(folder: HadoopFolder, document: dict[str, Any]) -> bool:
 
 
 def take(folder: HadoopFolder, partition: str, after: int, stem: str) -> str | None:
-    """Who holds a partition's claim after this batch tried to take it. A claim whose batch has no manifest
-    any more while the partition's progress has not moved is an orphan (its batch gave up, and a consumer
-    finishing that batch had claimed on its behalf meanwhile): it goes, and the claim is tried again."""
-    name = claim_name(partition, after)
+    """Who holds a partition's claim after this batch tried to take it. The newest generation of the
+    stretch's claims holds it; one whose batch has no manifest any more while the partition's progress has
+    not moved is an orphan (its batch gave up, and a consumer finishing that batch had claimed on its
+    behalf meanwhile), and the next generation is created over it. Every generation is an exclusive create
+    and none is deleted to take the stretch, so two batches that find the same orphan never both hold it."""
     for _ in range(3):
-        if folder.create_text(name, stem):
+        found = generations(folder, partition, after)
+        if found:
+            holder = folder.read_settled(claim_name(partition, after, found[-1]))
+            if holder is None:
+                continue  # taken back meanwhile
+            orphan = (
+                holder != stem
+                and folder.read_text(f"{PENDING}/{holder}.json") is None
+                and not moved_on(folder, partition, after)
+            )
+            if not orphan:
+                return holder
+        if folder.create_text(claim_name(partition, after, found[-1] + 1 if found else 0), stem):
             return stem
-        holder = folder.read_settled(name)
-        if holder is None:
-            continue  # gone meanwhile
-        orphan = (
-            holder != stem
-            and folder.read_text(f"{PENDING}/{holder}.json") is None
-            and not moved_on(folder, partition, after)
-        )
-        if not orphan:
-            return holder
-        folder.delete(name)
     return None
 
 
@@ -231,9 +252,10 @@ def abandon(folder: HadoopFolder, document: dict[str, Any], manifest: str) -> No
     """A batch that lost a claim: its own claims back, its staged files and its manifest gone."""
     stem = document["stem"]
     for partition, after in document.get("after", {}).items():
-        name = claim_name(partition, int(after))
-        if folder.read_text(name) == stem:
-            folder.delete(name)
+        for generation in generations(folder, partition, int(after)):
+            name = claim_name(partition, int(after), generation)
+            if folder.read_text(name) == stem:
+                folder.delete(name)
     folder.delete(f"{STAGING}/{stem}", recursive=True)
     folder.delete(manifest)
 
@@ -262,22 +284,21 @@ def publish(folder: HadoopFolder, manifest: str) -> None:
         folder.move(staged, final)
     for partition, last in document["progress"].items():
         folder.write_text(f"{PROGRESS}/{partition}/{int(last):020d}", document["stem"], replace=True)
-        for older in folder.names(f"{PROGRESS}/{partition}"):
-            if older.isdigit() and int(older) < int(last):
-                folder.delete(f"{PROGRESS}/{partition}/{older}")
-        after = document.get("after", {}).get(partition)
-        for older in folder.names(f"{CLAIMS}/{partition}") if after is not None else ():
-            if older.isdigit() and int(older) < int(after):
-                folder.delete(f"{CLAIMS}/{partition}/{older}")
+        _prune(folder, f"{PROGRESS}/{partition}", int(last))
     for mark in document.get("marks", []):
         folder.create_text(mark, document["stem"])
-    for key, after in document.get("after", {}).items():
-        if key.startswith(STREAM_KEY):
-            for older in folder.names(f"{CLAIMS}/{key}"):
-                if older.isdigit() and int(older) < int(after):
-                    folder.delete(f"{CLAIMS}/{key}/{older}")
+    for key, after in document.get("after", {}).items():  # partitions' and streams' claims alike
+        _prune(folder, f"{CLAIMS}/{key}", int(after))
     folder.delete(f"{STAGING}/{document['stem']}", recursive=True)
     folder.delete(manifest)
+
+
+def _prune(folder: HadoopFolder, directory: str, below: int) -> None:
+    """The progress marks or claims of a directory for stretches before `below`: published, never read."""
+    for name in folder.names(directory):
+        after = claim_after(name)
+        if after is not None and after < below:
+            folder.delete(f"{directory}/{name}")
 
 
 def progress(folder: HadoopFolder, partition: str) -> int | None:

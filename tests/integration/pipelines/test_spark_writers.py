@@ -191,6 +191,33 @@ def test_a_claim_left_by_a_batch_that_gave_up_does_not_block_the_partition(
     assert pairs(rows.to_pylist()) == (50, 50)
 
 
+def test_two_batches_finding_the_same_orphan_claim_never_both_hold_the_stretch(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Y finds the stretch's claim orphaned; before it acts, Z (a batch with its manifest written) finds the
+    same orphan and takes the stretch. Y must then find Z holding it: deleting the orphan to take it would
+    have deleted Z's claim, and both would have published."""
+    root = tmp_path / "parquet"
+    orphan = root / files.claim_name("0", -1)
+    orphan.parent.mkdir(parents=True)
+    orphan.write_text("gone-batch")
+    (root / files.PENDING).mkdir(parents=True)
+    (root / files.PENDING / "batch-z.json").write_text("{}")  # Z's manifest, written before it claims
+    folder = files.HadoopFolder(spark, str(root))
+    moved_on = files.moved_on
+    meanwhile: list[str | None] = []
+
+    def z_takes_it_meanwhile(at: files.HadoopFolder, key: str, after: int) -> bool:
+        if not meanwhile:
+            meanwhile.append(None)  # Z's own look at the orphan goes straight through
+            meanwhile[0] = files.take(folder, "0", -1, "batch-z")
+        return moved_on(at, key, after)
+
+    monkeypatch.setattr(files, "moved_on", z_takes_it_meanwhile)
+    assert files.take(folder, "0", -1, "batch-y") == "batch-z"
+    assert meanwhile == ["batch-z"]
+
+
 def test_delta_on_a_folder_holds_every_event_once(spark: SparkSession, tmp_path: Path) -> None:
     sink = DeltaSink(DeltaSinkSpec(path=str(tmp_path / "table"), partition_by=["date"]), context())
     run_scenario(spark, lambda frame, b: sink.write_batch(frame, identity, b))
