@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -121,7 +121,6 @@ class _Query:
     restored: bool = False  # its first batch committed since it started
     stopping: bool = False
     failures: int = 0
-    thread: threading.Thread | None = field(default=None, repr=False)
 
 
 class StreamEngine(SpooledPartitions):
@@ -209,8 +208,7 @@ class StreamEngine(SpooledPartitions):
             start, next_sequence = StartAt(sequence_number=resumed - 1), resumed
         super().start_partition(partition, owner_level, start, next_sequence)
         running = _Query(owner_level, location, time.monotonic())
-        if self.metrics is not None:
-            self.metrics.state_restoring(partition)
+        self._restore_begins(partition, running)
         with self._lock:
             previous = self._queries.pop(partition, None)
             self._queries[partition] = running
@@ -223,28 +221,49 @@ class StreamEngine(SpooledPartitions):
             location,
             f"sequence number {resumed}" if resumed is not None else "no committed batch yet",
         )
-        running.thread = threading.Thread(
-            target=self._launch, args=(partition, running), name=f"query-{partition}", daemon=True
-        )
-        running.thread.start()
+        self._launch_thread(partition, running)
 
-    def _launch(self, partition: str, running: _Query) -> None:
-        """Start a partition's query (Spark reads its checkpoint); a job that cannot run stops the consumer
-        with one line that says why."""
-        try:
-            query = self._start_query(partition, running)
-        except UserError as error:
-            self.notify(EngineFailed(str(error)))
+    def _launch_thread(self, partition: str, running: _Query, again: str | None = None) -> None:
+        """`_launch` on a thread of its own (a query's start reads its checkpoint; a restart waits first)."""
+        threading.Thread(
+            target=self._launch, args=(partition, running, again), name=f"query-{partition}", daemon=True
+        ).start()
+
+    def _launch(self, partition: str, running: _Query, again: str | None = None) -> None:
+        """Start a partition's query (Spark reads its checkpoint); `again`: why its last one ended, so it is
+        started again after a pause (`_retry`). A query that cannot start is tried again the same way; a job
+        that cannot run stops the consumer with one line that says why."""
+        while again is None or self._retry(partition, running, again):
+            try:
+                query = self._start_query(partition, running)
+            except UserError as error:
+                self.notify(EngineFailed(str(error)))
+                return
+            except Exception as error:
+                again = f"could not start ({one_line(error)})"
+                continue
+            with self._lock:
+                current = self._queries.get(partition) is running and not running.stopping
+                running.query = query
+            if not current:
+                self._stop_query(running)
             return
-        except Exception as error:
-            running.failures += 1
-            log.warning("partition %s: its query could not start: %s", partition, one_line(error))
-            return
+
+    def _retry(self, partition: str, running: _Query, why: str) -> bool:
+        """Whether to start a partition's query again after it failed (`why`): after a pause, unless it failed
+        `MAX_RESTARTS` times in a row (the consumer stops with the reason) or the partition is gone."""
+        running.failures += 1
+        if running.failures > MAX_RESTARTS:
+            self.notify(EngineFailed(f"partition {partition}: its query failed {MAX_RESTARTS} times: {why}"))
+            running.stopping = True
+            return False
+        log.warning("partition %s: its query %s; starting it again from its checkpoint", partition, why)
+        time.sleep(min(10.0, running.failures))
         with self._lock:
-            current = self._queries.get(partition) is running and not running.stopping
-            running.query = query
-        if not current:
-            self._stop_query(running)
+            if self._queries.get(partition) is not running or running.stopping:
+                return False
+        self._restore_begins(partition, running)  # its state is restored again from the checkpoint
+        return True
 
     def _check_job(self) -> None:
         """Before anything is claimed: the job's function returns a streaming DataFrame and Spark can run it
@@ -343,13 +362,18 @@ class StreamEngine(SpooledPartitions):
                 waiting = threading.Thread(target=_settle, args=(query,), daemon=True)
                 waiting.start()
                 waiting.join(self.drain_seconds)
+                # Spark's listener may hear of the last batch after this: its commit log says it now
+                assert self._spark is not None
+                settled = committed_next(self._spark, running.location, partition)
+                if settled is not None:
+                    self._committed(partition, running, settled, 0)
             with self._lock:
                 if self._queries.get(partition) is running:
                     del self._queries[partition]
-                self._partitions.pop(partition, None)
+                if self._partitions.get(partition) is state:
+                    del self._partitions[partition]
             self._stop_query(running)
-            if not running.restored and self.metrics is not None:
-                self.metrics.state_restored(partition, None)
+            self._restore_ended(partition, running)
             spool.remove_epoch(self.spool_root, partition, state.owner_level)
             self.notify(Drained(partition, state.owner_level, state.committed))
 
@@ -363,8 +387,7 @@ class StreamEngine(SpooledPartitions):
         def stop() -> None:
             if running is not None:
                 self._stop_query(running)
-                if not running.restored and self.metrics is not None:
-                    self.metrics.state_restored(partition, None)
+                self._restore_ended(partition, running)
             self._remove_retired(None, partition)  # its query is stopped: nothing reads its spool
 
         threading.Thread(target=stop, name=f"stop-{partition}", daemon=True).start()
@@ -399,28 +422,29 @@ class StreamEngine(SpooledPartitions):
         end = SourceOffset.from_json(json.loads(end_text) if isinstance(end_text, str) else end_text)
         position = end.partitions.get(partition)
         events = int(document.get("numInputRows") or 0)
-        if not running.restored:
-            running.restored = True
-            if self.metrics is not None:
-                self.metrics.state_restored(partition, time.monotonic() - running.started)
+        self._restore_ended(partition, running, committed=True)
         if self.metrics is not None:
             rows, size = _state_size(document)
             self.metrics.state_size(partition, rows, size)
             seconds = float(document.get("batchDuration") or 0) / 1000
             self.metrics.handled(partition, events, seconds, None)
-        if position is None:
-            return
+        if position is not None:
+            self._committed(partition, running, position.next_sequence, events)
+
+    def _committed(self, partition: str, running: _Query, next_sequence: int, events: int) -> None:
+        """A partition's batch committed up to `next_sequence`: its position, the spool trimmed, and the
+        checkpoint the agent writes (`Committed`); nothing when the position did not move."""
         with self._lock:
             state = self._partitions.get(partition)
             if state is None or state.owner_level != running.owner_level:
                 return
-            if state.committed_next is not None and position.next_sequence <= state.committed_next:
+            if state.committed_next is not None and next_sequence <= state.committed_next:
                 return  # no events (a batch the watermark alone moved)
-            state.committed_next = position.next_sequence
+            state.committed_next = next_sequence
             level = state.owner_level
-        last = position.next_sequence - 1
+        last = next_sequence - 1
         offset = spool.event_at(self.spool_root, partition, level, last)
-        spool.trim(self.spool_root, partition, level, position.next_sequence)
+        spool.trim(self.spool_root, partition, level, next_sequence)
         self._report_spool()
         if offset is None:
             return  # the last event expired or is no longer spooled: the next batch checkpoints
@@ -455,33 +479,31 @@ class StreamEngine(SpooledPartitions):
                 return
 
     def _check(self, partition: str, running: _Query) -> None:
-        """A partition's query that stopped on its own failed: started again from its checkpoint after a
-        pause; after `MAX_RESTARTS` in a row the consumer stops with the reason."""
+        """A partition's query that stopped on its own failed: started again from its checkpoint (`_launch`,
+        on a thread of its own: the pause before it holds no other partition's check)."""
         query = running.query
         if query is None or running.stopping or query.isActive:
             return
         error = query.exception()
-        reason = one_line(error) if error is not None else "the query stopped"
-        running.failures += 1
-        if running.failures > MAX_RESTARTS:
-            self.notify(
-                EngineFailed(f"partition {partition}: its query failed {MAX_RESTARTS} times: {reason}")
-            )
-            running.stopping = True
-            return
-        log.warning(
-            "partition %s: its query failed (%s); starting it again from its checkpoint", partition, reason
-        )
-        time.sleep(min(10.0, running.failures))
-        with self._lock:
-            if self._queries.get(partition) is not running or running.stopping:
-                return
         running.query = None
-        running.started = time.monotonic()
-        running.restored = False  # its state is restored again from the checkpoint
+        self._launch_thread(partition, running, f"failed ({one_line(error) if error else 'it stopped'})")
+
+    def _restore_begins(self, partition: str, running: _Query) -> None:
+        """Its query (re)starts: its state is restored from the checkpoint until its first batch commits."""
+        running.started, running.restored = time.monotonic(), False
         if self.metrics is not None:
             self.metrics.state_restoring(partition)
-        self._launch(partition, running)
+
+    def _restore_ended(self, partition: str, running: _Query, committed: bool = False) -> None:
+        """Its first batch committed (`committed`: the restore's time is reported) or its query stopped
+        before that; nothing once already ended."""
+        if committed:
+            running.failures = 0  # "in a row": a committed batch ends the run of failures
+        if running.restored:
+            return
+        running.restored = True
+        if self.metrics is not None:
+            self.metrics.state_restored(partition, time.monotonic() - running.started if committed else None)
 
 
 def _settle(query: StreamingQuery) -> None:
