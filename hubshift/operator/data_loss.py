@@ -19,7 +19,7 @@ from hubshift.operator.autoscaler import ScalingDecision
 from hubshift.ownership.model import OwnershipSnapshot
 from hubshift.ownership.planner import consumer_sort_key
 
-# The condition's and the Event's reason, and how the message names the switch.
+# How the messages name the switch.
 FAIL_ON_DATA_LOSS = "spec.consumer.failOnDataLoss"
 
 

@@ -523,7 +523,7 @@ def _rebalance_conditions(
         Condition(
             type=READY,
             status="True" if state.phase is Phase.READY and not stopped else "False",
-            reason="DataLoss" if stopped else "Balanced" if state.phase is Phase.READY else state.phase.value,
+            reason=DATA_LOSS if stopped else "Balanced" if state.phase is Phase.READY else state.phase.value,
             message=f"stopped for data loss; {message}" if stopped else message,
         ),
         Condition(

@@ -47,10 +47,6 @@ class Segment:
     last: int
     expired: bool = False
 
-    @property
-    def count(self) -> int:
-        return self.last - self.first + 1
-
 
 def epoch_dir(root: str | os.PathLike[str], partition: str, owner_level: int) -> Path:
     return Path(root) / partition / str(owner_level)

@@ -20,6 +20,7 @@ from hubshift.operator.partition_lag import PartitionLag, worst_lag
 from hubshift.operator.rebalance import Action, RebalanceState, holddown_seconds
 from hubshift.operator.runtime import ConsumerInstance, ConsumerRuntime
 from hubshift.operator.status import (
+    DATA_LOSS,
     PartitionedConsumerStatus,
     ResourcePhase,
     RolloutStatus,
@@ -31,8 +32,6 @@ from hubshift.ownership.model import Phase
 
 # The Event the loop records when a partition receives more than a consumer processes.
 OVER_CAPACITY_EVENT = "PartitionOverCapacity"
-# The Event the loop records when events of a partition expired from the hub before they were read.
-DATA_LOSS_EVENT = "DataLoss"
 
 
 @dataclass
@@ -110,7 +109,7 @@ class Reporter:
         seen = {(stretch.partition, stretch.last) for stretch in expired}
         if expired and not seen <= self.expired_seen:
             condition = data_loss_condition(expired, fail)
-            await self.runtime.record_event(DATA_LOSS_EVENT, condition.message, warning=True)
+            await self.runtime.record_event(DATA_LOSS, condition.message, warning=True)
         self.expired_seen = seen
 
     async def publish_status(
