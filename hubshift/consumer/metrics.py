@@ -380,8 +380,9 @@ class ConsumerMetrics:
     def events_expired(self, partition: str, events: int) -> None:
         self.expired.labels(*self._hub, partition).inc(events)
 
-    def set_spool(self, events: int) -> None:
-        self.spool.set(max(0, events))
+    def spool_depth(self, depth: Callable[[], int]) -> None:
+        """The spool's depth is `depth()`, asked when the metrics are read (not at every delivery)."""
+        self.spool.set_function(lambda: max(0, depth()))
 
     def batch_failed(self, duration_seconds: float | None = None) -> None:
         self.batches.labels("failed").inc()

@@ -312,8 +312,6 @@ class SparkEngine(SpooledPartitions):
         for partition, state in drained:
             spool.remove_epoch(self.spool_root, partition, state.owner_level)
             self.notify(Drained(partition, state.owner_level, state.committed))
-        if drained:
-            self._report_spool()
         self._remove_retired(safe)
 
     def _batch_done(self, end: SourceOffset, summary: BatchSummary) -> None:
@@ -339,7 +337,6 @@ class SparkEngine(SpooledPartitions):
                 if state.draining_since is not None and end.ownership_version >= state.draining_since:
                     del self._partitions[partition]
                     drained.append((partition, state))
-        self._report_spool()
         for event in committed:
             self.notify(event)
         for partition, state in drained:

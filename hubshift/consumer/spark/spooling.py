@@ -86,6 +86,8 @@ class SpooledPartitions:
         self.scope = f"{target.fqns}/{target.hub}/{target.consumer_group}".lower()
         self._lock = threading.RLock()
         self._partitions: dict[str, _Partition] = {}
+        if self.metrics is not None:
+            self.metrics.spool_depth(self._spool_depth)
         self._ownership_version = 0
         self._scratch_full_reported = False
         self._retired: list[_Retired] = []
@@ -137,7 +139,6 @@ class SpooledPartitions:
                 raise  # the receiver delivers the same events again once it may
             with self._lock:
                 state.spooled_next = int(batch.column("sequence_number")[-1].as_py()) + 1
-            self._report_spool()
 
         def expired(first: int, last: int) -> None:
             with self._lock:
@@ -298,17 +299,16 @@ class SpooledPartitions:
         )
         write_ownership(self.scratch, view)
 
-    def _report_spool(self) -> None:
-        """The spool's depth: events received, not yet committed, over the partitions owned."""
-        if self.metrics is None:
-            return
+    def _spool_depth(self) -> int:
+        """The spool's depth: events received, not yet committed, over the partitions owned (asked when the
+        metrics are read)."""
         depth = 0
         with self._lock:
             for state in self._partitions.values():
                 base = state.committed_next if state.committed_next is not None else state.next_sequence
                 if base is not None and state.spooled_next is not None:
                     depth += max(0, state.spooled_next - base)
-        self.metrics.set_spool(depth)
+        return depth
 
     def _has_room(self, partition: str, owner_level: int) -> bool:
         """Back-pressure: a partition is not read while its spool is `max_ahead` beyond what was committed

@@ -445,7 +445,6 @@ class StreamEngine(SpooledPartitions):
         last = next_sequence - 1
         offset = spool.event_at(self.spool_root, partition, level, last)
         spool.trim(self.spool_root, partition, level, next_sequence)
-        self._report_spool()
         if offset is None:
             return  # the last event expired or is no longer spooled: the next batch checkpoints
         checkpoint = Checkpoint(offset=offset, sequence_number=last)
