@@ -24,7 +24,6 @@ segments a concurrent removal had taken already missing, and the sink's high-wat
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import threading
@@ -36,7 +35,7 @@ from typing import TYPE_CHECKING
 from hubshift.consumer.engine import Committed, Drained, EngineFailed, Notify
 from hubshift.consumer.spark import spool
 from hubshift.consumer.spark.batch import SpoolRead, process_batch
-from hubshift.consumer.spark.offsets import SourceOffset, plan_ranges
+from hubshift.consumer.spark.offsets import SourceOffset, offset_log_end, plan_ranges
 from hubshift.consumer.spark.ownership_file import read_planned
 from hubshift.consumer.spark.session import build_session
 from hubshift.consumer.spark.source import (
@@ -76,14 +75,11 @@ WATCH_SECONDS = 0.25
 
 
 def offset_of_batch(checkpoint_dir: Path, batch_id: int) -> SourceOffset | None:
-    """The source's end offset of a batch from Spark's offset log (`v1`, metadata, one line per source)."""
+    """The source's end offset of a batch from Spark's offset log."""
     try:
-        lines = (checkpoint_dir / "offsets" / str(batch_id)).read_text().splitlines()
+        return offset_log_end((checkpoint_dir / "offsets" / str(batch_id)).read_text())
     except FileNotFoundError:
         return None
-    if len(lines) < 3 or not lines[0].startswith("v"):
-        return None
-    return SourceOffset.from_json(json.loads(lines[2]))
 
 
 class SparkEngine(SpooledPartitions):

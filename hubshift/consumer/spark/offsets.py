@@ -17,6 +17,7 @@ An offset is `{"g": ownership version, "p": {partition: {"e": level, "f": first,
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -194,6 +195,15 @@ def plan_ranges(start: SourceOffset | None, end: SourceOffset) -> list[ReadRange
         if after.next_sequence > begin:
             ranges.append(ReadRange(partition, after.owner_level, begin, after.next_sequence))
     return ranges
+
+
+def offset_log_end(text: str | None) -> SourceOffset | None:
+    """The source's end offset a batch's entry of Spark's offset log holds (`v1`, the batch's metadata, then
+    one line per source: ours is the only one); None for no entry or another shape."""
+    lines = [] if text is None else text.splitlines()
+    if len(lines) < 3 or not lines[0].startswith("v"):
+        return None
+    return SourceOffset.from_json(json.loads(lines[2]))
 
 
 def total(ranges: Iterable[ReadRange]) -> int:

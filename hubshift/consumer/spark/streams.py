@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from hubshift.consumer.engine import Committed, Drained, EngineFailed
 from hubshift.consumer.spark import spool
-from hubshift.consumer.spark.offsets import SourceOffset
+from hubshift.consumer.spark.offsets import SourceOffset, offset_log_end
 from hubshift.consumer.spark.session import build_session
 from hubshift.consumer.spark.source import (
     FORMAT,
@@ -99,14 +99,8 @@ def committed_next(spark: SparkSession, location: str, partition: str) -> int | 
     commits = [int(name) for name in folder.names("commits") if name.isdigit()]
     if not commits:
         return None
-    text = folder.read_text(f"offsets/{max(commits)}")
-    if text is None:
-        return None
-    lines = text.splitlines()
-    if len(lines) < 3:
-        return None
-    end = SourceOffset.from_json(json.loads(lines[2]))
-    position = end.partitions.get(partition)
+    end = offset_log_end(folder.read_text(f"offsets/{max(commits)}"))
+    position = None if end is None else end.partitions.get(partition)
     return None if position is None else position.next_sequence
 
 

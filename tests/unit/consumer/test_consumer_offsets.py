@@ -17,6 +17,7 @@ from hubshift.consumer.spark.offsets import (
     SourcePartition,
     SpoolExtent,
     incomplete,
+    offset_log_end,
     plan_latest,
     plan_ranges,
     split_budget,
@@ -39,6 +40,15 @@ def test_offset_json_is_canonical_and_round_trips(
     # Equal content built in another insertion order gives the same string.
     reordered = SourceOffset(generation, dict(reversed(list(parts.items()))))
     assert json.dumps(reordered.to_json()) == json.dumps(document)
+
+
+def test_a_batchs_end_offset_is_read_from_its_entry_of_sparks_offset_log() -> None:
+    end = SourceOffset(3, {"0": PartitionPosition(1, 0, 300)})
+    metadata = '{"batchWatermarkMs":0,"batchTimestampMs":1}'
+    assert offset_log_end(f"v1\n{metadata}\n{json.dumps(end.to_json())}") == end
+    assert offset_log_end(None) is None  # no entry
+    assert offset_log_end(f"v1\n{metadata}") is None  # no source's line
+    assert offset_log_end(f"x\n{metadata}\n{json.dumps(end.to_json())}") is None  # not an offset log
 
 
 @pytest.mark.parametrize(
