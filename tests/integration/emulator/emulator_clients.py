@@ -19,7 +19,10 @@ from azure.eventhub._pyamqp import _decode as pyamqp_decode
 from azure.eventhub.aio import EventHubConsumerClient as AsyncConsumerClient
 
 from hubshift.emulator import performatives
+from hubshift.emulator.broker import HubSpec
 from hubshift.emulator.codec import Symbol, UInt
+from hubshift.emulator.config import EmulatorSettings
+from hubshift.emulator.server import EmulatorThread
 
 HUB = "hub"
 
@@ -391,3 +394,15 @@ def closed_within(sock: socket.socket, timeout: float) -> bool:
         except OSError:
             return True
     return False
+
+
+@contextlib.contextmanager
+def in_process_emulator(**settings: Any) -> Iterator[EmulatorThread]:
+    """An emulator in this process (hub `hub`, 2 partitions, a free port) with `settings` (its limits, a
+    key...), stopped on the way out."""
+    server = EmulatorThread(EmulatorSettings(port=0, hubs=(HubSpec("hub", 2),), **settings))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -16,12 +16,10 @@ import pytest
 from azure.eventhub import EventData
 from azure.eventhub._pyamqp import _decode as pyamqp_decode
 from azure.eventhub._pyamqp.utils import generate_sas_token
-from emulator_clients import RawPeer, producer, receive
+from emulator_clients import RawPeer, in_process_emulator, producer, receive
 
 from hubshift.emulator import performatives
-from hubshift.emulator.broker import HubSpec
 from hubshift.emulator.codec import UInt
-from hubshift.emulator.config import EmulatorSettings
 from hubshift.emulator.context import ConnectionLimits
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.emulator.server import EmulatorThread
@@ -265,18 +263,10 @@ def test_a_large_frame_before_open_is_refused_before_it_is_buffered(emulator: Ru
 @pytest.fixture
 def strict_emulator() -> Iterator[EmulatorThread]:
     """An emulator in this process with a key and short handshake and authentication deadlines."""
-    settings = EmulatorSettings(
-        port=0,
-        hubs=(HubSpec("hub", 2),),
-        key="the-key",
-        limits=ConnectionLimits(handshake_timeout=1.0, authentication_timeout=2.0),
-    )
-    server = EmulatorThread(settings)
-    server.start()
-    try:
+    with in_process_emulator(
+        key="the-key", limits=ConnectionLimits(handshake_timeout=1.0, authentication_timeout=2.0)
+    ) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_a_peer_that_never_opens_or_never_authenticates_is_closed(strict_emulator: EmulatorThread) -> None:

@@ -21,15 +21,14 @@ from emulator_clients import (
     RawWebSocket,
     closed_within,
     deflated,
+    in_process_emulator,
     upgrade_request,
     wait_until,
     ws_frame,
 )
 
 from hubshift.emulator import performatives
-from hubshift.emulator.broker import HubSpec
 from hubshift.emulator.codec import Symbol, UInt
-from hubshift.emulator.config import EmulatorSettings
 from hubshift.emulator.context import ConnectionLimits
 from hubshift.emulator.launch import RunningEmulator
 from hubshift.emulator.server import EmulatorThread
@@ -200,15 +199,8 @@ def test_plain_amqp_has_the_same_budget_before_open(emulator: RunningEmulator) -
 @pytest.fixture
 def quick_handshake() -> Iterator[EmulatorThread]:
     """An emulator in this process whose handshake deadline is 1.5 s."""
-    settings = EmulatorSettings(
-        port=0, hubs=(HubSpec("hub", 2),), limits=ConnectionLimits(handshake_timeout=1.5)
-    )
-    server = EmulatorThread(settings)
-    server.start()
-    try:
+    with in_process_emulator(limits=ConnectionLimits(handshake_timeout=1.5)) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_sockets_that_send_only_a_request_line_are_closed_at_the_deadline(
@@ -274,15 +266,8 @@ def test_the_http_request_is_bounded_and_answered_once(emulator: RunningEmulator
 @pytest.fixture
 def capped() -> Iterator[EmulatorThread]:
     """An emulator in this process that holds at most 24 sockets."""
-    settings = EmulatorSettings(
-        port=0, hubs=(HubSpec("hub", 2),), limits=ConnectionLimits(max_connections=24)
-    )
-    server = EmulatorThread(settings)
-    server.start()
-    try:
+    with in_process_emulator(limits=ConnectionLimits(max_connections=24)) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_sockets_are_capped_across_amqp_and_websockets(capped: EmulatorThread) -> None:
