@@ -110,6 +110,8 @@ class ConsumerState:
     #: The API server's refusal of the children the spec renders now, while the pool runs on the last ones
     #: it accepted (the status' ChildrenApplied condition says so); None once they are applied.
     refused: str | None = None
+    #: The resource's spec as it is now is invalid (the children handler reported it): no cycle runs.
+    invalid: bool = False
 
 
 def operator_context(memo: kopf.Memo) -> OperatorContext:
@@ -143,17 +145,19 @@ async def reconcile_children(body: Mapping[str, Any], memo: kopf.Memo, logger: L
     the control loop's; a new StatefulSet starts at `scaling.minReplicas`."""
     context = operator_context(memo)
     owner = Owner.from_body(body)
+    state = consumer_state(memo)
     try:
         consumer = consumer_from_body(body)
     except UserError as error:
+        state.invalid = True  # the cycles stop until an edit makes it valid again
         await report_invalid(context, owner, body, str(error))
         raise kopf.PermanentError(str(error)) from None
+    state.invalid = False
     refusal = namespace_refusal(context, owner.namespace)
     if refusal is not None:  # nothing is rendered, applied or read for it
         await report_invalid(context, owner, body, refusal)
         raise kopf.PermanentError(refusal)
     names = ChildNames.of(owner.name)
-    state = consumer_state(memo)
     async with state.lock:
         current = await context.kube.statefulset_replicas(owner.namespace, names.statefulset)
         replicas = current if current is not None else initial_replicas(consumer)
@@ -398,14 +402,10 @@ async def run_control_loop(
     def desired() -> Desired | None:
         # The spec whose children the API server accepted, never the resource's newer one: until the children
         # handler applied them there is nothing to run (that handler wakes the loop when it is done), and a
-        # refused edit leaves the loop on the last accepted spec. An invalid spec (reported by that handler)
-        # stops the cycles.
+        # refused edit leaves the loop on the last accepted spec. An invalid spec (that handler found it so
+        # and reported it) stops the cycles.
         accepted = state.accepted
-        if accepted is None:
-            return None
-        try:
-            consumer_from_body(body)
-        except UserError:
+        if accepted is None or state.invalid:
             return None
         conditions = [applied_condition(state.refused), output_condition(accepted)]
         return Desired(accepted, CycleInputs.from_body(body, conditions))
