@@ -106,6 +106,11 @@ class SparkEngine(SpooledPartitions):
         self._monitor: threading.Thread | None = None
         self._closing = threading.Event()
         self._restarts = 0
+        # A query's batch ids start at 0 again (each query has a new checkpoint), but a batch's number names
+        # what it writes (`batch_stem`): the batches of earlier queries of this run come first, so no two
+        # batches of a run share a name (a sink took a name it had as "written already").
+        self._numbered_before = 0
+        self._query_batches = 0
         # Events of the last few batches by id, for their progress (a task may read the spool itself).
         self._rows_by_batch: dict[int, int] = {}
         # The ownership version the batch running now was planned with (None: no batch runs).
@@ -215,6 +220,8 @@ class SparkEngine(SpooledPartitions):
         with self._lock:
             self._ownership_version += 1
             self._write_ownership()
+            self._numbered_before += self._query_batches  # the next query's batch 0 follows them
+            self._query_batches = 0
         for partition, state in drained:
             spool.remove_epoch(self.spool_root, partition, state.owner_level)
             self.notify(Drained(partition, state.owner_level, state.committed))
@@ -264,9 +271,10 @@ class SparkEngine(SpooledPartitions):
                 raise RuntimeError(f"batch {batch_id}: Spark's offset log does not say what it read")
             with self._lock:
                 self._in_flight = end.ownership_version
+                self._query_batches = max(self._query_batches, batch_id + 1)
             summary = process_batch(
                 events,
-                batch_id,
+                self._numbered_before + batch_id,
                 self.consumer_id,
                 self.pipeline,
                 self.sink,

@@ -29,6 +29,7 @@ from hubshift.eventhubs.target import EventHubsTarget
 from hubshift.manifest import ConsumerSpec
 from hubshift.sinks.commits import BatchSummary
 from tests.fixtures.consumer import (
+    FAIL_ONCE_DIR,
     LOSE_A_SEGMENT_DIR,
     ConsumerPool,
     consumer_environ,
@@ -159,5 +160,78 @@ def test_a_batch_that_finds_its_spool_holed_is_not_committed_and_every_event_lan
     assert (consumer_pool.workdir / "lost").exists(), "the fault was not injected"
     assert table_rows(table) == (total, total), consumer.log()
     assert "receiving it again" in consumer.log()
+    consumer.terminate()
+    assert consumer.wait(timeout=60) == 0
+
+
+def test_the_batches_after_a_failed_one_are_written_under_names_of_their_own(
+    tmp_path: Path, emulator_factory: object, consumer_pool: ConsumerPool
+) -> None:
+    """A failed batch's query starts again from a new checkpoint, whose batch ids begin at 0 again; a sink
+    names what a batch writes by its number (`<consumer>-<run>-<batch>`), and the files sink took the files
+    of the next "batch 0" as moved already (the first batch 0's were there), committing its partitions'
+    progress with none of its rows. Every event is in the folder once."""
+    import pyarrow.dataset as ds
+
+    emulator: RunningEmulator = emulator_factory(["hub:2"])  # type: ignore[operator]
+    output = tmp_path / "parquet"
+    manifest = consumer_manifest(
+        tmp_path / "consumer.yaml",
+        store={"sqlite": {"path": str(tmp_path / "store.db")}},
+        sink=tmp_path / "unused",
+        consumer={
+            "spark": {"master": "local[1]", "triggerIntervalSeconds": 1},
+            "pipeline": {"type": "function", "function": "tests.fixtures.consumer:fail_once_when_armed"},
+            "sink": {"type": "parquet", "parquet": {"path": str(output)}},
+        },
+    )
+    consumer_pool.environ.update(consumer_environ(emulator.connection_string))
+    consumer_pool.environ[FAIL_ONCE_DIR] = str(tmp_path)
+    consumer = consumer_pool.start(manifest, "c0")
+    consumer.wait_ready()
+    wait_for(lambda: consumer.metric("hubshift_consumer_owned_partitions") == 2, 120, "both partitions")
+
+    def rows() -> tuple[int, int]:
+        files = [str(f) for f in output.rglob("*.parquet") if "_hubshift" not in f.parts]
+        if not files:
+            return 0, 0
+        found = ds.dataset(files, format="parquet", partitioning="hive").to_table(
+            columns=["partition", "sequence_number"]
+        )
+        pairs = list(
+            zip(
+                found.column("partition").to_pylist(),
+                found.column("sequence_number").to_pylist(),
+                strict=True,
+            )
+        )
+        return len(pairs), len(set(pairs))
+
+    # A batch at a time (each wave waits for the one before): the numbers of the first query's batches are
+    # met again by the second query's.
+    expected = 0
+    for wave in range(3):
+        if wave == 1:
+            (tmp_path / "armed").touch()  # the next batch fails, its query starts again
+        send(emulator.connection_string, str(wave % 2), 1, 50)
+        expected += 50
+        wait_for(
+            lambda n=expected: rows()[0] >= n,
+            180,
+            f"{expected} events in the folder",
+            on_timeout=consumer.log,
+        )
+    for wave in range(3):
+        send(emulator.connection_string, str(wave % 2), 1, 50)
+        expected += 50
+        wait_for(
+            lambda n=expected: rows()[0] >= n,
+            180,
+            f"{expected} events in the folder",
+            on_timeout=consumer.log,
+        )
+    assert (tmp_path / "fired").exists(), "the failure was not injected"
+    time.sleep(3)
+    assert rows() == (expected, expected), consumer.log()
     consumer.terminate()
     assert consumer.wait(timeout=60) == 0
