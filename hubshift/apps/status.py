@@ -30,6 +30,7 @@ from hubshift.manifest import PartitionedConsumer, load_manifest, with_credentia
 from hubshift.operator.observe import backlog_per_partition
 from hubshift.operator.partition_lag import PartitionLag, lag_per_partition, worst_lag
 from hubshift.ownership.model import OwnershipSnapshot
+from hubshift.ownership.scope import Scope
 from hubshift.ownership.snapshot import take_snapshot
 from hubshift.ownership.store import LeaseStore, StoreError
 from hubshift.spec import Role
@@ -92,14 +93,7 @@ def status(
             "in the cluster, pcon/NAME)"
         )
     args = GroupArgs.from_options(options)
-    scope = args.scope
-    lease_store = args.open_store()
-    try:
-        snapshot = take_snapshot(lease_store, scope)
-    except StoreError as exc:
-        raise UserError(f"cannot read the ownership records of {scope}: {exc}") from None
-    finally:
-        lease_store.close()
+    snapshot = _read_records(args.open_store, args.scope)
     lag: Lag | None = None
     target = args.target()
     if target is not None:
@@ -150,23 +144,26 @@ def named_records(
         consumer = with_credential(consumer, identity, STATUS_ROLES)
     spec = consumer.spec
     target = event_hubs_target(spec.event_hubs, environ)
-    scope = ownership_scope(target)
-    lease_store = _open(lambda: open_checkpoint_store(spec.checkpoint_store, environ, create=False), scope)
-    try:
-        snapshot = take_snapshot(lease_store, scope)
-    except StoreError as exc:
-        raise UserError(f"cannot read the ownership records of {scope}: {exc}") from None
-    finally:
-        lease_store.close()
+    snapshot = _read_records(
+        lambda: open_checkpoint_store(spec.checkpoint_store, environ, create=False), ownership_scope(target)
+    )
     partitions = asyncio.run(read_partitions(target))
     return snapshot, hub_lag(snapshot, partitions, spec.consumer.start_position, time.time())
 
 
-def _open(opener: Callable[[], LeaseStore], scope: object) -> LeaseStore:
+def _read_records(opener: Callable[[], LeaseStore], scope: Scope) -> OwnershipSnapshot:
+    """The ownership records of `scope`, read from the store `opener` opens (and closed after); a store
+    that cannot be opened or read is one line naming the scope."""
     try:
-        return opener()
+        lease_store = opener()
     except StoreError as exc:
         raise UserError(f"cannot open the checkpoint store of {scope}: {exc}") from None
+    try:
+        return take_snapshot(lease_store, scope)
+    except StoreError as exc:
+        raise UserError(f"cannot read the ownership records of {scope}: {exc}") from None
+    finally:
+        lease_store.close()
 
 
 def resource_with_secrets(
