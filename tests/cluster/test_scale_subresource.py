@@ -98,6 +98,32 @@ def test_a_scale_through_the_subresource_is_planned_by_the_operator(
     assert scale["spec"]["replicas"] == 3
 
 
+def test_a_resource_created_at_a_count_gets_a_statefulset_created_at_it(
+    control_plane: Any, kube_namespace: str, start_operator: Any, tmp_path: Path
+) -> None:
+    """`spec.replicas` set when the resource is created (a manifest with a count, a pool scaled before the
+    operator saw it): the StatefulSet is created at that count, not at the autoscaler's minimum and then
+    scaled (one generation of its spec, never a replica count below it)."""
+    ns = kube_namespace
+    operator = start_operator(control_loop=fixed_hub.OPENER, environ={fixed_hub.STORE_DIR_ENV: str(tmp_path)})
+    document = resource(ns)
+    document["spec"]["replicas"] = 2
+    control_plane.request("POST", CRS.format(ns=ns), document)
+    path = f"/apis/apps/v1/namespaces/{ns}/statefulsets/homes"
+
+    def created() -> dict[str, Any] | None:
+        try:
+            return dict(control_plane.request("GET", path))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    statefulset = eventually(created, timeout=90, what=lambda: f"the StatefulSet\n{operator.log()[-3000:]}")
+    assert statefulset["spec"]["replicas"] == 2
+    assert statefulset["metadata"]["generation"] == 1
+
+
 def test_hubshift_status_of_a_resource_reads_it_with_the_kubeconfig_and_says_what_is_missing(
     control_plane: Any, kube_namespace: str, hubshift_crd: str
 ) -> None:

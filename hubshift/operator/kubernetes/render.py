@@ -309,8 +309,12 @@ def termination_grace_seconds(consumer: PartitionedConsumer) -> int:
 
 
 def initial_replicas(consumer: PartitionedConsumer) -> int:
-    """Replicas of a new StatefulSet, before the control loop has read any backlog."""
-    return consumer.spec.scaling.min_replicas
+    """Replicas of a new StatefulSet, before the control loop has read any backlog: the count `spec.replicas`
+    fixes (a resource created at a count, or scaled before its StatefulSet existed, starts at it instead of
+    at the autoscaler's minimum and then scaling out), else the autoscaler's minimum. The control loop
+    trims either to the hub's partitions at its first cycle."""
+    requested = consumer.spec.replicas
+    return requested if requested is not None else consumer.spec.scaling.min_replicas
 
 
 def _field_env(name: str, path: str) -> JSON:

@@ -259,6 +259,19 @@ def test_rendering_is_pure() -> None:
     assert render.initial_replicas(consumer()) == 1
 
 
+def test_a_new_statefulset_starts_at_the_count_spec_replicas_fixes() -> None:
+    def replicas(count: int) -> Any:
+        def mutate(doc: dict[str, Any]) -> None:
+            doc["spec"]["replicas"] = count
+            doc["spec"]["scaling"]["minReplicas"] = 1
+
+        return mutate
+
+    assert render.initial_replicas(consumer(replicas(3))) == 3
+    assert render.initial_replicas(consumer(replicas(0))) == 0
+    assert render.initial_replicas(consumer()) == 1
+
+
 def folder_sink(path: str, **volume: Any) -> Any:
     def mutate(doc: dict[str, Any]) -> None:
         doc["spec"]["consumer"]["sink"] = {"type": "folder", "folder": {"path": path, "volume": volume}}
