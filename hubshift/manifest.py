@@ -5,13 +5,15 @@ one list of them that credentials, Secrets and the operator's reads all come fro
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from hubshift.errors import UserError
@@ -22,6 +24,7 @@ from hubshift.spec import (
     DNS_SUBDOMAIN,
     KIND,
     MAX_NAME_LENGTH,
+    SOURCE_OPTION_HINTS,
     CheckpointPolicySpec,
     CheckpointStoreSpec,
     EventHubsSpec,
@@ -370,7 +373,7 @@ def validation_problems(exc: ValidationError) -> list[tuple[tuple[str | int, ...
         path = ".".join(str(part) for part in loc)
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
-            message = "unknown field"
+            message = "unknown field" + _unknown_field_hint(loc)
         elif error["type"] == "missing":
             message = "required field is missing"
         elif error["type"] in ("model_type", "dict_type"):
@@ -379,6 +382,37 @@ def validation_problems(exc: ValidationError) -> list[tuple[tuple[str | int, ...
         if all(line != seen for _, seen in problems):
             problems.append((loc, line))
     return problems
+
+
+def _unknown_field_hint(loc: tuple[str | int, ...]) -> str:
+    """What an unknown field probably meant: hubshift's name for a Spark source option
+    (`maxOffsetsPerTrigger`), else the block's field spelled most like it (`minReplica`: `minReplicas`);
+    nothing when neither."""
+    name = str(loc[-1]) if loc else ""
+    if name in SOURCE_OPTION_HINTS:
+        return f" (Spark's Kafka source option; here: {SOURCE_OPTION_HINTS[name]})"
+    fields = _block_fields(PartitionedConsumer, loc[:-1])
+    close = difflib.get_close_matches(name, fields, n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _block_fields(model: type[BaseModel], path: tuple[str | int, ...]) -> list[str]:
+    """The field names (as written in YAML) of the block at `path` below `model`; none when the path leads
+    through a list, a map or a union the walk cannot follow."""
+    current: type[BaseModel] | None = model
+    for part in path:
+        if current is None:
+            return []
+        field = next((f for n, f in current.model_fields.items() if (f.alias or n) == part), None)
+        if field is None:
+            return []
+        annotation = field.annotation
+        members = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+        models = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
+        current = models[0] if len(models) == 1 else None
+    if current is None:
+        return []
+    return [field.alias or name for name, field in current.model_fields.items()]
 
 
 def _line_suffix(node: yaml.Node | None, loc: tuple[str | int, ...]) -> str:

@@ -104,6 +104,7 @@ from hubshift.spec.scaling import (
 from hubshift.spec.spark import (
     JVM_SIZE,
     OWN_SPARK_CONF,
+    SOURCE_OPTION_HINTS,
     SparkSpec,
     SparkUiSpec,
 )
@@ -150,6 +151,7 @@ __all__ = [
     "QUANTITY",
     "ROLLOUT_PAUSED_ANNOTATION",
     "SHORT_NAME",
+    "SOURCE_OPTION_HINTS",
     "SQL_NAME",
     "SQL_TABLE",
     "STOP_FOLLOW_SECONDS",

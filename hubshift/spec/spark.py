@@ -81,3 +81,29 @@ class SparkSpec(Model):
                 where = f"set spec.consumer.{field} instead" if field else "hubshift sets it"
                 raise ValueError(f"conf: {key} cannot be set here: {where}")
         return self
+
+
+# Option names of Spark's Kafka source (and of the azure-event-hubs-spark connector) a Spark team types out of
+# habit, and where hubshift says the same thing: named in the error for an unknown field of that name.
+_NO_MINIMUM = (
+    "no minimum per batch here: spec.consumer.spark.triggerIntervalSeconds sets how often one starts"
+)
+_START = "spec.consumer.startPosition.type (earliest, latest or enqueuedTime; a checkpoint wins)"
+_START_AT = "spec.consumer.startPosition (type enqueuedTime, with enqueuedTime)"
+_HUB = "spec.eventHubs.hub (hubshift assigns its partitions to the consumers)"
+SOURCE_OPTION_HINTS: dict[str, str] = {
+    "maxOffsetsPerTrigger": "spec.consumer.spark.maxEventsPerTrigger (events per batch, all partitions)",
+    "minOffsetsPerTrigger": _NO_MINIMUM,
+    "maxTriggerDelay": _NO_MINIMUM,
+    "startingOffsets": _START,
+    "startingPosition": _START,
+    "startingTimestamp": _START_AT,
+    "startingOffsetsByTimestamp": _START_AT,
+    "failOnDataLoss": "spec.consumer.failOnDataLoss",
+    "checkpointLocation": "none to give: each partition's offsets live in spec.checkpointStore, a streaming "
+    "job's state beside them or in spec.consumer.pipeline.stream.state",
+    "groupIdPrefix": "spec.eventHubs.consumerGroup",
+    "consumerGroup": "spec.eventHubs.consumerGroup",
+    "subscribe": _HUB,
+    "assign": _HUB,
+}

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from hubshift.errors import UserError
 from hubshift.manifest import load_manifest, parse_manifest
@@ -108,3 +109,39 @@ def test_the_command_line_prints_one_line_per_problem_and_no_traceback(tmp_path:
     lines = done.stderr.splitlines()
     assert len(lines) == 3 and all(line.startswith(f"hubshift: error: {manifest}:") for line in lines), lines
     assert "Traceback" not in done.stderr and "s3cr3t" not in done.stderr
+
+
+def test_an_unknown_field_says_what_it_probably_meant() -> None:
+    """A Spark team's Kafka-source option names hubshift's field for it; a misspelt field names the block's
+    field spelt most like it, also inside a sink's block; a name like nothing gets no guess."""
+    written = THREE_PROBLEMS.replace("    bogus: 1\n", "    consumerGroupp: readers\n").replace(
+        "    minReplicas: many\n", "    minReplica: 2\n"
+    )
+    written = written.replace("      folder: {path: /tmp/out}\n", "      folder: {pathh: /tmp/out}\n")
+    written = written.replace(
+        "  consumer:\n",
+        "  consumer:\n    spark:\n      maxOffsetsPerTrigger: 5000\n    startingOffsets: latest\n",
+    )
+    with pytest.raises(UserError) as error:
+        load_manifest_text(written)
+    lines = [line.split(": ", 1)[1] for line in str(error.value).splitlines()]
+    assert "spec.eventHubs.consumerGroupp: unknown field (did you mean consumerGroup?)" in lines
+    assert "spec.scaling.minReplica: unknown field (did you mean minReplicas?)" in lines
+    assert "spec.consumer.sink.folder.pathh: unknown field (did you mean path?)" in lines
+    assert (
+        "spec.consumer.spark.maxOffsetsPerTrigger: unknown field (Spark's Kafka source option; here: "
+        "spec.consumer.spark.maxEventsPerTrigger (events per batch, all partitions))"
+    ) in lines
+    assert any(
+        line.startswith("spec.consumer.startingOffsets: unknown field (Spark's Kafka") for line in lines
+    )
+    assert "s3cr3t" not in str(error.value)
+
+    written = THREE_PROBLEMS.replace("    bogus: 1\n", "    zzzqqq: 1\n")
+    with pytest.raises(UserError) as error:
+        load_manifest_text(written)
+    assert "spec.eventHubs.zzzqqq: unknown field\n" in str(error.value) + "\n"
+
+
+def load_manifest_text(text: str) -> None:
+    parse_manifest(yaml.safe_load(text))
