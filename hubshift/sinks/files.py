@@ -17,6 +17,8 @@ each batch is published in three steps, under a hidden `_hubshift/` folder that 
 Two writers of one partition at once (an old owner still finishing its batch after its lease was broken,
 and the new owner) build on the same progress, so they want the same claim and only one gets it: the other
 takes its own claims back and fails its batch, which is read again and then leaves out what the first wrote.
+One so late that the stretch was published and its claim pruned meanwhile finds the partition's progress
+moved past what it builds on, and loses the same way.
 A consumer, before each batch, finishes any manifest left pending (a writer killed between 2 and 4): it takes
 the claims the manifest still lacks on its behalf, and publishes it when it then holds them all (renames are
 idempotent, so two consumers finishing one are harmless), or abandons it when another batch holds one. Then
@@ -229,7 +231,12 @@ def take(folder: HadoopFolder, partition: str, after: int, stem: str) -> str | N
     stretch's claims holds it; one whose batch has no manifest any more while the partition's progress has
     not moved is an orphan (its batch gave up, and a consumer finishing that batch had claimed on its
     behalf meanwhile), and the next generation is created over it. Every generation is an exclusive create
-    and none is deleted to take the stretch, so two batches that find the same orphan never both hold it."""
+    and none is deleted to take the stretch, so two batches that find the same orphan never both hold it.
+
+    A claim created here holds only while the partition's progress is still `after`: a stretch published
+    already has its claims pruned once a later stretch is published (`publish` records the progress before
+    it prunes), so a late batch building on old progress finds no claim to lose to, and the progress is
+    what refuses it (None)."""
     for _ in range(3):
         found = generations(folder, partition, after)
         if found:
@@ -244,7 +251,7 @@ def take(folder: HadoopFolder, partition: str, after: int, stem: str) -> str | N
             if not orphan:
                 return holder
         if folder.create_text(claim_name(partition, after, found[-1] + 1 if found else 0), stem):
-            return stem
+            return None if moved_on(folder, partition, after) else stem
     return None
 
 

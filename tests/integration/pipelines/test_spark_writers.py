@@ -174,6 +174,43 @@ def test_two_writers_of_a_partition_at_once_never_publish_a_row_twice(
     assert not list((folder / "_hubshift" / "staging").glob("*/*"))
 
 
+def test_a_late_batch_never_claims_a_stretch_published_and_pruned_meanwhile(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old owner's batch builds on the progress it read at its start (99). Before it claims, the new
+    owner publishes that stretch and the next (100-199, 200-249), and publishing the second prunes the
+    first's claim: the old owner then finds no claim on the stretch after 99 and creates one. It must still
+    lose, for the partition's progress has moved past 99 (a chaos run wrote 176 rows twice so: an owner
+    draining after SIGTERM published a batch 4 s after the new owner had published two over it)."""
+    import pyarrow.dataset as ds
+
+    folder = tmp_path / "parquet"
+    old, new = (FilesSink("parquet", FilesSinkSpec(path=str(folder)), context()) for _ in range(2))
+    new.write_batch(events(spark, {"0": (0, 99)}), identity, batch({"0": (0, 99)}, 1))
+    claim = files.claim
+    outcome: list[str] = []
+
+    def new_owner_first(at: files.HadoopFolder, document: dict[str, Any]) -> bool:
+        if not outcome:  # the old owner's claim: the new owner publishes two batches first
+            outcome.append("new owner ran")
+            new.write_batch(events(spark, {"0": (100, 199)}), identity, batch({"0": (100, 199)}, 2))
+            new.write_batch(events(spark, {"0": (200, 249)}), identity, batch({"0": (200, 249)}, 3))
+            assert not (folder / files.claim_name("0", 99)).exists()  # pruned by the second
+        return claim(at, document)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(files, "finish", lambda at, manifest: None)  # each looked before the other wrote
+        patched.setattr(files, "claim", new_owner_first)
+        with pytest.raises(files.AnotherWriter):
+            old.write_batch(events(spark, {"0": (100, 149)}), identity, batch({"0": (100, 149)}, 5))
+    assert outcome == ["new owner ran"]
+    rows = ds.dataset(str(folder), format="parquet").to_table(columns=["partition", "sequence_number"])
+    assert pairs(rows.to_pylist()) == (250, 250)
+    assert not list((folder / "_hubshift" / "pending").glob("*.json"))
+    held = [path for path in (folder / files.CLAIMS).rglob("*") if path.is_file()]
+    assert all(path.read_text() != "c-0-run-000000005" for path in held)
+
+
 def test_a_claim_left_by_a_batch_that_gave_up_does_not_block_the_partition(
     spark: SparkSession, tmp_path: Path
 ) -> None:
