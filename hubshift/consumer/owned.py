@@ -19,6 +19,7 @@ from hubshift.consumer.checkpointing import OwnedPartition, next_enqueued
 from hubshift.consumer.engine import Committed, Drained, Engine, EngineEvent, Stolen
 from hubshift.consumer.failures import FailureLog, LogLine
 from hubshift.consumer.lag import EnqueuedTime, lag_seconds
+from hubshift.errors import UserError, one_line
 from hubshift.eventhubs.receiver import StartAt
 from hubshift.ownership.checkpoints import write_checkpoint
 from hubshift.ownership.leases import claim_partition, release_partition
@@ -53,6 +54,8 @@ class Hub(Protocol):
     def partition_ids(self) -> list[str]: ...
 
     def last_enqueued(self, partition: str) -> Checkpoint | None: ...
+
+    def start_at(self, partition: str, sequence_number: int) -> Checkpoint: ...
 
 
 # One agent turn's checkpoint writes stop after this long, the rest written in the next turns (the oldest
@@ -153,8 +156,9 @@ class OwnedPartitions:
         except StoreError as exc:
             log_line(self.failures.failed(CLAIM, str(exc), now, where=f"partition {partition}"))
             return False
-        except Exception as exc:  # Event Hubs (the start position of `latest`)
-            log_line(self.failures.failed(CLAIM, type(exc).__name__, now, where=f"partition {partition}"))
+        except Exception as exc:  # Event Hubs (where `latest` or a sequence number starts)
+            reason = one_line(exc) if isinstance(exc, UserError) else type(exc).__name__
+            log_line(self.failures.failed(CLAIM, reason, now, where=f"partition {partition}"))
             return False
         log_line(self.failures.succeeded(CLAIM, now))
         checkpoint = lease.checkpoint
@@ -183,11 +187,14 @@ class OwnedPartitions:
         """Where a partition with no checkpoint blob yet starts (written by its first claim)."""
         if snapshot.partition(partition) is not None:
             return EARLIEST  # the blob exists: the claim reads its checkpoint
-        if start.type == "latest":
+        chosen = start.of(partition)
+        if chosen.type == "latest":
             last = self.hub.last_enqueued(partition)
             return last if last is not None else EARLIEST
-        if start.type == "enqueuedTime" and start.enqueued_time is not None:
-            return Checkpoint(offset="-1", sequence_number=-1, start=start.enqueued_time)
+        if chosen.type == "enqueuedTime" and chosen.enqueued_time is not None:
+            return Checkpoint(offset="-1", sequence_number=-1, start=chosen.enqueued_time)
+        if chosen.type == "sequenceNumber" and chosen.sequence_number is not None:
+            return self.hub.start_at(partition, chosen.sequence_number)
         return EARLIEST
 
     # --- giving up ----------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """The management questions asked of a hub: its partition ids and, per partition, the first retained and
 the last enqueued sequence numbers. Two front ends over the same answers (`PartitionInfo`):
 
-- `EventHubsManagement` for a thread (the consumer's ownership agent: partition ids, where `latest`
-  starts);
+- `EventHubsManagement` for a thread (the consumer's ownership agent: partition ids, where `latest` and a
+  partition's own start sequence number start);
 - `EventHubsProbe` for asyncio (the operator's control loop: every partition each polling interval).
 
 The SDK's public `get_partition_properties` opens a new management session, two links and a CBS token for
@@ -22,7 +22,7 @@ from hubshift.errors import UserError
 from hubshift.eventhubs.model import EventAt, PartitionInfo, numeric_offset
 from hubshift.eventhubs.sdk_internals import open_management_link, read_partition_properties
 from hubshift.eventhubs.target import EventHubsTarget, describe_error, sdk_client
-from hubshift.ownership.model import Checkpoint, partition_sort_key
+from hubshift.ownership.model import EARLIEST, Checkpoint, partition_sort_key
 
 log = logging.getLogger(__name__)
 
@@ -225,12 +225,47 @@ class EventHubsManagement:
             sequence_number=int(properties["last_enqueued_sequence_number"]),
         )
 
+    def start_at(self, partition: str, sequence_number: int) -> Checkpoint:
+        """The checkpoint that has a reader begin at event `sequence_number` (a partition's own start
+        position): the event before it, its offset read from the hub as `hubshift checkpoints reset` reads
+        it; nothing consumed when there is none before it or retention removed it; the partition's last event
+        when `sequence_number` is not enqueued yet (the reader begins at the next event; a warning says so).
+        `UserError` when the event before cannot be read now (the claim is tried again)."""
+        properties = self._connect().get_partition_properties(partition)
+        last = int(properties["last_enqueued_sequence_number"])
+        if sequence_number > last + 1:
+            log.warning(
+                "partition %s: its start position, sequence number %d, is not enqueued yet (the last is %d): "
+                "it starts at its end",
+                partition,
+                sequence_number,
+                last,
+            )
+            return EARLIEST if last < 0 else Checkpoint(str(properties["last_enqueued_offset"]), last)
+        if properties.get("is_empty") or sequence_number <= int(properties["beginning_sequence_number"]):
+            return EARLIEST
+        found = asyncio.run(_event_at(self.target, partition, sequence_number - 1))
+        if found is None or found.sequence_number != sequence_number - 1:
+            raise UserError(
+                f"partition {partition}: event {sequence_number - 1} could not be read (its offset is where "
+                f"the partition's start position, sequence number {sequence_number}, begins)"
+            )
+        return Checkpoint(found.offset, found.sequence_number)
+
     def close(self) -> None:
         if self._client is not None:
             try:
                 self._client.close()
             finally:
                 self._client = None
+
+
+async def _event_at(target: EventHubsTarget, partition: str, sequence_number: int) -> EventAt | None:
+    probe = EventHubsProbe(target)
+    try:
+        return await probe.event_at(partition, sequence_number)
+    finally:
+        await probe.close()
 
 
 async def read_partitions(target: EventHubsTarget) -> dict[str, PartitionInfo]:

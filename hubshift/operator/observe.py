@@ -27,18 +27,21 @@ def lease_owners(snapshot: OwnershipSnapshot, partitions: Iterable[str]) -> dict
 def backlog_per_partition(
     partitions: Mapping[str, PartitionInfo], snapshot: OwnershipSnapshot, start: StartPositionSpec
 ) -> dict[str, int]:
-    """Last enqueued - checkpoint for every partition; a missing checkpoint counts from the start position."""
+    """Last enqueued - checkpoint for every partition; a missing checkpoint counts from the partition's start
+    position."""
     rows = {row.partition: row for row in snapshot.partitions}
     backlog = {}
     for partition, info in partitions.items():
         row = rows.get(partition)
         checkpoint = None if row is None else row.checkpoint.sequence_number
+        chosen = start.of(partition)
         backlog[partition] = partition_backlog(
             last_enqueued=info.last_enqueued,
             checkpoint=checkpoint,
             beginning=info.beginning,
             empty=info.empty,
-            start="latest" if start.type == "latest" else "earliest",
+            start="latest" if chosen.type == "latest" else "earliest",
+            start_sequence_number=chosen.sequence_number if chosen.type == "sequenceNumber" else None,
         )
     return backlog
 

@@ -35,6 +35,7 @@ from hubshift.spec.checkpoints import (
     ENQUEUED_TIME_REQUIRED,
     CheckpointPolicySpec,
     FailoverSpec,
+    PartitionStartSpec,
     StartPositionSpec,
 )
 from hubshift.spec.connections import (
@@ -175,6 +176,7 @@ __all__ = [
     "LoadAwareSpec",
     "Model",
     "NamedConnection",
+    "PartitionStartSpec",
     "ProxySpec",
     "RebalanceSpec",
     "RebalanceStrategy",

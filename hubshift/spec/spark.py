@@ -88,7 +88,10 @@ class SparkSpec(Model):
 _NO_MINIMUM = (
     "no minimum per batch here: spec.consumer.spark.triggerIntervalSeconds sets how often one starts"
 )
-_START = "spec.consumer.startPosition.type (earliest, latest or enqueuedTime; a checkpoint wins)"
+_START = (
+    "spec.consumer.startPosition (type earliest, latest or enqueuedTime; per partition, partitions: "
+    "{ID: {type: sequenceNumber, sequenceNumber: N}}; a checkpoint wins)"
+)
 _START_AT = "spec.consumer.startPosition (type enqueuedTime, with enqueuedTime)"
 _HUB = "spec.eventHubs.hub (hubshift assigns its partitions to the consumers)"
 SOURCE_OPTION_HINTS: dict[str, str] = {

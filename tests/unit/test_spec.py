@@ -45,6 +45,22 @@ def test_example_manifest_loads_with_defaults() -> None:
             "enqueuedTime is required",
         ),
         (lambda d: d["metadata"].update(name="Bad_Name"), "metadata.name"),
+        (
+            lambda d: d["spec"]["consumer"]["startPosition"].update(
+                partitions={"1": {"type": "sequenceNumber"}}
+            ),
+            "startPosition.partitions.1: sequenceNumber is required when type is sequenceNumber",
+        ),
+        (
+            lambda d: d["spec"]["consumer"]["startPosition"].update(partitions={"one": {"type": "latest"}}),
+            "spec.consumer.startPosition: partitions: keys are partition ids",
+        ),
+        (
+            lambda d: d["spec"]["consumer"]["startPosition"].update(
+                partitions={"2": {"type": "sequenceNumber", "sequenceNumber": -3}}
+            ),
+            "spec.consumer.startPosition.partitions.2.sequenceNumber",
+        ),
     ],
 )
 def test_bad_manifest_gives_one_line_naming_the_field(mutate: Any, expected: str) -> None:
@@ -86,3 +102,16 @@ def test_the_pattern_examples_load(name: str) -> None:
 def test_every_example_loads(name: str) -> None:
     """An example a person copies is a resource hubshift takes as it is."""
     assert load_manifest(EXAMPLE.parent / name).metadata.name
+
+
+def test_a_partition_starts_at_its_own_position_or_the_pools() -> None:
+    document = example()
+    document["spec"]["consumer"]["startPosition"] = {
+        "type": "enqueuedTime",
+        "enqueuedTime": "2026-11-28T10:00:00Z",
+        "partitions": {"3": {"type": "sequenceNumber", "sequenceNumber": 1200}, "5": {"type": "latest"}},
+    }
+    start = parse_manifest(document).spec.consumer.start_position
+    assert (start.of("3").type, start.of("3").sequence_number) == ("sequenceNumber", 1200)
+    assert start.of("5").type == "latest"
+    assert (start.of("0").type, start.of("0").enqueued_time) == ("enqueuedTime", start.enqueued_time)

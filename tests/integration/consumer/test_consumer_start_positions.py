@@ -73,3 +73,39 @@ def test_start_position_without_a_checkpoint(
     again.wait_ready()
     wait_for(lambda: first_read(again_ranges).keys() == {"0", "1"}, 60, "the restart reading")
     assert first_read(again_ranges) == {"0": 50, "1": 50}
+
+
+def test_a_partition_of_its_own_starts_at_a_sequence_number(
+    tmp_path: Path, emulator_factory: object, consumer_pool: ConsumerPool
+) -> None:
+    """`startPosition.partitions` (Kafka's startingOffsets per partition): partition 1 from event 12 (the
+    checkpoint written at its claim names event 11, its offset read from the hub), partition 0 from a
+    sequence number not enqueued yet, which starts it at its end; a partition not named starts at the pool's
+    position."""
+    emulator: RunningEmulator = emulator_factory(["hub:3"])  # type: ignore[operator]
+    send(emulator.connection_string, 30)  # 0-29 in partitions 0 and 1; partition 2 empty
+    manifest = consumer_manifest(
+        tmp_path / "consumer.yaml",
+        store={"sqlite": {"path": str(tmp_path / "store.db")}},
+        sink=tmp_path / "sink",
+        consumer={
+            "startPosition": {
+                "type": "latest",
+                "partitions": {
+                    "0": {"type": "sequenceNumber", "sequenceNumber": 500},
+                    "1": {"type": "sequenceNumber", "sequenceNumber": 12},
+                },
+            }
+        },
+    )
+    consumer_pool.environ.update(consumer_environ(emulator.connection_string))
+    ranges = tmp_path / "ranges"
+    consumer = consumer_pool.start(manifest, "c0", engine="sdk", args=("--ranges", str(ranges / "c0.jsonl")))
+    consumer.wait_ready()
+    wait_for(lambda: consumer.metric("hubshift_consumer_owned_partitions") == 3, 30, "every partition")
+    send(emulator.connection_string, 5)  # 30-34 in partitions 0 and 1
+    wait_for(lambda: first_read(ranges).keys() == {"0", "1"}, 60, "events read", on_timeout=consumer.log)
+    assert first_read(ranges) == {"0": 30, "1": 12}
+    assert "sequence number 500, is not enqueued yet (the last is 29): it starts at its end" in consumer.log()
+    consumer.terminate()
+    assert consumer.wait(timeout=60) == 0

@@ -91,6 +91,17 @@ def test_backlog_and_lease_owners_from_one_listing(tmp_path: Path) -> None:
     latest = backlog_per_partition(infos, snapshot, StartPositionSpec(type="latest"))
     assert latest == {"0": 59, "1": 0, "2": 0, "3": 0}
     assert lease_owners(snapshot, ["0", "1", "2"]) == {"0": "homes-0", "1": "homes-0", "2": None}
+    own = StartPositionSpec.model_validate(
+        {
+            "type": "latest",
+            "partitions": {
+                "0": {"type": "sequenceNumber", "sequenceNumber": 90},  # its checkpoint wins
+                "1": {"type": "sequenceNumber", "sequenceNumber": 4},  # 4-9
+                "2": {"type": "earliest"},
+            },
+        }
+    )
+    assert backlog_per_partition(infos, snapshot, own) == {"0": 59, "1": 6, "2": 20, "3": 0}
 
 
 def test_present_consumers_are_ready_and_not_stopping_in_natural_order() -> None:
