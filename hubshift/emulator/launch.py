@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ParamSpec
+from typing import ParamSpec, TypedDict, Unpack
 
 P = ParamSpec("P")
 ENDPOINT_PREFIX = "Endpoint="
@@ -69,45 +69,54 @@ class RunningEmulator:
             self.process.wait(timeout=10)
 
 
+class ServerOptions(TypedDict, total=False):
+    """What the emulator serves, the same for a subprocess and an in-process server (each unset one: the
+    emulator's default)."""
+
+    consumer_groups: Sequence[str]
+    data_dir: Path | None
+    retention_minutes: float | None
+    partition_size_mb: int | None
+    key: str | None
+    config_file: Path | None
+    tls: tuple[Path, Path] | None  # (certificate, key) PEM files
+    jwt_keys: Path | None
+    jwt_issuers: Sequence[str]
+
+
 def emulator_command(
     hubs: Sequence[str] = ("hub:4",),
     *,
-    consumer_groups: Sequence[str] = (),
     host: str | None = None,
     port: int = 0,
-    data_dir: Path | None = None,
-    retention_minutes: float | None = None,
-    partition_size_mb: int | None = None,
-    key: str | None = None,
-    config_file: Path | None = None,
-    tls: tuple[Path, Path] | None = None,
-    jwt_keys: Path | None = None,
-    jwt_issuers: Sequence[str] = (),
     extra_args: Sequence[str] = (),
+    **options: Unpack[ServerOptions],
 ) -> list[str]:
     command = [sys.executable, "-m", "hubshift.cli", "emulator", "--port", str(port)]
     if host is not None:
         command += ["--host", host]
+    tls = options.get("tls")
     if tls is not None:
         command += ["--tls-cert", str(tls[0]), "--tls-key", str(tls[1]), "--tls-port", "0"]
+    jwt_keys = options.get("jwt_keys")
     if jwt_keys is not None:
         command += ["--jwt-key", str(jwt_keys)]
-    for issuer in jwt_issuers:
+    for issuer in options.get("jwt_issuers", ()):
         command += ["--jwt-issuer", issuer]
     for hub in hubs:
         command += ["--hub", hub]
-    for group in consumer_groups:
+    for group in options.get("consumer_groups", ()):
         command += ["--consumer-group", group]
-    if data_dir is not None:
-        command += ["--data-dir", str(data_dir)]
-    if retention_minutes is not None:
-        command += ["--retention-minutes", str(retention_minutes)]
-    if partition_size_mb is not None:
-        command += ["--partition-size-mb", str(partition_size_mb)]
-    if key is not None:
-        command += ["--key", key]
-    if config_file is not None:
-        command += ["--config", str(config_file)]
+    valued = (
+        ("--data-dir", options.get("data_dir")),
+        ("--retention-minutes", options.get("retention_minutes")),
+        ("--partition-size-mb", options.get("partition_size_mb")),
+        ("--key", options.get("key")),
+        ("--config", options.get("config_file")),
+    )
+    for flag, value in valued:
+        if value is not None:
+            command += [flag, str(value)]
     command += list(extra_args)
     return command
 
@@ -115,55 +124,25 @@ def emulator_command(
 def start_emulator(
     hubs: Sequence[str] = ("hub:4",),
     *,
-    consumer_groups: Sequence[str] = (),
-    data_dir: Path | None = None,
-    retention_minutes: float | None = None,
-    partition_size_mb: int | None = None,
-    key: str | None = None,
-    config_file: Path | None = None,
-    tls: tuple[Path, Path] | None = None,
-    jwt_keys: Path | None = None,
-    jwt_issuers: Sequence[str] = (),
     extra_args: Sequence[str] = (),
     in_process: bool = False,
     startup_timeout: float = 30,
     host: str | None = None,
     wrapper: Sequence[str] = (),
+    **options: Unpack[ServerOptions],
 ) -> RunningEmulator:
     """Start an emulator on a free port with these hubs (`NAME:PARTITIONS`); returns once it accepts
     connections. `host`: the address it listens on and its connection string names (default 127.0.0.1);
     `wrapper`: a command it runs under, which must exec it (e.g. `ip netns exec NS`, to serve inside a
-    network namespace). `tls`: (certificate, key) PEM files for a TLS listener on another free port;
-    `jwt_keys`, `jwt_issuers`: the keys Entra ID tokens are verified with, and the issuers accepted."""
+    network namespace). `options` (`ServerOptions`): consumer groups, a data folder, retention, a key, a
+    config file; `tls`: (certificate, key) PEM files for a TLS listener on another free port; `jwt_keys`,
+    `jwt_issuers`: the keys Entra ID tokens are verified with, and the issuers accepted."""
     if in_process:
         if host is not None or wrapper:
             raise ValueError("an in-process emulator listens on 127.0.0.1 of this process's network")
-        return _start_in_process(
-            hubs,
-            consumer_groups,
-            data_dir,
-            retention_minutes,
-            partition_size_mb,
-            key,
-            config_file,
-            tls,
-            jwt_keys,
-            tuple(jwt_issuers),
-        )
-    command = emulator_command(
-        hubs,
-        consumer_groups=consumer_groups,
-        host=host,
-        data_dir=data_dir,
-        retention_minutes=retention_minutes,
-        partition_size_mb=partition_size_mb,
-        key=key,
-        config_file=config_file,
-        tls=tls,
-        jwt_keys=jwt_keys,
-        jwt_issuers=jwt_issuers,
-        extra_args=extra_args,
-    )
+        return _start_in_process(hubs, options)
+    command = emulator_command(hubs, host=host, extra_args=extra_args, **options)
+    tls = options.get("tls")
     with tempfile.NamedTemporaryFile(prefix="hubshift-emulator-", suffix=".log", delete=False) as log_file:
         log_path = Path(log_file.name)
         process = subprocess.Popen(
@@ -181,7 +160,9 @@ def start_emulator(
         )
     port = int(line.split(";")[0].rsplit(":", 1)[1])
     tls_namespace = lines[1].rsplit(" ", 1)[-1] if tls is not None else None
-    return RunningEmulator(line, port, process, data_dir, log_path, tls_namespace=tls_namespace)
+    return RunningEmulator(
+        line, port, process, options.get("data_dir"), log_path, tls_namespace=tls_namespace
+    )
 
 
 def _read_lines(stream: object, count: int, timeout: float) -> list[str]:
@@ -204,34 +185,27 @@ def _read_lines(stream: object, count: int, timeout: float) -> list[str]:
     return [line for line in lines if line] or [""]
 
 
-def _start_in_process(
-    hubs: Sequence[str],
-    consumer_groups: Sequence[str],
-    data_dir: Path | None,
-    retention_minutes: float | None,
-    partition_size_mb: int | None,
-    key: str | None,
-    config_file: Path | None,
-    tls: tuple[Path, Path] | None,
-    jwt_keys: Path | None,
-    jwt_issuers: tuple[str, ...],
-) -> RunningEmulator:
+def _start_in_process(hubs: Sequence[str], options: ServerOptions) -> RunningEmulator:
     from hubshift.emulator.config import EmulatorSettings, build_hubs  # lazy: only for an in-process server
     from hubshift.emulator.server import EmulatorThread  # lazy: only for an in-process server
 
     defaults = EmulatorSettings()
+    retention_minutes = options.get("retention_minutes")
+    partition_size_mb = options.get("partition_size_mb")
+    tls = options.get("tls")
+    data_dir = options.get("data_dir")
     settings = EmulatorSettings(
         port=0,
-        hubs=build_hubs(list(hubs), list(consumer_groups), config_file),
+        hubs=build_hubs(list(hubs), list(options.get("consumer_groups", ())), options.get("config_file")),
         data_dir=data_dir,
         retention_minutes=retention_minutes if retention_minutes is not None else defaults.retention_minutes,
         partition_max_bytes=(partition_size_mb << 20) if partition_size_mb else defaults.partition_max_bytes,
-        key=key,
+        key=options.get("key"),
         tls_cert=tls[0] if tls is not None else None,
         tls_key=tls[1] if tls is not None else None,
         tls_port=0,
-        jwt_keys=jwt_keys,
-        jwt_issuers=jwt_issuers,
+        jwt_keys=options.get("jwt_keys"),
+        jwt_issuers=tuple(options.get("jwt_issuers", ())),
     )
     thread = EmulatorThread(settings)
     thread.start()
