@@ -67,7 +67,9 @@ def test_an_unknown_sink_option_and_an_option_hubshift_sets(tmp_path: Path) -> N
     manifest = job(tmp_path, {"type": "events"}, sink)
     code, stderr = consume_to_exit(manifest, {}, tmp_path)
     assert code != 0
-    assert error_line(stderr).endswith("spec.consumer.sink.delta.partitonBy: unknown field")
+    assert error_line(stderr).endswith(
+        "spec.consumer.sink.delta.partitonBy: unknown field (did you mean partitionBy?)"
+    )
     sink = {"type": "parquet", "parquet": {"path": str(tmp_path / "table"), "options": {"mode": "overwrite"}}}
     code, stderr = consume_to_exit(job(tmp_path, {"type": "events"}, sink), {}, tmp_path)
     assert code != 0 and error_line(stderr).endswith(f"spec.consumer.sink.parquet: {RESERVED}")

