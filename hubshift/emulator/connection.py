@@ -245,7 +245,7 @@ class AmqpConnection(Wire, asyncio.Protocol):
             self._bad_header(header)
 
     def _on_sasl(self, body: memoryview) -> None:
-        init, _ = performatives.decode(body)
+        init, _ = performatives.parse_body(body)
         if not isinstance(init, SaslInit):
             raise ProtocolViolation("amqp:connection:framing-error", "expected sasl-init")
         # Authorization happens per entity through $cbs, so every mechanism is accepted here.
@@ -269,7 +269,7 @@ class AmqpConnection(Wire, asyncio.Protocol):
     # --- performatives -----------------------------------------------------------------------------------
 
     def _on_performative(self, channel: int, body: memoryview) -> None:
-        performative, payload_start = performatives.decode(body)
+        performative, payload_start = performatives.parse_body(body)
         if isinstance(performative, Transfer):
             session = self._sessions.get(channel)
             if session is None:

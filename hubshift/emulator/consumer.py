@@ -16,7 +16,7 @@ from hubshift.emulator.messages import (
     runtime_metric_section,
 )
 from hubshift.emulator.partition_log import PartitionLog
-from hubshift.emulator.performatives import Attach, Flow, SourceTerminus, Transfer, amqp_error, encode_frame
+from hubshift.emulator.performatives import Attach, Flow, SourceTerminus, Transfer, amqp_error, frame_of
 from hubshift.emulator.session import Session
 
 RUNTIME_METRIC = Symbol("com.microsoft:enable-receiver-runtime-metric")
@@ -202,7 +202,7 @@ class ConsumerLink(OutgoingLink):
         chunks = [payload[start : start + chunk_size] for start in range(0, len(payload), chunk_size)]
         tag = _I.pack(delivery_id)
         return [
-            encode_frame(
+            frame_of(
                 self.session.local_channel,
                 Transfer(
                     handle=UInt(self.handle),

@@ -172,7 +172,7 @@ def code_of(performative: Performative) -> int:
     return _CODE_OF[type(performative)]
 
 
-def decode(body: Buffer) -> tuple[Performative, int]:
+def parse_body(body: Buffer) -> tuple[Performative, int]:
     """The performative a frame body starts with, and where a transfer's payload starts."""
     if len(body) < 3 or body[0] != 0x00:
         raise DecodeError("frame body is not a described performative")
@@ -191,7 +191,7 @@ def decode(body: Buffer) -> tuple[Performative, int]:
     return kind(*fields), pos
 
 
-def encode_frame(channel: int, performative: Performative, payload: Buffer = b"") -> bytes:
+def frame_of(channel: int, performative: Performative, payload: Buffer = b"") -> bytes:
     """The frame that carries `performative` (and a transfer's payload), every field written."""
     code = code_of(performative)
     frame_type = frames.FRAME_TYPE_SASL if code >= frames.SASL_MECHANISMS else frames.FRAME_TYPE_AMQP

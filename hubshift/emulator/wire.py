@@ -68,7 +68,7 @@ class Wire:
         self.delivery_bytes -= size
 
     def send(self, channel: int, performative: Performative, payload: Buffer = b"") -> None:
-        self.write(performatives.encode_frame(channel, performative, payload))
+        self.write(performatives.frame_of(channel, performative, payload))
 
     def flush(self) -> None:
         self._flush_scheduled = False

@@ -198,10 +198,10 @@ class RawPeer:
         self.sock.close()
 
     def send(self, channel: int, performative: Any, payload: bytes = b"") -> None:
-        self.sock.sendall(performatives.encode_frame(channel, performative, payload))
+        self.sock.sendall(performatives.frame_of(channel, performative, payload))
 
     def frame_bytes(self, channel: int, performative: Any, payload: bytes = b"") -> bytes:
-        return performatives.encode_frame(channel, performative, payload)
+        return performatives.frame_of(channel, performative, payload)
 
     def open(self, hostname: str = "127.0.0.1") -> tuple[Frame, Frame]:
         """SASL ANONYMOUS, the AMQP header, open and a session on channel 0; the server's open and begin."""

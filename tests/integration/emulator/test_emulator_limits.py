@@ -118,7 +118,7 @@ def test_a_delivery_in_one_byte_transfers_holds_its_bytes_not_the_receive_buffer
     """Each one-byte transfer arrives with 64 KiB of other frames: the delivery must keep its 2,000 bytes,
     not 2,000 receive buffers (it kept 125 MiB)."""
     payload = event_payload(b"x" * 1900)
-    padding = performatives.encode_frame(0, transfer(99, 0, False), b"p" * 64_000)  # a handle not attached
+    padding = performatives.frame_of(0, transfer(99, 0, False), b"p" * 64_000)  # a handle not attached
     before = rss(emulator)
     with RawPeer(emulator.port) as peer:
         peer.open()

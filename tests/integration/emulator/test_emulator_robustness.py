@@ -22,7 +22,7 @@ from hubshift.emulator.launch import RunningEmulator
 
 pytestmark = pytest.mark.timeout(120)
 
-SASL_INIT = performatives.encode_frame(0, performatives.SaslInit(Symbol("ANONYMOUS"), b"", "localhost"))
+SASL_INIT = performatives.frame_of(0, performatives.SaslInit(Symbol("ANONYMOUS"), b"", "localhost"))
 
 
 def raw_socket(server: RunningEmulator) -> socket.socket:
@@ -46,7 +46,7 @@ def abuse(server: RunningEmulator) -> None:
         + b"AMQP\x00\x01\x00\x00"
         + b"\x00\x00\x00\x20\x02\x00\x00\x00"
         + b"\x00\x53\x10",
-        b"AMQP\x00\x01\x00\x00" + performatives.encode_frame(0, performatives.Open("c")) + os.urandom(100),
+        b"AMQP\x00\x01\x00\x00" + performatives.frame_of(0, performatives.Open("c")) + os.urandom(100),
     ]
     for _ in range(3):
         for payload in payloads:

@@ -107,8 +107,8 @@ def opened_over_websocket(port: int) -> RawWebSocket:
     """A WebSocket past its AMQP open (SASL ANONYMOUS, open with no idle timeout), the server's open read."""
     ws = RawWebSocket(port)
     assert ws.upgraded, ws.answer
-    sasl = performatives.encode_frame(0, performatives.SaslInit(Symbol("ANONYMOUS"), b"", "127.0.0.1"))
-    opening = performatives.encode_frame(0, performatives.Open("raw", "127.0.0.1", UInt(65536)))
+    sasl = performatives.frame_of(0, performatives.SaslInit(Symbol("ANONYMOUS"), b"", "127.0.0.1"))
+    opening = performatives.frame_of(0, performatives.Open("raw", "127.0.0.1", UInt(65536)))
     ws.sock.sendall(ws_frame(SASL_HEADER + sasl + AMQP_HEADER + opening))
     received = b""
     while b"\x00\x53\x10" not in received:  # the server's open (inside its WebSocket frames)
@@ -340,7 +340,7 @@ def test_a_long_message_is_read_a_socket_read_at_a_time(emulator: RunningEmulato
     wait was one message's or more)."""
     messages = 8
     flood = ws_frame(EMPTY_FRAMES)
-    begin = performatives.encode_frame(0, performatives.Begin(None, UInt(0), UInt(5000), UInt(5000)))
+    begin = performatives.frame_of(0, performatives.Begin(None, UInt(0), UInt(5000), UInt(5000)))
     with opened_over_websocket(emulator.port) as ws, HeaderProbe(emulator.port) as probe:
         time.sleep(0.3)
         started = time.monotonic()

@@ -175,7 +175,7 @@ def test_pyamqp_decodes_what_we_encode(value: Any) -> None:
     ids=lambda performative: type(performative).__name__,
 )
 def test_performatives_carry_every_field_for_pyamqp(performative: performatives.Performative) -> None:
-    frame = performatives.encode_frame(0, performative)
+    frame = performatives.frame_of(0, performative)
     size, doff, frame_type, _channel = frames.FRAME_HEADER.unpack_from(frame)
     assert (size, doff, frame_type) == (len(frame), 2, 0)
     code, decoded = pyamqp_decode.decode_frame(memoryview(frame)[8:])
@@ -186,12 +186,12 @@ def test_performatives_carry_every_field_for_pyamqp(performative: performatives.
 def test_a_transfer_payload_is_where_pyamqp_takes_it() -> None:
     payload = b"\x00\x53\x75\xa0\x05hello"
     transfer = performatives.Transfer(UInt(1), UInt(9), b"\x00\x00\x00\x09", UInt(0), True)
-    frame = performatives.encode_frame(3, transfer, payload)
+    frame = performatives.frame_of(3, transfer, payload)
     _, fields = pyamqp_decode.decode_frame(memoryview(frame)[8:])
     assert fields[1] == 9 and fields[4] is True
     assert bytes(fields[11]) == payload
     assert pyamqp_decode.decode_payload(fields[11]).data == [b"hello"]
-    decoded, payload_start = performatives.decode(memoryview(frame)[8:])
+    decoded, payload_start = performatives.parse_body(memoryview(frame)[8:])
     assert decoded == transfer._replace()  # every field by name, the missing ones null
     assert (decoded.delivery_id, decoded.settled, decoded.more) == (9, True, None)
     assert bytes(memoryview(frame)[8:][payload_start:]) == payload
@@ -215,7 +215,7 @@ def test_a_performative_decodes_whatever_pyamqp_encodes() -> None:
     )
     _, body = pyamqp_encode.encode_frame(frame)
     assert body is not None
-    attach, _ = performatives.decode(memoryview(bytes(body)))
+    attach, _ = performatives.parse_body(memoryview(bytes(body)))
     assert isinstance(attach, performatives.Attach)
     assert (attach.name, attach.handle, attach.role) == ("receiver", 3, True)
     assert performatives.address_of(attach.source) == address

@@ -61,7 +61,7 @@ def test_the_28_bytes_that_froze_the_server_are_a_decode_error_at_once() -> None
     body = memoryview(FROZE_THE_SERVER)[16:]
     started = time.monotonic()
     with pytest.raises(DecodeError):
-        performatives.decode(body)
+        performatives.parse_body(body)
     assert time.monotonic() - started < 0.1
 
 
@@ -158,8 +158,8 @@ def test_the_value_decoder_returns_or_raises_decode_error_within_bounds(data: by
 @FUZZ
 def test_the_performative_decoder_returns_or_raises_decode_error_within_bounds(data: bytes) -> None:
     body = memoryview(b"\x00\x53\x12" + data)
-    bounded(lambda: performatives.decode(body))
-    bounded(lambda: performatives.decode(memoryview(data)))
+    bounded(lambda: performatives.parse_body(body))
+    bounded(lambda: performatives.parse_body(memoryview(data)))
 
 
 @given(hostile, st.sampled_from([0, BATCH_MESSAGE_FORMAT]))
@@ -208,8 +208,8 @@ def test_frames_with_any_field_values_decode_to_their_performative(
     kind: Any, fields: list[Any], payload: bytes
 ) -> None:
     sent = kind(*fields[: len(kind._fields)])
-    frame = performatives.encode_frame(0, sent, payload)
-    decoded, payload_start = performatives.decode(memoryview(frame)[8:])
+    frame = performatives.frame_of(0, sent, payload)
+    decoded, payload_start = performatives.parse_body(memoryview(frame)[8:])
     assert type(decoded) is kind
     assert decoded == sent
     assert bytes(memoryview(frame)[8:][payload_start:]) == payload
@@ -233,15 +233,13 @@ def test_every_cut_and_flipped_byte_of_a_real_frame_is_handled(noise: bytes) -> 
         properties={codec.Symbol("com.microsoft:epoch"): 3},
     )
     for original in (
-        performatives.encode_frame(0, attach)[8:],
-        performatives.encode_frame(0, performatives.Transfer(handle=codec.UInt(1)), b"\x00\x53\x75\xa0\x01x")[
-            8:
-        ],
+        performatives.frame_of(0, attach)[8:],
+        performatives.frame_of(0, performatives.Transfer(handle=codec.UInt(1)), b"\x00\x53\x75\xa0\x01x")[8:],
     ):
         position = noise[0] % len(original)
         mangled = original[:position] + noise[1:] + original[position + len(noise) - 1 :]
-        bounded(lambda data=mangled: performatives.decode(memoryview(data)))  # type: ignore[misc]
-        bounded(lambda data=original[:position]: performatives.decode(memoryview(data)))  # type: ignore[misc]
+        bounded(lambda data=mangled: performatives.parse_body(memoryview(data)))  # type: ignore[misc]
+        bounded(lambda data=original[:position]: performatives.parse_body(memoryview(data)))  # type: ignore[misc]
 
 
 # --- the frame parser and dispatch of a connection -------------------------------------------------------
@@ -284,12 +282,10 @@ def handshake() -> bytes:
     return b"".join(
         (
             frames.SASL_HEADER,
-            performatives.encode_frame(0, performatives.SaslInit(codec.Symbol("ANONYMOUS"))),
+            performatives.frame_of(0, performatives.SaslInit(codec.Symbol("ANONYMOUS"))),
             frames.AMQP_HEADER,
-            performatives.encode_frame(0, performatives.Open("fuzz", "127.0.0.1", codec.UInt(65536))),
-            performatives.encode_frame(
-                0, performatives.Begin(None, codec.UInt(0), codec.UInt(9), codec.UInt(9))
-            ),
+            performatives.frame_of(0, performatives.Open("fuzz", "127.0.0.1", codec.UInt(65536))),
+            performatives.frame_of(0, performatives.Begin(None, codec.UInt(0), codec.UInt(9), codec.UInt(9))),
         )
     )
 
@@ -302,7 +298,7 @@ frame_bodies = st.one_of(
     hostile,
     hostile.map(lambda data: b"\x00\x53" + data),
     st.tuples(st.sampled_from(KINDS), st.lists(field_values, max_size=14)).map(
-        lambda kind_fields: performatives.encode_frame(
+        lambda kind_fields: performatives.frame_of(
             0, kind_fields[0](*kind_fields[1][: len(kind_fields[0]._fields)])
         )[8:]
     ),
