@@ -29,17 +29,10 @@ from pydantic import Field
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from hubshift.errors import UserError, one_line
+from hubshift.sinks import spark_writer
 from hubshift.sinks.base import SinkContext, SinkKind, StreamBatch, Transform, WriterBatch
 from hubshift.sinks.commits import WrittenFile
-from hubshift.sinks.spark_writer import (
-    PathSink,
-    SparkPathSpec,
-    configured_writer,
-    not_yet_written,
-    path_connections,
-    rows_to_write,
-    to_write,
-)
+from hubshift.sinks.spark_writer import PathSink, SparkPathSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -129,7 +122,7 @@ class DeltaSink(PathSink):
         if table.needs_schema(transaction, frame, self.block):
             if again:
                 raise UserError(f"Delta table {self.path}: its schema did not take the rows' columns")
-            configured_writer(frame.limit(0), "delta", self.block).save(self.path)
+            spark_writer.configured_writer(frame.limit(0), "delta", self.block).save(self.path)
             return self._commit_stream(frame, batch, again=True)
         if batch.output_mode == "update":
             rows = merge_rows(frame, self.path, batch.key_columns, app, batch.batch_id)
@@ -146,18 +139,18 @@ class DeltaSink(PathSink):
         table = _Table(events.sparkSession, self.path)
         transaction = table.start()
         written = {p: int(transaction.txnVersion(self.app_id(p))) for p in batch.ranges}
-        todo = to_write(batch.ranges, written)
+        todo = spark_writer.to_write(batch.ranges, written)
         if not todo:
             return []  # a replay: everything this batch holds is in the table already
-        result = transform(not_yet_written(events, {p: v for p, v in written.items() if v >= 0}))
-        frame, files = rows_to_write(result, self.name, self.dead_letters)
+        result = transform(spark_writer.not_yet_written(events, {p: v for p, v in written.items() if v >= 0}))
+        frame, files = spark_writer.rows_to_write(result, self.name, self.dead_letters)
         if frame is not None and table.needs_schema(transaction, frame, self.block):
             if again:
                 raise UserError(f"Delta table {self.path}: its schema did not take the rows' columns")
             # Create the table (partitioned as the block says), or add the rows' new columns: a commit of
             # its own; then the whole batch again on the new schema, its high-water marks read afresh (a
             # commit made meanwhile would not conflict with a transaction that starts after it).
-            configured_writer(frame.limit(0), "delta", self.block).save(self.path)
+            spark_writer.configured_writer(frame.limit(0), "delta", self.block).save(self.path)
             return self._commit(events, transform, batch, again=True)
         actions = table.write_files(transaction, frame) if frame is not None else table.empty_actions()
         rows = table.rows(actions)
@@ -263,7 +256,7 @@ SINK = SinkKind[DeltaSinkSpec](
         default=None, description="A Delta Lake table (type delta): every event in one committed row."
     ),
     required="delta (the table's path)",
-    connections=path_connections,
+    connections=spark_writer.path_connections,
     build=DeltaSink,
     update="keyed",
 )
