@@ -1,5 +1,11 @@
 """Events as rows: the columns the consumer's Spark source produces, their Arrow schema, and received
-AMQP messages turned into one Arrow record batch in that schema."""
+AMQP messages turned into one Arrow record batch in that schema.
+
+A received batch also holds each event's system properties (`system_properties`: the AMQP properties
+section and the message annotations, keyed as the SDK's `EventData.system_properties` keys them), which the
+spool keeps; the Spark source hands that column on only when the manifest asks for it
+(`spark.includeSystemProperties`), so the default columns stay what they were.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from hubshift.eventhubs.sdk_internals import EventData, RawMessage
+from hubshift.eventhubs.sdk_internals import EventData, RawMessage, RawMessageProperties
 
 EVENT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("partition", "string"),
@@ -19,6 +25,9 @@ EVENT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("body", "binary"),
     ("properties", "map<string,string>"),
 )
+
+# The optional column (spark.includeSystemProperties), kept in the spool whether or not it is asked for.
+SYSTEM_PROPERTIES = "system_properties"
 
 # DDL string accepted by `DataSource.schema()` and `spark.createDataFrame(..., schema=...)`.
 EVENT_SCHEMA_DDL = ", ".join(f"{name} {kind}" for name, kind in EVENT_COLUMNS)
@@ -34,6 +43,35 @@ _ARROW_TYPES: dict[str, pa.DataType] = {
 # The Arrow schema Spark expects from `read()` for the event row schema (checked against pyspark's own
 # conversion in the unit tests: Spark refuses a batch whose schema differs in any way).
 EVENT_ARROW_SCHEMA = pa.schema([pa.field(name, _ARROW_TYPES[kind]) for name, kind in EVENT_COLUMNS])
+_PROPERTIES_TYPE = EVENT_ARROW_SCHEMA.field("properties").type
+
+# What a received batch and a spool segment hold: the event columns and the system properties.
+RECEIVED_ARROW_SCHEMA = EVENT_ARROW_SCHEMA.append(pa.field(SYSTEM_PROPERTIES, _PROPERTIES_TYPE))
+
+
+def event_schema_ddl(system_properties: bool) -> str:
+    """The Spark source's columns: the event columns, and the system properties when asked for."""
+    return (
+        f"{EVENT_SCHEMA_DDL}, {SYSTEM_PROPERTIES} map<string,string>"
+        if system_properties
+        else EVENT_SCHEMA_DDL
+    )
+
+
+def as_received(table: pa.Table) -> pa.Table:
+    """`table` in the received schema: a segment spooled before the system properties were kept gets the
+    column, empty."""
+    if SYSTEM_PROPERTIES in table.schema.names:
+        return table
+    return table.append_column(
+        pa.field(SYSTEM_PROPERTIES, _PROPERTIES_TYPE), pa.nulls(table.num_rows, _PROPERTIES_TYPE)
+    )
+
+
+def without_system_properties(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """`batch` in the event schema (the system properties column left out)."""
+    return batch.drop_columns([SYSTEM_PROPERTIES]) if SYSTEM_PROPERTIES in batch.schema.names else batch
+
 
 _SEQUENCE = b"x-opt-sequence-number"
 _OFFSET = b"x-opt-offset"
@@ -55,6 +93,26 @@ def _properties(values: dict[Any, Any] | None) -> list[tuple[str, str | None]] |
     return [(_text(k) or "", _text(v)) for k, v in values.items()]
 
 
+# The AMQP properties section's fields by the names the SDK's system properties give them.
+_PROPERTY_KEYS = tuple((name, name.replace("_", "-")) for name in RawMessageProperties._fields)
+
+
+def _system_properties(
+    section: Any, annotations: dict[Any, Any] | None
+) -> list[tuple[str, str | None]] | None:
+    """The event's system properties, as `EventData.system_properties` has them: the properties section's
+    fields that are set (`message-id`, `correlation-id`, `content-type`, ...) and every annotation."""
+    found: list[tuple[str, str | None]] = []
+    if section is not None:
+        for field, key in _PROPERTY_KEYS:
+            value = getattr(section, field, None)
+            if value:
+                found.append((key, _text(value)))
+    if annotations:
+        found.extend((_text(k) or "", _text(v)) for k, v in annotations.items())
+    return found or None
+
+
 def events_to_batch(partition: str, events: Sequence[Any]) -> pa.RecordBatch:
     """Received messages as one record batch in the event row schema.
 
@@ -68,6 +126,7 @@ def events_to_batch(partition: str, events: Sequence[Any]) -> pa.RecordBatch:
     keys: list[str | None] = []
     bodies: list[bytes] = []
     properties: list[list[tuple[str, str | None]] | None] = []
+    system: list[list[tuple[str, str | None]] | None] = []
     for event in events:
         raw = _readable_message(event)
         if raw is not None:
@@ -80,6 +139,7 @@ def events_to_batch(partition: str, events: Sequence[Any]) -> pa.RecordBatch:
             data = raw.data or b""
             bodies.append(data if isinstance(data, bytes) else b"".join(data))
             properties.append(_properties(raw.application_properties))
+            system.append(_system_properties(raw.properties, annotations))
             continue
         if isinstance(event, RawMessage):
             event = EventData._from_message(event)
@@ -90,6 +150,7 @@ def events_to_batch(partition: str, events: Sequence[Any]) -> pa.RecordBatch:
         keys.append(_text(event.partition_key))
         bodies.append(_body(event))
         properties.append(_properties(event.properties))
+        system.append(_properties(event.system_properties))
     count = len(sequence)
     return pa.RecordBatch.from_arrays(
         [
@@ -99,9 +160,10 @@ def events_to_batch(partition: str, events: Sequence[Any]) -> pa.RecordBatch:
             pa.array(enqueued, pa.timestamp("us", tz="UTC")),
             pa.array(keys, pa.string()),
             pa.array(bodies, pa.binary()),
-            pa.array(properties, EVENT_ARROW_SCHEMA.field("properties").type),
+            pa.array(properties, _PROPERTIES_TYPE),
+            pa.array(system, _PROPERTIES_TYPE),
         ],
-        schema=EVENT_ARROW_SCHEMA,
+        schema=RECEIVED_ARROW_SCHEMA,
     )
 
 

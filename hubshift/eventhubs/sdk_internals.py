@@ -4,7 +4,8 @@ pyproject.toml; re-run bench/throughput.py and bench/control_loop.py after any u
 - Partition consumers are created the way the SDK's own EventProcessor does (`_create_consumer`), so one
   thread can take the partitions in turn (docs/consumer.md), without the keep-alive thread the SDK starts
   for each.
-- Received messages stay raw AMQP messages instead of an `EventData` each (`adopt_raw_messages`).
+- Received messages stay raw AMQP messages instead of an `EventData` each (`adopt_raw_messages`); their
+  properties section is read by its fields' names (`RawMessageProperties`, for the system properties).
 - A connection's socket is read in chunks of up to 64 KiB instead of two reads per frame, and a turn does
   not wait out the socket timeout on a quiet link (`buffer_socket_reads`).
 - Management requests go over one long-lived link of the client's connection instead of a new link per
@@ -29,12 +30,14 @@ from typing import Any
 from azure.eventhub import EventData
 from azure.eventhub._pyamqp._transport import SSLTransport
 from azure.eventhub._pyamqp.message import Message as RawMessage
+from azure.eventhub._pyamqp.message import Properties as RawMessageProperties
 
 from hubshift.eventhubs.model import numeric_offset
 
 __all__ = [
     "EventData",
     "RawMessage",
+    "RawMessageProperties",
     "TurnReads",
     "adopt_raw_messages",
     "buffer_socket_reads",

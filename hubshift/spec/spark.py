@@ -50,6 +50,13 @@ class SparkSpec(Model):
     max_events_per_trigger: int = Field(
         default=100_000, ge=1, description="Admission control: events per micro-batch, over all partitions."
     )
+    include_system_properties: bool = Field(
+        default=False,
+        description="Give the events a system_properties column (map<string,string>): the AMQP properties "
+        "section's fields that are set (message-id, correlation-id, content-type, ...) and the service's "
+        "annotations (x-opt-sequence-number, x-opt-enqueued-time, ...), keyed as the SDK's "
+        "EventData.system_properties keys them.",
+    )
     shuffle_partitions: int = Field(default=2, ge=1, description="spark.sql.shuffle.partitions.")
     driver_memory: str = Field(default="1g", pattern=JVM_SIZE, description="spark.driver.memory (512m, 1g).")
     conf: dict[str, Annotated[str, Field(max_length=4096)]] = Field(

@@ -43,6 +43,7 @@ from hubshift.consumer.spark.source import (
     OPTION_MAX_EVENTS,
     OPTION_SCRATCH,
     OPTION_SPOOL,
+    OPTION_SYSTEM_PROPERTIES,
     EventHubsDataSource,
 )
 from hubshift.consumer.spark.spooling import Reading, SpooledPartitions
@@ -151,6 +152,7 @@ class SparkEngine(SpooledPartitions):
             .option(OPTION_SCRATCH, str(self.scratch))
             .option(OPTION_SPOOL, str(self.spool_root))
             .option(OPTION_MAX_EVENTS, str(self.spec.spark.max_events_per_trigger))
+            .option(OPTION_SYSTEM_PROPERTIES, str(self.spec.spark.include_system_properties).lower())
             .load()
         )
         interval = self.spec.spark.trigger_interval_seconds

@@ -32,7 +32,7 @@ from hubshift.consumer.spark.offsets import (
     plan_ranges,
 )
 from hubshift.consumer.spark.ownership_file import read_ownership, write_planned
-from hubshift.eventhubs.rows import EVENT_SCHEMA_DDL
+from hubshift.eventhubs.rows import event_schema_ddl, without_system_properties
 
 FORMAT = "hubshift_eventhubs"
 OPTION_SCRATCH = "scratch"
@@ -40,18 +40,33 @@ OPTION_SPOOL = "spool"
 OPTION_MAX_EVENTS = "maxEventsPerTrigger"
 # A streaming job's query reads one partition (its position in the query's own checkpoint).
 OPTION_PARTITION = "partition"
+# "true": the events' system properties as a column of their own (spark.includeSystemProperties).
+OPTION_SYSTEM_PROPERTIES = "includeSystemProperties"
+
+
+def _system_properties(options: Mapping[str, str]) -> bool:
+    return str(options.get(OPTION_SYSTEM_PROPERTIES, "false")).lower() == "true"
 
 
 class EventRange(InputPartition):
     """One Spark task: read `[start, end)` of one partition epoch from the spool (pickled to a worker)."""
 
-    def __init__(self, spool_root: str, partition: str, owner_level: int, start: int, end: int) -> None:
+    def __init__(
+        self,
+        spool_root: str,
+        partition: str,
+        owner_level: int,
+        start: int,
+        end: int,
+        system_properties: bool = False,
+    ) -> None:
         super().__init__((partition, owner_level, start, end))
         self.spool_root = spool_root
         self.partition = partition
         self.owner_level = owner_level
         self.start = start
         self.end = end
+        self.system_properties = system_properties
 
 
 class EventHubsStreamReader(DataSourceStreamReader):
@@ -61,6 +76,7 @@ class EventHubsStreamReader(DataSourceStreamReader):
         limit = int(options.get(OPTION_MAX_EVENTS) or 0)
         self.max_events = limit if limit > 0 else None
         self.partition = options.get(OPTION_PARTITION) or None
+        self.system_properties = _system_properties(options)
         self.planned_version: int | None = None  # the source runner's own: what it last told the engine
 
     # --- source runner (driver side) ---------------------------------------------------------------
@@ -106,7 +122,7 @@ class EventHubsStreamReader(DataSourceStreamReader):
         return [self._input(r) for r in ranges]
 
     def _input(self, r: ReadRange) -> EventRange:
-        return EventRange(self.spool_root, r.partition, r.owner_level, r.start, r.end)
+        return EventRange(self.spool_root, r.partition, r.owner_level, r.start, r.end, self.system_properties)
 
     def commit(self, end: dict[str, Any]) -> None:
         # Checkpoints go to the store from the consumer's main process once the batch is written
@@ -117,9 +133,13 @@ class EventHubsStreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, EventRange)
-        yield from spool.read_range(
+        batches = spool.read_range(
             partition.spool_root, partition.partition, partition.owner_level, partition.start, partition.end
         )
+        if partition.system_properties:
+            yield from batches
+        else:
+            yield from (without_system_properties(batch) for batch in batches)
 
 
 class EventHubsDataSource(DataSource):
@@ -130,7 +150,7 @@ class EventHubsDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> str:
-        return EVENT_SCHEMA_DDL
+        return event_schema_ddl(_system_properties(self.options))
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return EventHubsStreamReader(self.options)

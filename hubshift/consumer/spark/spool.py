@@ -2,8 +2,9 @@
 consumer's scratch folder, between the receiver (which writes them) and the streaming source (whose
 `latestOffset` lists them and whose `read()` slices them).
 
-`<root>/<partition>/<owner level>/<first seq>-<last seq>.arrow`, each an Arrow IPC file in the event row
-schema, written to a temporary name and renamed, so a reader never sees half a segment; and
+`<root>/<partition>/<owner level>/<first seq>-<last seq>.arrow`, each an Arrow IPC file in the received
+schema (the event columns and the system properties), written to a temporary name and renamed, so a reader
+never sees half a segment; and
 `<first seq>-<last seq>.expired`, an empty file that stands for events the hub no longer had when they were
 asked for (its retention passed them). Pod-local scratch, never a source of truth: the store's checkpoints
 are.
@@ -27,7 +28,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from hubshift.consumer.spark.offsets import SpoolExtent
-from hubshift.eventhubs.rows import EVENT_ARROW_SCHEMA
+from hubshift.eventhubs.rows import as_received
 
 SEQUENCE_COLUMN = "sequence_number"
 SUFFIX = ".arrow"
@@ -97,7 +98,7 @@ def _write_atomically(folder: Path, target: Path, batch: pa.RecordBatch | None) 
     try:
         with os.fdopen(fd, "wb") as handle:
             if batch is not None:
-                with pa.ipc.new_file(handle, EVENT_ARROW_SCHEMA) as writer:
+                with pa.ipc.new_file(handle, batch.schema) as writer:
                     writer.write_batch(batch)
         Path(temporary).replace(target)
     except BaseException:
@@ -121,7 +122,7 @@ def write_segment(
     *,
     after: int | None = None,
 ) -> Segment:
-    """Add one segment: events in rising, contiguous sequence order, in the event schema. `after`: the
+    """Add one segment: events in rising, contiguous sequence order, in the received schema. `after`: the
     sequence number the spool ends before (the next one expected); a batch that starts elsewhere or has a
     hole is refused with `SpoolGap`, nothing written."""
     if batch.num_rows == 0:
@@ -158,7 +159,7 @@ def write_expired(
 def _load(segment: Segment) -> pa.Table | None:
     try:
         with pa.memory_map(str(segment.path)) as source:
-            return pa.ipc.open_file(source).read_all()
+            return as_received(pa.ipc.open_file(source).read_all())
     except FileNotFoundError:
         return None
 
@@ -183,7 +184,7 @@ def read_range(
     *,
     rows_per_batch: int = 10_000,
 ) -> Iterator[pa.RecordBatch]:
-    """Events with `start <= sequence number < end`, in order, as record batches in the event schema
+    """Events with `start <= sequence number < end`, in order, as record batches in the received schema
     (segments merged into batches of up to `rows_per_batch` rows: fewer, larger Arrow batches cost Spark
     less per event).
 

@@ -44,6 +44,7 @@ from hubshift.consumer.spark.source import (
     OPTION_PARTITION,
     OPTION_SCRATCH,
     OPTION_SPOOL,
+    OPTION_SYSTEM_PROPERTIES,
     EventHubsDataSource,
 )
 from hubshift.consumer.spark.spooling import Reading, SpooledPartitions
@@ -297,6 +298,7 @@ class StreamEngine(SpooledPartitions):
             .option(OPTION_SPOOL, str(self.spool_root))
             .option(OPTION_PARTITION, partition)
             .option(OPTION_MAX_EVENTS, str(self.spec.spark.max_events_per_trigger))
+            .option(OPTION_SYSTEM_PROPERTIES, str(self.spec.spark.include_system_properties).lower())
             .load()
         )
 

@@ -15,8 +15,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from hubshift.consumer.spark import spool
 from hubshift.consumer.spark.offsets import SourcePartition
 from hubshift.consumer.spark.ownership_file import OwnershipView, write_ownership
-from hubshift.consumer.spark.source import EventHubsStreamReader, EventRange
-from hubshift.eventhubs.rows import EVENT_ARROW_SCHEMA
+from hubshift.consumer.spark.source import EventHubsDataSource, EventHubsStreamReader, EventRange
+from hubshift.eventhubs.rows import EVENT_ARROW_SCHEMA, RECEIVED_ARROW_SCHEMA
 
 
 def fill(scratch: Path, partition: str, level: int, first: int, count: int) -> None:
@@ -70,3 +70,48 @@ def test_a_read_of_a_range_the_spool_no_longer_holds_fails(tmp_path: Path) -> No
     spool.remove_epoch(tmp_path / "spool", "3", 1)
     with pytest.raises(spool.SpoolGap, match="0 to 9"):
         list(reader.read(EventRange(str(tmp_path / "spool"), "3", 1, 0, 10)))
+
+
+def test_the_system_properties_column_is_read_only_when_asked_for(tmp_path: Path) -> None:
+    """A segment spooled before the system properties were kept (the event schema alone) and one with them
+    (the received schema) are read in one range: without the option the batches are in the event schema;
+    with it the column comes along, empty for the older segment."""
+    write_ownership(tmp_path, OwnershipView(1, {"0": SourcePartition(1, 0)}))
+    fill(tmp_path, "0", 1, 0, 3)
+    newer = pa.RecordBatch.from_pylist(
+        [
+            {
+                "partition": "0",
+                "sequence_number": n,
+                "offset": str(n),
+                "enqueued_time": dt.datetime(2026, 11, 21, tzinfo=dt.UTC),
+                "partition_key": None,
+                "body": b"{}",
+                "properties": None,
+                "system_properties": [("message-id", f"m{n}")],
+            }
+            for n in range(3, 5)
+        ],
+        schema=RECEIVED_ARROW_SCHEMA,
+    )
+    spool.write_segment(tmp_path / "spool", "0", 1, newer, after=3)
+
+    def read(options: dict[str, str]) -> list[pa.RecordBatch]:
+        reader = EventHubsStreamReader({"scratch": str(tmp_path), **options})
+        initial = reader.initialOffset()
+        (whole,) = reader.partitions(initial, reader.latestOffset(initial, ReadAllAvailable()))
+        return list(reader.read(pickle.loads(pickle.dumps(whole))))
+
+    plain = read({})
+    assert all(batch.schema.equals(EVENT_ARROW_SCHEMA) for batch in plain)
+    assert [n for batch in plain for n in batch.column("sequence_number").to_pylist()] == [0, 1, 2, 3, 4]
+    (batch,) = read({"includeSystemProperties": "true"})
+    assert batch.schema.equals(RECEIVED_ARROW_SCHEMA)
+    found = [None if v is None else dict(v) for v in batch.column("system_properties").to_pylist()]
+    assert found == [None, None, None, {"message-id": "m3"}, {"message-id": "m4"}]
+    assert (
+        EventHubsDataSource({"includeSystemProperties": "true"})
+        .schema()
+        .endswith("system_properties map<string,string>")
+    )
+    assert "system_properties" not in EventHubsDataSource({}).schema()

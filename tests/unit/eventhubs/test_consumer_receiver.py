@@ -27,14 +27,21 @@ from hubshift.eventhubs.receiver import (
     in_order,
     is_stolen,
 )
-from hubshift.eventhubs.rows import EVENT_ARROW_SCHEMA, events_to_batch
+from hubshift.eventhubs.rows import RECEIVED_ARROW_SCHEMA, events_to_batch
 from hubshift.eventhubs.sdk_internals import TurnReads, adopt_raw_messages, track_last
 from hubshift.eventhubs.target import EventHubsTarget
 
 ENQUEUED_MS = 1_795_000_000_123
 
 
-def received(sequence: int, body: bytes, *, key: bytes | None = b"h000042", props: Any = None) -> EventData:
+def received(
+    sequence: int,
+    body: bytes,
+    *,
+    key: bytes | None = b"h000042",
+    props: Any = None,
+    section: amqp.Properties | None = None,
+) -> EventData:
     annotations: dict[bytes, Any] = {
         b"x-opt-sequence-number": sequence,
         b"x-opt-offset": str(sequence * 300).encode(),
@@ -42,7 +49,9 @@ def received(sequence: int, body: bytes, *, key: bytes | None = b"h000042", prop
     }
     if key is not None:
         annotations[b"x-opt-partition-key"] = key
-    message = amqp.Message(data=[body], message_annotations=annotations, application_properties=props)
+    message = amqp.Message(
+        data=[body], message_annotations=annotations, application_properties=props, properties=section
+    )
     return EventData._from_message(message)
 
 
@@ -56,15 +65,17 @@ class PublicOnly:
         self.partition_key = event.partition_key
         self.body = event.body
         self.properties = event.properties
+        self.system_properties = event.system_properties
 
 
 def test_rows_carry_every_column_of_the_event_schema() -> None:
+    section = amqp.Properties(message_id=b"m-7", correlation_id="order-1", content_type=b"application/json")
     events = [
-        received(7, b'{"a":1}', props={b"source": b"sensor", b"n": 3}),
+        received(7, b'{"a":1}', props={b"source": b"sensor", b"n": 3}, section=section),
         received(8, b"", key=None),
     ]
     batch = events_to_batch("3", events)
-    assert batch.schema.equals(EVENT_ARROW_SCHEMA)
+    assert batch.schema.equals(RECEIVED_ARROW_SCHEMA)
     first, second = batch.to_pylist()
     assert first["partition"] == "3"
     assert first["sequence_number"] == 7 and first["offset"] == "2100"
@@ -72,10 +83,27 @@ def test_rows_carry_every_column_of_the_event_schema() -> None:
     assert first["partition_key"] == "h000042" and first["body"] == b'{"a":1}'
     assert dict(first["properties"]) == {"source": "sensor", "n": "3"}
     assert second["partition_key"] is None and second["body"] == b"" and second["properties"] is None
+    assert dict(first["system_properties"]) == {
+        "message-id": "m-7",
+        "correlation-id": "order-1",
+        "content-type": "application/json",
+        "x-opt-sequence-number": "7",
+        "x-opt-offset": "2100",
+        "x-opt-enqueued-time": str(ENQUEUED_MS + 7),
+        "x-opt-partition-key": "h000042",
+    }
+    assert dict(second["system_properties"]) == {
+        "x-opt-sequence-number": "8",
+        "x-opt-offset": "2400",
+        "x-opt-enqueued-time": str(ENQUEUED_MS + 8),
+    }
 
 
 def test_the_public_path_gives_the_same_rows() -> None:
-    events = [received(n, b"x%d" % n, props={b"k": b"v"}) for n in range(5)]
+    section = amqp.Properties(message_id="m", subject="s", creation_time=1_795_000_000_000)
+    events = [
+        received(n, b"x%d" % n, props={b"k": b"v"}, section=section if n % 2 else None) for n in range(5)
+    ]
     fast = events_to_batch("0", events).to_pylist()
     public = events_to_batch("0", [PublicOnly(e) for e in events]).to_pylist()
     for a, b in zip(fast, public, strict=True):
