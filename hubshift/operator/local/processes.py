@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, TypedDict, Unpack
 
 from hubshift.manifest import PartitionedConsumer
 from hubshift.operator.consumer_http import consumer_ready
@@ -95,6 +95,15 @@ class RecordedEvent:
     warning: bool
 
 
+class ProcessOptions(TypedDict, total=False):
+    """How the consumer processes are started: `engine` (spark or sdk, default spark), the environment they
+    get (`environ`, default this process's) and more arguments for `hubshift consume` (`extra_args`)."""
+
+    engine: str
+    environ: Mapping[str, str] | None
+    extra_args: tuple[str, ...]
+
+
 class LocalRuntime:
     """`ConsumerRuntime` over local `hubshift consume` processes."""
 
@@ -104,19 +113,18 @@ class LocalRuntime:
         consumer: PartitionedConsumer,
         workdir: Path,
         *,
-        engine: str = "spark",
-        environ: Mapping[str, str] | None = None,
-        extra_args: tuple[str, ...] = (),
         on_change: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.time,
+        **processes: Unpack[ProcessOptions],
     ) -> None:
         self.manifest_path = manifest_path.resolve()
         self.consumer = consumer
         self.name = consumer.metadata.name
         self.workdir = workdir
-        self.engine = engine
+        self.engine = processes.get("engine", "spark")
+        environ = processes.get("environ")
         self.environ = dict(environ if environ is not None else os.environ)
-        self.extra_args = extra_args
+        self.extra_args = processes.get("extra_args", ())
         self.on_change = on_change
         self.clock = clock
         self.replica_count = 0

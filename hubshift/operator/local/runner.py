@@ -12,16 +12,16 @@ refused with one line.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
+from typing import Unpack
 
 from hubshift.errors import UserError
 from hubshift.manifest import PartitionedConsumer
 from hubshift.operator.driver import CycleRunner, Desired, LoopDriver, same_connections
-from hubshift.operator.local.processes import LocalRuntime
+from hubshift.operator.local.processes import LocalRuntime, ProcessOptions
 from hubshift.operator.loop import CycleInputs, CycleReport, open_control_loop
 from hubshift.operator.metrics import OperatorMetrics
 from hubshift.operator.status import failed_cycle_status
@@ -38,14 +38,11 @@ class LocalOperator:
         consumer: PartitionedConsumer,
         workdir: Path,
         *,
-        engine: str = "spark",
-        environ: Mapping[str, str] | None = None,
-        extra_args: tuple[str, ...] = (),
         metrics: OperatorMetrics | None = None,
         on_report: Callable[[CycleReport], None] | None = None,
+        **processes: Unpack[ProcessOptions],
     ) -> None:
         self.consumer = consumer
-        self.environ = dict(environ if environ is not None else os.environ)
         self.workdir = workdir
         self.metrics = metrics
         self.driver = LoopDriver(
@@ -55,15 +52,8 @@ class LocalOperator:
             on_report=on_report,
             on_failure=self._report_failure,
         )
-        self.runtime = LocalRuntime(
-            manifest_path,
-            consumer,
-            workdir,
-            engine=engine,
-            environ=self.environ,
-            extra_args=extra_args,
-            on_change=self.driver.wake,
-        )
+        self.runtime = LocalRuntime(manifest_path, consumer, workdir, on_change=self.driver.wake, **processes)
+        self.environ = self.runtime.environ
         self.created_at = time.time()
 
     # what the driver knows, for the callers that watch the pool
