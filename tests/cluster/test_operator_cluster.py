@@ -123,6 +123,19 @@ BAD_RESOURCES: list[tuple[str, Any, list[str]]] = [
         ["spec.consumer.startPosition.enqueuedTime", "enqueuedTime is required when type is enqueuedTime"],
     ),
     (
+        "partition-id-not-a-number",
+        _set("consumer.startPosition.partitions", {"p1": {"type": "earliest"}}),
+        [
+            "spec.consumer.startPosition.partitions",
+            "partitions: keys are partition ids (0, 1, ... up to 4 digits)",
+        ],
+    ),
+    (
+        "partition-sequence-number-missing",
+        _set("consumer.startPosition.partitions", {"3": {"type": "sequenceNumber"}}),
+        ["spec.consumer.startPosition.partitions", "sequenceNumber is required when type is sequenceNumber"],
+    ),
+    (
         "function-missing",
         _set("consumer.pipeline", {"type": "function"}),
         ["spec.consumer.pipeline.function", "function (module:function) is required when type is function"],
