@@ -154,6 +154,11 @@ def path_connections(block: AzurePathSpec, location: Location) -> list[NamedConn
 
 _WORKLOAD = "org.apache.hadoop.fs.azurebfs.oauth2.WorkloadIdentityTokenProvider"
 _MANAGED = "org.apache.hadoop.fs.azurebfs.oauth2.MsiTokenProvider"
+# hadoop-azure (3.5) aggregates its own request metrics and sends them to the storage account, the last
+# ones from a JVM shutdown hook that retries when the account cannot be reached: in a CI rehearsal a test
+# session's JVM was still in that hook's retry sleep (AbfsRestOperation) over 10 minutes after its Python
+# ended and Azurite with it. They are storage transactions of no use to hubshift, so they are off.
+ABFS_SETTINGS = {"fs.azure.metrics.collection.enabled": "false"}
 
 
 def hadoop_settings(path: str, resolved: Resolved, environ: Mapping[str, str]) -> dict[str, str]:
@@ -173,9 +178,9 @@ def hadoop_settings(path: str, resolved: Resolved, environ: Mapping[str, str]) -
                 f"{path}: the storage endpoint in {resolved.variable or 'the connection string'} is plain "
                 "http, which abfss:// (TLS) cannot reach: write abfs:// for a plain-http endpoint (Azurite)"
             )
-        return settings
+        return {**ABFS_SETTINGS, **settings}
     assert resolved.identity is not None
-    return _token_settings(path, host, resolved.identity, environ)
+    return {**ABFS_SETTINGS, **_token_settings(path, host, resolved.identity, environ)}
 
 
 def _key_settings(host: str, connection_string: str, variable: str) -> dict[str, str]:

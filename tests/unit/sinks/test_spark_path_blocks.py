@@ -19,6 +19,7 @@ from hubshift.sinks.delta import SESSION_CONF, DeltaSink
 from hubshift.sinks.files import FilesSink
 from hubshift.sinks.spark_writer import (
     ABFS_PATH,
+    ABFS_SETTINGS,
     AZURE_PATH,
     LAKE_ONLY,
     RESERVED,
@@ -159,7 +160,18 @@ def test_an_account_key_per_account() -> None:
     assert settings == {
         f"fs.azure.account.auth.type.{HOST}": "SharedKey",
         f"fs.azure.account.key.{HOST}": KEY,
+        "fs.azure.metrics.collection.enabled": "false",
     }
+
+
+def test_hadoop_azure_sends_no_metrics_of_its_own() -> None:
+    """Its shutdown hook would send them, retrying for minutes when the account is away."""
+    identity = TokenCredentialSpec(type="workloadIdentity", client_id="client-1")
+    for resolved, environ in (
+        (Resolved(PUBLIC, None, "LAKE"), {}),
+        (Resolved(None, identity, None), WORKLOAD_ENV),
+    ):
+        assert hadoop_settings(LAKE, resolved, environ)["fs.azure.metrics.collection.enabled"] == "false"
 
 
 def test_a_storage_endpoint_of_its_own_goes_through_its_blob_api() -> None:
@@ -199,6 +211,7 @@ def test_workload_identity_reads_the_pods_federated_token() -> None:
     identity = TokenCredentialSpec(type="workloadIdentity", client_id="client-1")
     settings = hadoop_settings(LAKE, Resolved(None, identity, None), WORKLOAD_ENV)
     assert settings == {
+        **ABFS_SETTINGS,
         f"fs.azure.account.auth.type.{HOST}": "OAuth",
         f"fs.azure.account.oauth.provider.type.{HOST}": (
             "org.apache.hadoop.fs.azurebfs.oauth2.WorkloadIdentityTokenProvider"
@@ -246,6 +259,7 @@ def test_managed_identity_where_the_pod_has_no_federated_token() -> None:
     managed = TokenCredentialSpec(type="managedIdentity", client_id="user-assigned")
     settings = hadoop_settings(LAKE, Resolved(None, managed, None), {"IDENTITY_ENDPOINT": "http://imds/x"})
     assert settings == {
+        **ABFS_SETTINGS,
         f"fs.azure.account.auth.type.{HOST}": "OAuth",
         f"fs.azure.account.oauth.provider.type.{HOST}": MANAGED,
         f"fs.azure.account.oauth2.client.id.{HOST}": "user-assigned",
