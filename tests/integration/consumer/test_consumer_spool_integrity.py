@@ -34,6 +34,7 @@ from tests.fixtures.consumer import (
     ConsumerPool,
     consumer_environ,
     consumer_manifest,
+    parquet_folder_rows,
     wait_for,
 )
 
@@ -171,8 +172,6 @@ def test_the_batches_after_a_failed_one_are_written_under_names_of_their_own(
     names what a batch writes by its number (`<consumer>-<run>-<batch>`), and the files sink took the files
     of the next "batch 0" as moved already (the first batch 0's were there), committing its partitions'
     progress with none of its rows. Every event is in the folder once."""
-    import pyarrow.dataset as ds
-
     emulator: RunningEmulator = emulator_factory(["hub:2"])  # type: ignore[operator]
     output = tmp_path / "parquet"
     manifest = consumer_manifest(
@@ -192,19 +191,8 @@ def test_the_batches_after_a_failed_one_are_written_under_names_of_their_own(
     wait_for(lambda: consumer.metric("hubshift_consumer_owned_partitions") == 2, 120, "both partitions")
 
     def rows() -> tuple[int, int]:
-        files = [str(f) for f in output.rglob("*.parquet") if "_hubshift" not in f.parts]
-        if not files:
-            return 0, 0
-        found = ds.dataset(files, format="parquet", partitioning="hive").to_table(
-            columns=["partition", "sequence_number"]
-        )
-        pairs = list(
-            zip(
-                found.column("partition").to_pylist(),
-                found.column("sequence_number").to_pylist(),
-                strict=True,
-            )
-        )
+        found = parquet_folder_rows(output, ["partition", "sequence_number"])
+        pairs = [(row["partition"], row["sequence_number"]) for row in found]
         return len(pairs), len(set(pairs))
 
     # A batch at a time (each wave waits for the one before): the numbers of the first query's batches are

@@ -5,12 +5,19 @@ Spark consumer and written to Parquet."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from azure.eventhub import EventData, EventHubProducerClient
 
 from hubshift.emulator.launch import RunningEmulator
-from tests.fixtures.consumer import ConsumerPool, consumer_environ, consumer_manifest, wait_for
+from tests.fixtures.consumer import (
+    ConsumerPool,
+    consumer_environ,
+    consumer_manifest,
+    parquet_folder_rows,
+    wait_for,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -18,8 +25,6 @@ pytestmark = pytest.mark.timeout(300)
 def test_system_properties_reach_the_sink_as_a_column(
     tmp_path: Path, emulator_factory: object, consumer_pool: ConsumerPool
 ) -> None:
-    import pyarrow.dataset as ds
-
     emulator: RunningEmulator = emulator_factory(["hub:1"])  # type: ignore[operator]
     producer = EventHubProducerClient.from_connection_string(emulator.connection_string, eventhub_name="hub")
     with producer:
@@ -47,20 +52,15 @@ def test_system_properties_reach_the_sink_as_a_column(
     consumer = consumer_pool.start(manifest, "c0")
     consumer.wait_ready()
 
-    def rows() -> list[dict[str, object]]:
-        files = [str(f) for f in output.rglob("*.parquet") if "_hubshift" not in f.parts]
-        if not files:
-            return []
-        table = ds.dataset(files, format="parquet", partitioning="hive").to_table(
-            columns=["sequence_number", "system_properties"]
-        )
-        return sorted(table.to_pylist(), key=lambda row: int(str(row["sequence_number"])))
+    def rows() -> list[dict[str, Any]]:
+        found = parquet_folder_rows(output, ["sequence_number", "system_properties"])
+        return sorted(found, key=lambda row: int(row["sequence_number"]))
 
     wait_for(lambda: len(rows()) >= 6, 180, "6 events in the folder", on_timeout=consumer.log)
     found = rows()
     assert [row["sequence_number"] for row in found] == list(range(6))
     for n, row in enumerate(found):
-        properties = dict(row["system_properties"])  # type: ignore[call-overload]
+        properties = dict(row["system_properties"])
         assert properties["x-opt-sequence-number"] == str(n)
         assert "x-opt-enqueued-time" in properties and "x-opt-offset" in properties
         if n % 2 == 0:
