@@ -1,5 +1,6 @@
-"""The azure-eventhub internals hubshift relies on, all in this one module (the SDK is pinned to 5.15.1 in
-pyproject.toml; re-run bench/throughput.py and bench/control_loop.py after any upgrade).
+"""The azure-eventhub internals hubshift relies on, all in this one module (written against 5.15.1;
+pyproject.toml takes its patch releases, not the next minor one; re-run bench/throughput.py and
+bench/control_loop.py after any upgrade).
 
 - Partition consumers are created the way the SDK's own EventProcessor does (`_create_consumer`), so one
   thread can take the partitions in turn (docs/consumer.md), without the keep-alive thread the SDK starts
