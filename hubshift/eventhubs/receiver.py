@@ -281,7 +281,7 @@ class PartitionReceiver:
         # batches are all delivered, in order.
         if not events or (self.closing.is_set() and not self.final_read):
             return
-        batch = events_to_batch(self.partition, events)
+        batch = events_to_batch(self.partition, events, system_properties=self.pool.system_properties)
         expected = self.expected()
         begin, end, expired_from, hole = in_order(
             batch.column("sequence_number").to_numpy(), expected, fresh=self.link_fresh
@@ -335,11 +335,13 @@ class PartitionReceiver:
 class ReceiverPool:
     """The consumer's receivers, on one thread (started with the first partition)."""
 
-    def __init__(self, target: EventHubsTarget) -> None:
+    def __init__(self, target: EventHubsTarget, *, system_properties: bool = False) -> None:
         # The process's first Arrow array imports pandas (pyarrow looks for pandas objects): about 0.25 s
         # here, paid now rather than by the first batch of the first partition claimed (a handoff's).
         events_to_batch("", [])
         self._target = target
+        # Whether the batches carry the events' system properties (else that column is empty).
+        self.system_properties = system_properties
         self._consumer_group = target.consumer_group
         self._failure: str | None = None  # the last failure reported, until a receive succeeds
         self._lock = threading.Lock()

@@ -1,10 +1,10 @@
 """Events as rows: the columns the consumer's Spark source produces, their Arrow schema, and received
 AMQP messages turned into one Arrow record batch in that schema.
 
-A received batch also holds each event's system properties (`system_properties`: the AMQP properties
-section and the message annotations, keyed as the SDK's `EventData.system_properties` keys them), which the
-spool keeps; the Spark source hands that column on only when the manifest asks for it
-(`spark.includeSystemProperties`), so the default columns stay what they were.
+A received batch also has a column for each event's system properties (`system_properties`: the AMQP
+properties section and the message annotations, keyed as the SDK's `EventData.system_properties` keys
+them), filled only when the manifest asks for them (`spark.includeSystemProperties`), and the Spark source
+hands that column on only then, so the default columns stay what they were.
 """
 
 from __future__ import annotations
@@ -113,8 +113,11 @@ def _system_properties(
     return found or None
 
 
-def events_to_batch(partition: str, events: Sequence[Any]) -> pa.RecordBatch:
-    """Received messages as one record batch in the event row schema.
+def events_to_batch(
+    partition: str, events: Sequence[Any], *, system_properties: bool = True
+) -> pa.RecordBatch:
+    """Received messages as one record batch in the received schema; the system properties column empty
+    unless `system_properties` (a consumer that does not hand them on neither reads nor spools them).
 
     `events` are the SDK's raw AMQP messages (what `adopt_raw_messages` makes a consumer deliver) or its
     `EventData`: the annotations are read directly (ten times cheaper per event than the public
@@ -139,7 +142,8 @@ def events_to_batch(partition: str, events: Sequence[Any]) -> pa.RecordBatch:
             data = raw.data or b""
             bodies.append(data if isinstance(data, bytes) else b"".join(data))
             properties.append(_properties(raw.application_properties))
-            system.append(_system_properties(raw.properties, annotations))
+            if system_properties:
+                system.append(_system_properties(raw.properties, annotations))
             continue
         if isinstance(event, RawMessage):
             event = EventData._from_message(event)
@@ -150,7 +154,8 @@ def events_to_batch(partition: str, events: Sequence[Any]) -> pa.RecordBatch:
         keys.append(_text(event.partition_key))
         bodies.append(_body(event))
         properties.append(_properties(event.properties))
-        system.append(_properties(event.system_properties))
+        if system_properties:
+            system.append(_properties(event.system_properties))
     count = len(sequence)
     return pa.RecordBatch.from_arrays(
         [
@@ -161,7 +166,7 @@ def events_to_batch(partition: str, events: Sequence[Any]) -> pa.RecordBatch:
             pa.array(keys, pa.string()),
             pa.array(bodies, pa.binary()),
             pa.array(properties, _PROPERTIES_TYPE),
-            pa.array(system, _PROPERTIES_TYPE),
+            pa.array(system, _PROPERTIES_TYPE) if system_properties else pa.nulls(count, _PROPERTIES_TYPE),
         ],
         schema=RECEIVED_ARROW_SCHEMA,
     )

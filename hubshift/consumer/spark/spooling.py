@@ -81,7 +81,9 @@ class SpooledPartitions:
         self.scratch = reading.scratch
         self.spool_root = reading.scratch / "spool"
         self.metrics = reading.metrics
-        self._pool = reading.pool or ReceiverPool(target)
+        self._pool = reading.pool or ReceiverPool(
+            target, system_properties=spec.spark.include_system_properties
+        )
         # The hub and consumer group the events come from: what names the sink's writes.
         self.scope = f"{target.fqns}/{target.hub}/{target.consumer_group}".lower()
         self._lock = threading.RLock()

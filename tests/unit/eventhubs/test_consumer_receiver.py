@@ -99,6 +99,16 @@ def test_rows_carry_every_column_of_the_event_schema() -> None:
     }
 
 
+def test_the_system_properties_are_read_only_when_asked_for() -> None:
+    section = amqp.Properties(message_id=b"m-1")
+    events = [received(n, b"x", section=section) for n in range(3)]
+    for batch in (events_to_batch("0", events, system_properties=False), events_to_batch("0", [])):
+        assert batch.schema.equals(RECEIVED_ARROW_SCHEMA)
+        assert batch.column("system_properties").null_count == batch.num_rows
+    asked = events_to_batch("0", events).column("system_properties").to_pylist()
+    assert [dict(v)["message-id"] for v in asked] == ["m-1"] * 3
+
+
 def test_the_public_path_gives_the_same_rows() -> None:
     section = amqp.Properties(message_id="m", subject="s", creation_time=1_795_000_000_000)
     events = [
