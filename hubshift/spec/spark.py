@@ -116,4 +116,6 @@ SOURCE_OPTION_HINTS: dict[str, str] = {
     "consumerGroup": "spec.eventHubs.consumerGroup",
     "subscribe": _HUB,
     "assign": _HUB,
+    "includeHeaders": "none to give: an event's application properties are always its properties column; "
+    "spec.consumer.spark.includeSystemProperties adds its system properties",
 }

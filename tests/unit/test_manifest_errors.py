@@ -120,7 +120,8 @@ def test_an_unknown_field_says_what_it_probably_meant() -> None:
     written = written.replace("      folder: {path: /tmp/out}\n", "      folder: {pathh: /tmp/out}\n")
     written = written.replace(
         "  consumer:\n",
-        "  consumer:\n    spark:\n      maxOffsetsPerTrigger: 5000\n    startingOffsets: latest\n",
+        "  consumer:\n    spark:\n      maxOffsetsPerTrigger: 5000\n      includeHeaders: true\n"
+        "    startingOffsets: latest\n",
     )
     with pytest.raises(UserError) as error:
         load_manifest_text(written)
@@ -134,6 +135,11 @@ def test_an_unknown_field_says_what_it_probably_meant() -> None:
     ) in lines
     assert any(
         line.startswith("spec.consumer.startingOffsets: unknown field (Spark's Kafka") for line in lines
+    )
+    assert any(
+        line.startswith("spec.consumer.spark.includeHeaders: unknown field (Spark's Kafka")
+        and "includeSystemProperties" in line
+        for line in lines
     )
     assert "s3cr3t" not in str(error.value)
 
