@@ -38,14 +38,7 @@ from hubshift.consumer.spark.batch import SpoolRead, process_batch
 from hubshift.consumer.spark.offsets import SourceOffset, offset_log_end, plan_ranges
 from hubshift.consumer.spark.ownership_file import read_planned
 from hubshift.consumer.spark.session import build_session
-from hubshift.consumer.spark.source import (
-    FORMAT,
-    OPTION_MAX_EVENTS,
-    OPTION_SCRATCH,
-    OPTION_SPOOL,
-    OPTION_SYSTEM_PROPERTIES,
-    EventHubsDataSource,
-)
+from hubshift.consumer.spark.source import EventHubsDataSource, read_events
 from hubshift.consumer.spark.spooling import Reading, SpooledPartitions
 from hubshift.consumer.spark.telemetry import (
     JVM_SAMPLE_SECONDS,
@@ -147,14 +140,7 @@ class SparkEngine(SpooledPartitions):
     def _start_query(self) -> None:
         assert self._spark is not None
         self._checkpoint_dir = self.scratch / f"spark-checkpoint-{time.time_ns()}"
-        events = (
-            self._spark.readStream.format(FORMAT)
-            .option(OPTION_SCRATCH, str(self.scratch))
-            .option(OPTION_SPOOL, str(self.spool_root))
-            .option(OPTION_MAX_EVENTS, str(self.spec.spark.max_events_per_trigger))
-            .option(OPTION_SYSTEM_PROPERTIES, str(self.spec.spark.include_system_properties).lower())
-            .load()
-        )
+        events = read_events(self._spark, self.scratch, self.spool_root, self.spec.spark)
         interval = self.spec.spark.trigger_interval_seconds
         self._query = (
             events.writeStream.foreachBatch(self._on_batch)

@@ -15,7 +15,8 @@ fill the spool; `read()` slices segments of it as Arrow batches. docs/consumer.m
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -34,6 +35,11 @@ from hubshift.consumer.spark.offsets import (
 from hubshift.consumer.spark.ownership_file import read_ownership, write_planned
 from hubshift.eventhubs.rows import event_schema_ddl, without_system_properties
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from hubshift.spec import SparkSpec
+
 FORMAT = "hubshift_eventhubs"
 OPTION_SCRATCH = "scratch"
 OPTION_SPOOL = "spool"
@@ -46,6 +52,23 @@ OPTION_SYSTEM_PROPERTIES = "includeSystemProperties"
 
 def _system_properties(options: Mapping[str, str]) -> bool:
     return str(options.get(OPTION_SYSTEM_PROPERTIES, "false")).lower() == "true"
+
+
+def read_events(
+    spark: SparkSession, scratch: Path, spool_root: Path, settings: SparkSpec, partition: str | None = None
+) -> DataFrame:
+    """The streaming DataFrame of the owned partitions' events (of one partition, for a streaming job's
+    query), as the consumer's Spark settings ask for them."""
+    reader = (
+        spark.readStream.format(FORMAT)
+        .option(OPTION_SCRATCH, str(scratch))
+        .option(OPTION_SPOOL, str(spool_root))
+        .option(OPTION_MAX_EVENTS, str(settings.max_events_per_trigger))
+        .option(OPTION_SYSTEM_PROPERTIES, str(settings.include_system_properties).lower())
+    )
+    if partition is not None:
+        reader = reader.option(OPTION_PARTITION, partition)
+    return reader.load()
 
 
 class EventRange(InputPartition):

@@ -38,15 +38,7 @@ from hubshift.consumer.engine import Committed, Drained, EngineFailed
 from hubshift.consumer.spark import spool
 from hubshift.consumer.spark.offsets import SourceOffset, offset_log_end
 from hubshift.consumer.spark.session import build_session
-from hubshift.consumer.spark.source import (
-    FORMAT,
-    OPTION_MAX_EVENTS,
-    OPTION_PARTITION,
-    OPTION_SCRATCH,
-    OPTION_SPOOL,
-    OPTION_SYSTEM_PROPERTIES,
-    EventHubsDataSource,
-)
+from hubshift.consumer.spark.source import EventHubsDataSource, read_events
 from hubshift.consumer.spark.spooling import Reading, SpooledPartitions
 from hubshift.consumer.spark.telemetry import add_listener, read_jvm, release_session
 from hubshift.errors import UserError, one_line
@@ -292,15 +284,7 @@ class StreamEngine(SpooledPartitions):
 
     def _events(self, partition: str) -> DataFrame:
         assert self._spark is not None
-        return (
-            self._spark.readStream.format(FORMAT)
-            .option(OPTION_SCRATCH, str(self.scratch))
-            .option(OPTION_SPOOL, str(self.spool_root))
-            .option(OPTION_PARTITION, partition)
-            .option(OPTION_MAX_EVENTS, str(self.spec.spark.max_events_per_trigger))
-            .option(OPTION_SYSTEM_PROPERTIES, str(self.spec.spark.include_system_properties).lower())
-            .load()
-        )
+        return read_events(self._spark, self.scratch, self.spool_root, self.spec.spark, partition)
 
     def _start_query(self, partition: str, running: _Query) -> StreamingQuery:
         assert self._spark is not None and self.pipeline is not None and self.sink is not None
