@@ -26,7 +26,8 @@ EVENT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("properties", "map<string,string>"),
 )
 
-# The optional column (spark.includeSystemProperties), kept in the spool whether or not it is asked for.
+# The optional column: every received batch and spool segment has it, filled only for
+# spark.includeSystemProperties.
 SYSTEM_PROPERTIES = "system_properties"
 
 # DDL string accepted by `DataSource.schema()` and `spark.createDataFrame(..., schema=...)`.
@@ -69,8 +70,8 @@ def as_received(table: pa.Table) -> pa.Table:
 
 
 def without_system_properties(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """`batch` in the event schema (the system properties column left out)."""
-    return batch.drop_columns([SYSTEM_PROPERTIES]) if SYSTEM_PROPERTIES in batch.schema.names else batch
+    """A batch in the received schema in the event schema (the system properties column left out)."""
+    return batch.drop_columns([SYSTEM_PROPERTIES])
 
 
 _SEQUENCE = b"x-opt-sequence-number"
@@ -114,7 +115,7 @@ def _system_properties(
 
 
 def events_to_batch(
-    partition: str, events: Sequence[Any], *, system_properties: bool = True
+    partition: str, events: Sequence[Any], *, system_properties: bool = False
 ) -> pa.RecordBatch:
     """Received messages as one record batch in the received schema; the system properties column empty
     unless `system_properties` (a consumer that does not hand them on neither reads nor spools them).

@@ -74,7 +74,7 @@ def test_rows_carry_every_column_of_the_event_schema() -> None:
         received(7, b'{"a":1}', props={b"source": b"sensor", b"n": 3}, section=section),
         received(8, b"", key=None),
     ]
-    batch = events_to_batch("3", events)
+    batch = events_to_batch("3", events, system_properties=True)
     assert batch.schema.equals(RECEIVED_ARROW_SCHEMA)
     first, second = batch.to_pylist()
     assert first["partition"] == "3"
@@ -102,10 +102,10 @@ def test_rows_carry_every_column_of_the_event_schema() -> None:
 def test_the_system_properties_are_read_only_when_asked_for() -> None:
     section = amqp.Properties(message_id=b"m-1")
     events = [received(n, b"x", section=section) for n in range(3)]
-    for batch in (events_to_batch("0", events, system_properties=False), events_to_batch("0", [])):
+    for batch in (events_to_batch("0", events), events_to_batch("0", [])):
         assert batch.schema.equals(RECEIVED_ARROW_SCHEMA)
         assert batch.column("system_properties").null_count == batch.num_rows
-    asked = events_to_batch("0", events).column("system_properties").to_pylist()
+    asked = events_to_batch("0", events, system_properties=True).column("system_properties").to_pylist()
     assert [dict(v)["message-id"] for v in asked] == ["m-1"] * 3
 
 
@@ -114,8 +114,8 @@ def test_the_public_path_gives_the_same_rows() -> None:
     events = [
         received(n, b"x%d" % n, props={b"k": b"v"}, section=section if n % 2 else None) for n in range(5)
     ]
-    fast = events_to_batch("0", events).to_pylist()
-    public = events_to_batch("0", [PublicOnly(e) for e in events]).to_pylist()
+    fast = events_to_batch("0", events, system_properties=True).to_pylist()
+    public = events_to_batch("0", [PublicOnly(e) for e in events], system_properties=True).to_pylist()
     for a, b in zip(fast, public, strict=True):
         assert {k: v for k, v in a.items() if k != "offset"} == {k: v for k, v in b.items() if k != "offset"}
 
@@ -148,7 +148,8 @@ def test_stolen_is_the_link_stolen_condition() -> None:
 def test_raw_amqp_messages_give_the_same_rows_as_event_data() -> None:
     events = [received(n, b"x%d" % n, props={b"k": b"v"}, key=None if n % 2 else b"h1") for n in range(5)]
     raw = [event._message for event in events]
-    assert events_to_batch("2", raw).to_pylist() == events_to_batch("2", events).to_pylist()
+    raw_rows = events_to_batch("2", raw, system_properties=True).to_pylist()
+    assert raw_rows == events_to_batch("2", events, system_properties=True).to_pylist()
 
 
 def test_a_raw_message_without_a_data_body_takes_the_public_path() -> None:
