@@ -53,8 +53,12 @@ class LocalOperator:
             on_failure=self._report_failure,
         )
         self.runtime = LocalRuntime(manifest_path, consumer, workdir, on_change=self.driver.wake, **processes)
-        self.environ = self.runtime.environ
         self.created_at = time.time()
+
+    @property
+    def environ(self) -> dict[str, str]:
+        """The environment the consumers get, where the connection strings are read from."""
+        return self.runtime.environ
 
     # what the driver knows, for the callers that watch the pool
     @property
