@@ -62,7 +62,6 @@ def test_a_blob_sink_away_for_a_minute_holds_the_batch_and_loses_nothing(
         manifest = consumer_manifest(
             tmp_path / "consumer.yaml",
             store={"sqlite": {"path": str(tmp_path / "store.db")}},
-            sink=tmp_path / "unused",
             consumer={
                 "pipeline": {"type": "aggregate", "aggregate": {"windowSeconds": 60}},
                 "sink": {

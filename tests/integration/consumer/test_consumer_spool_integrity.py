@@ -140,7 +140,6 @@ def test_a_batch_that_finds_its_spool_holed_is_not_committed_and_every_event_lan
     manifest = consumer_manifest(
         tmp_path / "consumer.yaml",
         store={"sqlite": {"path": str(tmp_path / "store.db")}},
-        sink=tmp_path / "unused",
         consumer={
             "spark": {"master": "local[1]", "triggerIntervalSeconds": 4, "maxEventsPerTrigger": 10_000},
             "pipeline": {"type": "function", "function": "tests.fixtures.consumer:lose_a_segment_once"},
@@ -177,7 +176,6 @@ def test_the_batches_after_a_failed_one_are_written_under_names_of_their_own(
     manifest = consumer_manifest(
         tmp_path / "consumer.yaml",
         store={"sqlite": {"path": str(tmp_path / "store.db")}},
-        sink=tmp_path / "unused",
         consumer={
             "spark": {"master": "local[1]", "triggerIntervalSeconds": 1},
             "pipeline": {"type": "function", "function": "tests.fixtures.consumer:fail_once_when_armed"},

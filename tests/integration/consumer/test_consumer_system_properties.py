@@ -41,7 +41,6 @@ def test_system_properties_reach_the_sink_as_a_column(
     manifest = consumer_manifest(
         tmp_path / "consumer.yaml",
         store={"sqlite": {"path": str(tmp_path / "store.db")}},
-        sink=tmp_path / "unused",
         consumer={
             "spark": {"master": "local[1]", "triggerIntervalSeconds": 1, "includeSystemProperties": True},
             "pipeline": {"type": "events"},

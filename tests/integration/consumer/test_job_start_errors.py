@@ -45,7 +45,6 @@ def job(tmp_path: Path, pipeline: dict[str, Any], sink: dict[str, Any], **consum
     return consumer_manifest(
         tmp_path / "consumer.yaml",
         store={"sqlite": {"path": str(tmp_path / "store.db")}},
-        sink=tmp_path / "unused",
         consumer={"pipeline": pipeline, "sink": sink, "code": {"path": str(code)}, **consumer},
     )
 

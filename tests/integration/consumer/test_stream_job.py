@@ -39,7 +39,6 @@ def test_a_stateful_job_s_windows_are_exact_through_a_handoff_and_a_kill_9(
     manifest = consumer_manifest(
         tmp_path / "consumer.yaml",
         store={"sqlite": {"path": str(tmp_path / "store.db")}},
-        sink=tmp_path / "unused",
         consumer={
             "spark": {"master": "local[2]", "triggerIntervalSeconds": 1, "maxEventsPerTrigger": 400},
             "code": {"path": str(EXAMPLE_CODE)},

@@ -39,7 +39,6 @@ def test_every_event_in_exactly_one_row_through_kill_9_and_a_full_replay(
     manifest = consumer_manifest(
         tmp_path / "consumer.yaml",
         store={"sqlite": {"path": str(tmp_path / "store.db")}},
-        sink=tmp_path / "unused",
         consumer={
             "spark": {"master": "local[1]", "triggerIntervalSeconds": 1, "maxEventsPerTrigger": 300},
             # Checkpoints only at a handoff: after the kill every event is read again from the start.
