@@ -329,8 +329,11 @@ def test_a_handshake_that_does_not_finish_holds_the_other_partitions_for_one_bou
         time.sleep(2.0)
         after = [at for at in delivered if at > opened]
         gaps = [b - a for a, b in zip([opened, *after], after, strict=False)]
-        # Its handshake holds the thread once for at most HANDSHAKE_SECONDS; the others go on reading.
-        assert len(after) > 20 and max(gaps) < HANDSHAKE_SECONDS + 0.3, max(gaps, default=None)
+        # Its handshake holds the thread once for at most HANDSHAKE_SECONDS; the others go on reading. A
+        # handshake driven to its end would hold it for 100 s (nothing after), one step held in every turn
+        # would leave a few deliveries in 2 s; the gap's bound leaves room for a busy machine's scheduling
+        # (1.03 s seen once in CI beside chaos runs).
+        assert len(after) > 20 and max(gaps) < 3 * HANDSHAKE_SECONDS, max(gaps, default=None)
     finally:
         pool.close(wait=10)
 
