@@ -8,6 +8,8 @@ One cycle, in order (docs/decisions.md has the reasons):
 1. Bookkeeping: count consecutive failed backlog reads; note the last time the backlog was above the
    activation threshold (or force-activation was set).
 2. Pause annotations: `paused-replicas: N` forces N; `paused` keeps the current count.
+   `spec.replicas` set (`requested`: kubectl scale, an HPA or KEDA through the scale subresource): exactly
+   that many, at most the partitions; none of the rules below.
 3. A failed read keeps the current count until `fallback.failureThreshold` consecutive failures, then
    the fallback count (static / currentReplicas / currentReplicasIfHigher / currentReplicasIfLower)
    replaces the backlog recommendation.
@@ -273,8 +275,11 @@ def decide_replicas(
     observation: ScalingObservation,
     now: float,
     pause: Pause = NO_PAUSE,
+    requested: int | None = None,
 ) -> ScalingDecision:
-    """How many consumers to run now. See the module docstring for the order of the rules."""
+    """How many consumers to run now. See the module docstring for the order of the rules. `requested`
+    (`spec.replicas`, set through the scale subresource or the manifest) fixes the count when set; the
+    pause annotations still win over it, as they do over the autoscaler."""
     partitions = observation.partition_count
     current = state.replicas if state.replicas is not None else observation.current_replicas
     backlog = observation.backlog
@@ -291,6 +296,8 @@ def decide_replicas(
         return decided(forced, f"paused at {forced} replicas", paused=True, record=False)
     if pause.paused:
         return decided(current, f"paused at {min(current, high)} replicas", paused=True, record=False)
+    if requested is not None:
+        return _requested(scaling, booked, current, requested, observation, now, active)
 
     if backlog is None:
         return _unreadable(scaling, booked, current, partitions, now, pause)
@@ -322,33 +329,27 @@ def decide_replicas(
     return decided(desired, reason, rec=recommendation, sizing=sizing)
 
 
-def decide_pool_size(
-    requested: int | None,
+def _requested(
     scaling: ScalingSpec,
-    state: ScalingState,
+    booked: ScalingState,
+    current: int,
+    requested: int,
     observation: ScalingObservation,
     now: float,
-    pause: Pause = NO_PAUSE,
+    active: bool,
 ) -> ScalingDecision:
-    """How many consumers to run now, when `spec.replicas` (`requested`) may fix the count: unset, the
-    autoscaler decides (`decide_replicas`); set, exactly that many, never more than the partitions, with
-    neither scaling's bounds nor its behaviour in the way (an HPA or KEDA behind the scale subresource has
-    its own). The pause annotations still win, as they do over the autoscaler. The count goes into the
-    history as a recommendation, so a pool handed back to the autoscaler (`spec.replicas` unset) starts
-    from it and scales down only after the scale-down window, as after a decision of its own."""
-    if requested is None or pause.replicas is not None or pause.paused:
-        return decide_replicas(scaling, state, observation, now, pause)
+    """`spec.replicas` set: exactly that many, never more than the partitions, with neither scaling's bounds
+    nor its behaviour in the way (an HPA or KEDA behind the scale subresource has its own). The count goes
+    into the history as a recommendation, so a pool handed back to the autoscaler (`spec.replicas` unset)
+    starts from it and scales down only after the scale-down window, as after a decision of its own."""
     partitions = observation.partition_count
-    current = state.replicas if state.replicas is not None else observation.current_replicas
-    backlog = observation.backlog
-    booked, active = _booked(scaling, state, observation, now, pause)
     replicas = max(0, min(requested, partitions))
     reason = f"spec.replicas {requested}"
     if replicas != requested:
         reason += f", at most the hub's {partitions} partitions"
     reason += f" -> {replicas}"
-    if backlog is not None:
-        reason += f" (backlog {backlog})"
+    if observation.backlog is not None:
+        reason += f" (backlog {observation.backlog})"
     decision = _finish(scaling, booked, current, replicas, reason, now, active=active, rec=replicas)
     return replace(decision, manual=True)
 

@@ -291,7 +291,7 @@ def custom_resource_definition() -> JSON:
                     "name": spec.VERSION,
                     "served": True,
                     "storage": True,
-                    # /scale: `kubectl scale`, an HPA or KEDA set spec.replicas (`decide_pool_size`).
+                    # /scale: `kubectl scale`, an HPA or KEDA set spec.replicas (`decide_replicas`).
                     "subresources": {
                         "status": {},
                         "scale": {

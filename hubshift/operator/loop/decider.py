@@ -1,5 +1,5 @@
 """What the control loop decides each cycle with the pure decisions, and keeps between cycles: the replica
-count (`autoscaler.decide_pool_size`: `spec.replicas` when set, else the autoscaler; its state kept in the
+count (`autoscaler.decide_replicas`: `spec.replicas` when set, else the autoscaler; its state kept in the
 store by `ScalingRecord`), the rollout (`rollout.decide`) and the rebalance step (`rebalance.step`), whose
 state it writes to the assignment record (compare-and-swap; a lost swap reads the record again and decides
 again) before anything acts on it. It also holds this resource's reservation of its scope, and refuses to
@@ -151,13 +151,13 @@ class Decider:
         )
         if partition_count == 0:
             return self.decision
-        decision = autoscaler.decide_pool_size(
-            consumer.spec.replicas,
+        decision = autoscaler.decide_replicas(
             consumer.spec.scaling,
             self.scaling_state or ScalingState(),
             ScalingObservation(backlog, partition_count, current, inputs.created_at, figures),
             now,
             pause,
+            requested=consumer.spec.replicas,
         )
         previous = self.decision
         if decision.sizing is not None and previous is not None and decision.replicas != previous.replicas:

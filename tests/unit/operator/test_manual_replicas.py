@@ -12,7 +12,6 @@ from hubshift.operator.autoscaler import (
     ScalingDecision,
     ScalingObservation,
     ScalingState,
-    decide_pool_size,
     decide_replicas,
 )
 from hubshift.spec import ScalingSpec
@@ -30,8 +29,8 @@ def size(
     now: float = 1000.0,
 ) -> ScalingDecision:
     observation = ScalingObservation(backlog, partitions, current, created_at=0.0)
-    return decide_pool_size(
-        requested, scaling or ScalingSpec(), state or ScalingState(replicas=current), observation, now, pause
+    return decide_replicas(
+        scaling or ScalingSpec(), state or ScalingState(replicas=current), observation, now, pause, requested
     )
 
 
