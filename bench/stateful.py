@@ -19,6 +19,13 @@ Figures, per side, written to bench/results/stateful.json:
   batch in flight commit) to the new process's first committed batch, during which every partition stops.
 
     .venv/bin/python bench/stateful.py [--partitions 4] [--events 200000] [--handoffs 4] [--runs 1]
+        [--batch 20000] [--pad 0]
+
+`--batch` is each of hubshift's queries' `maxEventsPerTrigger` (a query per partition); Spark's way's one
+query takes `--batch` times the partitions, so both plan as many events of a partition per batch. `--pad`
+makes every event's id that many characters longer: the dedupe keeps each id for an hour of event time, so
+a partition's state grows by about that many bytes per event (100 MB a partition: `--pad 1000` with
+100,000 events a partition).
 """
 
 from __future__ import annotations
@@ -73,9 +80,9 @@ def job(events):
 T0 = datetime(2026, 11, 28, 10, 0, tzinfo=UTC)
 
 
-def send(emulator: RunningEmulator, partitions: int, events: int, first: int = 0) -> None:
+def send(emulator: RunningEmulator, partitions: int, events: int, first: int = 0, pad: int = 0) -> None:
     """`events` events with ids from `first`, spread evenly over the partitions, event time a second apart
-    per partition."""
+    per partition; each id `pad` characters longer (the dedupe keeps every id: the state grows with it)."""
     from azure.eventhub import EventData, EventHubProducerClient
 
     producer = EventHubProducerClient.from_connection_string(emulator.connection_string, eventhub_name=HUB)
@@ -85,7 +92,7 @@ def send(emulator: RunningEmulator, partitions: int, events: int, first: int = 0
             batch = producer.create_batch(partition_id=str(partition))
             for n in numbers:
                 moment = T0 + timedelta(seconds=n // partitions)
-                body = {"id": f"e{n}", "key": f"k{n % 97}", "t": moment.isoformat()}
+                body = {"id": f"e{n}-" + "x" * pad, "key": f"k{n % 97}", "t": moment.isoformat()}
                 event = EventData(json.dumps(body))
                 try:
                     batch.add(event)
@@ -138,6 +145,12 @@ class Consumer:
 
     def samples(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         return metrics(self.url)
+
+    def ready(self) -> bool:
+        try:
+            return bool(urllib.request.urlopen(f"{self.url}/readyz", timeout=5).status == 200)
+        except OSError:
+            return False
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -217,6 +230,9 @@ def hubshift_side(args: argparse.Namespace, emulator: RunningEmulator, workdir: 
         # The second consumer joins once the first has read everything: named in no generation yet, it
         # waits for one (a consumer that joins while the first is starting could balance on its own).
         second = Consumer(manifest, "c1", workdir, environ)
+        # As the operator does, partitions move to it once it is ready (its Spark session started, its
+        # membership written), so a move times the partition's own handoff, not a consumer's start.
+        wait(lambda c=second: c.ready(), 600, "c1 to be ready")
         handoffs = []
         owners = dict.fromkeys(partitions, "c0")
         for generation, partition in enumerate(partitions[: args.handoffs], start=2):
@@ -364,7 +380,7 @@ def plain_side(args: argparse.Namespace, emulator: RunningEmulator, workdir: Pat
         emulator.connection_string,
         str(emulator.port),
         str(args.partitions),
-        str(args.batch),
+        str(args.batch * args.partitions),
     ]
 
     environ = {**os.environ, "HUBSHIFT_SPARK_JARS": spark_jars_folder()}
@@ -390,14 +406,16 @@ def plain_side(args: argparse.Namespace, emulator: RunningEmulator, workdir: Pat
     else:
         raise RuntimeError(f"Spark's query stopped after {events} of {args.events} events (see plain.log)")
     seconds = finished - (started or finished)
-    restarts = []
+    restarts: list[dict[str, Any]] = []
     for _ in range(args.handoffs):
         decided = time.monotonic()
         worker.send_signal(signal.SIGTERM)
         worker.wait(300)
         worker = start()
         assert worker.stdout is not None
-        send(emulator, args.partitions, args.partitions * 10, first=10**9 + len(restarts) * 1000)
+        send(
+            emulator, args.partitions, args.partitions * 10, first=10**9 + len(restarts) * 1000, pad=args.pad
+        )
         for line in worker.stdout:
             if int(line.split()[2]) > 0:
                 restarts.append(
@@ -421,7 +439,7 @@ def run_once(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     (workdir / "job" / "stateful_job.py").write_text(JOB)
     emulator = start_emulator([f"{HUB}:{args.partitions}"], consumer_groups=["plain"], partition_size_mb=1024)
     try:
-        send(emulator, args.partitions, args.events)
+        send(emulator, args.partitions, args.events, pad=args.pad)
         plain = plain_side(args, emulator, workdir)
         hubshift = hubshift_side(args, emulator, workdir)
     finally:
@@ -442,6 +460,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=20_000, help="maxEventsPerTrigger")
     parser.add_argument("--handoffs", type=int, default=4)
+    parser.add_argument("--pad", type=int, default=0, help="characters added to every event's id")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--plain-worker", nargs=5, help=argparse.SUPPRESS)
@@ -460,6 +479,8 @@ def main() -> None:
     figures = {
         "partitions": args.partitions,
         "events": args.events,
+        "batch": args.batch,
+        "pad": args.pad,
         "runs": runs,
         "handoffP50": statistics.median(handoffs) if handoffs else None,
         "handoffP99": percentile(handoffs, 0.99),
