@@ -20,8 +20,10 @@ from hubshift.consumer.metrics import ConsumerMetrics
 
 TRICKLERS = 300
 TRICKLE_EVERY_SECONDS = 2.0
-# What the server may take past its deadline to close a connection (timers, a loaded 2-core machine).
-CLOSE_SLACK_SECONDS = 3.0
+# What the server may take past its deadline to close a connection (timers, a loaded 2-core machine: 4.75 s
+# seen once beside chaos runs and a benchmark, load average 10-12). A server without the deadline keeps the
+# connections open for as long as the tests watch (three deadlines and more).
+CLOSE_SLACK_SECONDS = 5.0
 
 
 @dataclass
