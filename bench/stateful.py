@@ -314,6 +314,9 @@ def plain_worker(workdir: Path, connection_string: str, port: int, partitions: i
     scratch = workdir / "plain-scratch"
     reader = SpooledPartitions(Reading(target, "plain", spec, scratch))
     reader.notify = lambda event: None
+    # Nothing here tells the reader what the query committed (hubshift's engines do, and trim the spool), so
+    # its back-pressure would stop it `max_ahead` events in: it spools the whole load instead.
+    reader.max_ahead = 10**9
     sink = build_sink(
         SinkSpec.model_validate({"type": "delta", "delta": {"path": str(workdir / "plain-table")}})
     )
