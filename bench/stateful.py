@@ -394,42 +394,47 @@ def plain_side(args: argparse.Namespace, emulator: RunningEmulator, workdir: Pat
         )
 
     worker = start()
-    assert worker.stdout is not None
-    events = 0
-    started: float | None = None
-    finished = time.monotonic()
-    for line in worker.stdout:
-        _, _, rows, moment = line.split()
-        events += int(rows)
-        if started is None and int(rows):
-            started = float(moment)
-        if events >= args.events:
-            finished = float(moment)
-            break
-    else:
-        raise RuntimeError(f"Spark's query stopped after {events} of {args.events} events (see plain.log)")
-    seconds = finished - (started or finished)
-    restarts: list[dict[str, Any]] = []
-    for _ in range(args.handoffs):
-        decided = time.monotonic()
+    try:
+        assert worker.stdout is not None
+        events = 0
+        started: float | None = None
+        finished = time.monotonic()
+        for line in worker.stdout:
+            _, _, rows, moment = line.split()
+            events += int(rows)
+            if started is None and int(rows):
+                started = float(moment)
+            if events >= args.events:
+                finished = float(moment)
+                break
+        else:
+            stopped = f"Spark's query stopped after {events} of {args.events} events (see plain.log)"
+            raise RuntimeError(stopped)
+        seconds = finished - (started or finished)
+        restarts: list[dict[str, Any]] = []
+        for _ in range(args.handoffs):
+            decided = time.monotonic()
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(300)
+            worker = start()
+            assert worker.stdout is not None
+            first = 10**9 + len(restarts) * 1000
+            send(emulator, args.partitions, args.partitions * 10, first=first, pad=args.pad)
+            for line in worker.stdout:
+                if int(line.split()[2]) > 0:
+                    restarts.append(
+                        {
+                            "seconds": round(float(line.split()[3]) - decided, 2),
+                            "partitionsStopped": args.partitions,
+                        }
+                    )
+                    break
         worker.send_signal(signal.SIGTERM)
         worker.wait(300)
-        worker = start()
-        assert worker.stdout is not None
-        send(
-            emulator, args.partitions, args.partitions * 10, first=10**9 + len(restarts) * 1000, pad=args.pad
-        )
-        for line in worker.stdout:
-            if int(line.split()[2]) > 0:
-                restarts.append(
-                    {
-                        "seconds": round(float(line.split()[3]) - decided, 2),
-                        "partitionsStopped": args.partitions,
-                    }
-                )
-                break
-    worker.send_signal(signal.SIGTERM)
-    worker.wait(300)
+    finally:
+        if worker.poll() is None:  # a failed or interrupted run leaves no query process behind
+            worker.kill()
+            worker.wait()
     return {
         "eventsPerSecond": round(args.events / max(seconds, 1e-9), 1),
         "seconds": round(seconds, 1),
