@@ -23,9 +23,9 @@ Figures, per side, written to bench/results/stateful.json:
 
 `--batch` is each of hubshift's queries' `maxEventsPerTrigger` (a query per partition); Spark's way's one
 query takes `--batch` times the partitions, so both plan as many events of a partition per batch. `--pad`
-makes every event's id that many characters longer: the dedupe keeps each id for an hour of event time, so
-a partition's state grows by about that many bytes per event (100 MB a partition: `--pad 1000` with
-100,000 events a partition).
+makes every event's id that many random characters longer: the dedupe keeps each id for an hour of event
+time, so a partition's state grows by about that many bytes per event, on disk too (100 MB a partition:
+`--pad 3400` with 30,000 events a partition, `--events 60000` over 2 partitions).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import signal
 import statistics
 import subprocess
@@ -92,7 +93,12 @@ def send(emulator: RunningEmulator, partitions: int, events: int, first: int = 0
             batch = producer.create_batch(partition_id=str(partition))
             for n in numbers:
                 moment = T0 + timedelta(seconds=n // partitions)
-                body = {"id": f"e{n}-" + "x" * pad, "key": f"k{n % 97}", "t": moment.isoformat()}
+                # random characters: RocksDB compresses its files, and a repeated pad would shrink to nothing
+                body = {
+                    "id": f"e{n}-{secrets.token_hex(pad)[:pad]}",
+                    "key": f"k{n % 97}",
+                    "t": moment.isoformat(),
+                }
                 event = EventData(json.dumps(body))
                 try:
                     batch.add(event)
