@@ -95,7 +95,7 @@ def send(emulator: RunningEmulator, partitions: int, events: int, first: int = 0
                 moment = T0 + timedelta(seconds=n // partitions)
                 # random characters: RocksDB compresses its files, and a repeated pad would shrink to nothing
                 body = {
-                    "id": f"e{n}-{secrets.token_hex(pad)[:pad]}",
+                    "id": f"e{n}-{secrets.token_hex((pad + 1) // 2)[:pad]}",
                     "key": f"k{n % 97}",
                     "t": moment.isoformat(),
                 }
